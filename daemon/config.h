@@ -1,0 +1,79 @@
+/*
+ * config.h - kvtierd configuration: defaults, JSON loading and validation.
+ *
+ * One table (config.c) lists every key: its dotted path, type, place in config_t, default and
+ * range. The same table drives loading, validation and the defaults printed by
+ * `kvtierd --print-defaults`, so a key cannot exist in one and be missing from another.
+ * Unknown keys, wrong types and out-of-range values are errors naming the key path
+ * ("ram.capacity_bytes: must be between 1 MiB and 16 TiB, got 12").
+ *
+ * Byte sizes accept an integer or a string with a binary suffix ("512MiB", "8GiB", "4096").
+ * Per-namespace gate overrides live under "namespaces": {"<model name>": {"gates": {...}}}; a
+ * namespace not listed uses the global "gates" defaults.
+ *
+ * Threads: main thread at start-up only. The loaded config_t is then read-only.
+ */
+#ifndef KVT_CONFIG_H
+#define KVT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gates.h"
+
+#define CONFIG_PATH_MAX 256
+#define CONFIG_NS_OVERRIDES_MAX 64
+
+typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } config_log_level_t;
+
+typedef struct {
+    char name[256];  /* namespace model name */
+    gates_cfg_t gates; /* global defaults with this namespace's keys applied */
+} config_ns_override_t;
+
+typedef struct {
+    struct {
+        char endpoint[CONFIG_PATH_MAX];      /* ZeroMQ endpoint the daemon binds */
+        char status_socket[CONFIG_PATH_MAX]; /* Unix socket for GET /status and /metrics */
+        uint32_t max_chunks_per_request;     /* hashes per request, 1..65536 (4096) */
+        uint32_t max_clients;                /* sessions remembered, 1..1000000 (4096) */
+        uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
+    } server;
+    struct {
+        uint64_t capacity_bytes;         /* hard limit of the arena */
+        char arena_path[CONFIG_PATH_MAX]; /* file under /dev/shm, or "" for an anonymous memfd */
+        uint64_t max_chunk_bytes;        /* largest chunk payload accepted */
+        uint32_t lease_ms;               /* lookup lease time, 1..600000 (30000) */
+    } ram;
+    struct {
+        config_log_level_t level;
+    } log;
+    gates_cfg_t gates; /* global gate defaults */
+    int n_ns;
+    config_ns_override_t ns[CONFIG_NS_OVERRIDES_MAX];
+} config_t;
+
+/* Fills cfg with every default. */
+void config_defaults(config_t *cfg);
+
+/* Loads and validates the JSON file at path over the defaults. Returns 0, or -1 with a one-line
+ * message naming the key (or the file and line for a JSON syntax error) in err. */
+int config_load(const char *path, config_t *cfg, char *err, size_t errlen);
+
+/* Same, from a string (used by tests). */
+int config_load_string(const char *json, config_t *cfg, char *err, size_t errlen);
+
+/* The gate settings in force for a namespace model name. */
+const gates_cfg_t *config_gates_for(const config_t *cfg, const char *model);
+
+/* Writes the effective configuration as JSON (every key) to a newly allocated string; the
+ * caller frees it with free(). NULL on allocation failure. */
+char *config_dump(const config_t *cfg);
+
+/* Parses a byte size ("4096", "512MiB", "8GiB", "1TiB", also KB/MB/GB as powers of 1000).
+ * Returns 0 or -1. */
+int config_parse_size(const char *s, uint64_t *out);
+
+const char *config_log_level_name(config_log_level_t l);
+
+#endif /* KVT_CONFIG_H */

@@ -1,0 +1,116 @@
+/*
+ * gates.h - the save-admission and lookup-skip gates of one namespace (../shared/GATES.md).
+ *
+ * Pure state machines: no I/O, no clock, no allocation after gates_new. The formulas are
+ * evaluated exactly as GATES.md writes them, in IEEE-754 double, because tests compare exact
+ * sequences. Both estimators always run; `enabled` only decides whether a decision is enforced
+ * (otherwise "shadow mode": would_decline / would_skip count what the gate would have done).
+ *
+ * Threads: loop thread only (the daemon keeps one gates_t per namespace).
+ */
+#ifndef KVT_GATES_H
+#define KVT_GATES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GATES_REASON_MAX 16
+#define GATES_REASON_NAME_MAX 48
+#define GATES_ENGINE_MAX 256 /* engine instances remembered per namespace (LRU beyond) */
+
+typedef struct {
+    bool enabled;         /* false */
+    double target;        /* 0.10, in [0,1] */
+    double floor;         /* 0.25, in [0,1] */
+    double alpha;         /* 1/16, in (0,1] */
+    uint64_t warmup;      /* 64 */
+    uint64_t report_every; /* 256, >= 1 */
+} gates_admission_cfg_t;
+
+typedef struct {
+    bool enabled;            /* false */
+    uint64_t min_load_tokens; /* 8192 */
+    double cut;              /* 0.01, in [0,1] */
+    uint64_t min_lookups;    /* 64 */
+    uint64_t probe_every;    /* 32, >= 1 */
+    double alpha;            /* 1/64, in (0,1] */
+    uint64_t report_every;   /* 256, >= 1 */
+} gates_skip_cfg_t;
+
+typedef struct {
+    gates_admission_cfg_t admission;
+    gates_skip_cfg_t lookup_skip;
+} gates_cfg_t;
+
+/* Fills cfg with the defaults of GATES.md. */
+void gates_cfg_defaults(gates_cfg_t *cfg);
+
+typedef struct {
+    char name[GATES_REASON_NAME_MAX + 1];
+    uint64_t count;
+} gates_reason_t;
+
+typedef struct gates gates_t;
+
+/* Creates the gate state of one namespace with a copy of cfg. Returns NULL on allocation
+ * failure. */
+gates_t *gates_new(const gates_cfg_t *cfg);
+void gates_destroy(gates_t **g);
+const gates_cfg_t *gates_cfg(const gates_t *g);
+
+/* --- admission estimator --- */
+
+/* Folds one verdict (paid or not). */
+void gates_fold_one(gates_t *g, bool paid);
+/* Folds a batch of n verdicts of which h paid (h is clamped to n); n == 0 does nothing. Returns
+ * true when probes crossed a multiple of report_every (the caller logs the admission line). */
+bool gates_fold_batch(gates_t *g, uint64_t h, uint64_t n);
+
+/* Applies an engine instance's cumulative totals per GATES.md section 1 (fold the difference,
+ * re-baseline on a counter reset). reasons (nreasons entries, may be NULL) are cumulative per
+ * reason for this engine; the namespace's reason totals are the sums over engines. Returns true
+ * when the admission line is due. */
+bool gates_tally(gates_t *g, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
+                 const gates_reason_t *reasons, int nreasons);
+
+/* Decides one save operation: true = admit. Updates credit, saved/skipped and, while the gate
+ * is disabled, would_decline (computed as if enabled, with a shadow credit). */
+bool gates_admit(gates_t *g);
+
+/* --- lookup skip --- */
+
+typedef enum {
+    GATES_LOOKUP_ANSWER = 0,  /* answer normally */
+    GATES_LOOKUP_SKIP = 1,    /* answer hit 0 with the skipped flag, no leases */
+} gates_lookup_decision_t;
+
+/* Called before a lookup that carries prompt info is answered. On SKIP the gate has already
+ * recorded the skip's non-paid verdict into the admission estimator. */
+gates_lookup_decision_t gates_lookup_decide(gates_t *g, uint64_t prompt_tokens,
+                                            uint64_t hbm_tokens);
+
+/* Feeds the actionable-rate estimator with a lookup that was answered (skip or not enabled):
+ * loadable_hit_tokens is the loadable hit in tokens as GATES.md defines it. */
+void gates_lookup_observe(gates_t *g, uint64_t loadable_hit_tokens, uint64_t hbm_tokens);
+
+/* The loadable hit of GATES.md: hit_tokens, minus 1 if it covers the whole prompt, floored to a
+ * multiple of chunk_tokens. */
+uint64_t gates_loadable(uint64_t hit_tokens, uint64_t prompt_tokens, uint64_t chunk_tokens);
+
+/* --- state for status and replies --- */
+
+typedef struct {
+    /* admission */
+    uint64_t probes, paid, saved, skipped, would_decline;
+    double payoff, credit, share, save_share;
+    /* lookup skip */
+    uint64_t lookups, skips, forced_probes, would_skip;
+    double act_ema;
+    bool load_bearing;
+    int nreasons;
+    gates_reason_t reasons[GATES_REASON_MAX];
+} gates_state_t;
+
+void gates_state(const gates_t *g, gates_state_t *st);
+
+#endif /* KVT_GATES_H */

@@ -1,0 +1,429 @@
+/*
+ * kvt_proto.c - encode and decode of kvtier protocol heads (see kvt_proto.h, PROTOCOL.md).
+ *
+ * Design: one table gives, per message type, the size of frame 0 and the frame count rule;
+ * encode and decode are straight-line field copies through explicit little-endian helpers, so
+ * the code is independent of host byte order and alignment. Every length read from the wire is
+ * checked against the frame it describes before it is used. No allocation, no I/O, no state.
+ */
+#include "kvt_proto.h"
+
+#include <string.h>
+
+static uint16_t get_u16(const uint8_t *b)
+{
+    return (uint16_t)(b[0] | b[1] << 8);
+}
+
+static uint64_t get_u64(const uint8_t *b)
+{
+    return (uint64_t)kvt_get_u32(b) | (uint64_t)kvt_get_u32(b + 4) << 32;
+}
+
+static void put_u16(uint8_t *b, uint16_t v)
+{
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u64(uint8_t *b, uint64_t v)
+{
+    kvt_put_u32(b, (uint32_t)v);
+    kvt_put_u32(b + 4, (uint32_t)(v >> 32));
+}
+
+static double get_f64(const uint8_t *b)
+{
+    uint64_t u = get_u64(b);
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+static void put_f64(uint8_t *b, double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    put_u64(b, u);
+}
+
+/* Bytes of the type-specific body that follows the common header in frame 0. */
+static int body_size(int type)
+{
+    switch (type) {
+    case KVT_MSG_HELLO:
+        return 16;
+    case KVT_MSG_HELLO_OK:
+        return 24;
+    case KVT_MSG_LOOKUP:
+        return 24;
+    case KVT_MSG_LOOKUP_OK:
+        return 8;
+    case KVT_MSG_SAVE_BEGIN:
+    case KVT_MSG_SAVE_DATA:
+        return 32;
+    case KVT_MSG_SAVE_BEGIN_OK:
+    case KVT_MSG_SAVE_OK:
+    case KVT_MSG_LOAD_OK:
+        return 0;
+    case KVT_MSG_LOAD:
+        return 8;
+    case KVT_MSG_TALLY:
+        return 24;
+    case KVT_MSG_TALLY_OK:
+        return 48;
+    case KVT_MSG_ERROR:
+        return 8;
+    default:
+        return -1;
+    }
+}
+
+size_t kvt_head_size(int type)
+{
+    int b = body_size(type);
+    return b < 0 ? 0 : (size_t)(KVT_HDR_BYTES + b);
+}
+
+size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
+{
+    size_t n = kvt_head_size(m->hdr.type);
+    uint8_t *b = buf;
+
+    if (n == 0 || cap < n)
+        return 0;
+    memset(b, 0, n);
+    kvt_put_u32(b, KVT_PROTO_MAGIC);
+    b[4] = KVT_PROTO_VERSION;
+    b[5] = m->hdr.type;
+    put_u16(b + 6, m->hdr.flags);
+    put_u64(b + 8, m->hdr.req_id);
+    kvt_put_u32(b + 16, m->hdr.ns_id);
+    b += KVT_HDR_BYTES;
+
+    switch (m->hdr.type) {
+    case KVT_MSG_HELLO:
+        put_u64(b, m->u.hello.layout_fp);
+        kvt_put_u32(b + 8, m->u.hello.chunk_tokens);
+        put_u16(b + 12, m->u.hello.rank);
+        put_u16(b + 14, m->u.hello.world);
+        break;
+    case KVT_MSG_HELLO_OK:
+        kvt_put_u32(b, m->u.hello_ok.ns_id);
+        kvt_put_u32(b + 4, m->u.hello_ok.lease_ms);
+        put_u64(b + 8, m->u.hello_ok.max_chunk_bytes);
+        kvt_put_u32(b + 16, m->u.hello_ok.max_chunks);
+        kvt_put_u32(b + 20, m->u.hello_ok.daemon_version);
+        break;
+    case KVT_MSG_LOOKUP:
+        put_u16(b, m->u.lookup.rank);
+        put_u64(b + 8, m->u.lookup.prompt_tokens);
+        put_u64(b + 16, m->u.lookup.hbm_tokens);
+        break;
+    case KVT_MSG_LOOKUP_OK:
+        kvt_put_u32(b, m->u.lookup_ok.hit);
+        kvt_put_u32(b + 4, m->u.lookup_ok.lease_ms);
+        break;
+    case KVT_MSG_SAVE_BEGIN:
+    case KVT_MSG_SAVE_DATA:
+        put_u16(b, m->u.save.rank);
+        put_u64(b + 8, m->u.save.op_id);
+        memcpy(b + 16, m->u.save.parent.b, KVT_HASH_BYTES);
+        break;
+    case KVT_MSG_LOAD:
+        put_u16(b, m->u.load.rank);
+        break;
+    case KVT_MSG_TALLY:
+        put_u64(b, m->u.tally.engine_id);
+        put_u64(b + 8, m->u.tally.paid_total);
+        put_u64(b + 16, m->u.tally.probes_total);
+        break;
+    case KVT_MSG_TALLY_OK:
+        put_f64(b, m->u.tally_ok.payoff);
+        put_f64(b + 8, m->u.tally_ok.share);
+        put_f64(b + 16, m->u.tally_ok.act_ema);
+        put_u64(b + 24, m->u.tally_ok.probes);
+        put_u64(b + 32, m->u.tally_ok.lookups);
+        put_u16(b + 40, m->u.tally_ok.gate_flags);
+        break;
+    case KVT_MSG_ERROR:
+        kvt_put_u32(b, (uint32_t)m->u.error.code);
+        break;
+    default:
+        break;
+    }
+    return n;
+}
+
+/* A hash-list frame: a non-zero multiple of 16 bytes holding at most lim->max_hashes. */
+static int decode_hashes(const kvt_frame_t *f, const kvt_limits_t *lim,
+                         const kvt_wire_hash_t **out, size_t *n)
+{
+    if (f->len == 0 || f->len % KVT_HASH_BYTES != 0)
+        return KVT_WIRE_EPROTO;
+    if (f->len / KVT_HASH_BYTES > lim->max_hashes)
+        return KVT_WIRE_ETOOBIG;
+    *out = f->data;
+    *n = f->len / KVT_HASH_BYTES;
+    return 0;
+}
+
+/* Chunk-status frames: non-empty, at most max_hashes bytes, every byte a known status. */
+static int decode_status(const kvt_frame_t *f, const kvt_limits_t *lim, kvt_chunks_ok_t *out)
+{
+    const uint8_t *s = f->data;
+
+    if (f->len == 0)
+        return KVT_WIRE_EPROTO;
+    if (f->len > lim->max_hashes)
+        return KVT_WIRE_ETOOBIG;
+    for (size_t i = 0; i < f->len; i++)
+        if (s[i] > KVT_CHUNK_MISS)
+            return KVT_WIRE_EPROTO;
+    out->status = s;
+    out->n = f->len;
+    out->payloads = NULL;
+    return 0;
+}
+
+static int check_payloads(const kvt_frame_t *p, size_t n, const kvt_limits_t *lim)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i].len > lim->max_payload_bytes)
+            return KVT_WIRE_ETOOBIG;
+    return 0;
+}
+
+int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t *lim,
+                   kvt_msg_t *out)
+{
+    const uint8_t *b;
+    size_t want;
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    if (nframes == 0 || frames[0].len < KVT_HDR_BYTES)
+        return KVT_WIRE_EPROTO;
+    b = frames[0].data;
+    if (kvt_get_u32(b) != KVT_PROTO_MAGIC)
+        return KVT_WIRE_EPROTO;
+    out->hdr.type = b[5];
+    out->hdr.flags = get_u16(b + 6);
+    out->hdr.req_id = get_u64(b + 8);
+    out->hdr.ns_id = kvt_get_u32(b + 16);
+    if (b[4] != KVT_PROTO_VERSION)
+        return KVT_WIRE_EVERSION;
+    want = kvt_head_size(out->hdr.type);
+    if (want == 0)
+        return KVT_WIRE_EUNSUPP;
+    if (frames[0].len != want)
+        return KVT_WIRE_EPROTO;
+    b += KVT_HDR_BYTES;
+
+    switch (out->hdr.type) {
+    case KVT_MSG_HELLO: {
+        kvt_hello_t *h = &out->u.hello;
+        if (nframes != 2)
+            return KVT_WIRE_EPROTO;
+        h->layout_fp = get_u64(b);
+        h->chunk_tokens = kvt_get_u32(b + 8);
+        h->rank = get_u16(b + 12);
+        h->world = get_u16(b + 14);
+        h->model = frames[1].data;
+        h->model_len = frames[1].len;
+        if (h->model_len == 0 || h->model_len > KVT_MODEL_MAX)
+            return KVT_WIRE_EPROTO;
+        if (memchr(h->model, '\0', h->model_len) != NULL)
+            return KVT_WIRE_EPROTO;
+        return 0;
+    }
+    case KVT_MSG_HELLO_OK:
+        if (nframes != 1)
+            return KVT_WIRE_EPROTO;
+        out->u.hello_ok.ns_id = kvt_get_u32(b);
+        out->u.hello_ok.lease_ms = kvt_get_u32(b + 4);
+        out->u.hello_ok.max_chunk_bytes = get_u64(b + 8);
+        out->u.hello_ok.max_chunks = kvt_get_u32(b + 16);
+        out->u.hello_ok.daemon_version = kvt_get_u32(b + 20);
+        return 0;
+    case KVT_MSG_LOOKUP:
+        if (nframes != 2)
+            return KVT_WIRE_EPROTO;
+        out->u.lookup.rank = get_u16(b);
+        out->u.lookup.prompt_tokens = get_u64(b + 8);
+        out->u.lookup.hbm_tokens = get_u64(b + 16);
+        return decode_hashes(&frames[1], lim, &out->u.lookup.hashes, &out->u.lookup.nhashes);
+    case KVT_MSG_LOOKUP_OK:
+        if (nframes != 2 || frames[1].len % 4 != 0 || frames[1].len / 4 > KVT_WORLD_MAX)
+            return KVT_WIRE_EPROTO;
+        out->u.lookup_ok.hit = kvt_get_u32(b);
+        out->u.lookup_ok.lease_ms = kvt_get_u32(b + 4);
+        out->u.lookup_ok.rank_hits = frames[1].data;
+        out->u.lookup_ok.nranks = frames[1].len / 4;
+        return 0;
+    case KVT_MSG_SAVE_BEGIN:
+    case KVT_MSG_SAVE_DATA: {
+        kvt_save_t *s = &out->u.save;
+        if (nframes < 2)
+            return KVT_WIRE_EPROTO;
+        s->rank = get_u16(b);
+        s->op_id = get_u64(b + 8);
+        memcpy(s->parent.b, b + 16, KVT_HASH_BYTES);
+        rc = decode_hashes(&frames[1], lim, &s->hashes, &s->nhashes);
+        if (rc != 0)
+            return rc;
+        if (out->hdr.type == KVT_MSG_SAVE_BEGIN)
+            return nframes == 2 ? 0 : KVT_WIRE_EPROTO;
+        if (nframes != 2 + s->nhashes)
+            return KVT_WIRE_EPROTO;
+        s->payloads = &frames[2];
+        return check_payloads(s->payloads, s->nhashes, lim);
+    }
+    case KVT_MSG_SAVE_BEGIN_OK:
+    case KVT_MSG_SAVE_OK:
+        if (nframes != 2)
+            return KVT_WIRE_EPROTO;
+        return decode_status(&frames[1], lim, &out->u.chunks_ok);
+    case KVT_MSG_LOAD_OK:
+        if (nframes < 2)
+            return KVT_WIRE_EPROTO;
+        rc = decode_status(&frames[1], lim, &out->u.chunks_ok);
+        if (rc != 0)
+            return rc;
+        if (nframes != 2 + out->u.chunks_ok.n)
+            return KVT_WIRE_EPROTO;
+        out->u.chunks_ok.payloads = &frames[2];
+        for (size_t i = 0; i < out->u.chunks_ok.n; i++) {
+            int hit = out->u.chunks_ok.status[i] == KVT_CHUNK_HIT;
+            if (!hit && out->u.chunks_ok.payloads[i].len != 0)
+                return KVT_WIRE_EPROTO;
+        }
+        return check_payloads(out->u.chunks_ok.payloads, out->u.chunks_ok.n, lim);
+    case KVT_MSG_LOAD:
+        if (nframes != 2)
+            return KVT_WIRE_EPROTO;
+        out->u.load.rank = get_u16(b);
+        return decode_hashes(&frames[1], lim, &out->u.load.hashes, &out->u.load.nhashes);
+    case KVT_MSG_TALLY: {
+        size_t off = 0;
+        const char *name;
+        size_t nl;
+        uint64_t cnt;
+        int nreasons = 0;
+        if (nframes != 2)
+            return KVT_WIRE_EPROTO;
+        out->u.tally.engine_id = get_u64(b);
+        out->u.tally.paid_total = get_u64(b + 8);
+        out->u.tally.probes_total = get_u64(b + 16);
+        out->u.tally.reasons = frames[1].data;
+        out->u.tally.reasons_len = frames[1].len;
+        while ((rc = kvt_reason_next(frames[1].data, frames[1].len, &off, &name, &nl, &cnt)) > 0)
+            if (++nreasons > KVT_REASON_MAX)
+                return KVT_WIRE_ETOOBIG;
+        return rc;
+    }
+    case KVT_MSG_TALLY_OK:
+        if (nframes != 1)
+            return KVT_WIRE_EPROTO;
+        out->u.tally_ok.payoff = get_f64(b);
+        out->u.tally_ok.share = get_f64(b + 8);
+        out->u.tally_ok.act_ema = get_f64(b + 16);
+        out->u.tally_ok.probes = get_u64(b + 24);
+        out->u.tally_ok.lookups = get_u64(b + 32);
+        out->u.tally_ok.gate_flags = get_u16(b + 40);
+        return 0;
+    case KVT_MSG_ERROR:
+        if (nframes != 2 || frames[1].len > KVT_ERRTEXT_MAX)
+            return KVT_WIRE_EPROTO;
+        out->u.error.code = (int32_t)kvt_get_u32(b);
+        out->u.error.text = frames[1].data;
+        out->u.error.text_len = frames[1].len;
+        return 0;
+    default:
+        return KVT_WIRE_EUNSUPP;
+    }
+}
+
+size_t kvt_reason_encode(void *buf, size_t cap, const char *name, size_t name_len,
+                         uint64_t count)
+{
+    uint8_t *b = buf;
+    size_t n = 1 + name_len + 8;
+
+    if (name_len == 0 || name_len > KVT_REASON_NAME_MAX || cap < n)
+        return 0;
+    b[0] = (uint8_t)name_len;
+    memcpy(b + 1, name, name_len);
+    put_u64(b + 1 + name_len, count);
+    return n;
+}
+
+int kvt_reason_next(const uint8_t *buf, size_t len, size_t *off, const char **name,
+                    size_t *name_len, uint64_t *count)
+{
+    size_t o = *off, nl;
+
+    if (o >= len)
+        return 0;
+    nl = buf[o];
+    if (nl == 0 || nl > KVT_REASON_NAME_MAX || len - o < 1 + nl + 8)
+        return KVT_WIRE_EPROTO;
+    if (memchr(buf + o + 1, '\0', nl) != NULL)
+        return KVT_WIRE_EPROTO;
+    *name = (const char *)buf + o + 1;
+    *name_len = nl;
+    *count = get_u64(buf + o + 1 + nl);
+    *off = o + 1 + nl + 8;
+    return 1;
+}
+
+const char *kvt_msg_type_name(int type)
+{
+    switch (type) {
+    case KVT_MSG_HELLO: return "hello";
+    case KVT_MSG_HELLO_OK: return "hello_ok";
+    case KVT_MSG_LOOKUP: return "lookup";
+    case KVT_MSG_LOOKUP_OK: return "lookup_ok";
+    case KVT_MSG_SAVE_BEGIN: return "save_begin";
+    case KVT_MSG_SAVE_BEGIN_OK: return "save_begin_ok";
+    case KVT_MSG_SAVE_DATA: return "save_data";
+    case KVT_MSG_SAVE_OK: return "save_ok";
+    case KVT_MSG_LOAD: return "load";
+    case KVT_MSG_LOAD_OK: return "load_ok";
+    case KVT_MSG_TALLY: return "tally";
+    case KVT_MSG_TALLY_OK: return "tally_ok";
+    case KVT_MSG_ERROR: return "error";
+    default: return "unknown";
+    }
+}
+
+const char *kvt_chunk_status_name(int status)
+{
+    switch (status) {
+    case KVT_CHUNK_WANTED: return "wanted";
+    case KVT_CHUNK_STORED: return "stored";
+    case KVT_CHUNK_EXISTS: return "exists";
+    case KVT_CHUNK_NOSPACE: return "nospace";
+    case KVT_CHUNK_DECLINED: return "declined";
+    case KVT_CHUNK_SKIPPED: return "skipped";
+    case KVT_CHUNK_HIT: return "hit";
+    case KVT_CHUNK_MISS: return "miss";
+    default: return "unknown";
+    }
+}
+
+const char *kvt_wire_strerror(int code)
+{
+    switch (code) {
+    case KVT_WIRE_OK: return "ok";
+    case KVT_WIRE_EPROTO: return "malformed message";
+    case KVT_WIRE_EVERSION: return "unsupported protocol version";
+    case KVT_WIRE_ENONS: return "namespace not declared by this client";
+    case KVT_WIRE_ETOOBIG: return "payload or list exceeds the daemon's limits";
+    case KVT_WIRE_EINVAL: return "invalid argument";
+    case KVT_WIRE_ECONFLICT: return "namespace declared with a different layout";
+    case KVT_WIRE_EBUSY: return "daemon busy or shutting down";
+    case KVT_WIRE_EUNSUPP: return "unknown message type";
+    default: return "unknown error";
+    }
+}

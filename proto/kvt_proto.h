@@ -1,0 +1,277 @@
+/*
+ * kvt_proto.h - the kvtier wire protocol: message layouts, encode and decode.
+ *
+ * This module is pure: no I/O, no ZeroMQ, no allocation, no global state. Every function may be
+ * called from any thread. It is shared by the daemon and the client library; PROTOCOL.md beside
+ * this file is the normative description and must change together with this header.
+ *
+ * A message is a ZeroMQ multipart message made of frames. Frame 0 is the "head": a fixed 24-byte
+ * common header followed by a fixed-size body whose layout depends on the message type. Every
+ * variable-length part (model name, hash lists, per-chunk outcome arrays, chunk payloads, error
+ * text) travels as a frame of its own, so that bulk bytes are never copied to be framed and
+ * every length is the frame's own length. All integers are little-endian.
+ *
+ * Decoding is strict: the head must have exactly the size its type demands, frame counts must
+ * match, hash frames must be a non-zero multiple of 16 bytes no longer than the caller's limit.
+ * Decoded messages borrow the caller's frame buffers; they are valid while the frames are.
+ */
+#ifndef KVT_PROTO_H
+#define KVT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVT_PROTO_MAGIC 0x3154564bu /* bytes "KVT1" */
+#define KVT_PROTO_VERSION 1
+#define KVT_HASH_BYTES 16
+#define KVT_HDR_BYTES 24
+#define KVT_MODEL_MAX 255       /* bytes of a model name */
+#define KVT_ERRTEXT_MAX 255     /* bytes of an error message */
+#define KVT_RANK_ALL 0xffffu    /* lookup rank meaning "every rank of the namespace" */
+#define KVT_WORLD_MAX 1024      /* largest tensor-parallel world a namespace may declare */
+#define KVT_REASON_MAX 16       /* per-reason counters a tally may carry */
+#define KVT_REASON_NAME_MAX 48  /* bytes of a reason name */
+
+/* Message types. Requests are odd, their replies are request + 1; ERROR answers any request. */
+typedef enum {
+    KVT_MSG_HELLO = 1,
+    KVT_MSG_HELLO_OK = 2,
+    KVT_MSG_LOOKUP = 3,
+    KVT_MSG_LOOKUP_OK = 4,
+    KVT_MSG_SAVE_BEGIN = 5,
+    KVT_MSG_SAVE_BEGIN_OK = 6,
+    KVT_MSG_SAVE_DATA = 7,
+    KVT_MSG_SAVE_OK = 8,
+    KVT_MSG_LOAD = 9,
+    KVT_MSG_LOAD_OK = 10,
+    KVT_MSG_TALLY = 11,
+    KVT_MSG_TALLY_OK = 12,
+    KVT_MSG_ERROR = 127,
+} kvt_msg_type_t;
+
+/*
+ * Wire error codes (negative). The public header kvtier.h exposes the same numbers as KVT_E*;
+ * the values are part of the protocol and never change meaning.
+ */
+typedef enum {
+    KVT_WIRE_OK = 0,
+    KVT_WIRE_EPROTO = -1,    /* malformed message: bad magic, sizes, frame count */
+    KVT_WIRE_EVERSION = -2,  /* protocol version not supported */
+    KVT_WIRE_ENONS = -3,     /* namespace unknown or not declared by this client */
+    KVT_WIRE_ETOOBIG = -4,   /* a payload or a list exceeds the daemon's limits */
+    KVT_WIRE_EINVAL = -5,    /* well-formed but invalid argument (rank >= world, ...) */
+    KVT_WIRE_ECONFLICT = -6, /* namespace already declared with another world or replication */
+    KVT_WIRE_EBUSY = -7,     /* daemon is shutting down or over a resource limit */
+    KVT_WIRE_EUNSUPP = -8,   /* unknown message type */
+} kvt_wire_err_t;
+
+/* Per-chunk outcomes of SAVE_BEGIN_OK and SAVE_OK, and per-chunk status of LOAD_OK. */
+typedef enum {
+    KVT_CHUNK_WANTED = 0,   /* SAVE_BEGIN_OK: send this chunk's bytes */
+    KVT_CHUNK_STORED = 1,   /* SAVE_OK: stored now */
+    KVT_CHUNK_EXISTS = 2,   /* already stored; no bytes needed */
+    KVT_CHUNK_NOSPACE = 3,  /* could not be stored: capacity (everything evictable is pinned) */
+    KVT_CHUNK_DECLINED = 4, /* the save-admission gate declined the operation */
+    KVT_CHUNK_SKIPPED = 5,  /* SAVE_OK: no bytes were sent for a chunk that was not stored */
+    KVT_CHUNK_HIT = 6,      /* LOAD_OK: payload frame holds the chunk */
+    KVT_CHUNK_MISS = 7,     /* LOAD_OK: not stored; payload frame is empty */
+} kvt_chunk_status_t;
+
+/* HELLO flags */
+#define KVT_HELLO_REPLICATED 0x1u /* MLA: one copy of every chunk serves all ranks */
+/* LOOKUP flags */
+#define KVT_LOOKUP_LEASE 0x1u  /* pin the hits for the daemon's lease time */
+#define KVT_LOOKUP_PROMPT 0x2u /* prompt_tokens / hbm_tokens are meaningful (lookup-skip gate) */
+/* LOOKUP_OK flags */
+#define KVT_LOOKUPR_SKIPPED 0x1u /* the lookup-skip gate answered without looking */
+#define KVT_LOOKUPR_LEASED 0x2u  /* the hits are pinned until lease_ms from now */
+/* SAVE_BEGIN / SAVE_DATA flags */
+#define KVT_SAVE_PARENT 0x1u /* parent holds the hash of the chunk before the first one */
+#define KVT_SAVE_OPID 0x2u   /* op_id names the save operation (else derived by the daemon) */
+
+typedef struct {
+    uint8_t b[KVT_HASH_BYTES];
+} kvt_wire_hash_t;
+
+/* A borrowed view of one frame. */
+typedef struct {
+    const void *data;
+    size_t len;
+} kvt_frame_t;
+
+typedef struct {
+    uint8_t type;    /* kvt_msg_type_t */
+    uint16_t flags;  /* per-type flags above */
+    uint64_t req_id; /* chosen by the client, echoed in the reply */
+    uint32_t ns_id;  /* namespace handle from HELLO_OK; 0 in HELLO and replies to it */
+} kvt_hdr_t;
+
+/* frames: head, model name */
+typedef struct {
+    uint64_t layout_fp;    /* fingerprint of the KV layout (dtype, layers, heads, seed...) */
+    uint32_t chunk_tokens; /* tokens per chunk, > 0 */
+    uint16_t rank;         /* this client's rank, < world */
+    uint16_t world;        /* ranks of the namespace, 1..KVT_WORLD_MAX */
+    const char *model;     /* borrowed, not NUL-terminated */
+    size_t model_len;      /* 1..KVT_MODEL_MAX */
+} kvt_hello_t;
+
+/* frames: head */
+typedef struct {
+    uint32_t ns_id;
+    uint32_t lease_ms;           /* the daemon's lease time */
+    uint64_t max_chunk_bytes;    /* largest payload the daemon accepts */
+    uint32_t max_chunks;         /* most hashes per request */
+    uint32_t daemon_version;     /* (major << 16) | (minor << 8) | patch */
+} kvt_hello_ok_t;
+
+/* frames: head, hashes */
+typedef struct {
+    uint16_t rank; /* a rank < world, or KVT_RANK_ALL */
+    uint64_t prompt_tokens;
+    uint64_t hbm_tokens;
+    const kvt_wire_hash_t *hashes; /* borrowed; may be unaligned: read with memcpy */
+    size_t nhashes;
+} kvt_lookup_t;
+
+/* frames: head, per-rank hits (u32 each; empty unless the lookup named KVT_RANK_ALL) */
+typedef struct {
+    uint32_t hit;      /* contiguous prefix hit in chunks (the minimum over ranks) */
+    uint32_t lease_ms; /* remaining lease of the hits when KVT_LOOKUPR_LEASED */
+    const uint8_t *rank_hits; /* borrowed: nranks little-endian u32 */
+    size_t nranks;
+} kvt_lookup_ok_t;
+
+/* SAVE_BEGIN frames: head, hashes. SAVE_DATA frames: head, hashes, one payload per hash
+ * (empty = no bytes sent for that chunk). */
+typedef struct {
+    uint16_t rank;
+    uint64_t op_id;
+    kvt_wire_hash_t parent;
+    const kvt_wire_hash_t *hashes;
+    size_t nhashes;
+    const kvt_frame_t *payloads; /* SAVE_DATA only: nhashes frames, borrowed */
+} kvt_save_t;
+
+/* SAVE_BEGIN_OK / SAVE_OK / LOAD_OK frames: head, per-chunk status bytes, and for LOAD_OK one
+ * payload per chunk (empty on a miss). */
+typedef struct {
+    const uint8_t *status; /* borrowed: n kvt_chunk_status_t bytes */
+    size_t n;
+    const kvt_frame_t *payloads; /* LOAD_OK only */
+} kvt_chunks_ok_t;
+
+/* frames: head, hashes */
+typedef struct {
+    uint16_t rank;
+    const kvt_wire_hash_t *hashes;
+    size_t nhashes;
+} kvt_load_t;
+
+/* frames: head, reasons ("name=count" records, each u8 name length, name, u64 count; may be
+ * empty). Totals are cumulative since the engine instance started. */
+typedef struct {
+    uint64_t engine_id;
+    uint64_t paid_total;
+    uint64_t probes_total;
+    const uint8_t *reasons; /* borrowed encoded records */
+    size_t reasons_len;
+} kvt_tally_t;
+
+/* frames: head. The namespace's gate state after the tally was folded. */
+typedef struct {
+    double payoff;     /* admission estimator */
+    double share;      /* share of save operations the gate admits now */
+    double act_ema;    /* lookup-skip actionable-rate estimator */
+    uint64_t probes;   /* verdicts folded */
+    uint64_t lookups;  /* lookups fed into act_ema */
+    uint16_t gate_flags; /* KVT_GATE_* */
+} kvt_tally_ok_t;
+
+#define KVT_GATE_ADMISSION_ON 0x1u
+#define KVT_GATE_SKIP_ON 0x2u
+#define KVT_GATE_LOAD_BEARING 0x4u
+
+/* frames: head, message text (may be empty) */
+typedef struct {
+    int32_t code; /* kvt_wire_err_t */
+    const char *text;
+    size_t text_len;
+} kvt_error_t;
+
+/* A decoded message: hdr plus the body of hdr.type. */
+typedef struct {
+    kvt_hdr_t hdr;
+    union {
+        kvt_hello_t hello;
+        kvt_hello_ok_t hello_ok;
+        kvt_lookup_t lookup;
+        kvt_lookup_ok_t lookup_ok;
+        kvt_save_t save;
+        kvt_chunks_ok_t chunks_ok;
+        kvt_load_t load;
+        kvt_tally_t tally;
+        kvt_tally_ok_t tally_ok;
+        kvt_error_t error;
+    } u;
+} kvt_msg_t;
+
+/* Limits the decoder enforces; callers pass the daemon's configured values. */
+typedef struct {
+    size_t max_hashes;        /* most hashes in one list */
+    size_t max_payload_bytes; /* largest chunk payload frame */
+} kvt_limits_t;
+
+/* Bytes of frame 0 for a message of the given type, or 0 for an unknown type. */
+size_t kvt_head_size(int type);
+
+/*
+ * Encodes frame 0 of m into buf (cap bytes). Returns the number of bytes written (kvt_head_size
+ * of m->hdr.type), or 0 if the type is unknown or cap is too small. Variable frames are sent by
+ * the caller as they are (hashes as 16-byte arrays, status as bytes, payloads raw).
+ */
+size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m);
+
+/*
+ * Decodes the nframes frames of one message into out. Pure: no allocation; out borrows frames
+ * (frames itself must outlive out when out refers to payload frames). Returns 0 or a negative
+ * kvt_wire_err_t: KVT_WIRE_EPROTO for any malformed size or count, KVT_WIRE_EVERSION for an
+ * unsupported version, KVT_WIRE_EUNSUPP for an unknown type, KVT_WIRE_ETOOBIG when a list or a
+ * payload exceeds lim. On error, out->hdr is filled as far as it could be decoded (req_id is
+ * valid whenever frame 0 held at least the common header) so that the error can be answered.
+ */
+int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t *lim,
+                   kvt_msg_t *out);
+
+/* Tally reasons: encode one record into buf; returns bytes written or 0 if it does not fit or
+ * the name is empty or longer than KVT_REASON_NAME_MAX. */
+size_t kvt_reason_encode(void *buf, size_t cap, const char *name, size_t name_len,
+                         uint64_t count);
+
+/* Iterates the reason records of a decoded tally: *off starts at 0. Returns 1 and fills the
+ * outputs for each record, 0 at the end, KVT_WIRE_EPROTO on a malformed record. */
+int kvt_reason_next(const uint8_t *buf, size_t len, size_t *off, const char **name,
+                    size_t *name_len, uint64_t *count);
+
+/* A short static name for a message type, chunk status or wire error, for logs. */
+const char *kvt_msg_type_name(int type);
+const char *kvt_chunk_status_name(int status);
+const char *kvt_wire_strerror(int code);
+
+/* Little-endian helpers shared by encoder, decoder and users of per-rank hit arrays. */
+static inline uint32_t kvt_get_u32(const void *p)
+{
+    const uint8_t *b = p;
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static inline void kvt_put_u32(void *p, uint32_t v)
+{
+    uint8_t *b = p;
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+    b[2] = (uint8_t)(v >> 16);
+    b[3] = (uint8_t)(v >> 24);
+}
+
+#endif /* KVT_PROTO_H */
