@@ -7,9 +7,11 @@
  * so ordering is exact and independent of the clock's resolution.
  *
  * Invariants (checked by index_check):
- *   - e->nchildren == number of stored entries whose parent is e;
- *   - e is in the LRU list iff e->nchildren == 0;
- *   - e->parent, when set, is stored (entries with children are never removed).
+ *   - e->nchildren == number of stored entries whose parent is e == length of e's child list;
+ *   - e->ram_kids == number of those children that are RAM-resident;
+ *   - e is in the LRU list iff e is RAM-resident and e->ram_kids == 0 (a RAM leaf);
+ *   - e->parent, when set, is stored (entries with children are never removed; reclaim first
+ *     detaches them with index_detach_children).
  * Threads: loop thread only.
  */
 #include "index.h"
@@ -86,8 +88,7 @@ uint64_t index_count(const index_t *ix)
     return ix->count;
 }
 
-index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank,
-                          const kvt_wire_hash_t *h)
+index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
     index_entry_t *e = ix->buckets[key_hash(ns, rank, h) & (ix->nbuckets - 1)];
 
@@ -109,11 +110,13 @@ static void lru_unlink(index_t *ix, index_entry_t *e)
     else
         ix->lru_tail = e->lru_prev;
     e->lru_prev = e->lru_next = NULL;
+    e->flags &= (uint16_t)~INDEX_F_LRU;
 }
 
 /* Inserts e before `at` (NULL = at the hot end). */
 static void lru_insert_before(index_t *ix, index_entry_t *e, index_entry_t *at)
 {
+    e->flags |= INDEX_F_LRU;
     if (at == NULL) {
         e->lru_prev = ix->lru_tail;
         e->lru_next = NULL;
@@ -169,8 +172,59 @@ static void table_grow(index_t *ix)
     ix->nbuckets = nb;
 }
 
-index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
-                         index_entry_t *parent, bool orphan, uint64_t off, uint64_t len)
+static bool in_lru(const index_entry_t *e)
+{
+    return (e->flags & INDEX_F_LRU) != 0;
+}
+
+static bool is_ram(const index_entry_t *e)
+{
+    return (e->flags & INDEX_F_RAM) != 0;
+}
+
+/* A RAM-resident entry that lost its last RAM-resident child rejoins the LRU by its clock. */
+static void maybe_leaf(index_t *ix, index_entry_t *p)
+{
+    if (p != NULL && is_ram(p) && p->ram_kids == 0 && !in_lru(p))
+        lru_insert_sorted(ix, p);
+}
+
+static void child_link(index_t *ix, index_entry_t *parent, index_entry_t *e)
+{
+    e->parent = parent;
+    e->sib_prev = NULL;
+    e->sib_next = parent->first_child;
+    if (parent->first_child != NULL)
+        parent->first_child->sib_prev = e;
+    parent->first_child = e;
+    parent->nchildren++;
+    if (is_ram(e) && parent->ram_kids++ == 0 && in_lru(parent))
+        lru_unlink(ix, parent);
+}
+
+/* Unlinks e from its parent's child list; the parent may become a RAM leaf. */
+static void child_unlink(index_t *ix, index_entry_t *e)
+{
+    index_entry_t *p = e->parent;
+
+    if (p == NULL)
+        return;
+    if (e->sib_prev != NULL)
+        e->sib_prev->sib_next = e->sib_next;
+    else
+        p->first_child = e->sib_next;
+    if (e->sib_next != NULL)
+        e->sib_next->sib_prev = e->sib_prev;
+    e->sib_prev = e->sib_next = NULL;
+    e->parent = NULL;
+    p->nchildren--;
+    if (is_ram(e))
+        p->ram_kids--;
+    maybe_leaf(ix, p);
+}
+
+static index_entry_t *add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                          index_entry_t *parent, bool orphan, bool ram, uint64_t off, uint64_t len)
 {
     index_entry_t *e;
     uint64_t b;
@@ -187,16 +241,17 @@ index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire
     e->hash = *h;
     e->off = off;
     e->len = len;
-    e->parent = parent;
-    e->flags = orphan ? INDEX_F_ORPHAN : 0;
+    e->flags = (uint16_t)((orphan ? INDEX_F_ORPHAN : 0) | (ram ? INDEX_F_RAM : 0));
     e->clock = ++ix->clock;
     b = key_hash(ns, rank, h) & (ix->nbuckets - 1);
     e->hnext = ix->buckets[b];
     ix->buckets[b] = e;
     ix->count++;
 
-    if (parent != NULL && parent->nchildren++ == 0)
-        lru_unlink(ix, parent);
+    if (parent != NULL)
+        child_link(ix, parent, e);
+    if (!ram)
+        return e;
     if (orphan) {
         e->clock = 0;
         lru_insert_before(ix, e, ix->lru_head);
@@ -206,10 +261,62 @@ index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire
     return e;
 }
 
+index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                         index_entry_t *parent, bool orphan, uint64_t off, uint64_t len)
+{
+    return add(ix, ns, rank, h, parent, orphan, true, off, len);
+}
+
+index_entry_t *index_add_cold(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                              index_entry_t *parent, bool orphan, uint64_t len)
+{
+    return add(ix, ns, rank, h, parent, orphan, false, 0, len);
+}
+
+void index_ram_set(index_t *ix, index_entry_t *e, uint64_t off)
+{
+    assert(!is_ram(e));
+    e->flags |= INDEX_F_RAM;
+    e->off = off;
+    e->clock = ++ix->clock;
+    if (e->ram_kids == 0)
+        lru_insert_before(ix, e, NULL);
+    if (e->parent != NULL && e->parent->ram_kids++ == 0 && in_lru(e->parent))
+        lru_unlink(ix, e->parent);
+}
+
+void index_ram_clear(index_t *ix, index_entry_t *e)
+{
+    assert(is_ram(e));
+    if (in_lru(e))
+        lru_unlink(ix, e);
+    e->flags &= (uint16_t)~INDEX_F_RAM;
+    if (e->parent != NULL) {
+        e->parent->ram_kids--;
+        maybe_leaf(ix, e->parent);
+    }
+}
+
+void index_set_parent(index_t *ix, index_entry_t *e, index_entry_t *parent)
+{
+    assert(e->parent == NULL && parent != e);
+    child_link(ix, parent, e);
+    e->flags &= (uint16_t)~INDEX_F_ORPHAN;
+}
+
+void index_detach_children(index_t *ix, index_entry_t *e)
+{
+    while (e->first_child != NULL) {
+        index_entry_t *c = e->first_child;
+        child_unlink(ix, c);
+        c->flags |= INDEX_F_ORPHAN;
+    }
+}
+
 void index_touch(index_t *ix, index_entry_t *e)
 {
     e->clock = ++ix->clock;
-    if (e->nchildren == 0 && ix->lru_tail != e) {
+    if (in_lru(e) && ix->lru_tail != e) {
         lru_unlink(ix, e);
         lru_insert_before(ix, e, NULL);
     }
@@ -234,16 +341,15 @@ index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_sca
 void index_remove(index_t *ix, index_entry_t *e)
 {
     index_entry_t **pp = &ix->buckets[key_hash(e->ns, e->rank, &e->hash) & (ix->nbuckets - 1)];
-    index_entry_t *p = e->parent;
 
     assert(e->nchildren == 0);
     while (*pp != e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
-    lru_unlink(ix, e);
+    if (in_lru(e))
+        lru_unlink(ix, e);
     ix->count--;
-    if (p != NULL && --p->nchildren == 0)
-        lru_insert_sorted(ix, p);
+    child_unlink(ix, e);
     free(e);
 }
 
@@ -256,11 +362,11 @@ void index_foreach(const index_t *ix, void (*fn)(const index_entry_t *e, void *a
 
 int index_check(const index_t *ix)
 {
-    uint64_t n = 0, leaves = 0, in_lru = 0;
+    uint64_t n = 0, leaves = 0, lru_len = 0;
 
     for (uint64_t b = 0; b < ix->nbuckets; b++) {
         for (const index_entry_t *e = ix->buckets[b]; e != NULL; e = e->hnext) {
-            uint32_t kids = 0;
+            uint32_t kids = 0, rkids = 0, listed = 0;
             n++;
             if ((key_hash(e->ns, e->rank, &e->hash) & (ix->nbuckets - 1)) != b)
                 return -1;
@@ -269,19 +375,28 @@ int index_check(const index_t *ix)
                 return -1;
             /* O(n^2) child count is fine for test-sized indexes */
             for (uint64_t c = 0; c < ix->nbuckets; c++)
-                for (const index_entry_t *f = ix->buckets[c]; f != NULL; f = f->hnext)
+                for (const index_entry_t *f = ix->buckets[c]; f != NULL; f = f->hnext) {
                     kids += f->parent == e;
-            if (kids != e->nchildren)
+                    rkids += f->parent == e && is_ram(f);
+                }
+            for (const index_entry_t *f = e->first_child; f != NULL; f = f->sib_next) {
+                if (f->parent != e || (f->sib_next != NULL && f->sib_next->sib_prev != f))
+                    return -1;
+                listed++;
+            }
+            if (kids != e->nchildren || rkids != e->ram_kids || listed != kids)
                 return -1;
-            leaves += e->nchildren == 0;
+            if (in_lru(e) != (is_ram(e) && e->ram_kids == 0))
+                return -1;
+            leaves += in_lru(e);
         }
     }
     for (const index_entry_t *e = ix->lru_head; e != NULL; e = e->lru_next) {
-        if (e->nchildren != 0)
+        if (!in_lru(e) || !is_ram(e) || e->ram_kids != 0)
             return -1;
         if (e->lru_next == NULL && ix->lru_tail != e)
             return -1;
-        in_lru++;
+        lru_len++;
     }
-    return n == ix->count && leaves == in_lru ? 0 : -1;
+    return n == ix->count && leaves == lru_len ? 0 : -1;
 }

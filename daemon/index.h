@@ -12,6 +12,17 @@
  * An entry saved with a declared predecessor that is not stored is an "orphan": it has no parent
  * link, can only be hit once its predecessor is saved again, and joins the LRU at the cold end.
  *
+ * Tiers: an entry is RAM-resident (INDEX_F_RAM: off/len in the arena), and/or has a verified
+ * copy on disk (INDEX_F_DISK: dseg/doff/dstored/dhdr), or waits in the disk tier's write buffer
+ * (INDEX_F_WBUF: wseq). The leaf LRU holds the *RAM leaves*: RAM-resident entries none of whose
+ * children is RAM-resident (ram_kids == 0); RAM eviction takes them in LRU order and demotes
+ * them, so RAM is emptied from chain tails while the chain itself stays in the index. nchildren
+ * counts children in any tier: an entry leaves the index only when it has none (the no-orphan
+ * rule holds for the index as a whole), or after index_detach_children() turned its children
+ * into orphans (the disk tier's reclaim of a whole segment does that; see store.c). With the disk
+ * tier off every entry is RAM-resident and ram_kids == nchildren, the single-tier behaviour.
+ * Children are kept in a list per parent so that detaching costs O(children).
+ *
  * The hash table is chained with a power-of-two bucket array that doubles when the load factor
  * passes 1 (a full rehash: the number of entries is bounded by capacity / chunk size, tens of
  * thousands on a large node, so the pause is short; see the closing note of the issue).
@@ -39,13 +50,30 @@ struct index_entry {
     uint64_t len;            /* payload bytes */
     uint32_t ns;
     uint32_t nchildren;
-    uint32_t pins;           /* short-lived pins of the loop (a save in progress) */
+    uint32_t pins; /* short-lived pins of the loop (a save in progress) */
     uint16_t rank;
-    uint16_t flags;          /* INDEX_F_* */
+    uint16_t flags; /* INDEX_F_* */
     kvt_wire_hash_t hash;
+    /* children list (index.c) */
+    index_entry_t *first_child;
+    index_entry_t *sib_prev;
+    index_entry_t *sib_next;
+    uint32_t ram_kids; /* RAM-resident children */
+    /* disk tier (store.c): the verified copy, and the list of entries of its segment */
+    uint16_t dhdr;    /* record header bytes */
+    uint32_t dstored; /* record payload bytes */
+    uint64_t dseg;    /* segment id (generation), 0 = no disk copy */
+    uint64_t doff;    /* record offset in the segment */
+    index_entry_t *seg_prev;
+    index_entry_t *seg_next;
+    uint64_t wseq; /* write-buffer ticket while INDEX_F_WBUF */
 };
 
 #define INDEX_F_ORPHAN 0x1u
+#define INDEX_F_RAM 0x2u  /* bytes in the arena at off */
+#define INDEX_F_DISK 0x4u /* verified copy on disk at dseg/doff */
+#define INDEX_F_WBUF 0x8u /* bytes in the disk tier's write buffer (ticket wseq) */
+#define INDEX_F_LRU 0x10u /* in the leaf LRU (internal) */
 
 typedef struct index index_t;
 
@@ -56,8 +84,7 @@ void index_destroy(index_t **ix);
 
 uint64_t index_count(const index_t *ix);
 
-index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank,
-                          const kvt_wire_hash_t *h);
+index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /*
  * Adds an entry that must not exist yet. parent, when not NULL, is the stored predecessor
@@ -67,6 +94,23 @@ index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank,
  */
 index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                          index_entry_t *parent, bool orphan, uint64_t off, uint64_t len);
+
+/* Same for an entry that is not RAM-resident (recovered from disk or demoted). */
+index_entry_t *index_add_cold(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                              index_entry_t *parent, bool orphan, uint64_t len);
+
+/* e becomes RAM-resident at off (a promotion) and the most recent entry. */
+void index_ram_set(index_t *ix, index_entry_t *e, uint64_t off);
+
+/* e stops being RAM-resident (a demotion); its parent may become a RAM leaf. The caller frees
+ * the RAM first. */
+void index_ram_clear(index_t *ix, index_entry_t *e);
+
+/* Links e (which has no parent) under parent (same ns and rank) and clears its orphan flag. */
+void index_set_parent(index_t *ix, index_entry_t *e, index_entry_t *parent);
+
+/* Turns every child of e into an orphan (no parent link); e then has no children. */
+void index_detach_children(index_t *ix, index_entry_t *e);
 
 /* Marks an access: the entry becomes the most recent (a leaf moves to the hot end). */
 void index_touch(index_t *ix, index_entry_t *e);
@@ -80,7 +124,7 @@ static inline bool index_leased(const index_entry_t *e, uint64_t now_ms)
     return e->lease_until_ms > now_ms;
 }
 
-/* The least recent leaf that is neither leased nor pinned, scanning at most max_scan leaves
+/* The least recent RAM leaf that is neither leased nor pinned, scanning at most max_scan leaves
  * from the cold end; NULL when none qualifies. */
 index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan);
 

@@ -1,0 +1,190 @@
+/*
+ * record.c - record encode/decode/verify (see record.h for the layout).
+ *
+ * Design: the decoder rejects every header that could not have been written by the encoder
+ * (each field range, the reserved word, the padding after the model name, codec/length
+ * consistency), so a torn or overwritten header is recognised as such before any length from
+ * it is trusted. Lengths from a header are bounded (RECORD_RAW_MAX) before the caller reads that
+ * many bytes. The checksum covers the header with its checksum field zeroed, then the payload.
+ *
+ * Threads: pure; any thread. Invariants: decode(encode(m)) == m for every valid m.
+ */
+#include "record.h"
+
+#include <string.h>
+#include <xxhash.h>
+
+#include "kvt_proto.h"
+
+#define OFF_SUM 80u
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static bool meta_valid(const record_meta_t *m)
+{
+    if (m->model_len == 0 || m->codec > RECORD_CODEC_LZ4)
+        return false;
+    if (m->shuffle != 1 && m->shuffle != 2 && m->shuffle != 4)
+        return false;
+    if ((m->flags & ~(RECORD_F_REPLICATED | RECORD_F_PARENT)) != 0)
+        return false;
+    if (m->world == 0 || m->world > KVT_WORLD_MAX || m->rank >= m->world || m->chunk_tokens == 0)
+        return false;
+    if (m->raw_len == 0 || m->raw_len > RECORD_RAW_MAX || m->stored_len == 0)
+        return false;
+    if (m->codec == RECORD_CODEC_RAW && m->stored_len != m->raw_len)
+        return false;
+    if (m->codec == RECORD_CODEC_LZ4 && m->stored_len >= m->raw_len)
+        return false;
+    return true;
+}
+
+static uint64_t checksum(const uint8_t *hdr, size_t hdr_len, const void *payload, uint64_t n)
+{
+    uint8_t tmp[RECORD_HEADER_MAX];
+
+    memcpy(tmp, hdr, hdr_len);
+    memset(tmp + OFF_SUM, 0, 8);
+    return XXH3_64bits_withSeed(payload, (size_t)n, XXH3_64bits(tmp, hdr_len));
+}
+
+int record_encode_header(void *dst, size_t cap, record_meta_t *m, const void *payload)
+{
+    uint8_t *p = dst;
+    size_t hl;
+
+    if (!meta_valid(m) || memchr(m->model, '\0', m->model_len) != NULL)
+        return RECORD_EHEADER;
+    hl = record_header_len(m->model_len);
+    if (cap < hl)
+        return RECORD_ESPACE;
+    memset(p, 0, hl);
+    put32(p, RECORD_MAGIC);
+    put16(p + 4, RECORD_VERSION);
+    put16(p + 6, (uint16_t)hl);
+    p[8] = m->codec;
+    p[9] = m->shuffle;
+    p[10] = m->flags;
+    p[11] = m->model_len;
+    put16(p + 12, m->world);
+    put16(p + 14, m->rank);
+    put32(p + 16, m->chunk_tokens);
+    put64(p + 24, m->fingerprint);
+    memcpy(p + 32, m->hash, 16);
+    memcpy(p + 48, m->parent, 16);
+    put64(p + 64, m->raw_len);
+    put64(p + 72, m->stored_len);
+    memcpy(p + RECORD_FIXED, m->model, m->model_len);
+    m->checksum = checksum(p, hl, payload, m->stored_len);
+    put64(p + OFF_SUM, m->checksum);
+    return (int)hl;
+}
+
+int record_decode_header(const void *src, size_t avail, record_meta_t *m, size_t *hdr_len)
+{
+    const uint8_t *p = src;
+    size_t hl;
+
+    if (avail < 8)
+        return RECORD_NEED_MORE;
+    if (get32(p) != RECORD_MAGIC)
+        return RECORD_EMAGIC;
+    if (get16(p + 4) != RECORD_VERSION)
+        return RECORD_EVERSION;
+    if (avail < RECORD_FIXED)
+        return RECORD_NEED_MORE;
+    memset(m, 0, sizeof *m);
+    m->codec = p[8];
+    m->shuffle = p[9];
+    m->flags = p[10];
+    m->model_len = p[11];
+    m->world = get16(p + 12);
+    m->rank = get16(p + 14);
+    m->chunk_tokens = get32(p + 16);
+    m->fingerprint = get64(p + 24);
+    memcpy(m->hash, p + 32, 16);
+    memcpy(m->parent, p + 48, 16);
+    m->raw_len = get64(p + 64);
+    m->stored_len = get64(p + 72);
+    m->checksum = get64(p + OFF_SUM);
+    hl = record_header_len(m->model_len);
+    if (get16(p + 6) != hl || get32(p + 20) != 0 || !meta_valid(m))
+        return RECORD_EHEADER;
+    if (avail < hl)
+        return RECORD_NEED_MORE;
+    memcpy(m->model, p + RECORD_FIXED, m->model_len);
+    if (memchr(m->model, '\0', m->model_len) != NULL)
+        return RECORD_EHEADER;
+    for (size_t i = RECORD_FIXED + m->model_len; i < hl; i++)
+        if (p[i] != 0)
+            return RECORD_EHEADER;
+    *hdr_len = hl;
+    return RECORD_OK;
+}
+
+int record_verify(const void *hdr, size_t hdr_len, const void *payload, uint64_t stored_len)
+{
+    const uint8_t *p = hdr;
+
+    if (hdr_len < RECORD_FIXED || hdr_len > RECORD_HEADER_MAX)
+        return RECORD_ECHECKSUM;
+    return checksum(p, hdr_len, payload, stored_len) == get64(p + OFF_SUM) ? RECORD_OK
+                                                                           : RECORD_ECHECKSUM;
+}
+
+const char *record_strerror(int rc)
+{
+    switch (rc) {
+    case RECORD_OK:
+        return "ok";
+    case RECORD_NEED_MORE:
+        return "truncated record";
+    case RECORD_EMAGIC:
+        return "bad magic";
+    case RECORD_EVERSION:
+        return "unknown record version";
+    case RECORD_EHEADER:
+        return "invalid record header";
+    case RECORD_ECHECKSUM:
+        return "checksum mismatch";
+    case RECORD_ESPACE:
+        return "destination too small";
+    default:
+        return "unknown record error";
+    }
+}
