@@ -76,6 +76,9 @@ typedef struct {
 
 static int check_endpoint(const char *s, char *why, size_t whylen);
 static int check_status_socket(const char *s, char *why, size_t whylen);
+static int check_nonempty(const char *s, char *why, size_t whylen);
+static int check_compression(const char *s, char *why, size_t whylen);
+static int check_fsync(const char *s, char *why, size_t whylen);
 
 #define CFG_FIELD(m) .off = offsetof(config_t, m)
 #define GATE_FIELD(m) .gate = true, .off = offsetof(gates_cfg_t, m)
@@ -92,6 +95,15 @@ static int check_status_socket(const char *s, char *why, size_t whylen);
 #define ROW_SIZE(p, m, lo, hi, def)                                                                \
     {                                                                                              \
         .path = p, .type = KEY_SIZE, CFG_FIELD(m), .umin = lo, .umax = hi, .udef = def             \
+    }
+#define ROW_BOOL(p, m, def)                                                                        \
+    {                                                                                              \
+        .path = p, .type = KEY_BOOL, CFG_FIELD(m), .udef = def                                     \
+    }
+#define ROW_DBL(p, m, open, lo, hi, def)                                                           \
+    {                                                                                              \
+        .path = p, .type = KEY_DOUBLE, CFG_FIELD(m), .dmin = lo, .dmax = hi, .dmin_open = open,    \
+        .ddef = def                                                                                \
     }
 #define ROW_LEVEL(p, m, def)                                                                       \
     {                                                                                              \
@@ -124,6 +136,15 @@ static const config_key_t config_keys[] = {
     ROW_STR("ram.arena_path", ram.arena_path, "/dev/shm/kvtier.arena", NULL),
     ROW_SIZE("ram.max_chunk_bytes", ram.max_chunk_bytes, 1, GIB, 64 * MIB),
     ROW_U32("ram.lease_ms", ram.lease_ms, 1, 600000, 30000),
+    ROW_BOOL("disk.enabled", disk.enabled, false),
+    ROW_STR("disk.dir", disk.dir, "/var/lib/kvtier/disk", check_nonempty),
+    ROW_SIZE("disk.capacity_bytes", disk.capacity_bytes, 2 * MIB, 1024 * TIB, 64 * GIB),
+    ROW_SIZE("disk.segment_bytes", disk.segment_bytes, MIB, 4 * GIB, 256 * MIB),
+    ROW_STR("disk.compression", disk.compression, "auto", check_compression),
+    ROW_DBL("disk.compression_threshold", disk.compression_threshold, true, 0.0, 1.0, 0.9),
+    ROW_STR("disk.fsync", disk.fsync, "segment", check_fsync),
+    ROW_U32("disk.max_reads_in_flight", disk.max_reads_in_flight, 1, 1024, 8),
+    ROW_SIZE("disk.write_buffer_bytes", disk.write_buffer_bytes, 64 * KIB, 4 * GIB, 80 * MIB),
     ROW_LEVEL("log.level", log.level, LOG_INFO),
     ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
     ROW_GDBL("gates.admission.target", admission.target, false, 0.0, 1.0, 0.10),
@@ -185,6 +206,25 @@ static int check_status_socket(const char *s, char *why, size_t whylen)
         return errf(why, whylen, "must be shorter than %d bytes, got %zu", CONFIG_SUN_PATH_MAX,
                     strlen(s));
     return 0;
+}
+
+static int check_nonempty(const char *s, char *why, size_t whylen)
+{
+    return s[0] == '\0' ? errf(why, whylen, "must not be empty") : 0;
+}
+
+static int check_compression(const char *s, char *why, size_t whylen)
+{
+    if (strcmp(s, "auto") == 0 || strcmp(s, "lz4") == 0 || strcmp(s, "off") == 0)
+        return 0;
+    return errf(why, whylen, "must be one of auto, lz4, off, got \"%s\"", s);
+}
+
+static int check_fsync(const char *s, char *why, size_t whylen)
+{
+    if (strcmp(s, "none") == 0 || strcmp(s, "segment") == 0 || strcmp(s, "record") == 0)
+        return 0;
+    return errf(why, whylen, "must be one of none, segment, record, got \"%s\"", s);
 }
 
 const char *config_log_level_name(config_log_level_t l)
@@ -494,6 +534,40 @@ static int apply_namespaces(config_t *cfg, json_t *nss, char *err, size_t errlen
     return 0;
 }
 
+/* The disk keys that depend on each other, checked when the tier is enabled (a RAM-only config
+ * with large chunks need not size a write buffer it does not use): a record of the largest
+ * chunk fits one write buffer (plus a header), a write buffer fits a segment, and the capacity
+ * holds two segments (one being written, one to reclaim). */
+static int disk_cross_check(const config_t *cfg, char *err, size_t errlen)
+{
+    const uint64_t hdr = 64 * KIB;
+    char a[32];
+
+    if (!cfg->disk.enabled)
+        return 0;
+    if (cfg->disk.write_buffer_bytes < cfg->ram.max_chunk_bytes + hdr) {
+        size_text(cfg->ram.max_chunk_bytes + hdr, a, sizeof a);
+        return errf(err, errlen,
+                    "disk.write_buffer_bytes: must be at least ram.max_chunk_bytes + 64 KiB "
+                    "(%s), got %" PRIu64,
+                    a, cfg->disk.write_buffer_bytes);
+    }
+    if (cfg->disk.write_buffer_bytes > cfg->disk.segment_bytes) {
+        size_text(cfg->disk.segment_bytes, a, sizeof a);
+        return errf(
+            err, errlen,
+            "disk.write_buffer_bytes: must not exceed disk.segment_bytes (%s), got %" PRIu64, a,
+            cfg->disk.write_buffer_bytes);
+    }
+    if (cfg->disk.capacity_bytes < 2 * cfg->disk.segment_bytes) {
+        size_text(2 * cfg->disk.segment_bytes, a, sizeof a);
+        return errf(err, errlen,
+                    "disk.capacity_bytes: must be at least two segments (%s), got %" PRIu64, a,
+                    cfg->disk.capacity_bytes);
+    }
+    return 0;
+}
+
 /* Applies root over cfg (already holding the defaults) and checks the cross-key rules. */
 static int config_apply(config_t *cfg, json_t *root, char *err, size_t errlen)
 {
@@ -518,7 +592,7 @@ static int config_apply(config_t *cfg, json_t *root, char *err, size_t errlen)
                     "ram.max_chunk_bytes: must not exceed ram.capacity_bytes (%s), got %" PRIu64,
                     cap, cfg->ram.max_chunk_bytes);
     }
-    return 0;
+    return disk_cross_check(cfg, err, errlen);
 }
 
 static int config_load_json(json_t *root, const json_error_t *jerr, config_t *cfg, char *err,

@@ -16,6 +16,7 @@
 #ifndef KVT_CONFIG_H
 #define KVT_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,7 +28,7 @@
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } config_log_level_t;
 
 typedef struct {
-    char name[256];  /* namespace model name */
+    char name[256];    /* namespace model name */
     gates_cfg_t gates; /* global defaults with this namespace's keys applied */
 } config_ns_override_t;
 
@@ -40,11 +41,22 @@ typedef struct {
         uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
     } server;
     struct {
-        uint64_t capacity_bytes;         /* hard limit of the arena */
+        uint64_t capacity_bytes;          /* hard limit of the arena */
         char arena_path[CONFIG_PATH_MAX]; /* file under /dev/shm, or "" for an anonymous memfd */
-        uint64_t max_chunk_bytes;        /* largest chunk payload accepted */
-        uint32_t lease_ms;               /* lookup lease time, 1..600000 (30000) */
+        uint64_t max_chunk_bytes;         /* largest chunk payload accepted */
+        uint32_t lease_ms;                /* lookup lease time, 1..600000 (30000) */
     } ram;
+    struct {
+        bool enabled;                 /* the disk tier is on (production: true) */
+        char dir[CONFIG_PATH_MAX];    /* segment directory, created if missing */
+        uint64_t capacity_bytes;      /* hard limit of the segment files, >= 2 segments */
+        uint64_t segment_bytes;       /* size of one segment file */
+        char compression[8];          /* "auto" | "lz4" | "off" */
+        double compression_threshold; /* auto keeps lz4 when stored/raw <= this (0.9) */
+        char fsync[16];               /* "none" | "segment" | "record" */
+        uint32_t max_reads_in_flight; /* disk reads on the thread pool at once (8) */
+        uint64_t write_buffer_bytes;  /* one of the two write buffers */
+    } disk;
     struct {
         config_log_level_t level;
     } log;

@@ -8,26 +8,69 @@
  *     chunk i can never take chunk i-1 and turn chunk i into an orphan.
  *   - Eviction scans at most STORE_VICTIM_SCAN leaves from the cold end per victim, so a large
  *     crowd of leased leaves costs bounded work; past it the chunk is NOSPACE.
+ *   - Disk tier (store.h): the store keeps, per disk segment, a list of the entries whose disk
+ *     copy is in it (the segment's user pointer, disk.h), so reclaiming a segment costs
+ *     O(its records). A demoted chunk carries a write-buffer ticket (wseq); the commit of a flush
+ *     applies only to the entry that still holds that ticket, and a finished read is promoted
+ *     only if the entry still points at the same (segment, offset): the generation checks.
+ *   - Counting: ram.hits/misses keep their meaning (chunks asked by lookups and loads, found in
+ *     the index - any tier - or not); disk.hits counts load chunks served from the disk tier
+ *     (write buffer or a verified read), disk.misses loads that missed RAM and that the disk
+ *     could not serve (absent, failed checksum, cancelled).
  * Threads: loop thread only.
  */
 #include "store.h"
 
+#include "disk.h"
 #include "index.h"
+#include "log.h"
 #include "ram.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define STORE_VICTIM_SCAN 4096u
+
+typedef struct {
+    uint64_t chunks; /* entries with a disk copy */
+    uint64_t wbuf;   /* entries waiting in the write buffer */
+    uint64_t hits;
+    uint64_t misses;
+    uint64_t evictions;     /* entries dropped by segment reclaim */
+    uint64_t demoted;       /* RAM evictions written to disk */
+    uint64_t demoted_clean; /* RAM evictions whose disk copy already existed */
+    uint64_t refused;       /* RAM evictions the disk tier refused (dropped) */
+    uint64_t write_lost;    /* demoted chunks whose flush failed (dropped) */
+    uint64_t promoted;
+    uint64_t orphaned;        /* successors detached from a dropped chunk */
+    uint64_t recover_skipped; /* recovered records of conflicting namespaces */
+} store_disk_stats_t;
+
+typedef struct {
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+    kvt_wire_hash_t parent;
+} relink_t;
 
 struct store {
     ns_table_t *nst;
     index_t *ix;
     ram_t *ram;
     uint32_t lease_ms;
-    uint64_t stored_bytes;
+    uint64_t stored_bytes; /* payload bytes resident in RAM */
+    uint64_t ram_chunks;
     store_stats_t st;
+    const config_t *cfg;
+    uv_loop_t *loop;
+    disk_t *disk;
+    int disk_error;
+    bool closing;
+    store_disk_stats_t dk;
+    relink_t *relink; /* recovery only */
+    size_t nrelink, relinkcap;
 };
 
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
@@ -38,6 +81,7 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
     if (s == NULL)
         return -ENOMEM;
     s->nst = nst;
+    s->cfg = cfg;
     s->lease_ms = cfg->ram.lease_ms;
     s->ix = index_new();
     if (s->ix == NULL) {
@@ -63,8 +107,10 @@ void store_destroy(store_t **ps)
 
     if (s == NULL)
         return;
+    disk_destroy(&s->disk);
     index_destroy(&s->ix);
     ram_destroy(&s->ram);
+    free(s->relink);
     free(s);
     *ps = NULL;
 }
@@ -101,8 +147,8 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
     }
 }
 
-uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                      size_t n, bool lease, uint64_t now_ms)
+uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                      bool lease, uint64_t now_ms)
 {
     uint32_t hit = prefix(s, ns, rank, h, n, true);
 
@@ -153,18 +199,121 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
     return wanted;
 }
 
+/* Frees the RAM copy of e (the entry stays). */
+static void ram_release(store_t *s, index_entry_t *e)
+{
+    ram_free(s->ram, e->off, e->len);
+    s->stored_bytes -= e->len;
+    s->ram_chunks--;
+    index_ram_clear(s->ix, e);
+}
+
+static void seg_link(store_t *s, index_entry_t *e)
+{
+    void **head = disk_seg_user(s->disk, e->dseg);
+    index_entry_t *first = *head;
+
+    e->seg_prev = NULL;
+    e->seg_next = first;
+    if (first != NULL)
+        first->seg_prev = e;
+    *head = e;
+}
+
+static void seg_unlink(store_t *s, index_entry_t *e)
+{
+    if (e->seg_prev != NULL) {
+        e->seg_prev->seg_next = e->seg_next;
+    } else {
+        void **head = disk_seg_user(s->disk, e->dseg);
+        if (head != NULL)
+            *head = e->seg_next;
+    }
+    if (e->seg_next != NULL)
+        e->seg_next->seg_prev = e->seg_prev;
+    e->seg_prev = e->seg_next = NULL;
+}
+
+/* Forgets e's disk copy (the entry stays). */
+static void disk_forget(store_t *s, index_entry_t *e)
+{
+    seg_unlink(s, e);
+    e->flags &= (uint16_t)~INDEX_F_DISK;
+    e->dseg = 0;
+    s->dk.chunks--;
+}
+
+/* Removes e from the index and every tier; its successors become orphans. */
+static void drop(store_t *s, index_entry_t *e)
+{
+    ns_t *ns = ns_get(s->nst, e->ns);
+
+    if (e->flags & INDEX_F_RAM)
+        ram_release(s, e);
+    if (e->flags & INDEX_F_DISK)
+        disk_forget(s, e);
+    if (e->flags & INDEX_F_WBUF)
+        s->dk.wbuf--;
+    if (e->nchildren > 0) {
+        s->dk.orphaned += e->nchildren;
+        index_detach_children(s->ix, e);
+    }
+    if (ns != NULL) {
+        ns->chunks--;
+        ns->bytes -= e->len;
+    }
+    index_remove(s->ix, e);
+}
+
+/* Moves a RAM victim to the disk tier. Returns 0, or -1 when the disk tier refuses. */
+static int demote(store_t *s, index_entry_t *v)
+{
+    const ns_t *ns = ns_get(s->nst, v->ns);
+    record_meta_t m;
+    uint64_t seq;
+
+    if (v->flags & INDEX_F_DISK) {
+        ram_release(s, v);
+        s->dk.demoted_clean++;
+        return 0;
+    }
+    if (ns == NULL || s->closing || !disk_admits(s->disk, v->len))
+        return -1;
+    memset(&m, 0, sizeof m);
+    m.model_len = (uint8_t)strlen(ns->model);
+    memcpy(m.model, ns->model, m.model_len);
+    m.fingerprint = ns->fingerprint;
+    m.world = ns->world;
+    m.chunk_tokens = ns->chunk_tokens;
+    m.rank = v->rank;
+    m.flags = ns->replicated ? RECORD_F_REPLICATED : 0;
+    memcpy(m.hash, v->hash.b, 16);
+    if (v->parent != NULL) {
+        m.flags |= RECORD_F_PARENT;
+        memcpy(m.parent, v->parent->hash.b, 16);
+    }
+    m.raw_len = v->len;
+    m.stored_len = v->len;
+    m.shuffle = 1;
+    if (disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), &seq) != 0)
+        return -1;
+    v->flags |= INDEX_F_WBUF;
+    v->wseq = seq;
+    s->dk.wbuf++;
+    s->dk.demoted++;
+    ram_release(s, v);
+    return 0;
+}
+
 static void evict(store_t *s, index_entry_t *v)
 {
-    ns_t *vns = ns_get(s->nst, v->ns);
-
-    ram_free(s->ram, v->off, v->len);
-    if (vns != NULL) {
-        vns->chunks--;
-        vns->bytes -= v->len;
-    }
-    s->stored_bytes -= v->len;
     s->st.evictions++;
-    index_remove(s->ix, v);
+    if (s->disk != NULL) {
+        if (demote(s, v) == 0)
+            return;
+        s->dk.refused++;
+    }
+    drop(s, v);
 }
 
 /* Allocates len bytes, evicting chain tails while the arena is full. */
@@ -183,8 +332,8 @@ static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *o
 }
 
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
-                uint64_t now_ms, uint8_t *status)
+                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
+                uint8_t *status)
 {
     uint16_t r = ns_store_rank(ns, rank);
     index_entry_t *prev = NULL;
@@ -240,6 +389,7 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
         ns->chunks++;
         ns->bytes += payloads[i].len;
         s->stored_bytes += payloads[i].len;
+        s->ram_chunks++;
         s->st.stored++;
         status[i] = KVT_CHUNK_STORED;
         prev = e;
@@ -259,10 +409,20 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
         s->st.misses++;
         return NULL;
     }
-    index_touch(s->ix, e);
-    s->st.hits++;
-    *len = e->len;
-    return ram_ptr(s->ram, e->off);
+    if (e->flags & INDEX_F_RAM) {
+        index_touch(s->ix, e);
+        s->st.hits++;
+        *len = e->len;
+        return ram_ptr(s->ram, e->off);
+    }
+    if (e->flags & INDEX_F_WBUF) {
+        s->st.hits++;
+        s->dk.hits++;
+        *len = e->len;
+        return disk_wbuf_get(s->disk, e->wseq);
+    }
+    s->st.misses++;
+    return NULL;
 }
 
 void store_foreach(const store_t *s, void (*fn)(const index_entry_t *e, void *arg), void *arg)
@@ -296,7 +456,8 @@ void store_status_ram(const store_t *s, uint64_t now_ms, json_t *o)
     json_object_set_new(o, "used_bytes", json_integer((json_int_t)ram_used(s->ram)));
     json_object_set_new(o, "resident_bytes", json_integer((json_int_t)ram_resident(s->ram)));
     json_object_set_new(o, "stored_bytes", json_integer((json_int_t)s->stored_bytes));
-    json_object_set_new(o, "chunks", json_integer((json_int_t)index_count(s->ix)));
+    json_object_set_new(o, "chunks", json_integer((json_int_t)s->ram_chunks));
+    json_object_set_new(o, "index_chunks", json_integer((json_int_t)index_count(s->ix)));
     json_object_set_new(o, "hits", json_integer((json_int_t)s->st.hits));
     json_object_set_new(o, "misses", json_integer((json_int_t)s->st.misses));
     json_object_set_new(o, "evictions", json_integer((json_int_t)s->st.evictions));
@@ -318,6 +479,8 @@ static void check_sum(const index_entry_t *e, void *arg)
 {
     struct check_acc *a = arg;
 
+    if (!(e->flags & INDEX_F_RAM))
+        return;
     a->bytes += e->len;
     a->footprint += ram_footprint(a->ram, e->len);
 }
@@ -331,5 +494,287 @@ int store_check(const store_t *s)
     index_foreach(s->ix, check_sum, &a);
     if (a.bytes != s->stored_bytes || a.footprint != ram_used(s->ram))
         return -1;
+    if (s->disk != NULL && disk_check(s->disk) != 0)
+        return -1;
     return ram_used(s->ram) <= ram_capacity(s->ram) ? 0 : -1;
+}
+
+/* --- disk tier --- */
+
+static void set_disk_loc(store_t *s, index_entry_t *e, const disk_loc_t *loc)
+{
+    e->flags |= INDEX_F_DISK;
+    e->dseg = loc->seg;
+    e->doff = loc->off;
+    e->dhdr = loc->hdr_len;
+    e->dstored = loc->stored;
+    seg_link(s, e);
+    s->dk.chunks++;
+}
+
+static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *loc)
+{
+    store_t *s = arg;
+    kvt_wire_hash_t h;
+    index_entry_t *e;
+    ns_t *ns;
+
+    if (ns_declare(s->nst, m->model, m->model_len, m->fingerprint, m->world,
+                   (m->flags & RECORD_F_REPLICATED) != 0, m->chunk_tokens,
+                   config_gates_for(s->cfg, m->model), &ns) != 0 ||
+        (ns->replicated && m->rank != 0)) {
+        s->dk.recover_skipped++;
+        return;
+    }
+    memcpy(h.b, m->hash, 16);
+    e = index_find(s->ix, ns->id, m->rank, &h);
+    if (e != NULL) {
+        /* a newer copy of the same chunk (the older segment was written first) */
+        disk_forget(s, e);
+        ns->bytes -= e->len;
+        e->len = m->raw_len;
+        ns->bytes += e->len;
+        set_disk_loc(s, e, loc);
+        return;
+    }
+    e = index_add_cold(s->ix, ns->id, m->rank, &h, NULL, false, m->raw_len);
+    if (e == NULL) {
+        s->dk.recover_skipped++;
+        return;
+    }
+    ns->chunks++;
+    ns->bytes += m->raw_len;
+    set_disk_loc(s, e, loc);
+    if ((m->flags & RECORD_F_PARENT) != 0) {
+        if (s->nrelink == s->relinkcap) {
+            size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
+            relink_t *nr = realloc(s->relink, nc * sizeof *nr);
+            if (nr == NULL)
+                return; /* the chunk stays, without its chain link */
+            s->relink = nr;
+            s->relinkcap = nc;
+        }
+        s->relink[s->nrelink].ns = ns->id;
+        s->relink[s->nrelink].rank = m->rank;
+        s->relink[s->nrelink].hash = h;
+        memcpy(s->relink[s->nrelink].parent.b, m->parent, 16);
+        s->nrelink++;
+    }
+}
+
+static void committed_cb(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t hash[16],
+                         uint64_t seq, bool ok, const disk_loc_t *loc)
+{
+    store_t *s = arg;
+    kvt_wire_hash_t h;
+    index_entry_t *e;
+
+    memcpy(h.b, hash, 16);
+    e = index_find(s->ix, ns_id, rank, &h);
+    if (e == NULL || !(e->flags & INDEX_F_WBUF) || e->wseq != seq)
+        return; /* dropped or replaced meanwhile: the record is dead bytes */
+    e->flags &= (uint16_t)~INDEX_F_WBUF;
+    s->dk.wbuf--;
+    if (ok) {
+        set_disk_loc(s, e, loc);
+    } else if (!(e->flags & INDEX_F_RAM)) {
+        s->dk.write_lost++;
+        drop(s, e);
+    }
+}
+
+static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
+{
+    store_t *s = arg;
+    uint64_t now = s->loop != NULL ? uv_now(s->loop) : 0;
+    index_entry_t *e, *next;
+
+    if (!force)
+        for (e = *user; e != NULL; e = e->seg_next)
+            if (!(e->flags & INDEX_F_RAM) && index_leased(e, now))
+                return -EBUSY;
+    for (e = *user; e != NULL; e = next) {
+        next = e->seg_next;
+        e->seg_prev = e->seg_next = NULL;
+        e->flags &= (uint16_t)~INDEX_F_DISK;
+        e->dseg = 0;
+        s->dk.chunks--;
+        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
+            s->dk.evictions++;
+            drop(s, e);
+        }
+    }
+    *user = NULL;
+    (void)seg;
+    return 0;
+}
+
+int store_attach_disk(store_t *s, uv_loop_t *loop)
+{
+    static const disk_ops_t ops = {
+        .recovered = recovered_cb, .committed = committed_cb, .reclaim = reclaim_cb};
+    int rc;
+
+    s->loop = loop;
+    if (!s->cfg->disk.enabled)
+        return 0;
+    rc = disk_open(loop, s->cfg, &ops, s, &s->disk);
+    if (rc != 0) {
+        s->disk_error = rc;
+        s->disk = NULL;
+        free(s->relink);
+        s->relink = NULL;
+        s->nrelink = s->relinkcap = 0;
+        s->dk = (store_disk_stats_t){0};
+        return rc;
+    }
+    for (size_t i = 0; i < s->nrelink; i++) {
+        const relink_t *r = &s->relink[i];
+        index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
+        index_entry_t *p = index_find(s->ix, r->ns, r->rank, &r->parent);
+        if (e != NULL && p != NULL && e != p && e->parent == NULL)
+            index_set_parent(s->ix, e, p);
+        else if (e != NULL && p == NULL)
+            e->flags |= INDEX_F_ORPHAN;
+    }
+    free(s->relink);
+    s->relink = NULL;
+    s->nrelink = s->relinkcap = 0;
+    return 0;
+}
+
+int store_disk_error(const store_t *s)
+{
+    return s->disk_error;
+}
+
+bool store_has_disk(const store_t *s)
+{
+    return s->disk != NULL;
+}
+
+void store_close(store_t *s, void (*done)(void *arg), void *arg)
+{
+    s->closing = true;
+    if (s->disk == NULL) {
+        done(arg);
+        return;
+    }
+    disk_close(s->disk, done, arg);
+}
+
+typedef struct {
+    store_t *s;
+    store_load_cb cb;
+    void *arg;
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+    disk_loc_t loc;
+} load_ctx_t;
+
+static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
+{
+    load_ctx_t *c = arg;
+    store_t *s = c->s;
+    index_entry_t *e = index_find(s->ix, c->ns, c->rank, &c->hash);
+    bool same =
+        e != NULL && (e->flags & INDEX_F_DISK) && e->dseg == c->loc.seg && e->doff == c->loc.off;
+
+    if (rc == 0) {
+        s->st.hits++;
+        s->dk.hits++;
+        if (same && !(e->flags & INDEX_F_RAM) && !s->closing && e->len == len) {
+            uint64_t off;
+            e->pins++;
+            if (alloc_evicting(s, len, uv_now(s->loop), &off) == 0) {
+                memcpy(ram_ptr(s->ram, off), data, len);
+                s->stored_bytes += len;
+                s->ram_chunks++;
+                index_ram_set(s->ix, e, off);
+                s->dk.promoted++;
+            }
+            e->pins--;
+        }
+    } else {
+        s->st.misses++;
+        s->dk.misses++;
+        if (rc == -EBADMSG && same) {
+            log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
+                     c->ns, c->rank, c->loc.seg, c->loc.off);
+            disk_forget(s, e);
+            if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)))
+                drop(s, e);
+        }
+    }
+    c->cb(c->arg, rc == 0 ? data : NULL, rc == 0 ? len : 0);
+    free(c);
+}
+
+store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
+                                 const kvt_wire_hash_t *h, const void **data, uint64_t *len,
+                                 store_load_cb cb, void *arg)
+{
+    uint16_t r = ns_store_rank(ns, rank);
+    kvt_wire_hash_t k;
+    index_entry_t *e;
+    load_ctx_t *c;
+
+    memcpy(&k, h, sizeof k);
+    e = index_find(s->ix, ns->id, r, &k);
+    if (e != NULL && (e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
+        *data = store_load(s, ns, rank, h, len);
+        return STORE_LOAD_HIT;
+    }
+    if (e == NULL || !(e->flags & INDEX_F_DISK) || s->disk == NULL || s->closing)
+        goto miss;
+    c = malloc(sizeof *c);
+    if (c == NULL)
+        goto miss;
+    *c = (load_ctx_t){
+        .s = s,
+        .cb = cb,
+        .arg = arg,
+        .ns = ns->id,
+        .rank = r,
+        .hash = k,
+        .loc = {.seg = e->dseg, .off = e->doff, .hdr_len = e->dhdr, .stored = e->dstored}};
+    index_touch(s->ix, e);
+    if (disk_read(s->disk, &c->loc, k.b, r, e->len, load_read_cb, c) != 0) {
+        free(c);
+        goto miss;
+    }
+    return STORE_LOAD_PENDING;
+
+miss:
+    s->st.misses++;
+    if (s->disk != NULL)
+        s->dk.misses++;
+    return STORE_LOAD_MISS;
+}
+
+void store_status_disk(const store_t *s, json_t *o)
+{
+    json_object_set_new(o, "enabled", json_boolean(s->cfg->disk.enabled));
+    if (s->disk == NULL) {
+        json_object_set_new(o, "state", json_string(s->cfg->disk.enabled ? "unavailable" : "off"));
+        json_object_set_new(o, "last_error",
+                            json_string(s->disk_error ? strerror(-s->disk_error) : ""));
+        json_object_set_new(o, "capacity_bytes", json_integer(0));
+        json_object_set_new(o, "used_bytes", json_integer(0));
+    } else {
+        disk_status(s->disk, o);
+    }
+    json_object_set_new(o, "chunks", json_integer((json_int_t)s->dk.chunks));
+    json_object_set_new(o, "write_buffer_chunks", json_integer((json_int_t)s->dk.wbuf));
+    json_object_set_new(o, "hits", json_integer((json_int_t)s->dk.hits));
+    json_object_set_new(o, "misses", json_integer((json_int_t)s->dk.misses));
+    json_object_set_new(o, "evictions", json_integer((json_int_t)s->dk.evictions));
+    json_object_set_new(o, "demotions", json_integer((json_int_t)s->dk.demoted));
+    json_object_set_new(o, "demotions_clean", json_integer((json_int_t)s->dk.demoted_clean));
+    json_object_set_new(o, "demotions_refused", json_integer((json_int_t)s->dk.refused));
+    json_object_set_new(o, "writes_lost", json_integer((json_int_t)s->dk.write_lost));
+    json_object_set_new(o, "promotions", json_integer((json_int_t)s->dk.promoted));
+    json_object_set_new(o, "orphaned", json_integer((json_int_t)s->dk.orphaned));
+    json_object_set_new(o, "recovery_skipped", json_integer((json_int_t)s->dk.recover_skipped));
 }

@@ -8,8 +8,22 @@
  * evicts least recently used tails that are neither leased nor pinned until the chunk fits, or
  * answers NOSPACE. Replicated namespaces store every chunk once, under rank 0.
  *
- * Threads: loop thread only. The store owns the index and the arena; namespaces are borrowed
- * from the ns table given at creation, which must outlive the store.
+ * Tiers (with the disk tier attached, store_attach_disk): an entry may be RAM-resident, on
+ * disk, waiting in the disk write buffer, or RAM-resident with a disk copy. RAM eviction
+ * demotes (writes the chunk through the disk tier's write buffer, or just forgets the RAM copy
+ * when a disk copy exists) instead of dropping; a chunk leaves the index only when it is in no
+ * tier. When the disk tier refuses a demotion (degraded, write buffer full while a flush is in
+ * flight, closing) the chunk is dropped as without a disk tier. A reclaimed disk segment drops
+ * the disk-only entries it held; their stored successors become orphans (kept, since a later
+ * save of the missing chunk makes them reachable again; cascading would throw away data that
+ * is still valid). A load that finds a chunk only on disk is served by a thread-pool read and
+ * promoted into RAM (store_load_start). Lookups count chunks in any tier, and leases cover
+ * disk-resident chunks: a segment holding a leased disk-only chunk is not reclaimed until the
+ * lease expires (the reclaim takes the next oldest segment instead).
+ *
+ * Threads: loop thread only. The store owns the index, the arena and the disk tier; namespaces
+ * are borrowed from the ns table given at creation, which must outlive the store, and so must
+ * the config.
  */
 #ifndef KVT_STORE_H
 #define KVT_STORE_H
@@ -17,6 +31,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <uv.h>
 
 #include "config.h"
 #include "kvt_proto.h"
@@ -36,9 +51,42 @@ typedef struct {
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out);
 void store_destroy(store_t **s);
 
+/*
+ * Opens the disk tier when cfg->disk.enabled: recovers the segments found in cfg->disk.dir
+ * (namespaces are re-declared in the ns table from the records, chains relinked by parent
+ * hash) before returning. Returns 0 (also when the tier is disabled) or a negative errno; on
+ * error the store keeps working without a disk tier and its status says "unavailable".
+ */
+int store_attach_disk(store_t *s, uv_loop_t *loop);
+
+/* The error that kept the disk tier from attaching (negative errno), or 0. */
+int store_disk_error(const store_t *s);
+
+/* Whether a disk tier is attached (loads may then complete later: store_load_start). */
+bool store_has_disk(const store_t *s);
+
+/* Stops the disk tier: cancels queued reads, lets running jobs finish, flushes the write buffer,
+ * then calls done(arg) on the loop (at once without a disk tier). Then store_destroy(). */
+void store_close(store_t *s, void (*done)(void *arg), void *arg);
+
+/* A deferred load finished: data (len bytes, owned by the callee: free() it) or NULL (miss). */
+typedef void (*store_load_cb)(void *arg, void *data, uint64_t len);
+
+typedef enum { STORE_LOAD_MISS = 0, STORE_LOAD_HIT, STORE_LOAD_PENDING } store_load_rc_t;
+
+/*
+ * One chunk of a load. HIT: *data (borrowed, valid until the next store call) and *len, from
+ * RAM or the disk write buffer. PENDING: the chunk is on disk; cb(arg, ...) is called exactly
+ * once later on the loop (after it was verified and promoted into RAM, or with a miss when the
+ * record fails its checksum, vanished, or the store is closing). MISS: not stored.
+ */
+store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
+                                 const kvt_wire_hash_t *h, const void **data, uint64_t *len,
+                                 store_load_cb cb, void *arg);
+
 /* Prefix hit of one rank; leases the hit chunks when lease is true. */
-uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                      size_t n, bool lease, uint64_t now_ms);
+uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                      bool lease, uint64_t now_ms);
 
 /* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. With lease,
  * the chunks of the common prefix [0, min) are leased for every rank. */
@@ -53,10 +101,11 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
  * predecessor of h[0]. status[i] receives STORED, EXISTS, NOSPACE or SKIPPED. Once a chunk gets
  * NOSPACE the rest of the save gets NOSPACE too: stored, they could never be hit. */
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
-                uint64_t now_ms, uint8_t *status);
+                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
+                uint8_t *status);
 
-/* The stored bytes of one chunk (borrowed, valid until the next store call), or NULL. */
+/* The stored bytes of one chunk from RAM or the disk write buffer (borrowed, valid until the
+ * next store call), or NULL (not stored, or only on disk: see store_load_start). */
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len);
 
@@ -64,11 +113,13 @@ const store_stats_t *store_stats(const store_t *s);
 
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
 struct index_entry;
-void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg),
-                   void *arg);
+void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg), void *arg);
 
 /* Adds the "ram" status fields to obj. */
 void store_status_ram(const store_t *s, uint64_t now_ms, json_t *obj);
+
+/* Adds the "disk" status fields to obj (enabled false, state "off" without a disk tier). */
+void store_status_disk(const store_t *s, json_t *obj);
 
 /* Structural self-check of index and accounting, for tests. Returns 0 or -1. */
 int store_check(const store_t *s);

@@ -171,6 +171,12 @@ START_TEST(test_production_config_is_defaults_and_complete)
 
     ck_assert_msg(config_load(CONFIGS_DIR "/kvtierd.json", &cfg, err, sizeof err) == 0, "%s", err);
     config_defaults(&def);
+    /* The one documented difference: production enables the disk tier (under the unit's
+     * StateDirectory); the built-in default leaves it off so that a minimal config never writes
+     * into /var/lib. */
+    ck_assert(cfg.disk.enabled);
+    ck_assert(!def.disk.enabled);
+    def.disk.enabled = true;
     a = config_dump(&cfg);
     b = config_dump(&def);
     ck_assert_str_eq(a, b);
@@ -407,6 +413,65 @@ START_TEST(test_max_chunk_exceeds_capacity)
 }
 END_TEST
 
+START_TEST(test_disk_keys)
+{
+    config_t def, *c;
+
+    config_defaults(&def);
+    ck_assert(!def.disk.enabled);
+    ck_assert_str_eq(def.disk.dir, "/var/lib/kvtier/disk");
+    ck_assert_uint_eq(def.disk.capacity_bytes, 64ULL << 30);
+    ck_assert_uint_eq(def.disk.segment_bytes, 256ULL << 20);
+    ck_assert_str_eq(def.disk.compression, "auto");
+    ck_assert(def.disk.compression_threshold == 0.9);
+    ck_assert_str_eq(def.disk.fsync, "segment");
+    ck_assert_uint_eq(def.disk.max_reads_in_flight, 8);
+    ck_assert_uint_eq(def.disk.write_buffer_bytes, 80ULL << 20);
+
+    c = load_ok("{\"disk\": {\"enabled\": true, \"dir\": \"/tmp/d\", \"capacity_bytes\": "
+                "\"8MiB\", \"segment_bytes\": \"1MiB\", \"write_buffer_bytes\": \"512KiB\", "
+                "\"compression\": \"lz4\", \"compression_threshold\": 1, \"fsync\": \"record\", "
+                "\"max_reads_in_flight\": 1}, \"ram\": {\"max_chunk_bytes\": \"256KiB\"}}");
+    ck_assert(c->disk.enabled);
+    ck_assert_str_eq(c->disk.dir, "/tmp/d");
+    ck_assert_uint_eq(c->disk.capacity_bytes, 8ULL << 20);
+    ck_assert_uint_eq(c->disk.segment_bytes, 1ULL << 20);
+    ck_assert_uint_eq(c->disk.write_buffer_bytes, 512ULL << 10);
+    ck_assert_str_eq(c->disk.compression, "lz4");
+    ck_assert(c->disk.compression_threshold == 1.0);
+    ck_assert_str_eq(c->disk.fsync, "record");
+    ck_assert_uint_eq(c->disk.max_reads_in_flight, 1);
+    free(c);
+
+    expect_error("{\"disk\": {\"compression\": \"zstd\"}}",
+                 "disk.compression: must be one of auto, lz4, off, got \"zstd\"");
+    expect_error("{\"disk\": {\"fsync\": \"always\"}}",
+                 "disk.fsync: must be one of none, segment, record, got \"always\"");
+    expect_error("{\"disk\": {\"compression_threshold\": 0}}",
+                 "disk.compression_threshold: must be greater than 0 and at most 1, got 0");
+    expect_error("{\"disk\": {\"compression_threshold\": 1.5}}",
+                 "disk.compression_threshold: must be greater than 0 and at most 1, got 1.5");
+    expect_error("{\"disk\": {\"max_reads_in_flight\": 0}}",
+                 "disk.max_reads_in_flight: must be between 1 and 1024, got 0");
+    expect_error("{\"disk\": {\"dir\": \"\"}}", "disk.dir: must not be empty");
+    expect_error("{\"disk\": {\"segment_bytes\": 1000}}",
+                 "disk.segment_bytes: must be between 1 MiB and 4 GiB, got 1000");
+    expect_error("{\"disk\": {\"enabled\": 1}}", "disk.enabled: expected boolean");
+    /* cross-key rules, only with the tier enabled */
+    expect_error("{\"disk\": {\"enabled\": true, \"write_buffer_bytes\": \"64MiB\"}}",
+                 "disk.write_buffer_bytes: must be at least ram.max_chunk_bytes + 64 KiB "
+                 "(65600 KiB), got 67108864");
+    expect_error("{\"disk\": {\"enabled\": true, \"segment_bytes\": \"64MiB\"}}",
+                 "disk.write_buffer_bytes: must not exceed disk.segment_bytes (64 MiB), got "
+                 "83886080");
+    expect_error("{\"disk\": {\"enabled\": true, \"capacity_bytes\": \"511MiB\"}}",
+                 "disk.capacity_bytes: must be at least two segments (512 MiB), got 535822336");
+    c = load_ok("{\"disk\": {\"write_buffer_bytes\": \"64MiB\"}}");
+    ck_assert(!c->disk.enabled);
+    free(c);
+}
+END_TEST
+
 START_TEST(test_namespace_overrides)
 {
     /* namespaces come first in the file: they must still inherit the globals below. */
@@ -627,6 +692,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_bad_sizes);
     tcase_add_test(tc, test_strings);
     tcase_add_test(tc, test_max_chunk_exceeds_capacity);
+    tcase_add_test(tc, test_disk_keys);
     tcase_add_test(tc, test_namespace_overrides);
     tcase_add_test(tc, test_namespace_errors);
     tcase_add_test(tc, test_parse_size);

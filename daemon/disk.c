@@ -1,0 +1,1238 @@
+/*
+ * disk.c - the disk tier: segments, write buffer, thread-pool jobs, reclaim, recovery, degraded
+ * state (see disk.h).
+ *
+ * Files: <dir>/<16 hex digits>.seg, one per segment id, plus <dir>/lock (flock'ed for the
+ * daemon's life so a second daemon cannot write into the same segments). Segment ids grow and
+ * are never reused; they are the generation numbers of the records.
+ *
+ * Write path (memcached extstore style): a demoted chunk is copied into the filling write
+ * buffer (the loop's only cost: one memcpy) and stays readable there until its flush commits.
+ * One flush is in flight at a time (one stream): when none is, the filling buffer becomes the
+ * flushing one and the other buffer starts filling, so flushes batch by themselves under load.
+ * Before a flush the loop reserves an upper bound (headers + raw lengths) in the active segment,
+ * rolling to a new segment when the bound does not fit and reclaiming the oldest segments
+ * (FIFO; a segment holding leased entries is skipped for now) until used + bound <= capacity.
+ * The worker then unlinks the reclaimed files, fsyncs the segment just sealed (fsync
+ * "segment"), creates the new segment file, compresses and checksums every record into one
+ * contiguous buffer, writes it with pwrite at the reserved offset and fdatasyncs (fsync
+ * "record"). The after-work callback shrinks the reservation to the bytes written and reports
+ * each record to the store (committed), which re-checks the entry's ticket before it points the
+ * index at the record. A failed write (ENOSPC, EIO) truncates the segment back to where the
+ * flush started, fails the batch (the store drops those chunks: RAM kept serving them until
+ * then... they had already left RAM) and puts the tier in the degraded state: demotions are
+ * refused until DISK_RETRY_MS has passed, then the next flush is the probe; its success returns
+ * the tier to "ok".
+ *
+ * Read path: a read job holds a reference on its segment (a reclaimed segment's file is
+ * unlinked but its descriptor stays open until the last reader finishes), preadv's header and
+ * payload into their own buffers, checks every header field against what the index expects
+ * (hash, rank, lengths), verifies the checksum and decompresses. At most max_reads_in_flight
+ * jobs run; the rest wait in a FIFO.
+ *
+ * Capacity: used_bytes = the sum of the segments' sizes rounded up to 4 KiB (the filesystem's
+ * block) plus the in-flight reservation; it never exceeds capacity_bytes.
+ *
+ * Recovery (disk_open, before the loop serves): segments are scanned oldest first, record by
+ * record, each fully read and checksummed. A record whose checksum fails is skipped (counted);
+ * a header that does not decode, or a record running past the end of the file (a torn tail
+ * after a crash), ends the scan of that segment and the file is truncated there. A file that
+ * cannot be opened or read is logged and left alone. Recovery is synchronous and reads every
+ * byte; a checkpoint of the index would make it proportional to the tail only (not done).
+ *
+ * Threads: the loop thread owns everything here; a job's buffers belong to its worker between
+ * uv_queue_work and the after-work callback.
+ */
+#include "disk.h"
+
+#include "codec.h"
+#include "kvt_proto.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define DISK_BLOCK 4096u
+#define DISK_WB_MAX_RECS 4096u
+#define DISK_RETRY_MS 1000u
+#define DISK_BUSY_RETRY_MS 50u
+#define DISK_SHUFFLE_ELEM 2u
+#define DISK_PATH_MAX (CONFIG_PATH_MAX + 32)
+
+typedef enum { DISK_OK = 0, DISK_DEGRADED } disk_state_t;
+
+typedef struct seg seg_t;
+struct seg {
+    uint64_t id;
+    int fd;        /* -1 until its first flush created the file */
+    uint64_t size; /* committed bytes */
+    uint32_t refs; /* reads holding the descriptor */
+    bool dead;     /* reclaimed; freed when refs reaches 0 */
+    void *user;    /* the store's entry list */
+    seg_t *dnext;  /* dead list */
+};
+
+typedef struct {
+    record_meta_t m;
+    uint32_t ns_id;
+    uint64_t boff;  /* raw bytes in wbuf data */
+    disk_loc_t loc; /* filled by the worker */
+} wrec_t;
+
+typedef struct {
+    uint8_t *data;
+    uint64_t used;  /* raw bytes */
+    uint64_t bound; /* sum of header + aligned raw lengths: an upper bound of the records */
+    wrec_t *recs;
+    uint32_t n;
+    uint64_t first_seq;
+} wbuf_t;
+
+typedef struct {
+    uint64_t id;
+    int fd; /* -1: closed later by the last reader */
+} drop_t;
+
+typedef struct {
+    uv_work_t req;
+    disk_t *d;
+    wbuf_t *wb;
+    seg_t *seg;
+    uint64_t start;
+    int fd;
+    bool create;
+    int sync_fd;
+    drop_t *drops;
+    size_t ndrops;
+    /* results */
+    int rc;
+    int new_fd;
+    uint64_t written;
+    uint64_t raw, stored;
+    uint32_t compressed;
+} flush_job_t;
+
+typedef struct read_job read_job_t;
+struct read_job {
+    uv_work_t req;
+    disk_t *d;
+    seg_t *seg;
+    int fd;
+    disk_loc_t loc;
+    uint8_t hash[16];
+    uint16_t rank;
+    uint64_t raw_len;
+    disk_read_cb cb;
+    void *arg;
+    int rc;
+    void *data;
+    read_job_t *next;
+};
+
+typedef struct {
+    uint64_t ms;
+    uint64_t segments;
+    uint64_t records;
+    uint64_t checksum_drops;
+    uint64_t torn_bytes;
+    uint64_t bad_headers;
+    uint64_t bad_files;
+} recovery_t;
+
+struct disk {
+    uv_loop_t *loop;
+    const config_t *cfg;
+    disk_ops_t ops;
+    void *arg;
+    char dir[CONFIG_PATH_MAX];
+    int lock_fd;
+    codec_mode_t mode;
+    disk_fsync_t fsync;
+    uint64_t capacity;
+    uint64_t seg_bytes;
+    uint64_t wb_bytes;
+
+    seg_t **segs; /* live segments, oldest first */
+    size_t nsegs, segcap;
+    seg_t *active;
+    seg_t *dead;
+    uint64_t next_id;
+    uint64_t used;     /* sum of rounded segment sizes */
+    uint64_t reserved; /* rounded growth reserved by the flush in flight */
+    drop_t *drops;     /* reclaimed, to unlink by the next flush job (or at close) */
+    size_t ndrops, dropcap;
+
+    wbuf_t wb[2];
+    wbuf_t *fill;
+    wbuf_t *flushing;
+    uint8_t *out; /* encoded records of the flush in flight */
+    uint64_t next_seq;
+
+    read_job_t *qhead, *qtail;
+    uint32_t reads_running;
+    uint32_t reads_queued;
+
+    uv_timer_t timer;
+    disk_state_t state;
+    uint64_t retry_at;
+    int last_error;
+    bool closing;
+    bool closed;
+    void (*done)(void *);
+    void *done_arg;
+
+    /* counters */
+    uint64_t bytes_written, bytes_read, raw_written, stored_written;
+    uint64_t records_written, records_compressed, records_read;
+    uint64_t checksum_drops, read_errors, write_errors, reclaimed_segments, busy_reclaims;
+    recovery_t rec;
+};
+
+static void kick(disk_t *d);
+static void maybe_done(disk_t *d);
+
+int disk_fsync_parse(const char *s, disk_fsync_t *out)
+{
+    if (strcmp(s, "none") == 0)
+        *out = DISK_FSYNC_NONE;
+    else if (strcmp(s, "segment") == 0)
+        *out = DISK_FSYNC_SEGMENT;
+    else if (strcmp(s, "record") == 0)
+        *out = DISK_FSYNC_RECORD;
+    else
+        return -1;
+    return 0;
+}
+
+static uint64_t round_block(uint64_t n)
+{
+    return (n + DISK_BLOCK - 1) / DISK_BLOCK * DISK_BLOCK;
+}
+
+static void seg_path(const char *dir, uint64_t id, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%016" PRIx64 ".seg", dir, id);
+}
+
+static int mkdir_p(const char *path)
+{
+    char buf[CONFIG_PATH_MAX];
+    size_t n = strlen(path);
+
+    if (n >= sizeof buf)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* --- segments --- */
+
+static seg_t *seg_add(disk_t *d, uint64_t id, int fd, uint64_t size)
+{
+    seg_t *s;
+
+    if (d->nsegs == d->segcap) {
+        size_t nc = d->segcap ? d->segcap * 2 : 64;
+        seg_t **ns = realloc(d->segs, nc * sizeof *ns);
+        if (ns == NULL)
+            return NULL;
+        d->segs = ns;
+        d->segcap = nc;
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->id = id;
+    s->fd = fd;
+    s->size = size;
+    d->segs[d->nsegs++] = s;
+    d->used += round_block(size);
+    return s;
+}
+
+static seg_t *seg_find(const disk_t *d, uint64_t id)
+{
+    size_t lo = 0, hi = d->nsegs;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (d->segs[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < d->nsegs && d->segs[lo]->id == id ? d->segs[lo] : NULL;
+}
+
+static void seg_set_size(disk_t *d, seg_t *s, uint64_t size)
+{
+    d->used -= round_block(s->size);
+    s->size = size;
+    d->used += round_block(size);
+}
+
+static int push_drop(disk_t *d, uint64_t id, int fd)
+{
+    if (d->ndrops == d->dropcap) {
+        size_t nc = d->dropcap ? d->dropcap * 2 : 16;
+        drop_t *nd = realloc(d->drops, nc * sizeof *nd);
+        if (nd == NULL)
+            return -ENOMEM;
+        d->drops = nd;
+        d->dropcap = nc;
+    }
+    d->drops[d->ndrops++] = (drop_t){.id = id, .fd = fd};
+    return 0;
+}
+
+/* Removes live segment i: its file goes to the drop list (unlinked by the next flush job), its
+ * descriptor too unless reads still hold it. */
+static int seg_remove(disk_t *d, size_t i)
+{
+    seg_t *s = d->segs[i];
+
+    if (push_drop(d, s->id, s->refs == 0 ? s->fd : -1) != 0)
+        return -ENOMEM;
+    d->used -= round_block(s->size);
+    memmove(&d->segs[i], &d->segs[i + 1], (d->nsegs - i - 1) * sizeof *d->segs);
+    d->nsegs--;
+    if (d->active == s)
+        d->active = NULL;
+    d->reclaimed_segments++;
+    if (s->refs == 0) {
+        free(s);
+    } else {
+        s->dead = true;
+        s->dnext = d->dead;
+        d->dead = s;
+    }
+    return 0;
+}
+
+static void seg_unref(disk_t *d, seg_t *s)
+{
+    if (--s->refs > 0 || !s->dead)
+        return;
+    for (seg_t **pp = &d->dead; *pp != NULL; pp = &(*pp)->dnext) {
+        if (*pp == s) {
+            *pp = s->dnext;
+            break;
+        }
+    }
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s);
+}
+
+/* Reclaims the oldest segments (never the active one) until used + need <= capacity. */
+static int reclaim_for(disk_t *d, uint64_t need, bool force)
+{
+    size_t i = 0;
+
+    while (d->used + need > d->capacity) {
+        seg_t *s;
+        while (i < d->nsegs && d->segs[i] == d->active)
+            i++;
+        if (i >= d->nsegs)
+            return -EBUSY;
+        s = d->segs[i];
+        if (d->ops.reclaim(d->arg, s->id, &s->user, force) != 0) {
+            d->busy_reclaims++;
+            i++;
+            continue;
+        }
+        log_debug("disk_reclaim", "segment=%016" PRIx64 " bytes=%" PRIu64, s->id, s->size);
+        if (seg_remove(d, i) != 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* --- write path --- */
+
+static void wbuf_reset(wbuf_t *wb)
+{
+    wb->used = 0;
+    wb->bound = 0;
+    wb->n = 0;
+}
+
+static uint64_t rec_need(const record_meta_t *m)
+{
+    return record_total_len(m->model_len, m->raw_len);
+}
+
+static void flush_work(uv_work_t *req)
+{
+    flush_job_t *j = req->data;
+    disk_t *d = j->d;
+    wbuf_t *wb = j->wb;
+    char path[DISK_PATH_MAX];
+    uint64_t pos = 0, maxraw = 0;
+    uint8_t *scratch = NULL;
+    int fd = j->fd;
+
+    for (size_t i = 0; i < j->ndrops; i++) {
+        seg_path(d->dir, j->drops[i].id, path, sizeof path);
+        unlink(path);
+        if (j->drops[i].fd >= 0)
+            close(j->drops[i].fd);
+    }
+    if (j->sync_fd >= 0)
+        fsync(j->sync_fd);
+    if (j->create) {
+        seg_path(d->dir, j->seg->id, path, sizeof path);
+        fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+        if (fd < 0) {
+            j->rc = -errno;
+            return;
+        }
+        j->new_fd = fd;
+    }
+    for (uint32_t i = 0; i < wb->n; i++)
+        if (wb->recs[i].m.raw_len > maxraw)
+            maxraw = wb->recs[i].m.raw_len;
+    scratch = malloc(maxraw);
+    if (scratch == NULL) {
+        j->rc = -ENOMEM;
+        return;
+    }
+    for (uint32_t i = 0; i < wb->n; i++) {
+        wrec_t *r = &wb->recs[i];
+        const uint8_t *src = wb->data + r->boff;
+        size_t hl = record_header_len(r->m.model_len);
+        uint8_t *pay = d->out + pos + hl;
+        uint8_t codec;
+        size_t stored = codec_encode(d->mode, d->cfg->disk.compression_threshold, DISK_SHUFFLE_ELEM,
+                                     src, r->m.raw_len, pay, r->m.raw_len, scratch, &codec);
+        if (codec == RECORD_CODEC_RAW)
+            memcpy(pay, src, r->m.raw_len);
+        r->m.codec = codec;
+        r->m.shuffle = codec == RECORD_CODEC_RAW ? 1 : DISK_SHUFFLE_ELEM;
+        r->m.stored_len = stored;
+        if (record_encode_header(d->out + pos, hl, &r->m, pay) < 0) {
+            j->rc = -EINVAL;
+            free(scratch);
+            return;
+        }
+        memset(pay + stored, 0, record_align(stored) - stored);
+        r->loc = (disk_loc_t){.seg = j->seg->id,
+                              .off = j->start + pos,
+                              .hdr_len = (uint16_t)hl,
+                              .stored = (uint32_t)stored};
+        pos += hl + record_align(stored);
+        j->raw += r->m.raw_len;
+        j->stored += stored;
+        j->compressed += codec != RECORD_CODEC_RAW;
+    }
+    free(scratch);
+    for (uint64_t done = 0; done < pos;) {
+        ssize_t n = pwrite(fd, d->out + done, pos - done, (off_t)(j->start + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            j->rc = n < 0 ? -errno : -EIO;
+            break;
+        }
+        done += (uint64_t)n;
+    }
+    if (j->rc == 0 && d->fsync == DISK_FSYNC_RECORD && fdatasync(fd) != 0)
+        j->rc = -errno;
+    if (j->rc != 0) {
+        if (ftruncate(fd, (off_t)j->start) != 0)
+            log_debug("disk_truncate", "error=\"%s\"", strerror(errno));
+        return;
+    }
+    j->written = pos;
+}
+
+static void degrade(disk_t *d, int rc, const char *what)
+{
+    uint64_t now = uv_now(d->loop);
+
+    d->last_error = rc;
+    d->retry_at = now + DISK_RETRY_MS;
+    if (d->state != DISK_DEGRADED)
+        log_warn("disk_degraded", "op=%s error=\"%s\" retry_ms=%u", what, strerror(-rc),
+                 DISK_RETRY_MS);
+    d->state = DISK_DEGRADED;
+}
+
+static void flush_after(uv_work_t *req, int status)
+{
+    flush_job_t *j = req->data;
+    disk_t *d = j->d;
+    wbuf_t *wb = j->wb;
+    seg_t *s = j->seg;
+    bool ok;
+
+    if (j->rc == 0 && status != 0)
+        j->rc = status;
+    ok = j->rc == 0;
+    if (j->create && j->new_fd >= 0)
+        s->fd = j->new_fd;
+    d->used -= d->reserved;
+    d->reserved = 0;
+    if (ok) {
+        seg_set_size(d, s, j->start + j->written);
+        d->bytes_written += j->written;
+        d->raw_written += j->raw;
+        d->stored_written += j->stored;
+        d->records_written += wb->n;
+        d->records_compressed += j->compressed;
+        if (d->state == DISK_DEGRADED)
+            log_info("disk_resumed", "segment=%016" PRIx64, s->id);
+        d->state = DISK_OK;
+    } else {
+        d->write_errors++;
+        degrade(d, j->rc, "write");
+        if (j->create && j->new_fd < 0 && s->size == 0) {
+            /* the file was never created: forget the segment */
+            for (size_t i = 0; i < d->nsegs; i++)
+                if (d->segs[i] == s) {
+                    memmove(&d->segs[i], &d->segs[i + 1], (d->nsegs - i - 1) * sizeof *d->segs);
+                    d->nsegs--;
+                    break;
+                }
+            if (d->active == s)
+                d->active = NULL;
+            free(s);
+        }
+    }
+    for (uint32_t i = 0; i < wb->n; i++) {
+        wrec_t *r = &wb->recs[i];
+        d->ops.committed(d->arg, r->ns_id, r->m.rank, r->m.hash, wb->first_seq + i, ok, &r->loc);
+    }
+    wbuf_reset(wb);
+    d->flushing = NULL;
+    free(j->drops);
+    free(j);
+    kick(d);
+    maybe_done(d);
+}
+
+/* Fails every record of the filling buffer (shutdown with nowhere to write). */
+static void fail_fill(disk_t *d)
+{
+    wbuf_t *wb = d->fill;
+
+    for (uint32_t i = 0; i < wb->n; i++)
+        d->ops.committed(d->arg, wb->recs[i].ns_id, wb->recs[i].m.rank, wb->recs[i].m.hash,
+                         wb->first_seq + i, false, &wb->recs[i].loc);
+    wbuf_reset(wb);
+}
+
+static void timer_cb(uv_timer_t *t)
+{
+    kick(t->data);
+}
+
+/* Starts a flush of the filling buffer when none is in flight. */
+static void kick(disk_t *d)
+{
+    uint64_t now = uv_now(d->loop), start, need;
+    flush_job_t *j;
+    bool roll;
+    int rc;
+
+    if (d->closed || d->flushing != NULL || d->fill->n == 0)
+        return;
+    if (d->state == DISK_DEGRADED && now < d->retry_at && !d->closing) {
+        uv_timer_start(&d->timer, timer_cb, d->retry_at - now, 0);
+        return;
+    }
+    j = calloc(1, sizeof *j);
+    if (j == NULL)
+        goto busy;
+    roll = d->active == NULL || d->active->size + d->fill->bound > d->seg_bytes;
+    start = roll ? 0 : d->active->size;
+    need = round_block(start + d->fill->bound) - (roll ? 0 : round_block(start));
+    rc = reclaim_for(d, need, d->closing);
+    if (rc != 0) {
+        free(j);
+        goto busy;
+    }
+    j->sync_fd = -1;
+    j->new_fd = -1;
+    if (roll) {
+        seg_t *old = d->active, *s;
+        if (old != NULL && d->fsync != DISK_FSYNC_NONE)
+            j->sync_fd = old->fd;
+        s = seg_add(d, d->next_id, -1, 0);
+        if (s == NULL) {
+            free(j);
+            goto busy;
+        }
+        d->next_id++;
+        d->active = s;
+        j->create = true;
+    }
+    d->reserved = need;
+    d->used += need;
+    j->req.data = j;
+    j->d = d;
+    j->seg = d->active;
+    j->fd = d->active->fd;
+    j->start = start;
+    j->wb = d->fill;
+    j->drops = d->drops;
+    j->ndrops = d->ndrops;
+    d->drops = NULL;
+    d->ndrops = d->dropcap = 0;
+    d->flushing = d->fill;
+    d->fill = d->fill == &d->wb[0] ? &d->wb[1] : &d->wb[0];
+    d->fill->first_seq = d->next_seq;
+    uv_queue_work(d->loop, &j->req, flush_work, flush_after);
+    return;
+
+busy:
+    if (d->closing) {
+        fail_fill(d);
+        maybe_done(d);
+        return;
+    }
+    uv_timer_start(&d->timer, timer_cb, DISK_BUSY_RETRY_MS, 0);
+}
+
+bool disk_admits(const disk_t *d, uint64_t len)
+{
+    if (d->closing || len == 0 || len > RECORD_RAW_MAX)
+        return false;
+    if (record_total_len(KVT_MODEL_MAX, len) > d->wb_bytes)
+        return false;
+    if (d->state == DISK_DEGRADED && uv_now(d->loop) < d->retry_at)
+        return false;
+    return true;
+}
+
+int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, const void *data, uint64_t *seq)
+{
+    uint64_t need = rec_need(m);
+    wbuf_t *wb;
+    wrec_t *r;
+
+    if (d->closing)
+        return -EAGAIN;
+    if (need > d->wb_bytes)
+        return -E2BIG;
+    if (d->state == DISK_DEGRADED && uv_now(d->loop) < d->retry_at)
+        return -EAGAIN;
+    if (d->fill->bound + need > d->wb_bytes || d->fill->n == DISK_WB_MAX_RECS) {
+        kick(d);
+        if (d->fill->n > 0)
+            return -EAGAIN;
+    }
+    wb = d->fill;
+    if (wb->n == 0)
+        wb->first_seq = d->next_seq;
+    r = &wb->recs[wb->n++];
+    r->m = *m;
+    r->ns_id = ns_id;
+    r->boff = wb->used;
+    memset(&r->loc, 0, sizeof r->loc);
+    memcpy(wb->data + wb->used, data, m->raw_len);
+    wb->used += m->raw_len;
+    wb->bound += need;
+    *seq = d->next_seq++;
+    kick(d);
+    return 0;
+}
+
+const void *disk_wbuf_get(const disk_t *d, uint64_t seq)
+{
+    for (int i = 0; i < 2; i++) {
+        const wbuf_t *wb = &d->wb[i];
+        if (wb->n > 0 && seq >= wb->first_seq && seq < wb->first_seq + wb->n)
+            return wb->data + wb->recs[seq - wb->first_seq].boff;
+    }
+    return NULL;
+}
+
+/* --- read path --- */
+
+static void read_work(uv_work_t *req)
+{
+    read_job_t *j = req->data;
+    uint8_t hdr[RECORD_HEADER_MAX];
+    uint8_t *payload = malloc(j->loc.stored), *raw, *scratch;
+    struct iovec iov[2] = {{hdr, j->loc.hdr_len}, {payload, j->loc.stored}};
+    uint64_t want = (uint64_t)j->loc.hdr_len + j->loc.stored, got = 0;
+    record_meta_t m;
+    size_t hl;
+
+    if (payload == NULL) {
+        j->rc = -ENOMEM;
+        return;
+    }
+    while (got < want) {
+        ssize_t n;
+        struct iovec v[2];
+        int nv = 0;
+        uint64_t skip = got;
+        for (int i = 0; i < 2; i++) {
+            if (skip >= iov[i].iov_len) {
+                skip -= iov[i].iov_len;
+                continue;
+            }
+            v[nv].iov_base = (uint8_t *)iov[i].iov_base + skip;
+            v[nv].iov_len = iov[i].iov_len - skip;
+            skip = 0;
+            nv++;
+        }
+        n = preadv(j->fd, v, nv, (off_t)(j->loc.off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            j->rc = n < 0 ? -errno : -EIO;
+            free(payload);
+            return;
+        }
+        got += (uint64_t)n;
+    }
+    if (record_decode_header(hdr, j->loc.hdr_len, &m, &hl) != RECORD_OK || hl != j->loc.hdr_len ||
+        m.stored_len != j->loc.stored || m.raw_len != j->raw_len || m.rank != j->rank ||
+        memcmp(m.hash, j->hash, 16) != 0 ||
+        record_verify(hdr, hl, payload, m.stored_len) != RECORD_OK) {
+        j->rc = -EBADMSG;
+        free(payload);
+        return;
+    }
+    if (m.codec == RECORD_CODEC_RAW) {
+        j->data = payload;
+        return;
+    }
+    raw = malloc(m.raw_len);
+    scratch = malloc(m.raw_len);
+    if (raw == NULL || scratch == NULL) {
+        j->rc = -ENOMEM;
+    } else if (codec_decode(m.codec, m.shuffle, payload, m.stored_len, raw, m.raw_len, scratch) !=
+               0) {
+        j->rc = -EBADMSG;
+    } else {
+        j->data = raw;
+        raw = NULL;
+    }
+    free(raw);
+    free(scratch);
+    free(payload);
+}
+
+static void read_start(disk_t *d, read_job_t *j);
+
+static void read_after(uv_work_t *req, int status)
+{
+    read_job_t *j = req->data;
+    disk_t *d = j->d;
+
+    if (j->rc == 0 && status != 0)
+        j->rc = status;
+    d->reads_running--;
+    if (j->rc == 0) {
+        d->bytes_read += (uint64_t)j->loc.hdr_len + j->loc.stored;
+        d->records_read++;
+    } else if (j->rc == -EBADMSG) {
+        d->checksum_drops++;
+        log_warn("disk_checksum", "segment=%016" PRIx64 " offset=%" PRIu64 " action=miss",
+                 j->loc.seg, j->loc.off);
+    } else {
+        d->read_errors++;
+    }
+    seg_unref(d, j->seg);
+    j->cb(j->arg, j->rc, j->data, j->rc == 0 ? j->raw_len : 0);
+    free(j);
+    while (d->qhead != NULL && d->reads_running < d->cfg->disk.max_reads_in_flight) {
+        read_job_t *q = d->qhead;
+        d->qhead = q->next;
+        if (d->qhead == NULL)
+            d->qtail = NULL;
+        d->reads_queued--;
+        read_start(d, q);
+    }
+    maybe_done(d);
+}
+
+static void read_start(disk_t *d, read_job_t *j)
+{
+    d->reads_running++;
+    j->req.data = j;
+    uv_queue_work(d->loop, &j->req, read_work, read_after);
+}
+
+int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t rank,
+              uint64_t raw_len, disk_read_cb cb, void *arg)
+{
+    seg_t *s = seg_find(d, loc->seg);
+    read_job_t *j;
+
+    if (s == NULL || s->fd < 0 || d->closing)
+        return -ESTALE;
+    j = calloc(1, sizeof *j);
+    if (j == NULL)
+        return -ENOMEM;
+    j->d = d;
+    j->seg = s;
+    j->fd = s->fd;
+    j->loc = *loc;
+    memcpy(j->hash, hash, 16);
+    j->rank = rank;
+    j->raw_len = raw_len;
+    j->cb = cb;
+    j->arg = arg;
+    s->refs++;
+    if (d->reads_running < d->cfg->disk.max_reads_in_flight) {
+        read_start(d, j);
+    } else {
+        if (d->qtail != NULL)
+            d->qtail->next = j;
+        else
+            d->qhead = j;
+        d->qtail = j;
+        d->reads_queued++;
+    }
+    return 0;
+}
+
+void **disk_seg_user(disk_t *d, uint64_t seg)
+{
+    seg_t *s = seg_find(d, seg);
+
+    return s != NULL ? &s->user : NULL;
+}
+
+bool disk_degraded(const disk_t *d)
+{
+    return d->state == DISK_DEGRADED;
+}
+
+/* --- recovery --- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static bool seg_name(const char *name, uint64_t *id)
+{
+    char *end;
+
+    if (strlen(name) != 20 || strcmp(name + 16, ".seg") != 0)
+        return false;
+    for (int i = 0; i < 16; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    *id = strtoull(name, &end, 16);
+    return end == name + 16 && *id != 0;
+}
+
+static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+    size_t got = 0;
+
+    while (got < n) {
+        ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* Scans one segment; returns the length of its valid prefix, or -1 when unreadable. */
+static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, uint8_t **buf, size_t *cap)
+{
+    uint8_t hdr[RECORD_HEADER_MAX];
+    uint64_t off = 0;
+
+    while (off < size) {
+        size_t avail = size - off < sizeof hdr ? (size_t)(size - off) : sizeof hdr, hl;
+        ssize_t n = pread_full(s->fd, hdr, avail, off);
+        record_meta_t m;
+        uint64_t total;
+        int rc;
+
+        if (n < 0)
+            return -1;
+        rc = record_decode_header(hdr, (size_t)n, &m, &hl);
+        if (rc != RECORD_OK) {
+            if (rc != RECORD_NEED_MORE) {
+                d->rec.bad_headers++;
+                log_warn("disk_recovery_bad_header",
+                         "segment=%016" PRIx64 " offset=%" PRIu64 " error=\"%s\"", s->id, off,
+                         record_strerror(rc));
+            }
+            break;
+        }
+        total = record_total_len(m.model_len, m.stored_len);
+        if (off + total > size)
+            break;
+        if (m.stored_len > *cap) {
+            uint8_t *nb = realloc(*buf, m.stored_len);
+            if (nb == NULL)
+                return -1;
+            *buf = nb;
+            *cap = m.stored_len;
+        }
+        n = pread_full(s->fd, *buf, m.stored_len, off + hl);
+        if (n < 0)
+            return -1;
+        if ((uint64_t)n < m.stored_len)
+            break;
+        if (record_verify(hdr, hl, *buf, m.stored_len) != RECORD_OK) {
+            d->rec.checksum_drops++;
+            d->checksum_drops++;
+            log_warn("disk_checksum",
+                     "segment=%016" PRIx64 " offset=%" PRIu64 " action=dropped_at_recovery", s->id,
+                     off);
+        } else {
+            disk_loc_t loc = {.seg = s->id,
+                              .off = off,
+                              .hdr_len = (uint16_t)hl,
+                              .stored = (uint32_t)m.stored_len};
+            d->ops.recovered(d->arg, &m, &loc);
+            d->rec.records++;
+        }
+        off += total;
+    }
+    return (int64_t)off;
+}
+
+static int recover(disk_t *d)
+{
+    uint64_t t0 = uv_hrtime(), *ids = NULL;
+    size_t nids = 0, idcap = 0, cap = 0;
+    uint8_t *buf = NULL;
+    struct dirent *de;
+    DIR *dir = opendir(d->dir);
+
+    if (dir == NULL)
+        return -errno;
+    while ((de = readdir(dir)) != NULL) {
+        uint64_t id;
+        if (!seg_name(de->d_name, &id))
+            continue;
+        if (nids == idcap) {
+            size_t nc = idcap ? idcap * 2 : 64;
+            uint64_t *ni = realloc(ids, nc * sizeof *ni);
+            if (ni == NULL) {
+                closedir(dir);
+                free(ids);
+                return -ENOMEM;
+            }
+            ids = ni;
+            idcap = nc;
+        }
+        ids[nids++] = id;
+    }
+    closedir(dir);
+    qsort(ids, nids, sizeof *ids, cmp_u64);
+    d->next_id = nids > 0 ? ids[nids - 1] + 1 : 1;
+    for (size_t i = 0; i < nids; i++) {
+        char path[DISK_PATH_MAX];
+        struct stat st;
+        int64_t good;
+        seg_t *s;
+        int fd;
+
+        seg_path(d->dir, ids[i], path, sizeof path);
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path,
+                     fd < 0 ? strerror(errno) : "not a regular file");
+            d->rec.bad_files++;
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        s = seg_add(d, ids[i], fd, 0);
+        if (s == NULL) {
+            close(fd);
+            free(ids);
+            free(buf);
+            return -ENOMEM;
+        }
+        good = recover_segment(d, s, (uint64_t)st.st_size, &buf, &cap);
+        if (good < 0) {
+            log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path, strerror(errno));
+            d->rec.bad_files++;
+            good = 0;
+        }
+        if ((uint64_t)good < (uint64_t)st.st_size) {
+            d->rec.torn_bytes += (uint64_t)st.st_size - (uint64_t)good;
+            log_info("disk_recovery_truncate",
+                     "segment=%016" PRIx64 " from=%" PRIu64 " to=%" PRId64, s->id,
+                     (uint64_t)st.st_size, good);
+            if (ftruncate(fd, good) != 0)
+                log_warn("disk_recovery_truncate", "path=%s error=\"%s\"", path, strerror(errno));
+        }
+        seg_set_size(d, s, (uint64_t)good);
+        d->rec.segments++;
+    }
+    free(ids);
+    free(buf);
+    d->rec.ms = (uv_hrtime() - t0) / 1000000;
+    log_info("disk_recovery",
+             "dir=%s segments=%" PRIu64 " records=%" PRIu64 " checksum_drops=%" PRIu64
+             " bad_headers=%" PRIu64 " torn_bytes=%" PRIu64 " bad_files=%" PRIu64
+             " used_bytes=%" PRIu64 " ms=%" PRIu64,
+             d->dir, d->rec.segments, d->rec.records, d->rec.checksum_drops, d->rec.bad_headers,
+             d->rec.torn_bytes, d->rec.bad_files, d->used, d->rec.ms);
+    return 0;
+}
+
+/* Unlinks the reclaimed files right away (start-up and shutdown only). */
+static void drops_now(disk_t *d)
+{
+    char path[DISK_PATH_MAX];
+
+    for (size_t i = 0; i < d->ndrops; i++) {
+        seg_path(d->dir, d->drops[i].id, path, sizeof path);
+        unlink(path);
+        if (d->drops[i].fd >= 0)
+            close(d->drops[i].fd);
+    }
+    d->ndrops = 0;
+}
+
+/* --- lifecycle --- */
+
+int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void *arg, disk_t **out)
+{
+    disk_t *d = calloc(1, sizeof *d);
+    char path[DISK_PATH_MAX];
+    int rc = -ENOMEM;
+
+    *out = NULL;
+    if (d == NULL)
+        return -ENOMEM;
+    d->loop = loop;
+    d->cfg = cfg;
+    d->ops = *ops;
+    d->arg = arg;
+    d->lock_fd = -1;
+    snprintf(d->dir, sizeof d->dir, "%s", cfg->disk.dir);
+    d->capacity = cfg->disk.capacity_bytes;
+    d->seg_bytes = cfg->disk.segment_bytes;
+    d->wb_bytes = cfg->disk.write_buffer_bytes;
+    d->next_seq = 1;
+    if (codec_mode_parse(cfg->disk.compression, &d->mode) != 0 ||
+        disk_fsync_parse(cfg->disk.fsync, &d->fsync) != 0) {
+        free(d);
+        return -EINVAL;
+    }
+    for (int i = 0; i < 2; i++) {
+        d->wb[i].data = malloc(d->wb_bytes);
+        d->wb[i].recs = calloc(DISK_WB_MAX_RECS, sizeof *d->wb[i].recs);
+        if (d->wb[i].data == NULL || d->wb[i].recs == NULL)
+            goto fail;
+    }
+    d->out = malloc(d->wb_bytes);
+    if (d->out == NULL)
+        goto fail;
+    d->fill = &d->wb[0];
+    rc = mkdir_p(d->dir);
+    if (rc != 0)
+        goto fail;
+    snprintf(path, sizeof path, "%s/lock", d->dir);
+    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (d->lock_fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        goto fail;
+    }
+    *out = d;
+    rc = recover(d);
+    if (rc != 0)
+        goto fail;
+    if (reclaim_for(d, 0, true) != 0)
+        log_warn("disk_over_capacity", "used_bytes=%" PRIu64 " capacity_bytes=%" PRIu64, d->used,
+                 d->capacity);
+    drops_now(d);
+    uv_timer_init(loop, &d->timer);
+    d->timer.data = d;
+    return 0;
+
+fail:
+    *out = NULL;
+    for (size_t i = 0; i < d->nsegs; i++) {
+        if (d->segs[i]->fd >= 0)
+            close(d->segs[i]->fd);
+        free(d->segs[i]);
+    }
+    free(d->segs);
+    free(d->drops);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+    for (int i = 0; i < 2; i++) {
+        free(d->wb[i].data);
+        free(d->wb[i].recs);
+    }
+    free(d->out);
+    free(d);
+    return rc;
+}
+
+static void timer_closed_cb(uv_handle_t *h)
+{
+    disk_t *d = h->data;
+
+    if (d->done != NULL)
+        d->done(d->done_arg);
+}
+
+static void maybe_done(disk_t *d)
+{
+    if (!d->closing || d->closed || d->flushing != NULL || d->reads_running > 0 || d->fill->n > 0)
+        return;
+    d->closed = true;
+    drops_now(d);
+    for (size_t i = 0; i < d->nsegs; i++) {
+        seg_t *s = d->segs[i];
+        if (s->fd >= 0 && d->fsync != DISK_FSYNC_NONE)
+            fsync(s->fd);
+    }
+    log_info("disk_closed", "segments=%zu used_bytes=%" PRIu64 " records_written=%" PRIu64,
+             d->nsegs, d->used, d->records_written);
+    uv_close((uv_handle_t *)&d->timer, timer_closed_cb);
+}
+
+void disk_close(disk_t *d, void (*done)(void *arg), void *arg)
+{
+    d->closing = true;
+    d->done = done;
+    d->done_arg = arg;
+    uv_timer_stop(&d->timer);
+    while (d->qhead != NULL) {
+        read_job_t *q = d->qhead;
+        d->qhead = q->next;
+        d->reads_queued--;
+        seg_unref(d, q->seg);
+        q->cb(q->arg, -ECANCELED, NULL, 0);
+        free(q);
+    }
+    d->qtail = NULL;
+    kick(d);
+    maybe_done(d);
+}
+
+void disk_destroy(disk_t **pd)
+{
+    disk_t *d = *pd;
+
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->nsegs; i++) {
+        if (d->segs[i]->fd >= 0)
+            close(d->segs[i]->fd);
+        free(d->segs[i]);
+    }
+    while (d->dead != NULL) {
+        seg_t *s = d->dead;
+        d->dead = s->dnext;
+        if (s->fd >= 0)
+            close(s->fd);
+        free(s);
+    }
+    free(d->segs);
+    free(d->drops);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+    for (int i = 0; i < 2; i++) {
+        free(d->wb[i].data);
+        free(d->wb[i].recs);
+    }
+    free(d->out);
+    free(d);
+    *pd = NULL;
+}
+
+/* --- status --- */
+
+static json_t *jint(uint64_t v)
+{
+    return json_integer((json_int_t)v);
+}
+
+void disk_status(const disk_t *d, json_t *o)
+{
+    json_t *rec = json_object();
+
+    json_object_set_new(o, "state", json_string(d->state == DISK_OK ? "ok" : "degraded"));
+    json_object_set_new(o, "dir", json_string(d->dir));
+    json_object_set_new(o, "capacity_bytes", jint(d->capacity));
+    json_object_set_new(o, "used_bytes", jint(d->used));
+    json_object_set_new(o, "segments", jint(d->nsegs));
+    json_object_set_new(o, "segment_bytes", jint(d->seg_bytes));
+    json_object_set_new(o, "bytes_written", jint(d->bytes_written));
+    json_object_set_new(o, "bytes_read", jint(d->bytes_read));
+    json_object_set_new(o, "raw_bytes_written", jint(d->raw_written));
+    json_object_set_new(o, "stored_bytes_written", jint(d->stored_written));
+    json_object_set_new(o, "compression", json_string(d->cfg->disk.compression));
+    json_object_set_new(
+        o, "compression_ratio",
+        json_real(d->raw_written ? (double)d->stored_written / (double)d->raw_written : 1.0));
+    json_object_set_new(o, "records_written", jint(d->records_written));
+    json_object_set_new(o, "records_compressed", jint(d->records_compressed));
+    json_object_set_new(o, "records_read", jint(d->records_read));
+    json_object_set_new(o, "checksum_drops", jint(d->checksum_drops));
+    json_object_set_new(o, "read_errors", jint(d->read_errors));
+    json_object_set_new(o, "write_errors", jint(d->write_errors));
+    json_object_set_new(o, "last_error",
+                        json_string(d->last_error ? strerror(-d->last_error) : ""));
+    json_object_set_new(o, "reclaimed_segments", jint(d->reclaimed_segments));
+    json_object_set_new(o, "reclaims_deferred_by_leases", jint(d->busy_reclaims));
+    json_object_set_new(o, "reads_in_flight", jint(d->reads_running));
+    json_object_set_new(o, "reads_queued", jint(d->reads_queued));
+    json_object_set_new(
+        o, "write_buffer_bytes",
+        jint((d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0)));
+    json_object_set_new(rec, "ms", jint(d->rec.ms));
+    json_object_set_new(rec, "segments", jint(d->rec.segments));
+    json_object_set_new(rec, "records", jint(d->rec.records));
+    json_object_set_new(rec, "checksum_drops", jint(d->rec.checksum_drops));
+    json_object_set_new(rec, "bad_headers", jint(d->rec.bad_headers));
+    json_object_set_new(rec, "torn_bytes", jint(d->rec.torn_bytes));
+    json_object_set_new(rec, "bad_files", jint(d->rec.bad_files));
+    json_object_set_new(o, "recovery", rec);
+}
+
+int disk_check(const disk_t *d)
+{
+    uint64_t sum = 0;
+
+    for (size_t i = 0; i < d->nsegs; i++) {
+        sum += round_block(d->segs[i]->size);
+        if (i > 0 && d->segs[i - 1]->id >= d->segs[i]->id)
+            return -1;
+    }
+    if (sum + d->reserved != d->used)
+        return -1;
+    return d->used <= d->capacity ? 0 : -1;
+}

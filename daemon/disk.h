@@ -1,0 +1,122 @@
+/*
+ * disk.h - the disk tier: append-only segment files of self-describing records (record.h),
+ * a write buffer, reads and writes on the libuv thread pool, FIFO reclaim of whole segments,
+ * recovery at start, and a degraded state on write errors.
+ *
+ * The disk module knows segments, records and bytes; it does not know the index. The store
+ * (store.c) owns the index and talks to the disk through disk_ops_t callbacks, all called on
+ * the loop thread:
+ *   - recovered: once per valid record found at start (oldest segment first, then by offset);
+ *   - committed: once per record handed to disk_append(), after its flush finished (ok or not);
+ *   - reclaim: before a segment is deleted, so the store drops (or keeps, -EBUSY: leased) the
+ *     entries that point into it. Each segment carries one opaque pointer (disk_seg_user) that
+ *     the store uses as the head of its list of entries in that segment.
+ *
+ * Generations: a segment id is never reused (ids grow; a restart continues after the largest id
+ * found), so (segment id, offset) names one record for the daemon's lifetime and a reader that
+ * finishes after its segment was reclaimed sees a dead id and its after-work callback knows.
+ *
+ * Threads: every function here is loop-thread only. Workers (uv_queue_work) only read, write,
+ * compress, decompress and checksum buffers that belong to their job; results are applied on the
+ * loop in the after-work callbacks. Ownership: disk owns its files, buffers and jobs; it borrows
+ * the loop, the config and the ops argument, which must outlive it.
+ */
+#ifndef KVT_DISK_H
+#define KVT_DISK_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "record.h"
+
+typedef struct disk disk_t;
+
+typedef enum { DISK_FSYNC_NONE = 0, DISK_FSYNC_SEGMENT, DISK_FSYNC_RECORD } disk_fsync_t;
+
+/* "none" | "segment" | "record". Returns 0 or -1. */
+int disk_fsync_parse(const char *s, disk_fsync_t *out);
+
+/* Where a record lives on disk. */
+typedef struct {
+    uint64_t seg;     /* segment id */
+    uint64_t off;     /* record offset in the segment */
+    uint16_t hdr_len; /* header bytes */
+    uint32_t stored;  /* payload bytes */
+} disk_loc_t;
+
+typedef struct {
+    /* A valid record found by recovery. m->model is NUL terminated. */
+    void (*recovered)(void *arg, const record_meta_t *m, const disk_loc_t *loc);
+    /* The flush of ticket seq (from disk_append) finished: ok with loc, or failed. */
+    void (*committed)(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t hash[16],
+                      uint64_t seq, bool ok, const disk_loc_t *loc);
+    /* Segment seg is to be deleted; *user is its entry list. Return 0 once every entry that
+     * pointed into it was dropped or detached, or -EBUSY to keep the segment for now (it holds
+     * leased entries). force (shutdown, start-up over capacity) does not allow -EBUSY. */
+    int (*reclaim)(void *arg, uint64_t seg, void **user, bool force);
+} disk_ops_t;
+
+/*
+ * Opens (creates) cfg->disk.dir, locks it (-EBUSY when another daemon holds it) and recovers
+ * every segment found there, calling ops->recovered for each valid record; bad files and torn
+ * tails are logged, counted and skipped, never fatal. Recovery runs before the loop serves
+ * (it is the start-up of the daemon). *out is set before the first callback, so callbacks may
+ * use disk_seg_user(); on failure it is reset to NULL. Returns 0 or a negative errno (directory
+ * unusable).
+ */
+int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void *arg, disk_t **out);
+
+/*
+ * Stops intake, cancels queued reads (their callbacks get -ECANCELED), lets running jobs
+ * finish, flushes the write buffer, syncs per the fsync policy, closes the files and handles,
+ * then calls done(arg) on the loop. Free with disk_destroy() from done or after it.
+ */
+void disk_close(disk_t *d, void (*done)(void *arg), void *arg);
+void disk_destroy(disk_t **d);
+
+/*
+ * Queues a chunk for writing (a demotion). m describes the record (codec, shuffle, lengths and
+ * checksum are filled by the worker); data[m->raw_len] is copied into the write buffer. Returns
+ * 0 and the ticket *seq, or -EAGAIN (buffer full while a flush is in flight, degraded, closing)
+ * or -E2BIG (the record can never fit the write buffer). The bytes stay readable with
+ * disk_wbuf_get() until committed() is called for the ticket.
+ */
+int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, const void *data, uint64_t *seq);
+
+/* Whether disk_append() of len bytes would be accepted now. */
+bool disk_admits(const disk_t *d, uint64_t len);
+
+/* The bytes of a ticket still in the write buffer (borrowed, valid until the next disk call),
+ * or NULL. */
+const void *disk_wbuf_get(const disk_t *d, uint64_t seq);
+
+/* A finished read: rc 0 and data (raw_len bytes, owned by the callee: free() it), or rc < 0
+ * (-EBADMSG checksum or header mismatch, -EIO, -ESTALE segment reclaimed, -ECANCELED) and
+ * data NULL. */
+typedef void (*disk_read_cb)(void *arg, int rc, void *data, uint64_t raw_len);
+
+/*
+ * Reads, verifies (header fields, hash, rank, checksum) and decodes the record at loc on the
+ * thread pool, then calls cb on the loop. At most disk.max_reads_in_flight run at once; the rest
+ * queue in order. Returns 0 (cb will be called exactly once) or -ESTALE (no such segment: cb is
+ * not called).
+ */
+int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t rank,
+              uint64_t raw_len, disk_read_cb cb, void *arg);
+
+/* The store's list head of segment seg, or NULL when the segment does not exist. */
+void **disk_seg_user(disk_t *d, uint64_t seg);
+
+bool disk_degraded(const disk_t *d);
+
+/* Adds the disk tier's own status fields to obj (state, capacity_bytes, used_bytes, segments,
+ * bytes written/read, compression, checksum drops, recovery figures, ...). */
+void disk_status(const disk_t *d, json_t *obj);
+
+/* Structural check for tests: used bytes == sum of segment sizes <= capacity. 0 or -1. */
+int disk_check(const disk_t *d);
+
+#endif /* KVT_DISK_H */
