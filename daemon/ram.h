@@ -32,11 +32,11 @@ void ram_free(ram_t *r, uint64_t off, uint64_t len);
 void *ram_ptr(const ram_t *r, uint64_t off);
 
 uint64_t ram_capacity(const ram_t *r);
-uint64_t ram_used(const ram_t *r); /* bytes allocated (rounded to units) */
+uint64_t ram_used(const ram_t *r);          /* bytes allocated (rounded to units) */
 uint64_t ram_footprint(const ram_t *r, uint64_t len);
-uint64_t ram_resident(const ram_t *r); /* bytes of the arena backed by memory */
+uint64_t ram_resident(const ram_t *r);      /* bytes of the arena backed by memory */
 uint64_t ram_largest_free(const ram_t *r);
 uint32_t ram_free_runs(const ram_t *r);
-const char *ram_path(const ram_t *r); /* "" for a memfd */
+const char *ram_path(const ram_t *r);       /* "" for a memfd */
 
 #endif /* KVT_RAM_H */

@@ -69,8 +69,9 @@ typedef enum {
     ERR_COUNT
 } err_class_t;
 
-static const char *const err_names[ERR_COUNT] = {"malformed", "version",  "unknown_ns",  "too_big",
-                                                 "invalid",   "conflict", "unsupported", "busy"};
+static const char *const err_names[ERR_COUNT] = {"malformed", "version",     "unknown_ns",
+                                                 "too_big",   "invalid",     "conflict",
+                                                 "unsupported", "busy"};
 
 typedef struct session session_t;
 struct session {
@@ -231,22 +232,14 @@ static void sweep_cb(uv_timer_t *t)
 static err_class_t err_class(int code)
 {
     switch (code) {
-    case KVT_WIRE_EVERSION:
-        return ERR_VERSION;
-    case KVT_WIRE_ENONS:
-        return ERR_UNKNOWN_NS;
-    case KVT_WIRE_ETOOBIG:
-        return ERR_TOO_BIG;
-    case KVT_WIRE_EINVAL:
-        return ERR_INVALID;
-    case KVT_WIRE_ECONFLICT:
-        return ERR_CONFLICT;
-    case KVT_WIRE_EUNSUPP:
-        return ERR_UNSUPPORTED;
-    case KVT_WIRE_EBUSY:
-        return ERR_BUSY;
-    default:
-        return ERR_MALFORMED;
+    case KVT_WIRE_EVERSION: return ERR_VERSION;
+    case KVT_WIRE_ENONS: return ERR_UNKNOWN_NS;
+    case KVT_WIRE_ETOOBIG: return ERR_TOO_BIG;
+    case KVT_WIRE_EINVAL: return ERR_INVALID;
+    case KVT_WIRE_ECONFLICT: return ERR_CONFLICT;
+    case KVT_WIRE_EUNSUPP: return ERR_UNSUPPORTED;
+    case KVT_WIRE_EBUSY: return ERR_BUSY;
+    default: return ERR_MALFORMED;
     }
 }
 
@@ -326,7 +319,8 @@ static void do_hello(server_t *sv, zmq_msg_t *rid, session_t *s, const kvt_msg_t
     ns_t *ns;
     int rc;
 
-    if (h->world == 0 || h->world > KVT_WORLD_MAX || h->rank >= h->world || h->chunk_tokens == 0) {
+    if (h->world == 0 || h->world > KVT_WORLD_MAX || h->rank >= h->world ||
+        h->chunk_tokens == 0) {
         reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL,
                     "hello: need 1 <= world <= %d, rank < world, chunk_tokens > 0 (got world %u "
                     "rank %u chunk_tokens %u)",
@@ -349,8 +343,8 @@ static void do_hello(server_t *sv, zmq_msg_t *rid, session_t *s, const kvt_msg_t
         return;
     }
     if (ns->chunks == 0 && ns->bytes == 0)
-        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u", model, h->layout_fp,
-                  ns->id, h->world, h->rank);
+        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u", model,
+                  h->layout_fp, ns->id, h->world, h->rank);
     m.u.hello_ok.ns_id = ns->id;
     m.u.hello_ok.lease_ms = sv->cfg->ram.lease_ms;
     m.u.hello_ok.max_chunk_bytes = sv->cfg->ram.max_chunk_bytes;
@@ -365,8 +359,7 @@ static void log_skip_report(const ns_t *ns)
     gates_state_t st;
 
     gates_state(ns->gates, &st);
-    log_info("lookup_skip",
-             "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
+    log_info("lookup_skip", "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
              " forced_probes=%" PRIu64 " would_skip=%" PRIu64,
              ns->model, st.lookups, st.act_ema, st.load_bearing, st.skips, st.forced_probes,
              st.would_skip);
@@ -377,7 +370,8 @@ static void log_admission_report(const ns_t *ns)
     gates_state_t st;
 
     gates_state(ns->gates, &st);
-    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64 " skipped=%" PRIu64,
+    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64
+             " skipped=%" PRIu64,
              ns->model, st.probes, st.payoff, st.saved, st.skipped);
 }
 
@@ -388,17 +382,18 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
     bool lease = (req->hdr.flags & KVT_LOOKUP_LEASE) != 0;
     bool prompt = (req->hdr.flags & KVT_LOOKUP_PROMPT) != 0;
     uint64_t now = uv_now(sv->loop);
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_LOOKUP_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOOKUP_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
     size_t k, nranks = 0;
     uint32_t hit;
 
     if (!all && l->rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank,
+                    ns->world);
         return;
     }
-    if (prompt &&
-        gates_lookup_decide(ns->gates, l->prompt_tokens, l->hbm_tokens) == GATES_LOOKUP_SKIP) {
+    if (prompt && gates_lookup_decide(ns->gates, l->prompt_tokens, l->hbm_tokens) ==
+                      GATES_LOOKUP_SKIP) {
         const gates_admission_cfg_t *ac = &gates_cfg(ns->gates)->admission;
         gates_state_t st;
         gates_state(ns->gates, &st);
@@ -419,7 +414,8 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
     if (prompt) {
         uint64_t tokens = (uint64_t)hit * ns->chunk_tokens;
         gates_state_t st;
-        gates_lookup_observe(ns->gates, gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
+        gates_lookup_observe(ns->gates,
+                             gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
                              l->hbm_tokens);
         gates_state(ns->gates, &st);
         if (st.lookups % gates_cfg(ns->gates)->lookup_skip.report_every == 0)
@@ -459,8 +455,8 @@ static bool save_admitted(server_t *sv, ns_t *ns, const kvt_msg_t *req, uint64_t
 static bool save_args_ok(server_t *sv, zmq_msg_t *rid, const ns_t *ns, const kvt_msg_t *req)
 {
     if (req->u.save.rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", req->u.save.rank,
-                    ns->world);
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u",
+                    req->u.save.rank, ns->world);
         return false;
     }
     return true;
@@ -493,15 +489,16 @@ static void do_save(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req
         sv->bytes_received += s->payloads[i].len;
         sent += s->payloads[i].len > 0;
     }
-    if (sent > 0 &&
-        store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status) > 0 &&
+    if (sent > 0 && store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes,
+                                     sv->status) > 0 &&
         !save_admitted(sv, ns, req, now)) {
         for (size_t i = 0; i < s->nhashes; i++)
             if (sv->status[i] == KVT_CHUNK_WANTED)
                 sv->status[i] = KVT_CHUNK_DECLINED;
     } else {
-        store_save(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
-                   s->hashes, s->nhashes, s->payloads, now, sv->status);
+        store_save(sv->store, ns, s->rank,
+                   (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL, s->hashes,
+                   s->nhashes, s->payloads, now, sv->status);
     }
     reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
 }
@@ -512,12 +509,13 @@ static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg
 static void do_load(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req, uint64_t t0)
 {
     const kvt_load_t *l = &req->u.load;
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
     size_t k;
 
     if (l->rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank,
+                    ns->world);
         return;
     }
     if (store_has_disk(sv->store)) {
@@ -657,8 +655,8 @@ static void do_tally(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *re
 {
     const kvt_tally_t *t = &req->u.tally;
     gates_reason_t reasons[GATES_REASON_MAX];
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_TALLY_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_TALLY_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
     const gates_cfg_t *gc = gates_cfg(ns->gates);
     gates_state_t st;
     size_t off = 0, nl;
@@ -690,20 +688,13 @@ static void do_tally(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *re
 static op_t op_of(int type)
 {
     switch (type) {
-    case KVT_MSG_HELLO:
-        return OP_HELLO;
-    case KVT_MSG_LOOKUP:
-        return OP_LOOKUP;
-    case KVT_MSG_SAVE_BEGIN:
-        return OP_SAVE_BEGIN;
-    case KVT_MSG_SAVE_DATA:
-        return OP_SAVE;
-    case KVT_MSG_LOAD:
-        return OP_LOAD;
-    case KVT_MSG_TALLY:
-        return OP_TALLY;
-    default:
-        return OP_COUNT;
+    case KVT_MSG_HELLO: return OP_HELLO;
+    case KVT_MSG_LOOKUP: return OP_LOOKUP;
+    case KVT_MSG_SAVE_BEGIN: return OP_SAVE_BEGIN;
+    case KVT_MSG_SAVE_DATA: return OP_SAVE;
+    case KVT_MSG_LOAD: return OP_LOAD;
+    case KVT_MSG_TALLY: return OP_TALLY;
+    default: return OP_COUNT;
     }
 }
 
@@ -754,21 +745,11 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
             return;
         }
         switch (op) {
-        case OP_LOOKUP:
-            do_lookup(sv, rid, ns, &req);
-            break;
-        case OP_SAVE_BEGIN:
-            do_save_begin(sv, rid, ns, &req);
-            break;
-        case OP_SAVE:
-            do_save(sv, rid, ns, &req);
-            break;
-        case OP_LOAD:
-            do_load(sv, rid, ns, &req, t0);
-            break;
-        default:
-            do_tally(sv, rid, ns, &req);
-            break;
+        case OP_LOOKUP: do_lookup(sv, rid, ns, &req); break;
+        case OP_SAVE_BEGIN: do_save_begin(sv, rid, ns, &req); break;
+        case OP_SAVE: do_save(sv, rid, ns, &req); break;
+        case OP_LOAD: do_load(sv, rid, ns, &req, t0); break;
+        default: do_tally(sv, rid, ns, &req); break;
         }
         if (op == OP_LOOKUP) {
             sv->ns_lookup_time[ns->id].sum_us += (uv_hrtime() - t0) / 1000;
@@ -900,20 +881,20 @@ static json_t *gates_json(const ns_t *ns, const server_t *sv)
     gates_state(ns->gates, &st);
     for (int i = 0; i < st.nreasons; i++)
         json_object_set_new(reasons, st.reasons[i].name, jint(st.reasons[i].count));
-    adm =
-        json_pack("{s:b, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:I, s:o}", "enabled",
-                  c->admission.enabled, "target", c->admission.target, "floor", c->admission.floor,
-                  "alpha", c->admission.alpha, "warmup", (json_int_t)c->admission.warmup, "probes",
-                  (json_int_t)st.probes, "payoff", st.payoff, "share", st.share, "saved",
-                  (json_int_t)st.saved, "skipped", (json_int_t)st.skipped, "save_share",
-                  st.save_share, "would_decline", (json_int_t)st.would_decline, "reasons", reasons);
+    adm = json_pack("{s:b, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:I, s:o}",
+                    "enabled", c->admission.enabled, "target", c->admission.target, "floor",
+                    c->admission.floor, "alpha", c->admission.alpha, "warmup",
+                    (json_int_t)c->admission.warmup, "probes", (json_int_t)st.probes, "payoff",
+                    st.payoff, "share", st.share, "saved", (json_int_t)st.saved, "skipped",
+                    (json_int_t)st.skipped, "save_share", st.save_share, "would_decline",
+                    (json_int_t)st.would_decline, "reasons", reasons);
     skip = json_pack("{s:b, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:f}", "enabled",
                      c->lookup_skip.enabled, "min_load_tokens",
-                     (json_int_t)c->lookup_skip.min_load_tokens, "lookups", (json_int_t)st.lookups,
-                     "act_ema", st.act_ema, "load_bearing", st.load_bearing, "skips",
-                     (json_int_t)st.skips, "forced_probes", (json_int_t)st.forced_probes,
-                     "would_skip", (json_int_t)st.would_skip, "mean_lookup_us",
-                     lt->count ? (double)lt->sum_us / (double)lt->count : 0.0);
+                     (json_int_t)c->lookup_skip.min_load_tokens, "lookups",
+                     (json_int_t)st.lookups, "act_ema", st.act_ema, "load_bearing",
+                     st.load_bearing, "skips", (json_int_t)st.skips, "forced_probes",
+                     (json_int_t)st.forced_probes, "would_skip", (json_int_t)st.would_skip,
+                     "mean_lookup_us", lt->count ? (double)lt->sum_us / (double)lt->count : 0.0);
     return json_pack("{s:o, s:o}", "admission", adm, "lookup_skip", skip);
 }
 
@@ -928,16 +909,18 @@ int server_status_json(server_t *sv, char **body, size_t *len)
     store_status_disk(sv->store, disk);
     for (int i = 0; i < ERR_COUNT; i++)
         json_object_set_new(errs, err_names[i], jint(sv->errors[i]));
-    server = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "clients", (json_int_t)sv->nsessions,
-                       "requests", (json_int_t)sv->requests, "bytes_received",
-                       (json_int_t)sv->bytes_received, "bytes_sent", (json_int_t)sv->bytes_sent,
-                       "replies_dropped", (json_int_t)sv->replies_dropped, "save_ops_remembered",
+    server = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "clients",
+                       (json_int_t)sv->nsessions, "requests", (json_int_t)sv->requests,
+                       "bytes_received", (json_int_t)sv->bytes_received, "bytes_sent",
+                       (json_int_t)sv->bytes_sent, "replies_dropped",
+                       (json_int_t)sv->replies_dropped, "save_ops_remembered",
                        (json_int_t)saveops_count(sv->ops), "errors", errs);
     for (int i = 0; i < OP_COUNT; i++) {
         const hist_t *h = &sv->op_hist[i];
         json_object_set_new(ops, op_names[i],
-                            json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)hist_count(h),
-                                      "p50_us", (json_int_t)hist_percentile(h, 50.0), "p99_us",
+                            json_pack("{s:I, s:I, s:I, s:I}", "count",
+                                      (json_int_t)hist_count(h), "p50_us",
+                                      (json_int_t)hist_percentile(h, 50.0), "p99_us",
                                       (json_int_t)hist_percentile(h, 99.0), "max_us",
                                       (json_int_t)hist_max(h)));
     }
@@ -945,12 +928,12 @@ int server_status_json(server_t *sv, char **body, size_t *len)
         const ns_t *ns = ns_get(sv->nst, id);
         char fp[17];
         snprintf(fp, sizeof fp, "%016" PRIx64, ns->fingerprint);
-        json_array_append_new(nss, json_pack("{s:i, s:s, s:s, s:i, s:b, s:I, s:I, s:I, s:o}", "id",
-                                             (int)ns->id, "model", ns->model, "fingerprint", fp,
-                                             "world", (int)ns->world, "replicated", ns->replicated,
-                                             "chunk_tokens", (json_int_t)ns->chunk_tokens, "chunks",
-                                             (json_int_t)ns->chunks, "bytes", (json_int_t)ns->bytes,
-                                             "gates", gates_json(ns, sv)));
+        json_array_append_new(
+            nss, json_pack("{s:i, s:s, s:s, s:i, s:b, s:I, s:I, s:I, s:o}", "id", (int)ns->id,
+                           "model", ns->model, "fingerprint", fp, "world", (int)ns->world,
+                           "replicated", ns->replicated, "chunk_tokens",
+                           (json_int_t)ns->chunk_tokens, "chunks", (json_int_t)ns->chunks,
+                           "bytes", (json_int_t)ns->bytes, "gates", gates_json(ns, sv)));
     }
     json_object_set_new(root, "version", json_string(KVT_VERSION_STRING));
     json_object_set_new(root, "uptime_s", json_real((double)(now - sv->start_ms) / 1000.0));
@@ -1027,12 +1010,13 @@ int server_metrics_text(server_t *sv, char **body, size_t *len)
     json_object_foreach(ram, key, v)
     {
         if (json_is_integer(v))
-            tb_printf(&tb, "kvtier_ram_%s %" JSON_INTEGER_FORMAT "\n", key, json_integer_value(v));
+            tb_printf(&tb, "kvtier_ram_%s %" JSON_INTEGER_FORMAT "\n", key,
+                      json_integer_value(v));
     }
     json_decref(ram);
-    tb_printf(&tb,
-              "kvtier_clients %u\nkvtier_requests_total %" PRIu64
-              "\nkvtier_bytes_received_total %" PRIu64 "\nkvtier_bytes_sent_total %" PRIu64 "\n",
+    tb_printf(&tb, "kvtier_clients %u\nkvtier_requests_total %" PRIu64
+                   "\nkvtier_bytes_received_total %" PRIu64 "\nkvtier_bytes_sent_total %" PRIu64
+                   "\n",
               sv->nsessions, sv->requests, sv->bytes_received, sv->bytes_sent);
     for (int i = 0; i < ERR_COUNT; i++)
         tb_printf(&tb, "kvtier_errors_total{class=\"%s\"} %" PRIu64 "\n", err_names[i],

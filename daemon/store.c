@@ -147,8 +147,8 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
     }
 }
 
-uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
-                      bool lease, uint64_t now_ms)
+uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                      size_t n, bool lease, uint64_t now_ms)
 {
     uint32_t hit = prefix(s, ns, rank, h, n, true);
 
@@ -332,8 +332,8 @@ static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *o
 }
 
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
-                uint8_t *status)
+                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
+                uint64_t now_ms, uint8_t *status)
 {
     uint16_t r = ns_store_rank(ns, rank);
     index_entry_t *prev = NULL;
