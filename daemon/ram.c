@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -28,7 +29,7 @@ struct ram {
     char path[256];
 };
 
-int ram_new(const char *path, uint64_t capacity, ram_t **out)
+int ram_new(const char *path, const char *group, uint64_t capacity, ram_t **out)
 {
     ram_t *r;
     int rc;
@@ -64,6 +65,17 @@ int ram_new(const char *path, uint64_t capacity, ram_t **out)
     if (r->path[0] != '\0' && fchmod(r->fd, 0660) != 0) {
         rc = -errno;
         goto fail_size;
+    }
+    if (r->path[0] != '\0' && group != NULL && group[0] != '\0') {
+        struct group *gr = getgrnam(group);
+        if (gr == NULL) {
+            rc = -ENOENT;
+            goto fail_size;
+        }
+        if (fchown(r->fd, (uid_t)-1, gr->gr_gid) != 0) {
+            rc = -errno;
+            goto fail_size;
+        }
     }
     /* Drop whatever a previous run left, then size the (sparse) arena. */
     if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)capacity) != 0) {
@@ -117,6 +129,11 @@ void ram_free(ram_t *r, uint64_t off, uint64_t len)
 void *ram_ptr(const ram_t *r, uint64_t off)
 {
     return r->base + off;
+}
+
+int ram_fd(const ram_t *r)
+{
+    return r->fd;
 }
 
 uint64_t ram_capacity(const ram_t *r)
