@@ -236,8 +236,8 @@ void harness_stop(harness_t **hp)
         char *log = read_log(h->log_path);
         kill(h->pid, SIGKILL);
         waitpid(h->pid, NULL, 0);
-        ck_abort_msg("kvtierd did not exit within %d ms of SIGTERM; log:\n%s",
-                     HARNESS_DEADLINE_MS, log_tail(log));
+        ck_abort_msg("kvtierd did not exit within %d ms of SIGTERM; log:\n%s", HARNESS_DEADLINE_MS,
+                     log_tail(log));
     }
     h->pid = 0;
     check_log_clean(h);

@@ -112,8 +112,8 @@ static size_t load_verify(kvt_client_t *c, const kvt_hash_t *hs, size_t n, const
         if (lens[i] == 0)
             continue;
         if (sizes != NULL)
-            ck_assert_msg(lens[i] == sizes[i], "chunk %zu: loaded %zu bytes, saved %zu", i,
-                          lens[i], sizes[i]);
+            ck_assert_msg(lens[i] == sizes[i], "chunk %zu: loaded %zu bytes, saved %zu", i, lens[i],
+                          sizes[i]);
         ck_assert_msg(harness_check_fill(bufs[i], lens[i], rank, hkey(&hs[i], tag)),
                       "chunk %zu (rank %u): loaded bytes differ from the saved bytes", i, rank);
     }
@@ -326,8 +326,8 @@ START_TEST(test_all_ranks_min)
         ck_assert_uint_eq(res.nranks, WORLD);
         ck_assert_int_eq(res.leased, 0);
         for (uint32_t k = 0; k < WORLD; k++)
-            ck_assert_msg(rank_hits[k] == stored[k], "rank_hits[%u] = %u, want %u", k,
-                          rank_hits[k], stored[k]);
+            ck_assert_msg(rank_hits[k] == stored[k], "rank_hits[%u] = %u, want %u", k, rank_hits[k],
+                          stored[k]);
     }
     ck_assert_int_eq(harness_stat(h, "ram.leased_chunks"), 0);
 
@@ -534,7 +534,7 @@ START_TEST(test_capacity)
     harness_opts_t o = {.capacity_bytes = cap, .max_chunk_bytes = 128 * KIB};
     harness_t *h = harness_start(&o);
     kvt_client_t *c = harness_client(h, "cap-model", 1, 0, 0);
-    kvt_hash_t (*chains)[MAXLEN] = calloc(MAXCHAINS, sizeof *chains);
+    kvt_hash_t(*chains)[MAXLEN] = calloc(MAXCHAINS, sizeof *chains);
     size_t lens[MAXLEN], sizes[MAXLEN], len[MAXCHAINS], nchains = 0, saved = 0;
     int64_t loadable = 0, loadable_bytes = 0, loadable_alloc = 0;
 
@@ -923,8 +923,8 @@ START_TEST(test_bad_input_flood)
     kvt_client_t *good = connect_desc(h, &gd, 0);
     void *ctx = zmq_ctx_new();
     void *raw;
-    bad_ctx_t bc = {.good_fp = kvt_ns_fingerprint(&gd), .max_hashes = MAX_HASHES,
-                    .max_chunk = 64 * KIB};
+    bad_ctx_t bc = {
+        .good_fp = kvt_ns_fingerprint(&gd), .max_hashes = MAX_HASHES, .max_chunk = 64 * KIB};
     int64_t sent[9] = {0};
     uint64_t rng = 42;
     size_t good_chunks = 0;
@@ -954,8 +954,8 @@ START_TEST(test_bad_input_flood)
         send_bad(raw, &bc, k, rid, &rng, &want_code, &want_rid);
         ck_assert_msg(raw_recv(raw, &r) == 0, "no reply to bad message %d (kind %d)", i, k);
         raw_decode(&r, &m);
-        ck_assert_msg(m.hdr.type == KVT_MSG_ERROR, "bad message %d (kind %d): reply type %s", i,
-                      k, kvt_msg_type_name(m.hdr.type));
+        ck_assert_msg(m.hdr.type == KVT_MSG_ERROR, "bad message %d (kind %d): reply type %s", i, k,
+                      kvt_msg_type_name(m.hdr.type));
         ck_assert_msg(m.u.error.code == want_code,
                       "bad message %d (kind %d): error %d (%s), want %d (%s); text \"%.*s\"", i, k,
                       m.u.error.code, kvt_wire_strerror(m.u.error.code), want_code,
@@ -1163,8 +1163,7 @@ static void run_child(void (*fn)(const char *), const char *endpoint)
     if (pid == 0)
         fn(endpoint);
     ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
-    ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "crash child failed: status 0x%x",
-                  wst);
+    ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "crash child failed: status 0x%x", wst);
 }
 
 START_TEST(test_client_dies_mid_save)
@@ -1318,9 +1317,8 @@ START_TEST(test_status_socket)
     ck_assert_int_eq(json_array_size(json_object_get(st, "namespaces")), 1);
     json_decref(st);
 
-    ck_assert_int_eq(harness_http(h->status_path, "GET", "/metrics", &code, ctype, sizeof ctype,
-                                  &body),
-                     0);
+    ck_assert_int_eq(
+        harness_http(h->status_path, "GET", "/metrics", &code, ctype, sizeof ctype, &body), 0);
     ck_assert_int_eq(code, 200);
     ck_assert_msg(strncmp(ctype, "text/plain", 10) == 0, "/metrics Content-Type \"%s\"", ctype);
     assert_prometheus_text(body);
@@ -1343,8 +1341,10 @@ static Suite *integration_suite(void)
     Suite *s = suite_create("integration");
     TCase *tc;
 
+    /* Each tcase: generous, for sanitizer builds; CK_DEFAULT_TIMEOUT cannot shorten it. */
     tc = tcase_create("roundtrip");
     tcase_add_test(tc, test_roundtrip_4ranks);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("semantics");
@@ -1352,21 +1352,25 @@ static Suite *integration_suite(void)
     tcase_add_test(tc, test_all_ranks_min);
     tcase_add_test(tc, test_replicated_namespace);
     tcase_add_test(tc, test_namespaces_isolated);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("capacity");
     tcase_add_test(tc, test_leases);
     tcase_add_test(tc, test_capacity);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("robustness");
     tcase_add_test(tc, test_bad_input_flood);
     tcase_add_test(tc, test_client_dies_mid_save);
     tcase_add_test(tc, test_timeouts);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("status");
     tcase_add_test(tc, test_status_socket);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -1383,7 +1387,7 @@ int main(void)
     }
     harness_set_root(root);
     sr = srunner_create(integration_suite());
-    srunner_run_all(sr, CK_NORMAL);
+    srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     harness_rmtree(root);
