@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,16 +50,23 @@ int ram_new(const char *path, uint64_t capacity, ram_t **out)
     if (r->path[0] == '\0')
         r->fd = memfd_create("kvtier-arena", MFD_CLOEXEC);
     else
-        r->fd = open(r->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0660);
+        r->fd = open(r->path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
     if (r->fd < 0) {
         rc = -errno;
+        goto fail_open;
+    }
+    /* A live daemon holds the lock on its arena: never truncate another daemon's arena. */
+    if (r->path[0] != '\0' && flock(r->fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        close(r->fd);
         goto fail_open;
     }
     if (r->path[0] != '\0' && fchmod(r->fd, 0660) != 0) {
         rc = -errno;
         goto fail_size;
     }
-    if (ftruncate(r->fd, (off_t)capacity) != 0) {
+    /* Drop whatever a previous run left, then size the (sparse) arena. */
+    if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)capacity) != 0) {
         rc = -errno;
         goto fail_size;
     }

@@ -17,8 +17,9 @@
 
 typedef struct ram ram_t;
 
-/* Creates the arena of capacity bytes at path ("" or NULL: anonymous memfd). Returns 0 or a
- * negative errno; *out is owned by the caller. */
+/* Creates the arena of capacity bytes at path ("" or NULL: anonymous memfd). The file is
+ * locked (flock) for the daemon's life; -EBUSY when another live daemon holds it. Returns 0 or
+ * a negative errno; *out is owned by the caller. */
 int ram_new(const char *path, uint64_t capacity, ram_t **out);
 
 /* Unmaps, closes, unlinks the file and sets *r to NULL; NULL and *r == NULL are accepted. */
