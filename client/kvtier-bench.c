@@ -318,10 +318,13 @@ static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t n, int count)
             while (off < chunk && off < r->lens[i] && want[off] == got[off])
                 off++;
             kvt_hash_format(&h[i], hex);
+            char where[32] = "warm-up";
+            if (count)
+                snprintf(where, sizeof where, "round %u", r->b->round);
             rank_fail(r, 1,
-                      "DATA MISMATCH round %u chunk %zu (hash %s): loaded %zu bytes, saved %zu, "
+                      "DATA MISMATCH %s chunk %zu (hash %s): loaded %zu bytes, saved %zu, "
                       "first difference at offset %zu",
-                      r->b->round, i, hex, r->lens[i], chunk, off);
+                      where, i, hex, r->lens[i], chunk, off);
             return;
         }
         if (count) {
@@ -958,17 +961,22 @@ static void print_table(const bench_t *b, const results_t *r)
            "%u lookups x %u chunks of 4 KiB\n\n",
            o->ranks, o->chunks, (double)o->chunk_bytes / (1 << 20), o->rounds, o->batch, o->lookups,
            o->prompt_chunks);
+    char k[4][32], z[4][32];
+    snprintf(k[0], sizeof k[0], "%.3f GB/s", save);
+    snprintf(z[0], sizeof z[0], "%.3f GB/s", zsave);
+    snprintf(k[1], sizeof k[1], "%.3f GB/s", load);
+    snprintf(z[1], sizeof z[1], "%.3f GB/s", zload);
+    snprintf(k[2], sizeof k[2], "p50 %.1f us", r->lookup.p50);
+    snprintf(z[2], sizeof z[2], "p50 %.1f us", r->zlookup.p50);
+    snprintf(k[3], sizeof k[3], "p99 %.1f us", r->lookup.p99);
+    snprintf(z[3], sizeof z[3], "p99 %.1f us", r->zlookup.p99);
+    const char *ops[4] = {"save", "load", "lookup", ""};
+    double ratios[4] = {ratio(save, zsave), ratio(load, zload),
+                        ratio(r->lookup.p50, r->zlookup.p50), ratio(r->lookup.p99, r->zlookup.p99)};
     printf("%-8s %-18s %-18s %s\n", "op", "kvtier", "baseline (zmq)", "ratio kvtier/baseline");
-    printf("%-8s %8.3f GB/s       %8.3f GB/s       %.3f\n", "save", save, zsave,
-           ratio(save, zsave));
-    printf("%-8s %8.3f GB/s       %8.3f GB/s       %.3f\n", "load", load, zload,
-           ratio(load, zload));
-    printf("%-8s p50 %8.1f us      p50 %8.1f us      %.3f\n", "lookup", r->lookup.p50,
-           r->zlookup.p50, ratio(r->lookup.p50, r->zlookup.p50));
-    printf("%-8s p99 %8.1f us      p99 %8.1f us      %.3f\n", "", r->lookup.p99, r->zlookup.p99,
-           ratio(r->lookup.p99, r->zlookup.p99));
-    printf("%-8s %-18s %8.3f GB/s       (one thread, same chunks)\n\n", "memcpy", "-",
-           r->memcpy_gbps);
+    for (int i = 0; i < 4; i++)
+        printf("%-8s %-18s %-18s %.3f\n", ops[i], k[i], z[i], ratios[i]);
+    printf("%-8s %-18s %.3f GB/s (one thread, same chunks)\n\n", "memcpy", "-", r->memcpy_gbps);
     printf("%-22s %8s %10s %10s %10s %10s\n", "kvtier latency (us)", "calls", "p50", "p90", "p99",
            "max");
     const char *names[3] = {"save (per call)", "load (per call)", "lookup"};
