@@ -53,7 +53,7 @@ typedef struct {
 typedef struct gates gates_t;
 
 /* Creates the gate state of one namespace with a copy of cfg. Returns NULL on allocation
- * failure. */
+ * failure. cfg is borrowed (validated by config.c); report_every or probe_every 0 acts as 1. */
 gates_t *gates_new(const gates_cfg_t *cfg);
 void gates_destroy(gates_t **g);
 const gates_cfg_t *gates_cfg(const gates_t *g);
@@ -69,12 +69,20 @@ bool gates_fold_batch(gates_t *g, uint64_t h, uint64_t n);
 /* Applies an engine instance's cumulative totals per GATES.md section 1 (fold the difference,
  * re-baseline on a counter reset). reasons (nreasons entries, may be NULL) are cumulative per
  * reason for this engine; the namespace's reason totals are the sums over engines. Returns true
- * when the admission line is due. */
+ * when the admission line is due.
+ * - First sighting of an engine (or again after it was dropped from the table of
+ *   GATES_ENGINE_MAX, least recently seen first): its seen totals start at (0, 0), so its first
+ *   totals fold entirely ((2, 10) folds batch(2, 10)); likewise its reason counts.
+ * - Totals with probes unchanged fold nothing and do not move the baseline.
+ * - On a re-baseline (probes or paid went down) the engine's reason baselines are reset to the
+ *   counts of this message (absent reasons to 0) and nothing is added; otherwise a reason whose
+ *   count went down re-baselines alone.
+ * - Reason names beyond GATES_REASON_MAX distinct names, and empty names, are ignored. */
 bool gates_tally(gates_t *g, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
                  const gates_reason_t *reasons, int nreasons);
 
 /* Decides one save operation: true = admit. Updates credit, saved/skipped and, while the gate
- * is disabled, would_decline (computed as if enabled, with a shadow credit). */
+ * is disabled and past warmup, would_decline (computed as if enabled, with a shadow credit). */
 bool gates_admit(gates_t *g);
 
 /* --- lookup skip --- */
@@ -85,7 +93,10 @@ typedef enum {
 } gates_lookup_decision_t;
 
 /* Called before a lookup that carries prompt info is answered. On SKIP the gate has already
- * recorded the skip's non-paid verdict into the admission estimator. */
+ * recorded the skip's non-paid verdict into the admission estimator (gates_fold_one). A forced
+ * probe is counted in forced_probes and answered. While disabled, a lookup the enabled gate
+ * would have skipped (skippable, not load-bearing, not a forced probe of a separate shadow skip
+ * counter) is counted in would_skip and answered. */
 gates_lookup_decision_t gates_lookup_decide(gates_t *g, uint64_t prompt_tokens,
                                             uint64_t hbm_tokens);
 
@@ -94,11 +105,13 @@ gates_lookup_decision_t gates_lookup_decide(gates_t *g, uint64_t prompt_tokens,
 void gates_lookup_observe(gates_t *g, uint64_t loadable_hit_tokens, uint64_t hbm_tokens);
 
 /* The loadable hit of GATES.md: hit_tokens, minus 1 if it covers the whole prompt, floored to a
- * multiple of chunk_tokens. */
+ * multiple of chunk_tokens. A hit of 0 gives 0; chunk_tokens 0 means no flooring. */
 uint64_t gates_loadable(uint64_t hit_tokens, uint64_t prompt_tokens, uint64_t chunk_tokens);
 
 /* --- state for status and replies --- */
 
+/* credit is the enforcing gate's credit (0 while disabled); share is the share computed from the
+ * current payoff, enabled or not; save_share is 1.0 before any decision. */
 typedef struct {
     /* admission */
     uint64_t probes, paid, saved, skipped, would_decline;

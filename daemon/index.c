@@ -1,0 +1,287 @@
+/*
+ * index.c - chunk index with chain links and a leaf LRU (see index.h).
+ *
+ * Design: a chained hash table keyed by (ns, rank, 16-byte hash). The bucket is chosen from the
+ * chunk hash itself (already a strong hash) mixed with ns and rank. Leaves sit in one doubly
+ * linked LRU list, head = cold end, tail = hot end. The access clock is a counter, not a time,
+ * so ordering is exact and independent of the clock's resolution.
+ *
+ * Invariants (checked by index_check):
+ *   - e->nchildren == number of stored entries whose parent is e;
+ *   - e is in the LRU list iff e->nchildren == 0;
+ *   - e->parent, when set, is stored (entries with children are never removed).
+ * Threads: loop thread only.
+ */
+#include "index.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INDEX_MIN_BUCKETS 1024u
+#define INDEX_SORTED_INSERT_SCAN 64u
+
+struct index {
+    index_entry_t **buckets;
+    uint64_t nbuckets; /* power of two */
+    uint64_t count;
+    uint64_t clock;
+    index_entry_t *lru_head; /* cold */
+    index_entry_t *lru_tail; /* hot */
+};
+
+static uint64_t key_hash(uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
+{
+    uint64_t x;
+
+    memcpy(&x, h->b, sizeof x);
+    x ^= (uint64_t)ns * 0x9e3779b97f4a7c15ull ^ (uint64_t)rank * 0xc2b2ae3d27d4eb4full;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static bool key_eq(const index_entry_t *e, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
+{
+    return e->ns == ns && e->rank == rank && memcmp(e->hash.b, h->b, KVT_HASH_BYTES) == 0;
+}
+
+index_t *index_new(void)
+{
+    index_t *ix = calloc(1, sizeof *ix);
+
+    if (ix == NULL)
+        return NULL;
+    ix->nbuckets = INDEX_MIN_BUCKETS;
+    ix->buckets = calloc(ix->nbuckets, sizeof *ix->buckets);
+    if (ix->buckets == NULL) {
+        free(ix);
+        return NULL;
+    }
+    return ix;
+}
+
+void index_destroy(index_t **pix)
+{
+    index_t *ix = *pix;
+
+    if (ix == NULL)
+        return;
+    for (uint64_t b = 0; b < ix->nbuckets; b++) {
+        index_entry_t *e = ix->buckets[b];
+        while (e != NULL) {
+            index_entry_t *next = e->hnext;
+            free(e);
+            e = next;
+        }
+    }
+    free(ix->buckets);
+    free(ix);
+    *pix = NULL;
+}
+
+uint64_t index_count(const index_t *ix)
+{
+    return ix->count;
+}
+
+index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank,
+                          const kvt_wire_hash_t *h)
+{
+    index_entry_t *e = ix->buckets[key_hash(ns, rank, h) & (ix->nbuckets - 1)];
+
+    while (e != NULL && !key_eq(e, ns, rank, h))
+        e = e->hnext;
+    return e;
+}
+
+/* --- leaf LRU --- */
+
+static void lru_unlink(index_t *ix, index_entry_t *e)
+{
+    if (e->lru_prev != NULL)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        ix->lru_head = e->lru_next;
+    if (e->lru_next != NULL)
+        e->lru_next->lru_prev = e->lru_prev;
+    else
+        ix->lru_tail = e->lru_prev;
+    e->lru_prev = e->lru_next = NULL;
+}
+
+/* Inserts e before `at` (NULL = at the hot end). */
+static void lru_insert_before(index_t *ix, index_entry_t *e, index_entry_t *at)
+{
+    if (at == NULL) {
+        e->lru_prev = ix->lru_tail;
+        e->lru_next = NULL;
+        if (ix->lru_tail != NULL)
+            ix->lru_tail->lru_next = e;
+        else
+            ix->lru_head = e;
+        ix->lru_tail = e;
+        return;
+    }
+    e->lru_next = at;
+    e->lru_prev = at->lru_prev;
+    if (at->lru_prev != NULL)
+        at->lru_prev->lru_next = e;
+    else
+        ix->lru_head = e;
+    at->lru_prev = e;
+}
+
+/* A new leaf that was not just accessed (an exposed parent): place it by its clock, scanning a
+ * bounded number of leaves from the cold end; past the bound it lands there (approximate). */
+static void lru_insert_sorted(index_t *ix, index_entry_t *e)
+{
+    index_entry_t *at = ix->lru_head;
+    unsigned n = 0;
+
+    while (at != NULL && at->clock < e->clock && n++ < INDEX_SORTED_INSERT_SCAN)
+        at = at->lru_next;
+    lru_insert_before(ix, e, at);
+}
+
+/* --- table --- */
+
+static void table_grow(index_t *ix)
+{
+    uint64_t nb = ix->nbuckets * 2;
+    index_entry_t **nbk = calloc(nb, sizeof *nbk);
+
+    if (nbk == NULL)
+        return; /* keep the longer chains; correctness does not depend on the load factor */
+    for (uint64_t b = 0; b < ix->nbuckets; b++) {
+        index_entry_t *e = ix->buckets[b];
+        while (e != NULL) {
+            index_entry_t *next = e->hnext;
+            uint64_t i = key_hash(e->ns, e->rank, &e->hash) & (nb - 1);
+            e->hnext = nbk[i];
+            nbk[i] = e;
+            e = next;
+        }
+    }
+    free(ix->buckets);
+    ix->buckets = nbk;
+    ix->nbuckets = nb;
+}
+
+index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                         index_entry_t *parent, bool orphan, uint64_t off, uint64_t len)
+{
+    index_entry_t *e;
+    uint64_t b;
+
+    assert(index_find(ix, ns, rank, h) == NULL);
+    assert(parent == NULL || (parent->ns == ns && parent->rank == rank));
+    e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
+    if (ix->count >= ix->nbuckets)
+        table_grow(ix);
+    e->ns = ns;
+    e->rank = rank;
+    e->hash = *h;
+    e->off = off;
+    e->len = len;
+    e->parent = parent;
+    e->flags = orphan ? INDEX_F_ORPHAN : 0;
+    e->clock = ++ix->clock;
+    b = key_hash(ns, rank, h) & (ix->nbuckets - 1);
+    e->hnext = ix->buckets[b];
+    ix->buckets[b] = e;
+    ix->count++;
+
+    if (parent != NULL && parent->nchildren++ == 0)
+        lru_unlink(ix, parent);
+    if (orphan) {
+        e->clock = 0;
+        lru_insert_before(ix, e, ix->lru_head);
+    } else {
+        lru_insert_before(ix, e, NULL);
+    }
+    return e;
+}
+
+void index_touch(index_t *ix, index_entry_t *e)
+{
+    e->clock = ++ix->clock;
+    if (e->nchildren == 0 && ix->lru_tail != e) {
+        lru_unlink(ix, e);
+        lru_insert_before(ix, e, NULL);
+    }
+}
+
+void index_lease(index_entry_t *e, uint64_t now_ms, uint32_t lease_ms)
+{
+    if (e->lease_until_ms <= now_ms)
+        e->lease_until_ms = now_ms + lease_ms;
+}
+
+index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan)
+{
+    index_entry_t *e = ix->lru_head;
+
+    for (unsigned n = 0; e != NULL && n < max_scan; n++, e = e->lru_next)
+        if (e->pins == 0 && !index_leased(e, now_ms))
+            return e;
+    return NULL;
+}
+
+void index_remove(index_t *ix, index_entry_t *e)
+{
+    index_entry_t **pp = &ix->buckets[key_hash(e->ns, e->rank, &e->hash) & (ix->nbuckets - 1)];
+    index_entry_t *p = e->parent;
+
+    assert(e->nchildren == 0);
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    *pp = e->hnext;
+    lru_unlink(ix, e);
+    ix->count--;
+    if (p != NULL && --p->nchildren == 0)
+        lru_insert_sorted(ix, p);
+    free(e);
+}
+
+void index_foreach(const index_t *ix, void (*fn)(const index_entry_t *e, void *arg), void *arg)
+{
+    for (uint64_t b = 0; b < ix->nbuckets; b++)
+        for (const index_entry_t *e = ix->buckets[b]; e != NULL; e = e->hnext)
+            fn(e, arg);
+}
+
+int index_check(const index_t *ix)
+{
+    uint64_t n = 0, leaves = 0, in_lru = 0;
+
+    for (uint64_t b = 0; b < ix->nbuckets; b++) {
+        for (const index_entry_t *e = ix->buckets[b]; e != NULL; e = e->hnext) {
+            uint32_t kids = 0;
+            n++;
+            if ((key_hash(e->ns, e->rank, &e->hash) & (ix->nbuckets - 1)) != b)
+                return -1;
+            if (e->parent != NULL &&
+                index_find(ix, e->parent->ns, e->parent->rank, &e->parent->hash) != e->parent)
+                return -1;
+            /* O(n^2) child count is fine for test-sized indexes */
+            for (uint64_t c = 0; c < ix->nbuckets; c++)
+                for (const index_entry_t *f = ix->buckets[c]; f != NULL; f = f->hnext)
+                    kids += f->parent == e;
+            if (kids != e->nchildren)
+                return -1;
+            leaves += e->nchildren == 0;
+        }
+    }
+    for (const index_entry_t *e = ix->lru_head; e != NULL; e = e->lru_next) {
+        if (e->nchildren != 0)
+            return -1;
+        if (e->lru_next == NULL && ix->lru_tail != e)
+            return -1;
+        in_lru++;
+    }
+    return n == ix->count && leaves == in_lru ? 0 : -1;
+}

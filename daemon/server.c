@@ -1,0 +1,905 @@
+/*
+ * server.c - request intake and dispatch (see server.h).
+ *
+ * Flow: zsock delivers one multipart message [routing id, head, frames...]; the head is decoded
+ * by the pure protocol module; the session of the routing id is found or created; the request
+ * is executed against the store and the namespace's gates, synchronously on the loop thread
+ * (everything here is memory work); one reply is sent. Decode errors are answered with ERROR
+ * carrying the request id whenever the head got that far, and counted by class.
+ *
+ * Gates (GATES.md): the admission decision is taken once per save operation at SAVE_BEGIN (or
+ * at SAVE_DATA for a client that skipped SAVE_BEGIN) and remembered in saveops so every rank of
+ * the operation gets the same answer; an operation whose chunks all exist gets no decision and
+ * consumes no credit. SAVE_DATA of a declined operation stores nothing. Lookups that carry
+ * prompt info go through the lookup-skip gate and feed its estimator.
+ *
+ * Replies copy chunk bytes out of the arena into their frames (one memcpy), so an eviction
+ * after the reply is queued can never change bytes ZeroMQ has yet to send. A later shared-memory
+ * data path removes that copy for local clients.
+ *
+ * Threads: loop thread only.
+ */
+#include "server.h"
+
+#include "gates.h"
+#include "hist.h"
+#include "kvt_proto.h"
+#include "log.h"
+#include "ns.h"
+#include "saveops.h"
+#include "store.h"
+#include "zsock.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define SESSION_NS_MAX 16
+#define SESSION_ID_MAX 256
+#define SAVEOPS_CAPACITY 65536u
+#define SAVEOPS_TTL_MS 60000u
+#define SWEEP_MS 1000u
+
+typedef enum { OP_HELLO, OP_LOOKUP, OP_SAVE_BEGIN, OP_SAVE, OP_LOAD, OP_TALLY, OP_COUNT } op_t;
+
+static const char *const op_names[OP_COUNT] = {"hello", "lookup", "save_begin",
+                                               "save",  "load",   "tally"};
+
+typedef enum {
+    ERR_MALFORMED,
+    ERR_VERSION,
+    ERR_UNKNOWN_NS,
+    ERR_TOO_BIG,
+    ERR_INVALID,
+    ERR_CONFLICT,
+    ERR_UNSUPPORTED,
+    ERR_BUSY,
+    ERR_COUNT
+} err_class_t;
+
+static const char *const err_names[ERR_COUNT] = {"malformed", "version",     "unknown_ns",
+                                                 "too_big",   "invalid",     "conflict",
+                                                 "unsupported", "busy"};
+
+typedef struct session session_t;
+struct session {
+    session_t *hnext;
+    session_t *prev, *next; /* activity list: head = least recent */
+    uint64_t last_ms;
+    uint32_t ns[SESSION_NS_MAX];
+    int nns;
+    size_t idlen;
+    uint8_t id[SESSION_ID_MAX];
+};
+
+typedef struct {
+    uint64_t sum_us;
+    uint64_t count;
+} ns_timing_t;
+
+struct server {
+    uv_loop_t *loop;
+    const config_t *cfg;
+    zsock_t *zs;
+    uv_timer_t sweep;
+    ns_table_t *nst;
+    store_t *store;
+    saveops_t *ops;
+    kvt_limits_t lim;
+    uint64_t start_ms;
+
+    session_t **sbuckets;
+    uint32_t nsbuckets;
+    uint32_t nsessions;
+    session_t *shead, *stail;
+
+    zmq_msg_t *out;      /* reply parts scratch: max_chunks + 3 */
+    kvt_frame_t *frames; /* request frame views: max_chunks + 2 */
+    uint8_t *status;     /* per-chunk status scratch */
+    uint32_t *rank_hits; /* KVT_WORLD_MAX */
+
+    hist_t op_hist[OP_COUNT];
+    uint64_t errors[ERR_COUNT];
+    uint64_t requests;
+    uint64_t bytes_received;
+    uint64_t bytes_sent;
+    uint64_t replies_dropped;
+    ns_timing_t ns_lookup_time[NS_MAX + 1];
+};
+
+/* --- sessions --- */
+
+static uint32_t id_hash(const uint8_t *id, size_t len)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ id[i]) * 16777619u;
+    return h;
+}
+
+static void session_unlink(server_t *sv, session_t *s)
+{
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        sv->shead = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    else
+        sv->stail = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void session_append(server_t *sv, session_t *s)
+{
+    s->prev = sv->stail;
+    s->next = NULL;
+    if (sv->stail != NULL)
+        sv->stail->next = s;
+    else
+        sv->shead = s;
+    sv->stail = s;
+}
+
+static void session_drop(server_t *sv, session_t *s)
+{
+    session_t **pp = &sv->sbuckets[id_hash(s->id, s->idlen) & (sv->nsbuckets - 1)];
+
+    while (*pp != s)
+        pp = &(*pp)->hnext;
+    *pp = s->hnext;
+    session_unlink(sv, s);
+    sv->nsessions--;
+    free(s);
+}
+
+static session_t *session_get(server_t *sv, const zmq_msg_t *rid, uint64_t now_ms)
+{
+    const uint8_t *id = zmq_msg_data((zmq_msg_t *)rid);
+    size_t len = zmq_msg_size((zmq_msg_t *)rid);
+    uint32_t b = id_hash(id, len) & (sv->nsbuckets - 1);
+    session_t *s;
+
+    if (len == 0 || len > SESSION_ID_MAX)
+        return NULL;
+    for (s = sv->sbuckets[b]; s != NULL; s = s->hnext)
+        if (s->idlen == len && memcmp(s->id, id, len) == 0)
+            break;
+    if (s == NULL) {
+        if (sv->nsessions >= sv->cfg->server.max_clients && sv->shead != NULL)
+            session_drop(sv, sv->shead);
+        s = calloc(1, sizeof *s);
+        if (s == NULL)
+            return NULL;
+        memcpy(s->id, id, len);
+        s->idlen = len;
+        s->hnext = sv->sbuckets[b];
+        sv->sbuckets[b] = s;
+        sv->nsessions++;
+    } else {
+        session_unlink(sv, s);
+    }
+    session_append(sv, s);
+    s->last_ms = now_ms;
+    return s;
+}
+
+static int session_declare(session_t *s, uint32_t ns)
+{
+    for (int i = 0; i < s->nns; i++)
+        if (s->ns[i] == ns)
+            return 0;
+    if (s->nns == SESSION_NS_MAX)
+        return -ENOSPC;
+    s->ns[s->nns++] = ns;
+    return 0;
+}
+
+static bool session_has(const session_t *s, uint32_t ns)
+{
+    for (int i = 0; i < s->nns; i++)
+        if (s->ns[i] == ns)
+            return true;
+    return false;
+}
+
+static void sweep_cb(uv_timer_t *t)
+{
+    server_t *sv = t->data;
+    uint64_t now = uv_now(sv->loop);
+
+    while (sv->shead != NULL && now - sv->shead->last_ms > sv->cfg->server.client_idle_ms)
+        session_drop(sv, sv->shead);
+}
+
+/* --- replies --- */
+
+static err_class_t err_class(int code)
+{
+    switch (code) {
+    case KVT_WIRE_EVERSION: return ERR_VERSION;
+    case KVT_WIRE_ENONS: return ERR_UNKNOWN_NS;
+    case KVT_WIRE_ETOOBIG: return ERR_TOO_BIG;
+    case KVT_WIRE_EINVAL: return ERR_INVALID;
+    case KVT_WIRE_ECONFLICT: return ERR_CONFLICT;
+    case KVT_WIRE_EUNSUPP: return ERR_UNSUPPORTED;
+    case KVT_WIRE_EBUSY: return ERR_BUSY;
+    default: return ERR_MALFORMED;
+    }
+}
+
+static void send_parts(server_t *sv, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        sv->bytes_sent += zmq_msg_size(&sv->out[i]);
+    if (zsock_send(sv->zs, sv->out, n) != 0)
+        sv->replies_dropped++;
+}
+
+/* Starts a reply: part 0 = routing id, part 1 = the head of m. Returns 2 (parts used). */
+static size_t reply_head(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *m)
+{
+    size_t hn = kvt_head_size(m->hdr.type);
+
+    zmq_msg_init(&sv->out[0]);
+    zmq_msg_copy(&sv->out[0], rid);
+    zmq_msg_init_size(&sv->out[1], hn);
+    kvt_head_encode(zmq_msg_data(&sv->out[1]), hn, m);
+    return 2;
+}
+
+static void part_bytes(zmq_msg_t *p, const void *data, size_t len)
+{
+    zmq_msg_init_size(p, len);
+    if (len > 0)
+        memcpy(zmq_msg_data(p), data, len);
+}
+
+static void reply_error(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int code,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void reply_error(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int code,
+                        const char *fmt, ...)
+{
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_ERROR, .req_id = req->req_id, .ns_id = req->ns_id}};
+    char text[KVT_ERRTEXT_MAX + 1];
+    va_list ap;
+    int n;
+    size_t k;
+
+    va_start(ap, fmt);
+    n = vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof text)
+        n = sizeof text - 1;
+    sv->errors[err_class(code)]++;
+    log_debug("request_error", "type=%s req=%" PRIu64 " code=%d text=\"%s\"",
+              kvt_msg_type_name(req->type), req->req_id, code, text);
+    m.u.error.code = code;
+    k = reply_head(sv, rid, &m);
+    part_bytes(&sv->out[k++], text, (size_t)n);
+    send_parts(sv, k);
+}
+
+static void reply_status(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int type,
+                         const uint8_t *status, size_t n)
+{
+    kvt_msg_t m = {.hdr = {.type = (uint8_t)type, .req_id = req->req_id, .ns_id = req->ns_id}};
+    size_t k = reply_head(sv, rid, &m);
+
+    part_bytes(&sv->out[k++], status, n);
+    send_parts(sv, k);
+}
+
+/* --- requests --- */
+
+static void do_hello(server_t *sv, zmq_msg_t *rid, session_t *s, const kvt_msg_t *req)
+{
+    const kvt_hello_t *h = &req->u.hello;
+    bool replicated = (req->hdr.flags & KVT_HELLO_REPLICATED) != 0;
+    char model[KVT_MODEL_MAX + 1];
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_HELLO_OK, .req_id = req->hdr.req_id}};
+    ns_t *ns;
+    int rc;
+
+    if (h->world == 0 || h->world > KVT_WORLD_MAX || h->rank >= h->world ||
+        h->chunk_tokens == 0) {
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL,
+                    "hello: need 1 <= world <= %d, rank < world, chunk_tokens > 0 (got world %u "
+                    "rank %u chunk_tokens %u)",
+                    KVT_WORLD_MAX, h->world, h->rank, h->chunk_tokens);
+        return;
+    }
+    memcpy(model, h->model, h->model_len);
+    model[h->model_len] = '\0';
+    rc = ns_declare(sv->nst, h->model, h->model_len, h->layout_fp, h->world, replicated,
+                    h->chunk_tokens, config_gates_for(sv->cfg, model), &ns);
+    if (rc == -EEXIST) {
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_ECONFLICT,
+                    "namespace %s/%016" PRIx64 " exists with another world, replication or "
+                    "chunk size",
+                    model, h->layout_fp);
+        return;
+    }
+    if (rc != 0 || session_declare(s, ns->id) != 0) {
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EBUSY, "too many namespaces");
+        return;
+    }
+    if (ns->chunks == 0 && ns->bytes == 0)
+        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u", model,
+                  h->layout_fp, ns->id, h->world, h->rank);
+    m.u.hello_ok.ns_id = ns->id;
+    m.u.hello_ok.lease_ms = sv->cfg->ram.lease_ms;
+    m.u.hello_ok.max_chunk_bytes = sv->cfg->ram.max_chunk_bytes;
+    m.u.hello_ok.max_chunks = sv->cfg->server.max_chunks_per_request;
+    m.u.hello_ok.daemon_version =
+        (uint32_t)(KVT_VERSION_MAJOR_D << 16 | KVT_VERSION_MINOR_D << 8 | KVT_VERSION_PATCH_D);
+    send_parts(sv, reply_head(sv, rid, &m));
+}
+
+static void log_skip_report(const ns_t *ns)
+{
+    gates_state_t st;
+
+    gates_state(ns->gates, &st);
+    log_info("lookup_skip", "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
+             " forced_probes=%" PRIu64 " would_skip=%" PRIu64,
+             ns->model, st.lookups, st.act_ema, st.load_bearing, st.skips, st.forced_probes,
+             st.would_skip);
+}
+
+static void log_admission_report(const ns_t *ns)
+{
+    gates_state_t st;
+
+    gates_state(ns->gates, &st);
+    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64
+             " skipped=%" PRIu64,
+             ns->model, st.probes, st.payoff, st.saved, st.skipped);
+}
+
+static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
+{
+    const kvt_lookup_t *l = &req->u.lookup;
+    bool all = l->rank == KVT_RANK_ALL;
+    bool lease = (req->hdr.flags & KVT_LOOKUP_LEASE) != 0;
+    bool prompt = (req->hdr.flags & KVT_LOOKUP_PROMPT) != 0;
+    uint64_t now = uv_now(sv->loop);
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOOKUP_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
+    size_t k, nranks = 0;
+    uint32_t hit;
+
+    if (!all && l->rank >= ns->world) {
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank,
+                    ns->world);
+        return;
+    }
+    if (prompt && gates_lookup_decide(ns->gates, l->prompt_tokens, l->hbm_tokens) ==
+                      GATES_LOOKUP_SKIP) {
+        const gates_admission_cfg_t *ac = &gates_cfg(ns->gates)->admission;
+        gates_state_t st;
+        gates_state(ns->gates, &st);
+        if (st.probes % ac->report_every == 0)
+            log_admission_report(ns);
+        m.hdr.flags = KVT_LOOKUPR_SKIPPED;
+        k = reply_head(sv, rid, &m);
+        part_bytes(&sv->out[k++], NULL, 0);
+        send_parts(sv, k);
+        return;
+    }
+    if (all) {
+        hit = store_lookup_all(sv->store, ns, l->hashes, l->nhashes, lease, now, sv->rank_hits);
+        nranks = ns->world;
+    } else {
+        hit = store_lookup(sv->store, ns, l->rank, l->hashes, l->nhashes, lease, now);
+    }
+    if (prompt) {
+        uint64_t tokens = (uint64_t)hit * ns->chunk_tokens;
+        gates_state_t st;
+        gates_lookup_observe(ns->gates,
+                             gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
+                             l->hbm_tokens);
+        gates_state(ns->gates, &st);
+        if (st.lookups % gates_cfg(ns->gates)->lookup_skip.report_every == 0)
+            log_skip_report(ns);
+    }
+    m.u.lookup_ok.hit = hit;
+    if (lease && hit > 0) {
+        m.hdr.flags |= KVT_LOOKUPR_LEASED;
+        m.u.lookup_ok.lease_ms = sv->cfg->ram.lease_ms;
+    }
+    k = reply_head(sv, rid, &m);
+    zmq_msg_init_size(&sv->out[k], nranks * 4);
+    for (size_t r = 0; r < nranks; r++)
+        kvt_put_u32((uint8_t *)zmq_msg_data(&sv->out[k]) + 4 * r, sv->rank_hits[r]);
+    send_parts(sv, k + 1);
+}
+
+/* The admission decision of a save operation, taken once and remembered for every rank. */
+static bool save_admitted(server_t *sv, ns_t *ns, const kvt_msg_t *req, uint64_t now)
+{
+    const kvt_save_t *s = &req->u.save;
+    saveops_key_t key = {.ns = ns->id, .count = (uint32_t)s->nhashes};
+    bool admit;
+
+    if (req->hdr.flags & KVT_SAVE_OPID) {
+        key.has_op_id = true;
+        key.op_id = s->op_id;
+    }
+    memcpy(&key.first, &s->hashes[0], sizeof key.first);
+    if (saveops_get(sv->ops, &key, now, &admit))
+        return admit;
+    admit = gates_admit(ns->gates);
+    saveops_put(sv->ops, &key, admit, now);
+    return admit;
+}
+
+static bool save_args_ok(server_t *sv, zmq_msg_t *rid, const ns_t *ns, const kvt_msg_t *req)
+{
+    if (req->u.save.rank >= ns->world) {
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u",
+                    req->u.save.rank, ns->world);
+        return false;
+    }
+    return true;
+}
+
+static void do_save_begin(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
+{
+    const kvt_save_t *s = &req->u.save;
+    size_t wanted;
+
+    if (!save_args_ok(sv, rid, ns, req))
+        return;
+    wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
+    if (wanted > 0 && !save_admitted(sv, ns, req, uv_now(sv->loop)))
+        for (size_t i = 0; i < s->nhashes; i++)
+            if (sv->status[i] == KVT_CHUNK_WANTED)
+                sv->status[i] = KVT_CHUNK_DECLINED;
+    reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_BEGIN_OK, sv->status, s->nhashes);
+}
+
+static void do_save(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
+{
+    const kvt_save_t *s = &req->u.save;
+    uint64_t now = uv_now(sv->loop);
+    size_t sent = 0;
+
+    if (!save_args_ok(sv, rid, ns, req))
+        return;
+    for (size_t i = 0; i < s->nhashes; i++) {
+        sv->bytes_received += s->payloads[i].len;
+        sent += s->payloads[i].len > 0;
+    }
+    if (sent > 0 && store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes,
+                                     sv->status) > 0 &&
+        !save_admitted(sv, ns, req, now)) {
+        for (size_t i = 0; i < s->nhashes; i++)
+            if (sv->status[i] == KVT_CHUNK_WANTED)
+                sv->status[i] = KVT_CHUNK_DECLINED;
+    } else {
+        store_save(sv->store, ns, s->rank,
+                   (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL, s->hashes,
+                   s->nhashes, s->payloads, now, sv->status);
+    }
+    reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
+}
+
+static void do_load(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
+{
+    const kvt_load_t *l = &req->u.load;
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
+    size_t k;
+
+    if (l->rank >= ns->world) {
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank,
+                    ns->world);
+        return;
+    }
+    k = reply_head(sv, rid, &m);
+    for (size_t i = 0; i < l->nhashes; i++) {
+        uint64_t len = 0;
+        const void *p = store_load(sv->store, ns, l->rank, &l->hashes[i], &len);
+        sv->status[i] = p != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
+        part_bytes(&sv->out[k + 1 + i], p, p != NULL ? len : 0);
+    }
+    part_bytes(&sv->out[k], sv->status, l->nhashes);
+    send_parts(sv, k + 1 + l->nhashes);
+}
+
+static void do_tally(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
+{
+    const kvt_tally_t *t = &req->u.tally;
+    gates_reason_t reasons[GATES_REASON_MAX];
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_TALLY_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
+    const gates_cfg_t *gc = gates_cfg(ns->gates);
+    gates_state_t st;
+    size_t off = 0, nl;
+    const char *name;
+    uint64_t count;
+    int nr = 0;
+
+    while (kvt_reason_next(t->reasons, t->reasons_len, &off, &name, &nl, &count) > 0 &&
+           nr < GATES_REASON_MAX) {
+        memcpy(reasons[nr].name, name, nl);
+        reasons[nr].name[nl] = '\0';
+        reasons[nr].count = count;
+        nr++;
+    }
+    if (gates_tally(ns->gates, t->engine_id, t->paid_total, t->probes_total, reasons, nr))
+        log_admission_report(ns);
+    gates_state(ns->gates, &st);
+    m.u.tally_ok.payoff = st.payoff;
+    m.u.tally_ok.share = st.share;
+    m.u.tally_ok.act_ema = st.act_ema;
+    m.u.tally_ok.probes = st.probes;
+    m.u.tally_ok.lookups = st.lookups;
+    m.u.tally_ok.gate_flags = (uint16_t)((gc->admission.enabled ? KVT_GATE_ADMISSION_ON : 0) |
+                                         (gc->lookup_skip.enabled ? KVT_GATE_SKIP_ON : 0) |
+                                         (st.load_bearing ? KVT_GATE_LOAD_BEARING : 0));
+    send_parts(sv, reply_head(sv, rid, &m));
+}
+
+static op_t op_of(int type)
+{
+    switch (type) {
+    case KVT_MSG_HELLO: return OP_HELLO;
+    case KVT_MSG_LOOKUP: return OP_LOOKUP;
+    case KVT_MSG_SAVE_BEGIN: return OP_SAVE_BEGIN;
+    case KVT_MSG_SAVE_DATA: return OP_SAVE;
+    case KVT_MSG_LOAD: return OP_LOAD;
+    case KVT_MSG_TALLY: return OP_TALLY;
+    default: return OP_COUNT;
+    }
+}
+
+static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
+{
+    server_t *sv = arg;
+    zmq_msg_t *rid = &parts[0];
+    uint64_t t0 = uv_hrtime(), now = uv_now(sv->loop);
+    kvt_msg_t req;
+    session_t *s;
+    ns_t *ns;
+    op_t op;
+    int rc;
+
+    sv->requests++;
+    for (size_t i = 1; i < nparts; i++) {
+        sv->frames[i - 1].data = zmq_msg_data(&parts[i]);
+        sv->frames[i - 1].len = zmq_msg_size(&parts[i]);
+    }
+    rc = kvt_msg_decode(sv->frames, nparts - 1, &sv->lim, &req);
+    if (rc == 0 && truncated)
+        rc = KVT_WIRE_ETOOBIG;
+    if (rc != 0) {
+        reply_error(sv, rid, &req.hdr, rc, "%s: %s%s", kvt_msg_type_name(req.hdr.type),
+                    kvt_wire_strerror(rc), truncated ? " (too many frames)" : "");
+        return;
+    }
+    op = op_of(req.hdr.type);
+    if (op == OP_COUNT) {
+        reply_error(sv, rid, &req.hdr, KVT_WIRE_EUNSUPP, "%s is not a request",
+                    kvt_msg_type_name(req.hdr.type));
+        return;
+    }
+    s = session_get(sv, rid, now);
+    if (s == NULL) {
+        reply_error(sv, rid, &req.hdr, KVT_WIRE_EBUSY, "out of memory for sessions");
+        return;
+    }
+    if (op == OP_HELLO) {
+        do_hello(sv, rid, s, &req);
+    } else {
+        ns = session_has(s, req.hdr.ns_id) ? ns_get(sv->nst, req.hdr.ns_id) : NULL;
+        if (ns == NULL) {
+            reply_error(sv, rid, &req.hdr, KVT_WIRE_ENONS,
+                        "namespace %u was not declared by this client (send hello first)",
+                        req.hdr.ns_id);
+            return;
+        }
+        switch (op) {
+        case OP_LOOKUP: do_lookup(sv, rid, ns, &req); break;
+        case OP_SAVE_BEGIN: do_save_begin(sv, rid, ns, &req); break;
+        case OP_SAVE: do_save(sv, rid, ns, &req); break;
+        case OP_LOAD: do_load(sv, rid, ns, &req); break;
+        default: do_tally(sv, rid, ns, &req); break;
+        }
+        if (op == OP_LOOKUP) {
+            sv->ns_lookup_time[ns->id].sum_us += (uv_hrtime() - t0) / 1000;
+            sv->ns_lookup_time[ns->id].count++;
+        }
+    }
+    hist_record(&sv->op_hist[op], (uv_hrtime() - t0) / 1000);
+}
+
+/* --- lifecycle --- */
+
+int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
+{
+    server_t *sv = calloc(1, sizeof *sv);
+    size_t maxc = cfg->server.max_chunks_per_request;
+    int rc = -ENOMEM;
+
+    if (sv == NULL)
+        return -ENOMEM;
+    sv->loop = loop;
+    sv->cfg = cfg;
+    sv->start_ms = uv_now(loop);
+    sv->lim.max_hashes = maxc;
+    sv->lim.max_payload_bytes = cfg->ram.max_chunk_bytes;
+    for (int i = 0; i < OP_COUNT; i++)
+        hist_init(&sv->op_hist[i]);
+    sv->nsbuckets = 1;
+    while (sv->nsbuckets < cfg->server.max_clients)
+        sv->nsbuckets <<= 1;
+    sv->sbuckets = calloc(sv->nsbuckets, sizeof *sv->sbuckets);
+    sv->out = calloc(maxc + 3, sizeof *sv->out);
+    sv->frames = calloc(maxc + 2, sizeof *sv->frames);
+    sv->status = calloc(maxc, 1);
+    sv->rank_hits = calloc(KVT_WORLD_MAX, sizeof *sv->rank_hits);
+    sv->nst = ns_table_new();
+    sv->ops = saveops_new(SAVEOPS_CAPACITY, SAVEOPS_TTL_MS);
+    if (sv->sbuckets == NULL || sv->out == NULL || sv->frames == NULL || sv->status == NULL ||
+        sv->rank_hits == NULL || sv->nst == NULL || sv->ops == NULL)
+        goto fail_mem;
+    rc = store_new(cfg, sv->nst, &sv->store);
+    if (rc != 0) {
+        log_error("ram_arena", "path=\"%s\" capacity_bytes=%" PRIu64 " error=\"%s\"",
+                  cfg->ram.arena_path, cfg->ram.capacity_bytes, strerror(-rc));
+        goto fail_mem;
+    }
+    rc = zsock_new(loop, zctx, cfg->server.endpoint, maxc + 3,
+                   (int64_t)(cfg->ram.max_chunk_bytes + 65536), recv_cb, sv, &sv->zs);
+    if (rc != 0) {
+        log_error("bind", "endpoint=%s error=\"%s\"", cfg->server.endpoint, zmq_strerror(-rc));
+        goto fail_bind;
+    }
+    uv_timer_init(loop, &sv->sweep);
+    sv->sweep.data = sv;
+    uv_timer_start(&sv->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
+    *out = sv;
+    return 0;
+
+fail_bind:
+    store_destroy(&sv->store);
+fail_mem:
+    saveops_destroy(&sv->ops);
+    ns_table_destroy(&sv->nst);
+    free(sv->rank_hits);
+    free(sv->status);
+    free(sv->frames);
+    free(sv->out);
+    free(sv->sbuckets);
+    free(sv);
+    return rc;
+}
+
+static void server_free_cb(uv_handle_t *h)
+{
+    server_t *sv = h->data;
+
+    while (sv->shead != NULL)
+        session_drop(sv, sv->shead);
+    store_destroy(&sv->store);
+    saveops_destroy(&sv->ops);
+    ns_table_destroy(&sv->nst);
+    free(sv->rank_hits);
+    free(sv->status);
+    free(sv->frames);
+    free(sv->out);
+    free(sv->sbuckets);
+    free(sv);
+}
+
+void server_close(server_t **psv)
+{
+    server_t *sv = *psv;
+
+    if (sv == NULL)
+        return;
+    zsock_close(&sv->zs);
+    uv_close((uv_handle_t *)&sv->sweep, server_free_cb);
+    *psv = NULL;
+}
+
+/* --- status --- */
+
+static json_t *jint(uint64_t v)
+{
+    return json_integer((json_int_t)v);
+}
+
+static json_t *gates_json(const ns_t *ns, const server_t *sv)
+{
+    const gates_cfg_t *c = gates_cfg(ns->gates);
+    const ns_timing_t *lt = &sv->ns_lookup_time[ns->id];
+    gates_state_t st;
+    json_t *adm, *skip, *reasons = json_object();
+
+    gates_state(ns->gates, &st);
+    for (int i = 0; i < st.nreasons; i++)
+        json_object_set_new(reasons, st.reasons[i].name, jint(st.reasons[i].count));
+    adm = json_pack("{s:b, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:I, s:o}",
+                    "enabled", c->admission.enabled, "target", c->admission.target, "floor",
+                    c->admission.floor, "alpha", c->admission.alpha, "warmup",
+                    (json_int_t)c->admission.warmup, "probes", (json_int_t)st.probes, "payoff",
+                    st.payoff, "share", st.share, "saved", (json_int_t)st.saved, "skipped",
+                    (json_int_t)st.skipped, "save_share", st.save_share, "would_decline",
+                    (json_int_t)st.would_decline, "reasons", reasons);
+    skip = json_pack("{s:b, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:f}", "enabled",
+                     c->lookup_skip.enabled, "min_load_tokens",
+                     (json_int_t)c->lookup_skip.min_load_tokens, "lookups",
+                     (json_int_t)st.lookups, "act_ema", st.act_ema, "load_bearing",
+                     st.load_bearing, "skips", (json_int_t)st.skips, "forced_probes",
+                     (json_int_t)st.forced_probes, "would_skip", (json_int_t)st.would_skip,
+                     "mean_lookup_us", lt->count ? (double)lt->sum_us / (double)lt->count : 0.0);
+    return json_pack("{s:o, s:o}", "admission", adm, "lookup_skip", skip);
+}
+
+int server_status_json(server_t *sv, char **body, size_t *len)
+{
+    uint64_t now = uv_now(sv->loop);
+    json_t *root = json_object(), *ram = json_object(), *ops = json_object();
+    json_t *errs = json_object(), *nss = json_array(), *server, *disk;
+
+    store_status_ram(sv->store, now, ram);
+    disk = json_pack("{s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:i}", "enabled", 0, "state", "off",
+                     "capacity_bytes", 0, "used_bytes", 0, "chunks", 0, "hits", 0, "misses", 0,
+                     "evictions", 0);
+    for (int i = 0; i < ERR_COUNT; i++)
+        json_object_set_new(errs, err_names[i], jint(sv->errors[i]));
+    server = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "clients",
+                       (json_int_t)sv->nsessions, "requests", (json_int_t)sv->requests,
+                       "bytes_received", (json_int_t)sv->bytes_received, "bytes_sent",
+                       (json_int_t)sv->bytes_sent, "replies_dropped",
+                       (json_int_t)sv->replies_dropped, "save_ops_remembered",
+                       (json_int_t)saveops_count(sv->ops), "errors", errs);
+    for (int i = 0; i < OP_COUNT; i++) {
+        const hist_t *h = &sv->op_hist[i];
+        json_object_set_new(ops, op_names[i],
+                            json_pack("{s:I, s:I, s:I, s:I}", "count",
+                                      (json_int_t)hist_count(h), "p50_us",
+                                      (json_int_t)hist_percentile(h, 50.0), "p99_us",
+                                      (json_int_t)hist_percentile(h, 99.0), "max_us",
+                                      (json_int_t)hist_max(h)));
+    }
+    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
+        const ns_t *ns = ns_get(sv->nst, id);
+        char fp[17];
+        snprintf(fp, sizeof fp, "%016" PRIx64, ns->fingerprint);
+        json_array_append_new(
+            nss, json_pack("{s:i, s:s, s:s, s:i, s:b, s:I, s:I, s:I, s:o}", "id", (int)ns->id,
+                           "model", ns->model, "fingerprint", fp, "world", (int)ns->world,
+                           "replicated", ns->replicated, "chunk_tokens",
+                           (json_int_t)ns->chunk_tokens, "chunks", (json_int_t)ns->chunks,
+                           "bytes", (json_int_t)ns->bytes, "gates", gates_json(ns, sv)));
+    }
+    json_object_set_new(root, "version", json_string(KVT_VERSION_STRING));
+    json_object_set_new(root, "uptime_s", json_real((double)(now - sv->start_ms) / 1000.0));
+    json_object_set_new(root, "pid", json_integer(getpid()));
+    json_object_set_new(root, "endpoint", json_string(sv->cfg->server.endpoint));
+    json_object_set_new(root, "ram", ram);
+    json_object_set_new(root, "disk", disk);
+    json_object_set_new(root, "server", server);
+    json_object_set_new(root, "ops", ops);
+    json_object_set_new(root, "namespaces", nss);
+    *body = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (*body == NULL)
+        return -ENOMEM;
+    *len = strlen(*body);
+    return 0;
+}
+
+/* Appends to a growing buffer; on allocation failure the document is dropped at the end. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} textbuf_t;
+
+static void tb_printf(textbuf_t *tb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void tb_printf(textbuf_t *tb, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (tb->failed)
+        return;
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(tb->buf + tb->len, tb->cap - tb->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            tb->failed = true;
+            return;
+        }
+        if ((size_t)n < tb->cap - tb->len) {
+            tb->len += (size_t)n;
+            return;
+        }
+        size_t ncap = (tb->cap + (size_t)n + 1) * 2;
+        char *nb = realloc(tb->buf, ncap);
+        if (nb == NULL) {
+            tb->failed = true;
+            return;
+        }
+        tb->buf = nb;
+        tb->cap = ncap;
+    }
+}
+
+int server_metrics_text(server_t *sv, char **body, size_t *len)
+{
+    textbuf_t tb = {0};
+    json_t *ram = json_object();
+    const char *key;
+    json_t *v;
+
+    tb.cap = 4096;
+    tb.buf = malloc(tb.cap);
+    if (tb.buf == NULL || ram == NULL) {
+        free(tb.buf);
+        json_decref(ram);
+        return -ENOMEM;
+    }
+    tb.buf[0] = '\0';
+    store_status_ram(sv->store, uv_now(sv->loop), ram);
+    json_object_foreach(ram, key, v)
+    {
+        if (json_is_integer(v))
+            tb_printf(&tb, "kvtier_ram_%s %" JSON_INTEGER_FORMAT "\n", key,
+                      json_integer_value(v));
+    }
+    json_decref(ram);
+    tb_printf(&tb, "kvtier_clients %u\nkvtier_requests_total %" PRIu64
+                   "\nkvtier_bytes_received_total %" PRIu64 "\nkvtier_bytes_sent_total %" PRIu64
+                   "\n",
+              sv->nsessions, sv->requests, sv->bytes_received, sv->bytes_sent);
+    for (int i = 0; i < ERR_COUNT; i++)
+        tb_printf(&tb, "kvtier_errors_total{class=\"%s\"} %" PRIu64 "\n", err_names[i],
+                  sv->errors[i]);
+    for (int i = 0; i < OP_COUNT; i++) {
+        const hist_t *h = &sv->op_hist[i];
+        tb_printf(&tb, "kvtier_op_total{op=\"%s\"} %" PRIu64 "\n", op_names[i], hist_count(h));
+        tb_printf(&tb, "kvtier_op_latency_us{op=\"%s\",quantile=\"0.5\"} %" PRIu64 "\n",
+                  op_names[i], hist_percentile(h, 50.0));
+        tb_printf(&tb, "kvtier_op_latency_us{op=\"%s\",quantile=\"0.99\"} %" PRIu64 "\n",
+                  op_names[i], hist_percentile(h, 99.0));
+    }
+    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
+        const ns_t *ns = ns_get(sv->nst, id);
+        gates_state_t st;
+        gates_state(ns->gates, &st);
+        tb_printf(&tb, "kvtier_ns_chunks{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n", ns->model, ns->id,
+                  ns->chunks);
+        tb_printf(&tb, "kvtier_ns_bytes{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n", ns->model, ns->id,
+                  ns->bytes);
+        tb_printf(&tb, "kvtier_gate_payoff{ns=\"%s\",id=\"%u\"} %.6f\n", ns->model, ns->id,
+                  st.payoff);
+        tb_printf(&tb, "kvtier_gate_saves_skipped_total{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n",
+                  ns->model, ns->id, st.skipped);
+        tb_printf(&tb, "kvtier_gate_lookups_skipped_total{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n",
+                  ns->model, ns->id, st.skips);
+    }
+    if (tb.failed) {
+        free(tb.buf);
+        return -ENOMEM;
+    }
+    *body = tb.buf;
+    *len = tb.len;
+    return 0;
+}

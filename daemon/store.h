@@ -1,0 +1,70 @@
+/*
+ * store.h - chunk storage semantics: lookup, save, load and eviction over the index and the
+ * RAM arena. The server decodes requests and calls these; the store never sees a socket.
+ *
+ * Prefix semantics: a lookup counts leading hashes present, contiguous from the first. Saves
+ * link each chunk to its predecessor (the previous hash of the same save, or the declared
+ * parent) so that eviction only ever removes chain tails (index.h). Allocation under pressure
+ * evicts least recently used tails that are neither leased nor pinned until the chunk fits, or
+ * answers NOSPACE. Replicated namespaces store every chunk once, under rank 0.
+ *
+ * Threads: loop thread only. The store owns the index and the arena; namespaces are borrowed
+ * from the ns table given at creation, which must outlive the store.
+ */
+#ifndef KVT_STORE_H
+#define KVT_STORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kvt_proto.h"
+#include "ns.h"
+
+typedef struct store store_t;
+
+typedef struct {
+    uint64_t hits;      /* chunks found by lookups and loads */
+    uint64_t misses;    /* chunks asked by lookups and loads and not found */
+    uint64_t evictions; /* chunks evicted to make room */
+    uint64_t nospace;   /* chunks refused for lack of evictable space */
+    uint64_t stored;    /* chunks stored */
+} store_stats_t;
+
+/* Creates the RAM arena per cfg->ram. Returns 0 or a negative errno. */
+int store_new(const config_t *cfg, ns_table_t *nst, store_t **out);
+void store_destroy(store_t **s);
+
+/* Prefix hit of one rank; leases the hit chunks when lease is true. */
+uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                      size_t n, bool lease, uint64_t now_ms);
+
+/* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. With lease,
+ * the chunks of the common prefix [0, min) are leased for every rank. */
+uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
+                          bool lease, uint64_t now_ms, uint32_t *rank_hits);
+
+/* Marks each chunk KVT_CHUNK_EXISTS or KVT_CHUNK_WANTED. Returns the number of WANTED. */
+size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                        size_t n, uint8_t *status);
+
+/* Stores the chunks whose payload is not empty. parent (may be NULL) is the declared
+ * predecessor of h[0]. status[i] receives STORED, EXISTS, NOSPACE or SKIPPED. */
+void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
+                uint64_t now_ms, uint8_t *status);
+
+/* The stored bytes of one chunk (borrowed, valid until the next store call), or NULL. */
+const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                       uint64_t *len);
+
+const store_stats_t *store_stats(const store_t *s);
+
+/* Adds the "ram" status fields to obj. */
+void store_status_ram(const store_t *s, uint64_t now_ms, json_t *obj);
+
+/* Structural self-check of index and accounting, for tests. Returns 0 or -1. */
+int store_check(const store_t *s);
+
+#endif /* KVT_STORE_H */

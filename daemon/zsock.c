@@ -1,0 +1,203 @@
+/*
+ * zsock.c - ZeroMQ ROUTER integration with libuv (see zsock.h).
+ *
+ * Handles: a uv_poll_t on ZMQ_FD for wake-ups and a uv_idle_t that is active only while a
+ * drain was cut short by the batch limit (or a send may have consumed the edge). Both are
+ * closed by zsock_close; the struct is freed when the last close callback has run ("free a
+ * handle only in its close callback").
+ * Threads: loop thread only.
+ */
+#include "zsock.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct zsock {
+    void *sock;
+    uv_poll_t poll;
+    uv_idle_t idle;
+    int open_handles; /* handles not yet closed */
+    bool closing;
+    bool in_drain;
+    size_t max_parts;
+    zmq_msg_t *parts;
+    zsock_recv_cb cb;
+    void *arg;
+};
+
+static int pending_in(zsock_t *z)
+{
+    int ev = 0;
+    size_t len = sizeof ev;
+
+    if (zmq_getsockopt(z->sock, ZMQ_EVENTS, &ev, &len) != 0)
+        return 0;
+    return (ev & ZMQ_POLLIN) != 0;
+}
+
+/* Receives one multipart message; returns the number of parts kept (0 when nothing was
+ * pending). Parts beyond max_parts are received and dropped. */
+static size_t recv_one(zsock_t *z, bool *truncated)
+{
+    size_t n = 0;
+    int more = 1;
+
+    *truncated = false;
+    while (more) {
+        zmq_msg_t scratch, *m = n < z->max_parts ? &z->parts[n] : &scratch;
+        size_t ml = sizeof more;
+
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, z->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(m);
+            break; /* nothing pending (n == 0); mid-message cannot happen: delivery is atomic */
+        }
+        if (zmq_getsockopt(z->sock, ZMQ_RCVMORE, &more, &ml) != 0)
+            more = 0;
+        if (m == &scratch) {
+            zmq_msg_close(m);
+            *truncated = true;
+        } else {
+            n++;
+        }
+    }
+    return n;
+}
+
+static void idle_cb(uv_idle_t *h);
+
+static void drain(zsock_t *z)
+{
+    if (z->in_drain)
+        return; /* a send from inside the callback: the running drain re-checks ZMQ_EVENTS */
+    z->in_drain = true;
+    for (int i = 0; i < ZSOCK_BATCH && !z->closing; i++) {
+        bool truncated;
+        size_t n;
+
+        if (!pending_in(z))
+            break;
+        n = recv_one(z, &truncated);
+        if (n == 0)
+            break;
+        z->cb(z->arg, z->parts, n, truncated);
+        for (size_t k = 0; k < n; k++)
+            zmq_msg_close(&z->parts[k]);
+    }
+    z->in_drain = false;
+    if (z->closing)
+        return;
+    if (pending_in(z))
+        uv_idle_start(&z->idle, idle_cb);
+    else
+        uv_idle_stop(&z->idle);
+}
+
+static void idle_cb(uv_idle_t *h)
+{
+    drain(h->data);
+}
+
+static void poll_cb(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    drain(h->data);
+}
+
+int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_parts,
+              int64_t max_msg_bytes, zsock_recv_cb cb, void *arg, zsock_t **out)
+{
+    zsock_t *z = calloc(1, sizeof *z);
+    int linger = 0, hwm = 256, rc;
+    int fd;
+    size_t fdlen = sizeof fd;
+
+    if (z == NULL)
+        return -ENOMEM;
+    z->parts = calloc(max_parts, sizeof *z->parts);
+    if (z->parts == NULL) {
+        rc = -ENOMEM;
+        goto fail_parts;
+    }
+    z->max_parts = max_parts;
+    z->cb = cb;
+    z->arg = arg;
+    z->sock = zmq_socket(zctx, ZMQ_ROUTER);
+    if (z->sock == NULL) {
+        rc = -zmq_errno();
+        goto fail_socket;
+    }
+    if (zmq_setsockopt(z->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_setsockopt(z->sock, ZMQ_MAXMSGSIZE, &max_msg_bytes, sizeof max_msg_bytes) != 0 ||
+        zmq_setsockopt(z->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
+        zmq_bind(z->sock, endpoint) != 0 ||
+        zmq_getsockopt(z->sock, ZMQ_FD, &fd, &fdlen) != 0) {
+        rc = -zmq_errno();
+        goto fail_bind;
+    }
+    rc = uv_poll_init(loop, &z->poll, fd);
+    if (rc != 0)
+        goto fail_bind;
+    uv_idle_init(loop, &z->idle);
+    z->poll.data = z;
+    z->idle.data = z;
+    z->open_handles = 2;
+    uv_poll_start(&z->poll, UV_READABLE, poll_cb);
+    *out = z;
+    /* Messages may already be queued before the first edge. */
+    uv_idle_start(&z->idle, idle_cb);
+    return 0;
+
+fail_bind:
+    zmq_close(z->sock);
+fail_socket:
+    free(z->parts);
+fail_parts:
+    free(z);
+    return rc;
+}
+
+int zsock_send(zsock_t *z, zmq_msg_t *parts, size_t n)
+{
+    int rc = 0;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
+        if (zmq_msg_send(&parts[i], z->sock, flags) < 0) {
+            rc = -zmq_errno();
+            break;
+        }
+    }
+    for (; i < n; i++)
+        zmq_msg_close(&parts[i]);
+    /* A send may have consumed the ZMQ_FD edge for pending input: look again next iteration. */
+    if (!z->in_drain && !z->closing)
+        uv_idle_start(&z->idle, idle_cb);
+    return rc;
+}
+
+static void close_cb(uv_handle_t *h)
+{
+    zsock_t *z = h->data;
+
+    if (--z->open_handles == 0) {
+        free(z->parts);
+        free(z);
+    }
+}
+
+void zsock_close(zsock_t **pz)
+{
+    zsock_t *z = *pz;
+
+    if (z == NULL)
+        return;
+    z->closing = true;
+    /* uv_close removes ZMQ_FD from the loop's poller before zmq_close releases it. */
+    uv_close((uv_handle_t *)&z->poll, close_cb);
+    uv_close((uv_handle_t *)&z->idle, close_cb);
+    zmq_close(z->sock);
+    *pz = NULL;
+}

@@ -1,0 +1,47 @@
+/*
+ * zsock.h - a ZeroMQ ROUTER socket driven by the libuv loop. The one place that touches ZMQ_FD
+ * and ZMQ_EVENTS.
+ *
+ * ZMQ_FD is edge-triggered and any zmq_send/zmq_recv may consume the edge, so readiness is never
+ * trusted alone: on every poll wake-up, and after every send, ZMQ_EVENTS is read again and
+ * messages are drained with ZMQ_DONTWAIT, at most ZSOCK_BATCH per loop iteration; when a batch
+ * ends with messages still pending, an idle handle continues the drain on the next iteration
+ * so that timers and the status socket keep being served under a flood.
+ *
+ * A received multipart message is handed to the callback as an array of zmq_msg_t, part 0 being
+ * the peer's routing id. A message with more than max_parts parts is drained completely and
+ * delivered truncated (max_parts parts) with truncated = true, so the server can answer it.
+ *
+ * Threads: loop thread only. Ownership: zsock owns its ZMQ socket and uv handles; the callback
+ * borrows the parts (zsock closes them after the callback returns).
+ */
+#ifndef KVT_ZSOCK_H
+#define KVT_ZSOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+#include <zmq.h>
+
+#define ZSOCK_BATCH 256
+
+typedef struct zsock zsock_t;
+
+typedef void (*zsock_recv_cb)(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated);
+
+/* Binds a ROUTER socket on endpoint in zctx. max_msg_bytes bounds a single frame (larger frames
+ * make ZeroMQ drop the peer). Returns 0 or a negative errno (zmq_errno). */
+int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_parts,
+              int64_t max_msg_bytes, zsock_recv_cb cb, void *arg, zsock_t **out);
+
+/* Sends the n parts as one multipart message; the parts are consumed (closed) whether or not
+ * sending succeeds. Returns 0, or -EAGAIN when the peer's queue is full (reply dropped), or
+ * another negative errno (peer gone: ROUTER drops the message silently and returns 0). */
+int zsock_send(zsock_t *z, zmq_msg_t *parts, size_t n);
+
+/* Stops receiving and closes the handles; the ZMQ socket is closed at once (linger 0) and the
+ * zsock is freed in the last close callback. Sets *z to NULL. */
+void zsock_close(zsock_t **z);
+
+#endif /* KVT_ZSOCK_H */
