@@ -1,0 +1,724 @@
+/*
+ * config.c - kvtierd configuration: defaults, JSON loading, validation and dump (see config.h).
+ *
+ * Design: config_keys[] is the only list of keys. Each row names a leaf by its dotted path
+ * ("ram.capacity_bytes"), its type, where it lives (offsetof into config_t, or into a
+ * gates_cfg_t for the "gates.*" rows), its range and its default. config_defaults() writes the
+ * defaults from the rows, the loader walks the JSON objects and resolves every key against the
+ * rows (a path that is neither a row nor the prefix of one is an unknown key), and config_dump()
+ * rebuilds the JSON tree from the rows. Adding a key means adding one row.
+ *
+ * Gate rows are stored relative to a gates_cfg_t so the same rows serve the global "gates"
+ * object (applied to cfg->gates) and each "namespaces": {"<model>": {"gates": ...}} entry
+ * (applied to a copy of the final global gates). The top-level "namespaces" object is handled
+ * after every other key, so a namespace inherits the globals whatever the key order in the file.
+ *
+ * Loading works on a private copy: on error the caller's config_t is left untouched. The parser
+ * runs without JSON_ALLOW_NUL, so every string and key is a plain C string, and with
+ * JSON_REJECT_DUPLICATES, so a key given twice is a syntax error rather than a silent override.
+ *
+ * Threads: main thread at start-up only; no global mutable state.
+ * Invariants: every value in a config_t that came out of config_defaults() or a successful load
+ * is inside its row's range, and ram.max_chunk_bytes <= ram.capacity_bytes.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#define KIB (1ULL << 10)
+#define MIB (1ULL << 20)
+#define GIB (1ULL << 30)
+#define TIB (1ULL << 40)
+
+/* Upper bound of the integer keys without a maximum: the largest JSON integer jansson reads. */
+#define CONFIG_UNBOUNDED ((uint64_t)INT64_MAX)
+
+#define CONFIG_KEY_PATH_MAX 320
+#define CONFIG_SHOWN_MAX (sizeof "namespaces." + 256 + 1)
+#define CONFIG_SUN_PATH_MAX 108 /* sizeof(struct sockaddr_un.sun_path) on Linux */
+
+typedef enum {
+    KEY_STRING,
+    KEY_BOOL,
+    KEY_U32,
+    KEY_U64,
+    KEY_SIZE,
+    KEY_DOUBLE,
+    KEY_LEVEL,
+} config_key_type_t;
+
+/* Extra check of a string value: 0, or -1 with the reason (without the key path) in why. */
+typedef int (*config_check_fn)(const char *s, char *why, size_t whylen);
+
+typedef struct {
+    const char *path;
+    config_key_type_t type;
+    bool gate;     /* off is relative to a gates_cfg_t, else to a config_t */
+    size_t off;    /* offsetof the field */
+    size_t len;    /* KEY_STRING: size of the buffer, terminating NUL included */
+    uint64_t umin; /* KEY_U32, KEY_U64, KEY_SIZE: inclusive range */
+    uint64_t umax;
+    double dmin; /* KEY_DOUBLE: range, dmax inclusive */
+    double dmax;
+    bool dmin_open;   /* KEY_DOUBLE: dmin itself is excluded */
+    uint64_t udef;    /* default of KEY_BOOL, KEY_U32, KEY_U64, KEY_SIZE, KEY_LEVEL */
+    double ddef;      /* default of KEY_DOUBLE */
+    const char *sdef; /* default of KEY_STRING */
+    config_check_fn check;
+} config_key_t;
+
+static int check_endpoint(const char *s, char *why, size_t whylen);
+static int check_status_socket(const char *s, char *why, size_t whylen);
+
+#define CFG_FIELD(m) .off = offsetof(config_t, m)
+#define GATE_FIELD(m) .gate = true, .off = offsetof(gates_cfg_t, m)
+
+#define ROW_STR(p, m, def, chk)                                                                    \
+    {                                                                                              \
+        .path = p, .type = KEY_STRING, CFG_FIELD(m), .len = sizeof(((config_t *)0)->m),            \
+        .sdef = def, .check = chk                                                                  \
+    }
+#define ROW_U32(p, m, lo, hi, def)                                                                 \
+    {                                                                                              \
+        .path = p, .type = KEY_U32, CFG_FIELD(m), .umin = lo, .umax = hi, .udef = def              \
+    }
+#define ROW_SIZE(p, m, lo, hi, def)                                                                \
+    {                                                                                              \
+        .path = p, .type = KEY_SIZE, CFG_FIELD(m), .umin = lo, .umax = hi, .udef = def             \
+    }
+#define ROW_LEVEL(p, m, def)                                                                       \
+    {                                                                                              \
+        .path = p, .type = KEY_LEVEL, CFG_FIELD(m), .udef = def                                    \
+    }
+#define ROW_GBOOL(p, m, def)                                                                       \
+    {                                                                                              \
+        .path = p, .type = KEY_BOOL, GATE_FIELD(m), .udef = def                                    \
+    }
+#define ROW_GU64(p, m, lo, def)                                                                    \
+    {                                                                                              \
+        .path = p, .type = KEY_U64, GATE_FIELD(m), .umin = lo, .umax = CONFIG_UNBOUNDED,           \
+        .udef = def                                                                                \
+    }
+#define ROW_GDBL(p, m, open, lo, hi, def)                                                          \
+    {                                                                                              \
+        .path = p, .type = KEY_DOUBLE, GATE_FIELD(m), .dmin = lo, .dmax = hi, .dmin_open = open,   \
+        .ddef = def                                                                                \
+    }
+
+/* Every key, in the order config_dump() writes them. Gate defaults and ranges: GATES.md. */
+static const config_key_t config_keys[] = {
+    ROW_STR("server.endpoint", server.endpoint, "ipc:///run/kvtier/kvtier.zmq", check_endpoint),
+    ROW_STR("server.status_socket", server.status_socket, "/run/kvtier/status.sock",
+            check_status_socket),
+    ROW_U32("server.max_chunks_per_request", server.max_chunks_per_request, 1, 65536, 4096),
+    ROW_U32("server.max_clients", server.max_clients, 1, 1000000, 4096),
+    ROW_U32("server.client_idle_ms", server.client_idle_ms, 1000, 86400000, 600000),
+    ROW_SIZE("ram.capacity_bytes", ram.capacity_bytes, MIB, 16 * TIB, 8 * GIB),
+    ROW_STR("ram.arena_path", ram.arena_path, "/dev/shm/kvtier.arena", NULL),
+    ROW_SIZE("ram.max_chunk_bytes", ram.max_chunk_bytes, 1, GIB, 64 * MIB),
+    ROW_U32("ram.lease_ms", ram.lease_ms, 1, 600000, 30000),
+    ROW_LEVEL("log.level", log.level, LOG_INFO),
+    ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
+    ROW_GDBL("gates.admission.target", admission.target, false, 0.0, 1.0, 0.10),
+    ROW_GDBL("gates.admission.floor", admission.floor, false, 0.0, 1.0, 0.25),
+    ROW_GDBL("gates.admission.alpha", admission.alpha, true, 0.0, 1.0, 1.0 / 16),
+    ROW_GU64("gates.admission.warmup", admission.warmup, 0, 64),
+    ROW_GU64("gates.admission.report_every", admission.report_every, 1, 256),
+    ROW_GBOOL("gates.lookup_skip.enabled", lookup_skip.enabled, false),
+    ROW_GU64("gates.lookup_skip.min_load_tokens", lookup_skip.min_load_tokens, 0, 8192),
+    ROW_GDBL("gates.lookup_skip.cut", lookup_skip.cut, false, 0.0, 1.0, 0.01),
+    ROW_GU64("gates.lookup_skip.min_lookups", lookup_skip.min_lookups, 0, 64),
+    ROW_GU64("gates.lookup_skip.probe_every", lookup_skip.probe_every, 1, 32),
+    ROW_GDBL("gates.lookup_skip.alpha", lookup_skip.alpha, true, 0.0, 1.0, 1.0 / 64),
+    ROW_GU64("gates.lookup_skip.report_every", lookup_skip.report_every, 1, 256),
+};
+
+#define CONFIG_NKEYS (sizeof config_keys / sizeof config_keys[0])
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+/* Where a walk writes: a whole config_t (global keys) or one namespace's gates_cfg_t. */
+typedef struct {
+    char *cfg_base;    /* NULL while walking a namespace entry: only gate rows apply */
+    char *gates_base;  /* the gates_cfg_t the gate rows write to */
+    const char *shown; /* prefix of the paths in messages: "" or "namespaces.<model>." */
+    char *err;
+    size_t errlen;
+} config_walk_t;
+
+static int errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        if (vsnprintf(err, errlen, fmt, ap) < 0)
+            err[0] = '\0';
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int check_endpoint(const char *s, char *why, size_t whylen)
+{
+    if ((strncmp(s, "ipc://", 6) == 0 || strncmp(s, "tcp://", 6) == 0) && s[6] != '\0')
+        return 0;
+    return errf(why, whylen,
+                "must start with \"ipc://\" or \"tcp://\" and name an address, got \"%s\"", s);
+}
+
+static int check_status_socket(const char *s, char *why, size_t whylen)
+{
+    if (s[0] == '\0')
+        return errf(why, whylen, "must not be empty");
+    if (strlen(s) >= CONFIG_SUN_PATH_MAX)
+        return errf(why, whylen, "must be shorter than %d bytes, got %zu", CONFIG_SUN_PATH_MAX,
+                    strlen(s));
+    return 0;
+}
+
+const char *config_log_level_name(config_log_level_t l)
+{
+    if ((unsigned)l < sizeof level_names / sizeof level_names[0])
+        return level_names[l];
+    return "unknown";
+}
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t mul;
+    } units[] = {
+        {"", 1},
+        {"B", 1},
+        {"KiB", KIB},
+        {"MiB", MIB},
+        {"GiB", GIB},
+        {"TiB", TIB},
+        {"KB", 1000ULL},
+        {"MB", 1000000ULL},
+        {"GB", 1000000000ULL},
+        {"TB", 1000000000000ULL},
+    };
+    uint64_t v = 0;
+    const char *p = s;
+    size_t i;
+
+    if (s == NULL || out == NULL || *p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    for (i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(p, units[i].suffix) == 0) {
+            if (v > UINT64_MAX / units[i].mul)
+                return -1;
+            *out = v * units[i].mul;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A byte bound for messages: "16 TiB" when it is an exact multiple of a binary unit. */
+static void size_text(uint64_t v, char *buf, size_t len)
+{
+    static const struct {
+        const char *name;
+        uint64_t mul;
+    } units[] = {{"TiB", TIB}, {"GiB", GIB}, {"MiB", MIB}, {"KiB", KIB}};
+    size_t i;
+
+    for (i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (v >= units[i].mul && v % units[i].mul == 0) {
+            snprintf(buf, len, "%" PRIu64 " %s", v / units[i].mul, units[i].name);
+            return;
+        }
+    }
+    snprintf(buf, len, "%" PRIu64, v);
+}
+
+static void *key_field(const config_key_t *k, const config_walk_t *w)
+{
+    return (k->gate ? w->gates_base : w->cfg_base) + k->off;
+}
+
+static const config_key_t *key_find(const char *path, bool gates_only)
+{
+    size_t i;
+
+    for (i = 0; i < CONFIG_NKEYS; i++) {
+        if (gates_only && !config_keys[i].gate)
+            continue;
+        if (strcmp(config_keys[i].path, path) == 0)
+            return &config_keys[i];
+    }
+    return NULL;
+}
+
+/* Whether path names an object that holds keys ("ram", "gates.admission"). */
+static bool section_exists(const char *path, bool gates_only)
+{
+    size_t n = strlen(path), i;
+
+    for (i = 0; i < CONFIG_NKEYS; i++) {
+        if (gates_only && !config_keys[i].gate)
+            continue;
+        if (strncmp(config_keys[i].path, path, n) == 0 && config_keys[i].path[n] == '.')
+            return true;
+    }
+    return false;
+}
+
+/* Range check of an integer-valued key; got is the value as written (may be negative). */
+static int key_check_range(const config_key_t *k, const config_walk_t *w, const char *path,
+                           int64_t got_signed, uint64_t got)
+{
+    char lo[32], hi[32], v[32];
+
+    if (got_signed >= 0 && got >= k->umin && got <= k->umax)
+        return 0;
+    if (k->type == KEY_SIZE) {
+        size_text(k->umin, lo, sizeof lo);
+        size_text(k->umax, hi, sizeof hi);
+    } else {
+        snprintf(lo, sizeof lo, "%" PRIu64, k->umin);
+        snprintf(hi, sizeof hi, "%" PRIu64, k->umax);
+    }
+    if (got_signed < 0)
+        snprintf(v, sizeof v, "%" PRId64, got_signed);
+    else
+        snprintf(v, sizeof v, "%" PRIu64, got);
+    if (k->umax == CONFIG_UNBOUNDED)
+        return errf(w->err, w->errlen, "%s%s: must be at least %s, got %s", w->shown, path, lo, v);
+    return errf(w->err, w->errlen, "%s%s: must be between %s and %s, got %s", w->shown, path, lo,
+                hi, v);
+}
+
+static int key_apply_string(const config_key_t *k, const config_walk_t *w, const char *path,
+                            json_t *val)
+{
+    char why[CONFIG_PATH_MAX + 128];
+    const char *s;
+    size_t n;
+
+    if (!json_is_string(val))
+        return errf(w->err, w->errlen, "%s%s: expected string", w->shown, path);
+    s = json_string_value(val);
+    n = json_string_length(val);
+    if (n >= k->len)
+        return errf(w->err, w->errlen, "%s%s: longer than %zu bytes", w->shown, path, k->len - 1);
+    if (k->check != NULL && k->check(s, why, sizeof why) != 0)
+        return errf(w->err, w->errlen, "%s%s: %s", w->shown, path, why);
+    memcpy(key_field(k, w), s, n + 1);
+    return 0;
+}
+
+static int key_apply_level(const config_key_t *k, const config_walk_t *w, const char *path,
+                           json_t *val)
+{
+    const char *s;
+    size_t i;
+
+    if (!json_is_string(val))
+        return errf(w->err, w->errlen, "%s%s: expected string", w->shown, path);
+    s = json_string_value(val);
+    for (i = 0; i < sizeof level_names / sizeof level_names[0]; i++) {
+        if (strcmp(s, level_names[i]) == 0) {
+            *(config_log_level_t *)key_field(k, w) = (config_log_level_t)i;
+            return 0;
+        }
+    }
+    return errf(w->err, w->errlen, "%s%s: must be one of debug, info, warn, error, got \"%s\"",
+                w->shown, path, s);
+}
+
+static int key_apply_double(const config_key_t *k, const config_walk_t *w, const char *path,
+                            json_t *val)
+{
+    double d;
+
+    if (!json_is_number(val))
+        return errf(w->err, w->errlen, "%s%s: expected number", w->shown, path);
+    d = json_number_value(val);
+    if (k->dmin_open && !(d > k->dmin && d <= k->dmax))
+        return errf(w->err, w->errlen, "%s%s: must be greater than %g and at most %g, got %g",
+                    w->shown, path, k->dmin, k->dmax, d);
+    if (!k->dmin_open && !(d >= k->dmin && d <= k->dmax))
+        return errf(w->err, w->errlen, "%s%s: must be between %g and %g, got %g", w->shown, path,
+                    k->dmin, k->dmax, d);
+    *(double *)key_field(k, w) = d;
+    return 0;
+}
+
+static int key_apply_uint(const config_key_t *k, const config_walk_t *w, const char *path,
+                          json_t *val)
+{
+    int64_t sv = 0;
+    uint64_t v = 0;
+
+    if (json_is_integer(val)) {
+        sv = (int64_t)json_integer_value(val);
+        v = sv < 0 ? 0 : (uint64_t)sv;
+    } else if (k->type == KEY_SIZE && json_is_string(val)) {
+        if (config_parse_size(json_string_value(val), &v) != 0)
+            return errf(w->err, w->errlen,
+                        "%s%s: invalid size \"%s\" (bytes, or a whole number with one of KiB "
+                        "MiB GiB TiB KB MB GB TB)",
+                        w->shown, path, json_string_value(val));
+    } else if (k->type == KEY_SIZE) {
+        return errf(w->err, w->errlen,
+                    "%s%s: expected size (integer bytes or a string such as \"512MiB\")", w->shown,
+                    path);
+    } else {
+        return errf(w->err, w->errlen, "%s%s: expected integer", w->shown, path);
+    }
+    if (key_check_range(k, w, path, sv, v) != 0)
+        return -1;
+    if (k->type == KEY_U32)
+        *(uint32_t *)key_field(k, w) = (uint32_t)v;
+    else
+        *(uint64_t *)key_field(k, w) = v;
+    return 0;
+}
+
+static int key_apply(const config_key_t *k, const config_walk_t *w, const char *path, json_t *val)
+{
+    switch (k->type) {
+    case KEY_STRING:
+        return key_apply_string(k, w, path, val);
+    case KEY_BOOL:
+        if (!json_is_boolean(val))
+            return errf(w->err, w->errlen, "%s%s: expected boolean", w->shown, path);
+        *(bool *)key_field(k, w) = json_is_true(val);
+        return 0;
+    case KEY_U32:
+    case KEY_U64:
+    case KEY_SIZE:
+        return key_apply_uint(k, w, path, val);
+    case KEY_DOUBLE:
+        return key_apply_double(k, w, path, val);
+    case KEY_LEVEL:
+        return key_apply_level(k, w, path, val);
+    }
+    return errf(w->err, w->errlen, "%s%s: internal error: bad key type", w->shown, path);
+}
+
+/* Applies every key of obj, whose own path is prefix ("" or "ram." ...). The top-level
+ * "namespaces" key is skipped here; config_apply() handles it once the globals are final. */
+static int walk_object(const config_walk_t *w, json_t *obj, const char *prefix)
+{
+    bool gates_only = w->cfg_base == NULL;
+    const config_key_t *k;
+    const char *key;
+    json_t *val;
+
+    json_object_foreach(obj, key, val)
+    {
+        char path[CONFIG_KEY_PATH_MAX];
+        int n = snprintf(path, sizeof path, "%s%s", prefix, key);
+
+        if (!gates_only && prefix[0] == '\0' && strcmp(key, "namespaces") == 0)
+            continue;
+        /* A key containing '.' could alias a dotted path: it is never a valid key. */
+        if (n < 0 || (size_t)n >= sizeof path || key[0] == '\0' || strchr(key, '.') != NULL)
+            return errf(w->err, w->errlen, "%s%s: unknown key", w->shown, path);
+        k = key_find(path, gates_only);
+        if (k != NULL) {
+            if (key_apply(k, w, path, val) != 0)
+                return -1;
+            continue;
+        }
+        if (!section_exists(path, gates_only))
+            return errf(w->err, w->errlen, "%s%s: unknown key", w->shown, path);
+        if (!json_is_object(val))
+            return errf(w->err, w->errlen, "%s%s: expected object", w->shown, path);
+        if ((size_t)n + 1 >= sizeof path)
+            return errf(w->err, w->errlen, "%s%s: unknown key", w->shown, path);
+        path[n] = '.';
+        path[n + 1] = '\0';
+        if (walk_object(w, val, path) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int apply_namespaces(config_t *cfg, json_t *nss, char *err, size_t errlen)
+{
+    const char *model;
+    size_t model_len;
+    json_t *val;
+
+    if (!json_is_object(nss))
+        return errf(err, errlen, "namespaces: expected object");
+    if (json_object_size(nss) > CONFIG_NS_OVERRIDES_MAX)
+        return errf(err, errlen, "namespaces: at most %d entries, got %zu", CONFIG_NS_OVERRIDES_MAX,
+                    json_object_size(nss));
+    json_object_keylen_foreach(nss, model, model_len, val)
+    {
+        config_ns_override_t *o = &cfg->ns[cfg->n_ns];
+        char shown[CONFIG_SHOWN_MAX];
+        config_walk_t w;
+
+        if (model_len == 0 || model_len >= sizeof o->name)
+            return errf(err, errlen, "namespaces: model name must be 1 to %zu bytes, got %zu",
+                        sizeof o->name - 1, model_len);
+        snprintf(shown, sizeof shown, "namespaces.%s.", model);
+        if (!json_is_object(val))
+            return errf(err, errlen, "namespaces.%s: expected object", model);
+        memcpy(o->name, model, model_len + 1);
+        o->gates = cfg->gates;
+        w = (config_walk_t){.cfg_base = NULL,
+                            .gates_base = (char *)&o->gates,
+                            .shown = shown,
+                            .err = err,
+                            .errlen = errlen};
+        if (walk_object(&w, val, "") != 0)
+            return -1;
+        cfg->n_ns++;
+    }
+    return 0;
+}
+
+/* Applies root over cfg (already holding the defaults) and checks the cross-key rules. */
+static int config_apply(config_t *cfg, json_t *root, char *err, size_t errlen)
+{
+    config_walk_t w = {.cfg_base = (char *)cfg,
+                       .gates_base = (char *)&cfg->gates,
+                       .shown = "",
+                       .err = err,
+                       .errlen = errlen};
+    json_t *nss;
+    char cap[32];
+
+    if (!json_is_object(root))
+        return errf(err, errlen, "configuration: expected a JSON object at the top level");
+    if (walk_object(&w, root, "") != 0)
+        return -1;
+    nss = json_object_get(root, "namespaces");
+    if (nss != NULL && apply_namespaces(cfg, nss, err, errlen) != 0)
+        return -1;
+    if (cfg->ram.max_chunk_bytes > cfg->ram.capacity_bytes) {
+        size_text(cfg->ram.capacity_bytes, cap, sizeof cap);
+        return errf(err, errlen,
+                    "ram.max_chunk_bytes: must not exceed ram.capacity_bytes (%s), got %" PRIu64,
+                    cap, cfg->ram.max_chunk_bytes);
+    }
+    return 0;
+}
+
+static int config_load_json(json_t *root, const json_error_t *jerr, config_t *cfg, char *err,
+                            size_t errlen)
+{
+    config_t *tmp;
+    int rc;
+
+    if (root == NULL) {
+        if (jerr->line > 0)
+            return errf(err, errlen, "%s:%d:%d: %s", jerr->source, jerr->line, jerr->column,
+                        jerr->text);
+        return errf(err, errlen, "%s: %s", jerr->source, jerr->text);
+    }
+    tmp = malloc(sizeof *tmp);
+    if (tmp == NULL) {
+        json_decref(root);
+        return errf(err, errlen, "configuration: out of memory");
+    }
+    config_defaults(tmp);
+    rc = config_apply(tmp, root, err, errlen);
+    if (rc == 0)
+        *cfg = *tmp;
+    free(tmp);
+    json_decref(root);
+    return rc;
+}
+
+int config_load(const char *path, config_t *cfg, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+
+    return config_load_json(root, &jerr, cfg, err, errlen);
+}
+
+int config_load_string(const char *json, config_t *cfg, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
+
+    return config_load_json(root, &jerr, cfg, err, errlen);
+}
+
+void config_defaults(config_t *cfg)
+{
+    config_walk_t w = {.cfg_base = (char *)cfg, .gates_base = (char *)&cfg->gates};
+    size_t i;
+
+    memset(cfg, 0, sizeof *cfg);
+    for (i = 0; i < CONFIG_NKEYS; i++) {
+        const config_key_t *k = &config_keys[i];
+        void *f = key_field(k, &w);
+
+        switch (k->type) {
+        case KEY_STRING:
+            snprintf(f, k->len, "%s", k->sdef);
+            break;
+        case KEY_BOOL:
+            *(bool *)f = k->udef != 0;
+            break;
+        case KEY_U32:
+            *(uint32_t *)f = (uint32_t)k->udef;
+            break;
+        case KEY_U64:
+        case KEY_SIZE:
+            *(uint64_t *)f = k->udef;
+            break;
+        case KEY_DOUBLE:
+            *(double *)f = k->ddef;
+            break;
+        case KEY_LEVEL:
+            *(config_log_level_t *)f = (config_log_level_t)k->udef;
+            break;
+        }
+    }
+    cfg->n_ns = 0;
+}
+
+const gates_cfg_t *config_gates_for(const config_t *cfg, const char *model)
+{
+    int i;
+
+    if (model != NULL) {
+        for (i = 0; i < cfg->n_ns; i++) {
+            if (strcmp(cfg->ns[i].name, model) == 0)
+                return &cfg->ns[i].gates;
+        }
+    }
+    return &cfg->gates;
+}
+
+/* The JSON value of one key, read from the field the walk points at. */
+static json_t *dump_value(const config_key_t *k, const config_walk_t *w)
+{
+    const void *f = key_field(k, w);
+
+    switch (k->type) {
+    case KEY_STRING:
+        return json_stringn(f, strnlen(f, k->len));
+    case KEY_BOOL:
+        return json_boolean(*(const bool *)f);
+    case KEY_U32:
+        return json_integer((json_int_t) * (const uint32_t *)f);
+    case KEY_U64:
+    case KEY_SIZE:
+        return json_integer((json_int_t) * (const uint64_t *)f);
+    case KEY_DOUBLE:
+        return json_real(*(const double *)f);
+    case KEY_LEVEL:
+        return json_string(config_log_level_name(*(const config_log_level_t *)f));
+    }
+    return NULL;
+}
+
+/* Sets obj[a][b]...[leaf] = value along the dotted path k->path. Takes value's reference. */
+static int dump_set(json_t *obj, const char *path, json_t *value)
+{
+    char part[CONFIG_KEY_PATH_MAX];
+    const char *dot;
+    json_t *child;
+
+    if (value == NULL)
+        return -1;
+    while ((dot = strchr(path, '.')) != NULL) {
+        size_t n = (size_t)(dot - path);
+
+        if (n >= sizeof part)
+            goto fail;
+        memcpy(part, path, n);
+        part[n] = '\0';
+        child = json_object_get(obj, part);
+        if (child == NULL) {
+            child = json_object();
+            if (json_object_set_new(obj, part, child) != 0)
+                goto fail;
+        }
+        obj = child;
+        path = dot + 1;
+    }
+    return json_object_set_new(obj, path, value);
+fail:
+    json_decref(value);
+    return -1;
+}
+
+/* Writes the keys into obj and raises *digits to the significant digits its doubles need to
+ * read back exactly. jansson applies one precision to a whole dump: the largest one needed, so
+ * the defaults print 0.1, not 0.10000000000000001, and every value still round-trips. */
+static int dump_keys(json_t *obj, const config_walk_t *w, bool gates_only, int *digits)
+{
+    char buf[40];
+    size_t i;
+    int p;
+
+    for (i = 0; i < CONFIG_NKEYS; i++) {
+        const config_key_t *k = &config_keys[i];
+
+        if (gates_only && !k->gate)
+            continue;
+        if (dump_set(obj, k->path, dump_value(k, w)) != 0)
+            return -1;
+        if (k->type != KEY_DOUBLE)
+            continue;
+        for (p = *digits; p < 17; p++) {
+            snprintf(buf, sizeof buf, "%.*g", p, *(const double *)key_field(k, w));
+            if (strtod(buf, NULL) == *(const double *)key_field(k, w))
+                break;
+        }
+        *digits = p;
+    }
+    return 0;
+}
+
+char *config_dump(const config_t *cfg)
+{
+    config_walk_t w = {.cfg_base = (char *)cfg, .gates_base = (char *)&cfg->gates};
+    json_t *root, *nss, *entry;
+    char *out = NULL;
+    int i, digits = 1;
+
+    root = json_object();
+    if (root == NULL)
+        return NULL;
+    if (dump_keys(root, &w, false, &digits) != 0)
+        goto done;
+    nss = json_object();
+    if (json_object_set_new(root, "namespaces", nss) != 0)
+        goto done;
+    for (i = 0; i < cfg->n_ns; i++) {
+        config_walk_t nw = {.gates_base = (char *)&cfg->ns[i].gates};
+
+        entry = json_object();
+        if (json_object_set_new(nss, cfg->ns[i].name, entry) != 0)
+            goto done;
+        if (dump_keys(entry, &nw, true, &digits) != 0)
+            goto done;
+    }
+    out = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(digits));
+done:
+    json_decref(root);
+    return out;
+}
