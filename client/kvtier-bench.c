@@ -142,6 +142,7 @@ struct bench {
     pthread_barrier_t start, end;
     step_t step;
     uint32_t round;
+    uint32_t slice; /* lookups per thread in this lookup step */
     rank_t *ranks;
 };
 
@@ -691,7 +692,7 @@ static void rank_run_step(rank_t *r)
         break;
     case STEP_LOOKUP:
         if (is_lookup_thread(r))
-            do_lookups(r, b->o.lookups, r->lookup_ns, &r->nlookup);
+            do_lookups(r, b->slice, r->lookup_ns, &r->nlookup);
         break;
     case STEP_Z_CONNECT:
         step_z_connect(r);
@@ -705,16 +706,14 @@ static void rank_run_step(rank_t *r)
         r->zbytes_save = r->zbytes_load = 0;
         break;
     case STEP_Z_SAVE:
-        for (uint32_t i = 0; i < b->o.rounds && !r->failed; i++)
-            z_save_like(r, b->o.chunks);
+        z_save_like(r, b->o.chunks);
         break;
     case STEP_Z_LOAD:
-        for (uint32_t i = 0; i < b->o.rounds && !r->failed; i++)
-            z_load_like(r, b->o.chunks);
+        z_load_like(r, b->o.chunks);
         break;
     case STEP_Z_LOOKUP:
         if (is_lookup_thread(r))
-            z_lookup_like(r, b->o.lookups, r->zlookup_ns, &r->nzlookup);
+            z_lookup_like(r, b->slice, r->zlookup_ns, &r->nzlookup);
         break;
     case STEP_EXIT:
         break;
@@ -770,26 +769,25 @@ static int run_step(bench_t *b, step_t step, uint32_t round, double *secs)
     return worst;
 }
 
-static double memcpy_baseline(const bench_t *b)
+/* One pass of memcpy over rank 0's chunks (main thread, ranks parked); adds to *bytes, *ns. */
+static void memcpy_pass(const bench_t *b, uint64_t *bytes, uint64_t *ns)
 {
     const rank_t *r = &b->ranks[0];
     size_t chunk = b->o.chunk_bytes, n = b->o.chunks;
-    for (size_t i = 0; i < n; i++) /* warm-up pass */
+    uint64_t t0 = now_ns();
+    for (size_t i = 0; i < n; i++) {
         memcpy(r->dst + i * chunk, r->src + i * chunk, chunk);
-    uint64_t t0 = now_ns(), bytes = 0;
-    for (uint32_t k = 0; k < b->o.rounds; k++) {
-        for (size_t i = 0; i < n; i++) {
-            memcpy(r->dst + i * chunk, r->src + i * chunk, chunk);
-            __asm__ __volatile__("" ::: "memory");
-            bytes += chunk;
-        }
+        __asm__ __volatile__("" ::: "memory");
     }
-    uint64_t t1 = now_ns();
-    return (double)bytes / (double)(t1 - t0);
+    if (ns)
+        *ns += now_ns() - t0;
+    if (bytes)
+        *bytes += (uint64_t)n * chunk;
 }
 
 typedef struct {
     double save_s, load_s, zsave_s, zload_s, memcpy_gbps;
+    uint64_t memcpy_bytes, memcpy_ns;
     uint64_t stored, exists, nospace, declined, stored_bytes;
     uint64_t hits, misses, lost, loaded_bytes, fill_stored, fill_other;
     uint64_t lookup_short, lookup_skipped, zbytes_save, zbytes_load;
@@ -1005,7 +1003,7 @@ static void usage(FILE *f)
             "      --chunks N           chunks per rank per round (default 64)\n"
             "      --ranks N            ranks, one client and thread each (default 1)\n"
             "      --world N            namespace world size (default: --ranks)\n"
-            "      --rounds N           save+load rounds (default 3)\n"
+            "      --rounds N           save+load rounds (default 5)\n"
             "      --batch N            chunks per save/load call (default 1)\n"
             "      --prompt-chunks N    hashes per lookup (default 400; 4 KiB chunks)\n"
             "      --lookups N          lookups per lookup thread (default 2000)\n"
@@ -1071,7 +1069,10 @@ static int endpoint_from_config(const char *path, char *out, size_t cap)
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     if (!root) {
-        fprintf(stderr, "kvtier-bench: %s:%d: %s\n", path, err.line, err.text);
+        if (err.line > 0)
+            fprintf(stderr, "kvtier-bench: %s:%d: %s\n", path, err.line, err.text);
+        else
+            fprintf(stderr, "kvtier-bench: %s\n", err.text);
         return -1;
     }
     const char *ep =
@@ -1131,7 +1132,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
                         .ranks = 1,
                         .prompt_chunks = 400,
                         .lookups = 2000,
-                        .rounds = 3,
+                        .rounds = 5,
                         .batch = 1};
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":e:c:h", longopts, NULL)) != -1) {
@@ -1334,8 +1335,32 @@ static int check_limits(const bench_t *b)
     return 0;
 }
 
-/* The measured part: every step in order. Returns an exit status. The ZeroMQ context and the
- * temp dir it creates are torn down by bench_teardown once the rank threads have left. */
+#define BENCH_LOOKUP_SLICES 4
+
+/* Starts the echo thread and connects every rank's DEALER to it. */
+static int zmq_baseline_start(bench_t *b)
+{
+    strcpy(b->zdir, "/tmp/kvtier-bench.XXXXXX");
+    if (!mkdtemp(b->zdir)) {
+        fprintf(stderr, "kvtier-bench: mkdtemp: %s\n", strerror(errno));
+        b->zdir[0] = '\0';
+        return -1;
+    }
+    snprintf(b->zendpoint, sizeof b->zendpoint, "ipc://%s/echo.zmq", b->zdir);
+    b->zctx = zmq_ctx_new();
+    if (!b->zctx || pthread_create(&b->echo, NULL, echo_main, b) != 0) {
+        fprintf(stderr, "kvtier-bench: cannot start the zmq baseline\n");
+        return -1;
+    }
+    b->echo_started = 1;
+    return run_step(b, STEP_Z_CONNECT, 0, NULL) ? -1 : 0;
+}
+
+/* The measured part: every step in order; returns an exit status. Each round runs kvtier, then
+ * the ZeroMQ baseline, then memcpy over the same chunks, and lookups alternate with their
+ * baseline in slices, so slow drift of the machine (page cache, frequency, neighbours) hits
+ * both sides of a ratio alike. The ZeroMQ context and its temp dir are torn down by
+ * bench_teardown once the rank threads have left. */
 static int bench_steps(bench_t *b, results_t *res)
 {
     const bench_opts_t *o = &b->o;
@@ -1343,34 +1368,29 @@ static int bench_steps(bench_t *b, results_t *res)
         return EXIT_FAIL;
     if (check_limits(b))
         return EXIT_USAGE;
-    res->memcpy_gbps = memcpy_baseline(b);
-    if (run_step(b, STEP_WARMUP, 0, NULL))
+    if (zmq_baseline_start(b))
+        return EXIT_FAIL;
+    memcpy_pass(b, NULL, NULL);
+    if (run_step(b, STEP_WARMUP, 0, NULL) || run_step(b, STEP_Z_WARM, 0, NULL))
         return EXIT_FAIL;
     for (uint32_t i = 0; i < o->rounds; i++) {
         if (run_step(b, STEP_PREPARE, i, NULL) || run_step(b, STEP_SAVE, i, &res->save_s) ||
-            run_step(b, STEP_LOAD, i, &res->load_s) || run_step(b, STEP_VERIFY, i, NULL))
+            run_step(b, STEP_LOAD, i, &res->load_s) || run_step(b, STEP_VERIFY, i, NULL) ||
+            run_step(b, STEP_Z_SAVE, i, &res->zsave_s) ||
+            run_step(b, STEP_Z_LOAD, i, &res->zload_s))
+            return EXIT_FAIL;
+        memcpy_pass(b, &res->memcpy_bytes, &res->memcpy_ns);
+    }
+    res->memcpy_gbps = res->memcpy_ns ? (double)res->memcpy_bytes / (double)res->memcpy_ns : 0;
+    if (run_step(b, STEP_FILL_LOOKUP, 0, NULL) || run_step(b, STEP_LOOKUP_WARM, 0, NULL))
+        return EXIT_FAIL;
+    for (uint32_t i = 0; i < BENCH_LOOKUP_SLICES; i++) {
+        b->slice = o->lookups / BENCH_LOOKUP_SLICES;
+        if (i + 1 == BENCH_LOOKUP_SLICES)
+            b->slice += o->lookups % BENCH_LOOKUP_SLICES;
+        if (run_step(b, STEP_LOOKUP, 0, NULL) || run_step(b, STEP_Z_LOOKUP, 0, NULL))
             return EXIT_FAIL;
     }
-    if (run_step(b, STEP_FILL_LOOKUP, 0, NULL) || run_step(b, STEP_LOOKUP_WARM, 0, NULL) ||
-        run_step(b, STEP_LOOKUP, 0, NULL))
-        return EXIT_FAIL;
-    strcpy(b->zdir, "/tmp/kvtier-bench.XXXXXX");
-    if (!mkdtemp(b->zdir)) {
-        fprintf(stderr, "kvtier-bench: mkdtemp: %s\n", strerror(errno));
-        b->zdir[0] = '\0';
-        return EXIT_FAIL;
-    }
-    snprintf(b->zendpoint, sizeof b->zendpoint, "ipc://%s/echo.zmq", b->zdir);
-    b->zctx = zmq_ctx_new();
-    if (!b->zctx || pthread_create(&b->echo, NULL, echo_main, b) != 0) {
-        fprintf(stderr, "kvtier-bench: cannot start the zmq baseline\n");
-        return EXIT_FAIL;
-    }
-    b->echo_started = 1;
-    if (run_step(b, STEP_Z_CONNECT, 0, NULL) || run_step(b, STEP_Z_WARM, 0, NULL) ||
-        run_step(b, STEP_Z_SAVE, 0, &res->zsave_s) || run_step(b, STEP_Z_LOAD, 0, &res->zload_s) ||
-        run_step(b, STEP_Z_LOOKUP, 0, NULL))
-        return EXIT_FAIL;
     return EXIT_OK;
 }
 
