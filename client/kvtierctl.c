@@ -35,6 +35,9 @@
 #include "kvtier.h"
 
 #define CTL_DEFAULT_CONFIG "/etc/kvtier/kvtierd.json"
+/* kvtierd's own defaults (`kvtierd --print-defaults`), for a config that does not set them. */
+#define CTL_DEFAULT_ENDPOINT "ipc:///run/kvtier/kvtier.zmq"
+#define CTL_DEFAULT_STATUS_SOCKET "/run/kvtier/status.sock"
 #define CTL_DEFAULT_TIMEOUT_MS 5000
 #define CTL_STATUS_MAX (16u << 20) /* largest status body accepted */
 #define CTL_MAX_HASHES 65536
@@ -199,46 +202,45 @@ static int parse_global(ctl_t *o, int argc, char **argv, int *i)
 }
 
 /* Reads server.endpoint and server.status_socket from the daemon's config, when one of the
- * two is needed and was not given. */
+ * two is needed and was not given; a key the config does not set has the daemon's default. */
 static int resolve_endpoints(ctl_t *o, int need_endpoint, int need_status)
 {
     const char *path = o->config != NULL ? o->config : CTL_DEFAULT_CONFIG;
     json_error_t jerr;
-    json_t *root, *server;
-    const char *ep, *ss;
-    int rc = EXIT_FAIL;
+    json_t *root, *server, *ep, *ss;
+    int rc = 0;
 
     if ((!need_endpoint || o->endpoint != NULL) && (!need_status || o->status_socket != NULL))
         return 0;
     root = json_load_file(path, 0, &jerr);
     if (root == NULL) {
-        fprintf(stderr, "kvtierctl: config %s: %s (line %d)\n", path, jerr.text, jerr.line);
+        if (jerr.line > 0)
+            fprintf(stderr, "kvtierctl: config %s: line %d: %s\n", path, jerr.line, jerr.text);
+        else
+            fprintf(stderr, "kvtierctl: config %s: %s\n", path, jerr.text);
         return EXIT_FAIL;
     }
     server = json_object_get(root, "server");
-    ep = json_string_value(json_object_get(server, "endpoint"));
-    ss = json_string_value(json_object_get(server, "status_socket"));
+    ep = json_object_get(server, "endpoint");
+    ss = json_object_get(server, "status_socket");
+    if ((ep != NULL && !json_is_string(ep)) || (ss != NULL && !json_is_string(ss))) {
+        fprintf(stderr, "kvtierctl: config %s: server.%s: not a string\n", path,
+                ep != NULL && !json_is_string(ep) ? "endpoint" : "status_socket");
+        rc = EXIT_FAIL;
+        goto out;
+    }
     if (need_endpoint && o->endpoint == NULL) {
-        if (ep == NULL || ep[0] == '\0') {
-            fprintf(stderr, "kvtierctl: config %s: server.endpoint: missing (use -e)\n", path);
-            goto out;
-        }
-        o->config_endpoint = strdup(ep);
+        o->config_endpoint = strdup(ep != NULL ? json_string_value(ep) : CTL_DEFAULT_ENDPOINT);
         if (o->config_endpoint == NULL)
             goto fail_nomem;
         o->endpoint = o->config_endpoint;
     }
     if (need_status && o->status_socket == NULL) {
-        if (ss == NULL || ss[0] == '\0') {
-            fprintf(stderr, "kvtierctl: config %s: server.status_socket: missing (use -s)\n", path);
-            goto out;
-        }
-        o->config_status = strdup(ss);
+        o->config_status = strdup(ss != NULL ? json_string_value(ss) : CTL_DEFAULT_STATUS_SOCKET);
         if (o->config_status == NULL)
             goto fail_nomem;
         o->status_socket = o->config_status;
     }
-    rc = 0;
     goto out;
 fail_nomem:
     rc = fail_sys("config", path, ENOMEM);

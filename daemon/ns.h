@@ -10,6 +10,7 @@
 #define KVT_NS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gates.h"

@@ -795,7 +795,7 @@ int server_status_json(server_t *sv, char **body, size_t *len)
     json_object_set_new(root, "server", server);
     json_object_set_new(root, "ops", ops);
     json_object_set_new(root, "namespaces", nss);
-    *body = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    *body = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (*body == NULL)
         return -ENOMEM;

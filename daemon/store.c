@@ -189,6 +189,7 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
     uint16_t r = ns_store_rank(ns, rank);
     index_entry_t *prev = NULL;
     bool declared = parent != NULL; /* the next chunk has a known predecessor hash */
+    bool full = false;              /* a chunk got NOSPACE: the rest could only be orphans */
 
     if (parent != NULL)
         prev = index_find(s->ix, ns->id, r, parent);
@@ -213,6 +214,11 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
             declared = true;
             continue;
         }
+        if (full) {
+            status[i] = KVT_CHUNK_NOSPACE;
+            s->st.nospace++;
+            continue;
+        }
         if (prev != NULL)
             prev->pins++;
         rc = alloc_evicting(s, payloads[i].len, now_ms, &off);
@@ -227,8 +233,7 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
         if (rc != 0 || e == NULL) {
             status[i] = KVT_CHUNK_NOSPACE;
             s->st.nospace++;
-            prev = NULL;
-            declared = true;
+            full = true;
             continue;
         }
         memcpy(ram_ptr(s->ram, off), payloads[i].data, payloads[i].len);
@@ -258,6 +263,11 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
     s->st.hits++;
     *len = e->len;
     return ram_ptr(s->ram, e->off);
+}
+
+void store_foreach(const store_t *s, void (*fn)(const index_entry_t *e, void *arg), void *arg)
+{
+    index_foreach(s->ix, fn, arg);
 }
 
 const store_stats_t *store_stats(const store_t *s)

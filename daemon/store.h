@@ -50,7 +50,8 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
                         size_t n, uint8_t *status);
 
 /* Stores the chunks whose payload is not empty. parent (may be NULL) is the declared
- * predecessor of h[0]. status[i] receives STORED, EXISTS, NOSPACE or SKIPPED. */
+ * predecessor of h[0]. status[i] receives STORED, EXISTS, NOSPACE or SKIPPED. Once a chunk gets
+ * NOSPACE the rest of the save gets NOSPACE too: stored, they could never be hit. */
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                 const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
                 uint64_t now_ms, uint8_t *status);
@@ -60,6 +61,11 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
                        uint64_t *len);
 
 const store_stats_t *store_stats(const store_t *s);
+
+/* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
+struct index_entry;
+void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg),
+                   void *arg);
 
 /* Adds the "ram" status fields to obj. */
 void store_status_ram(const store_t *s, uint64_t now_ms, json_t *obj);

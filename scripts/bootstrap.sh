@@ -1,0 +1,31 @@
+#!/bin/sh
+# bootstrap.sh - installs what kvtier needs on Debian 12 (run as root) and builds it into ./build.
+#
+# Extra CMake arguments may be passed in KVT_CMAKE_ARGS (CI passes -DKVT_WERROR=ON). The build
+# directory can be changed with KVT_BUILD_DIR. Re-running is cheap: apt-get skips installed
+# packages and CMake rebuilds only what changed.
+set -eu
+cd "$(dirname "$0")/.."
+
+packages="build-essential cmake pkg-config git curl libuv1-dev libzmq3-dev liblz4-dev
+libjansson-dev libxxhash-dev check libsubunit-dev"
+
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "bootstrap: missing packages:$missing (run as root to install them)" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+fi
+
+build="${KVT_BUILD_DIR:-build}"
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${KVT_CMAKE_ARGS:-}
+cmake --build "$build" -j"$(nproc)"
