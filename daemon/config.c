@@ -124,6 +124,8 @@ static const config_key_t config_keys[] = {
     ROW_STR("ram.arena_path", ram.arena_path, "/dev/shm/kvtier.arena", NULL),
     ROW_SIZE("ram.max_chunk_bytes", ram.max_chunk_bytes, 1, GIB, 64 * MIB),
     ROW_U32("ram.lease_ms", ram.lease_ms, 1, 600000, 30000),
+    ROW_STR("ram.arena_group", ram.arena_group, "", NULL),
+    ROW_U32("ram.shm_hold_ms", ram.shm_hold_ms, 100, 600000, 10000),
     ROW_LEVEL("log.level", log.level, LOG_INFO),
     ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
     ROW_GDBL("gates.admission.target", admission.target, false, 0.0, 1.0, 0.10),

@@ -19,6 +19,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,9 @@ static int run(const config_t *cfg)
     if (strncmp(cfg->server.endpoint, "ipc://", 6) == 0)
         make_parent_dirs(cfg->server.endpoint + 6);
     make_parent_dirs(cfg->server.status_socket);
+    /* A status client that hangs up before its answer is written must not kill the daemon:
+     * writes report EPIPE instead. */
+    signal(SIGPIPE, SIG_IGN);
     if (uv_loop_init(&loop) != 0)
         return 1;
     d.loop = &loop;

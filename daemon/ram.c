@@ -13,8 +13,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,7 +29,7 @@ struct ram {
     char path[256];
 };
 
-int ram_new(const char *path, uint64_t capacity, ram_t **out)
+int ram_new(const char *path, const char *group, uint64_t capacity, ram_t **out)
 {
     ram_t *r;
     int rc;
@@ -49,16 +51,34 @@ int ram_new(const char *path, uint64_t capacity, ram_t **out)
     if (r->path[0] == '\0')
         r->fd = memfd_create("kvtier-arena", MFD_CLOEXEC);
     else
-        r->fd = open(r->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0660);
+        r->fd = open(r->path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
     if (r->fd < 0) {
         rc = -errno;
+        goto fail_open;
+    }
+    /* A live daemon holds the lock on its arena: never truncate another daemon's arena. */
+    if (r->path[0] != '\0' && flock(r->fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        close(r->fd);
         goto fail_open;
     }
     if (r->path[0] != '\0' && fchmod(r->fd, 0660) != 0) {
         rc = -errno;
         goto fail_size;
     }
-    if (ftruncate(r->fd, (off_t)capacity) != 0) {
+    if (r->path[0] != '\0' && group != NULL && group[0] != '\0') {
+        struct group *gr = getgrnam(group);
+        if (gr == NULL) {
+            rc = -ENOENT;
+            goto fail_size;
+        }
+        if (fchown(r->fd, (uid_t)-1, gr->gr_gid) != 0) {
+            rc = -errno;
+            goto fail_size;
+        }
+    }
+    /* Drop whatever a previous run left, then size the (sparse) arena. */
+    if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)capacity) != 0) {
         rc = -errno;
         goto fail_size;
     }
@@ -109,6 +129,11 @@ void ram_free(ram_t *r, uint64_t off, uint64_t len)
 void *ram_ptr(const ram_t *r, uint64_t off)
 {
     return r->base + off;
+}
+
+int ram_fd(const ram_t *r)
+{
+    return r->fd;
 }
 
 uint64_t ram_capacity(const ram_t *r)
