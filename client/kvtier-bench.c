@@ -16,7 +16,11 @@
  * an ipc:// endpoint in a temp dir, with one DEALER per rank: "save-like" sends a chunk batch
  * and receives an 8-byte ack, "load-like" sends a small request and receives the chunk batch
  * (plain zmq_send, which copies into the message, and zmq_msg_recv, which does not copy out);
- * (c) a lookup-sized round trip (prompt_chunks x 16 bytes out, 32 bytes back).
+ * (c) a lookup-sized round trip (prompt_chunks x 16 bytes out, 32 bytes back). Each round runs
+ * kvtier, then the ZeroMQ baseline, then memcpy, and lookups alternate with their baseline in
+ * slices, so drift of the machine hits both sides of a ratio alike. With the shared-memory data
+ * path (--data-path, reported in the output) kvtier moves no bytes through ZeroMQ, so the
+ * ZeroMQ ratio then says how much the arena saves and memcpy is the ceiling to compare with.
  *
  * Threads: main (steps, memcpy baseline, report), one per rank, one echo thread. Between the
  * end barrier of a step and the start barrier of the next only the main thread touches the
@@ -88,6 +92,7 @@ typedef struct {
     uint32_t batch;
     int all_ranks;
     int json;
+    int data_path; /* KVT_DATA_PATH_* */
     char model[256];
 } bench_opts_t;
 
@@ -131,6 +136,7 @@ struct bench {
     uint32_t nwarm;
     uint32_t calls_per_round;
     kvt_server_info_t info;
+    int data_path_used; /* kvt_data_path() of rank 0's bulk client */
     void *zctx;
     pthread_t echo;
     int echo_started;
@@ -147,6 +153,31 @@ struct bench {
 };
 
 /* ---- small utilities ---- */
+
+static const struct {
+    const char *name;
+    int value;
+} data_paths[] = {
+    {"auto", KVT_DATA_PATH_AUTO},
+    {"frames", KVT_DATA_PATH_FRAMES},
+    {"shm", KVT_DATA_PATH_SHM},
+};
+
+static int data_path_parse(const char *s)
+{
+    for (size_t i = 0; i < sizeof data_paths / sizeof data_paths[0]; i++)
+        if (strcmp(s, data_paths[i].name) == 0)
+            return data_paths[i].value;
+    return -1;
+}
+
+static const char *data_path_name(int p)
+{
+    for (size_t i = 0; i < sizeof data_paths / sizeof data_paths[0]; i++)
+        if (data_paths[i].value == p)
+            return data_paths[i].name;
+    return "?";
+}
 
 static uint64_t now_ns(void)
 {
@@ -358,7 +389,7 @@ static void count_outcomes(rank_t *r, size_t n)
 
 static int connect_ns(rank_t *r, const kvt_ns_desc_t *ns, kvt_client_t **out)
 {
-    kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS};
+    kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS, .data_path = r->b->o.data_path};
     int rc = kvt_connect(r->b->o.endpoint, ns, r->rank, &co, out);
     if (rc)
         rank_fail(r, 1, "connect %s: %s", r->b->o.endpoint, kvt_strerror(rc));
@@ -394,6 +425,7 @@ static void step_setup(rank_t *r)
         int rc = kvt_server_info(r->bulk, &r->b->info);
         if (rc)
             rank_fail_kvt(r, "server info", rc, r->bulk);
+        r->b->data_path_used = kvt_data_path(r->bulk);
     }
 }
 
@@ -914,24 +946,25 @@ static int print_json(const bench_t *b, const results_t *r, const warnings_t *w)
     for (int i = 0; warns && i < w->n; i++)
         json_array_append_new(warns, json_string(w->text[i]));
     json_t *root = json_pack(
-        "{s:s,s:{s:s,s:I,s:b},"
+        "{s:s,s:s,s:{s:s,s:I,s:b},"
         "s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I},"
         "s:{s:f,s:f,s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I,s:I}},"
         "s:{s:f,s:f,s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I}},"
         "s:{s:o,s:{s:f,s:f},s:f,s:f,s:I,s:I},"
         "s:{s:f},s:o}",
-        "endpoint", o->endpoint, "namespace", "model", o->model, "world", (json_int_t)o->world,
-        "all_ranks", o->all_ranks, "params", "chunk_bytes", (json_int_t)o->chunk_bytes, "chunks",
-        (json_int_t)o->chunks, "ranks", (json_int_t)o->ranks, "rounds", (json_int_t)o->rounds,
-        "batch", (json_int_t)o->batch, "prompt_chunks", (json_int_t)o->prompt_chunks, "lookups",
-        (json_int_t)o->lookups, "lookup_chunk_bytes", (json_int_t)BENCH_LOOKUP_CHUNK_BYTES, "save",
-        "kvtier_gbps", save, "baseline_gbps", zsave, "ratio", ratio(save, zsave), "bytes",
-        (json_int_t)r->stored_bytes, "seconds", r->save_s, "latency", pct_json(&r->save),
-        "outcomes", "stored", (json_int_t)r->stored, "exists", (json_int_t)r->exists, "nospace",
-        (json_int_t)r->nospace, "declined", (json_int_t)r->declined, "load", "kvtier_gbps", load,
-        "baseline_gbps", zload, "ratio", ratio(load, zload), "bytes", (json_int_t)r->loaded_bytes,
-        "seconds", r->load_s, "latency", pct_json(&r->load), "chunks", "hits", (json_int_t)r->hits,
-        "misses", (json_int_t)r->misses, "evicted", (json_int_t)r->lost, "lookup", "latency",
+        "endpoint", o->endpoint, "data_path", data_path_name(b->data_path_used), "namespace",
+        "model", o->model, "world", (json_int_t)o->world, "all_ranks", o->all_ranks, "params",
+        "chunk_bytes", (json_int_t)o->chunk_bytes, "chunks", (json_int_t)o->chunks, "ranks",
+        (json_int_t)o->ranks, "rounds", (json_int_t)o->rounds, "batch", (json_int_t)o->batch,
+        "prompt_chunks", (json_int_t)o->prompt_chunks, "lookups", (json_int_t)o->lookups,
+        "lookup_chunk_bytes", (json_int_t)BENCH_LOOKUP_CHUNK_BYTES, "save", "kvtier_gbps", save,
+        "baseline_gbps", zsave, "ratio", ratio(save, zsave), "bytes", (json_int_t)r->stored_bytes,
+        "seconds", r->save_s, "latency", pct_json(&r->save), "outcomes", "stored",
+        (json_int_t)r->stored, "exists", (json_int_t)r->exists, "nospace", (json_int_t)r->nospace,
+        "declined", (json_int_t)r->declined, "load", "kvtier_gbps", load, "baseline_gbps", zload,
+        "ratio", ratio(load, zload), "bytes", (json_int_t)r->loaded_bytes, "seconds", r->load_s,
+        "latency", pct_json(&r->load), "chunks", "hits", (json_int_t)r->hits, "misses",
+        (json_int_t)r->misses, "evicted", (json_int_t)r->lost, "lookup", "latency",
         pct_json(&r->lookup), "baseline", "p50_us", r->zlookup.p50, "p99_us", r->zlookup.p99,
         "ratio_p50", ratio(r->lookup.p50, r->zlookup.p50), "ratio_p99",
         ratio(r->lookup.p99, r->zlookup.p99), "short_hits", (json_int_t)r->lookup_short, "skipped",
@@ -953,8 +986,8 @@ static void print_table(const bench_t *b, const results_t *r)
     const bench_opts_t *o = &b->o;
     double save = gbps(r->stored_bytes, r->save_s), load = gbps(r->loaded_bytes, r->load_s);
     double zsave = gbps(r->zbytes_save, r->zsave_s), zload = gbps(r->zbytes_load, r->zload_s);
-    printf("kvtier-bench: %s  namespace %s  world %u%s\n", o->endpoint, o->model, o->world,
-           o->all_ranks ? "  lookups all-ranks" : "");
+    printf("kvtier-bench: %s  namespace %s  world %u  data path %s%s\n", o->endpoint, o->model,
+           o->world, data_path_name(b->data_path_used), o->all_ranks ? "  lookups all-ranks" : "");
     printf("  %u rank(s) x %u chunks x %.2f MiB per round, %u round(s), %u chunk(s) per call; "
            "%u lookups x %u chunks of 4 KiB\n\n",
            o->ranks, o->chunks, (double)o->chunk_bytes / (1 << 20), o->rounds, o->batch, o->lookups,
@@ -1009,6 +1042,8 @@ static void usage(FILE *f)
             "      --lookups N          lookups per lookup thread (default 2000)\n"
             "      --all-ranks          lookups ask for all ranks (one thread asks)\n"
             "      --ns NAME            namespace model name (default kvtier-bench-<random>)\n"
+            "      --data-path PATH     auto, frames or shm: how chunk bytes travel (default\n"
+            "                           auto: the daemon's shared arena on ipc://, else frames)\n"
             "      --json               print one JSON object instead of the table\n"
             "  -h, --help               this text\n"
             "\n"
@@ -1102,6 +1137,7 @@ enum {
     OPT_ALL_RANKS,
     OPT_NS,
     OPT_JSON,
+    OPT_DATA_PATH,
 };
 
 /* Returns 0 to run, 1 after --help, -1 on a usage error (message printed). */
@@ -1121,6 +1157,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         {"all-ranks", no_argument, NULL, OPT_ALL_RANKS},
         {"ns", required_argument, NULL, OPT_NS},
         {"json", no_argument, NULL, OPT_JSON},
+        {"data-path", required_argument, NULL, OPT_DATA_PATH},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1187,6 +1224,11 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             break;
         case OPT_JSON:
             o->json = 1;
+            break;
+        case OPT_DATA_PATH:
+            o->data_path = data_path_parse(optarg);
+            if (o->data_path < 0)
+                bad = "--data-path must be auto, frames or shm";
             break;
         case ':':
             fprintf(stderr, "kvtier-bench: %s needs a value\n", argv[optind - 1]);
