@@ -3,14 +3,15 @@
  * measured in the same run with the same sizes.
  *
  * Design: one thread per rank, each with its own clients (one for the bulk namespace, one for
- * the lookup namespace), driven in lock step by the main thread through a list of steps (setup,
- * warm-up, then per round prepare / save / load / verify, then lookups, then the ZeroMQ
- * baselines). Every step is bracketed by two barriers: the main thread reads CLOCK_MONOTONIC
- * when the start barrier opens and when the end barrier closes, so throughput is payload bytes
- * over the wall time of all ranks together; per-call latencies are taken inside the threads.
- * Chunk data is random, pre-faulted, and stamped with the chunk's hash before every round so a
- * load that returned another chunk's bytes cannot pass the memcmp check. Token ids come from a
- * per-run random seed, so two runs never share a hash even when --ns names the same model.
+ * the lookup namespace of 4 KiB chunks), driven in lock step by the main thread through a list
+ * of steps (setup, warm-up, then per round prepare / save / load / verify and the baselines,
+ * then the lookup-namespace fill and lookup slices). Every step is bracketed by two barriers: the
+ * main thread reads CLOCK_MONOTONIC when the start barrier opens and when the end barrier closes,
+ * so throughput is payload bytes over the wall time of all ranks together; per-call latencies are
+ * taken inside the threads. Chunk data is random, pre-faulted, and stamped with the chunk's hash
+ * before every round so a load that returned another chunk's bytes cannot pass the memcmp check.
+ * Token ids come from a per-run random seed, so two runs never share a hash even when --ns names
+ * the same model.
  *
  * Baselines: (a) memcpy of the same chunks, one thread; (b) an in-process ROUTER echo thread on
  * an ipc:// endpoint in a temp dir, with one DEALER per rank: "save-like" sends a chunk batch
