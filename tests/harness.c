@@ -520,3 +520,114 @@ int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key)
     free(want);
     return ok;
 }
+
+/* --- raw ZeroMQ peers --- */
+
+void *harness_raw_open(void *ctx, const char *endpoint, int rcv_timeout_ms)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+
+    ck_assert_ptr_nonnull(s);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv_timeout_ms, sizeof rcv_timeout_ms);
+    ck_assert_int_eq(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+int harness_raw_send(void *s, const kvt_frame_t *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (zmq_send(s, f[i].data, f[i].len, i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+            return -1;
+    return 0;
+}
+
+/* Receives one multipart message; returns 0, or -1 on timeout / too many frames. */
+int harness_raw_recv(void *s, harness_raw_msg_t *m)
+{
+    int more = 1;
+
+    m->n = 0;
+    while (more) {
+        size_t sz = sizeof more;
+        if (m->n == HARNESS_RAW_MAX_FRAMES)
+            return -1;
+        zmq_msg_init(&m->part[m->n]);
+        if (zmq_msg_recv(&m->part[m->n], s, 0) < 0) {
+            zmq_msg_close(&m->part[m->n]);
+            return -1;
+        }
+        m->f[m->n].data = zmq_msg_data(&m->part[m->n]);
+        m->f[m->n].len = zmq_msg_size(&m->part[m->n]);
+        m->n++;
+        zmq_getsockopt(s, ZMQ_RCVMORE, &more, &sz);
+    }
+    return 0;
+}
+
+void harness_raw_msg_close(harness_raw_msg_t *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        zmq_msg_close(&m->part[i]);
+    m->n = 0;
+}
+
+/* Decodes a reply; asserts it is well-formed. */
+void harness_raw_decode(const harness_raw_msg_t *m, kvt_msg_t *out)
+{
+    kvt_limits_t lim = {.max_hashes = 65536, .max_payload_bytes = 64u << 20};
+    int rc = kvt_msg_decode(m->f, m->n, &lim, out);
+
+    ck_assert_msg(rc == 0, "the daemon's reply does not decode: %s", kvt_wire_strerror(rc));
+}
+
+size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint16_t rank)
+{
+    kvt_msg_t m;
+
+    memset(&m, 0, sizeof m);
+    m.hdr.type = (uint8_t)type;
+    m.hdr.req_id = rid;
+    m.hdr.ns_id = ns;
+    if (type == KVT_MSG_LOOKUP)
+        m.u.lookup.rank = rank;
+    else if (type == KVT_MSG_SAVE_BEGIN || type == KVT_MSG_SAVE_DATA ||
+             type == KVT_MSG_SAVE_RESERVE || type == KVT_MSG_SAVE_COMMIT)
+        m.u.save.rank = rank;
+    else if (type == KVT_MSG_RELEASE)
+        m.u.release.rank = rank;
+    else if (type == KVT_MSG_LOAD)
+        m.u.load.rank = rank;
+    return kvt_head_encode(buf, 128, &m);
+}
+
+/* HELLO on a raw socket; returns the ns_id of HELLO_OK, or fails the test. */
+uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
+                          uint64_t rid)
+{
+    uint8_t head[128];
+    kvt_msg_t m;
+    harness_raw_msg_t r;
+    kvt_frame_t f[2];
+
+    memset(&m, 0, sizeof m);
+    m.hdr.type = KVT_MSG_HELLO;
+    m.hdr.req_id = rid;
+    m.u.hello.layout_fp = fp;
+    m.u.hello.chunk_tokens = 16;
+    m.u.hello.rank = rank;
+    m.u.hello.world = world;
+    f[0].data = head;
+    f[0].len = kvt_head_encode(head, sizeof head, &m);
+    f[1].data = model;
+    f[1].len = strlen(model);
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+    ck_assert_msg(harness_raw_recv(s, &r) == 0, "no reply to HELLO");
+    harness_raw_decode(&r, &m);
+    ck_assert_int_eq(m.hdr.type, KVT_MSG_HELLO_OK);
+    ck_assert_uint_eq(m.hdr.req_id, rid);
+    harness_raw_msg_close(&r);
+    return m.u.hello_ok.ns_id;
+}
+

@@ -21,6 +21,9 @@
 
 #include <jansson.h>
 
+#include <zmq.h>
+
+#include "kvt_proto.h"
 #include "kvtier.h"
 
 #define HARNESS_DEADLINE_MS 10000
@@ -112,5 +115,31 @@ int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key)
 
 /* Monotonic milliseconds. */
 int64_t harness_now_ms(void);
+
+/* --- raw ZeroMQ peers, for malformed or partial exchanges the library would never send --- */
+
+#define HARNESS_RAW_MAX_FRAMES 8
+
+typedef struct {
+    size_t n;
+    zmq_msg_t part[HARNESS_RAW_MAX_FRAMES];
+    kvt_frame_t f[HARNESS_RAW_MAX_FRAMES];
+} harness_raw_msg_t;
+
+/* A DEALER connected to endpoint with a receive timeout (asserts success). */
+void *harness_raw_open(void *ctx, const char *endpoint, int rcv_timeout_ms);
+/* Sends n frames as one message: 0 or -1. */
+int harness_raw_send(void *s, const kvt_frame_t *f, size_t n);
+/* Receives one multipart message: 0, or -1 on timeout / more than HARNESS_RAW_MAX_FRAMES. */
+int harness_raw_recv(void *s, harness_raw_msg_t *m);
+void harness_raw_msg_close(harness_raw_msg_t *m);
+/* Decodes a reply; asserts it is well-formed. */
+void harness_raw_decode(const harness_raw_msg_t *m, kvt_msg_t *out);
+/* Encodes a head of type with req_id rid, ns_id ns and rank (where the type has one) into buf
+ * (128 bytes); returns its size. */
+size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint16_t rank);
+/* HELLO on a raw socket (chunk_tokens 16); returns the ns_id of HELLO_OK or fails the test. */
+uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank,
+                           uint16_t world, uint64_t rid);
 
 #endif /* KVT_TEST_HARNESS_H */

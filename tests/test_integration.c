@@ -597,119 +597,6 @@ END_TEST
  * Raw ZeroMQ peers
  */
 
-#define RAW_MAX_FRAMES 8
-
-typedef struct {
-    size_t n;
-    zmq_msg_t part[RAW_MAX_FRAMES];
-    kvt_frame_t f[RAW_MAX_FRAMES];
-} raw_msg_t;
-
-static void *raw_open(void *ctx, const char *endpoint, int rcv_timeout_ms)
-{
-    void *s = zmq_socket(ctx, ZMQ_DEALER);
-    int zero = 0;
-
-    ck_assert_ptr_nonnull(s);
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv_timeout_ms, sizeof rcv_timeout_ms);
-    ck_assert_int_eq(zmq_connect(s, endpoint), 0);
-    return s;
-}
-
-static int raw_send(void *s, const kvt_frame_t *f, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (zmq_send(s, f[i].data, f[i].len, i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
-            return -1;
-    return 0;
-}
-
-/* Receives one multipart message; returns 0, or -1 on timeout / too many frames. */
-static int raw_recv(void *s, raw_msg_t *m)
-{
-    int more = 1;
-
-    m->n = 0;
-    while (more) {
-        size_t sz = sizeof more;
-        if (m->n == RAW_MAX_FRAMES)
-            return -1;
-        zmq_msg_init(&m->part[m->n]);
-        if (zmq_msg_recv(&m->part[m->n], s, 0) < 0) {
-            zmq_msg_close(&m->part[m->n]);
-            return -1;
-        }
-        m->f[m->n].data = zmq_msg_data(&m->part[m->n]);
-        m->f[m->n].len = zmq_msg_size(&m->part[m->n]);
-        m->n++;
-        zmq_getsockopt(s, ZMQ_RCVMORE, &more, &sz);
-    }
-    return 0;
-}
-
-static void raw_msg_close(raw_msg_t *m)
-{
-    for (size_t i = 0; i < m->n; i++)
-        zmq_msg_close(&m->part[i]);
-    m->n = 0;
-}
-
-/* Decodes a reply; asserts it is well-formed. */
-static void raw_decode(const raw_msg_t *m, kvt_msg_t *out)
-{
-    kvt_limits_t lim = {.max_hashes = 65536, .max_payload_bytes = 64u * MIB};
-    int rc = kvt_msg_decode(m->f, m->n, &lim, out);
-
-    ck_assert_msg(rc == 0, "the daemon's reply does not decode: %s", kvt_wire_strerror(rc));
-}
-
-static size_t raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint16_t rank)
-{
-    kvt_msg_t m;
-
-    memset(&m, 0, sizeof m);
-    m.hdr.type = (uint8_t)type;
-    m.hdr.req_id = rid;
-    m.hdr.ns_id = ns;
-    if (type == KVT_MSG_LOOKUP)
-        m.u.lookup.rank = rank;
-    else if (type == KVT_MSG_SAVE_BEGIN || type == KVT_MSG_SAVE_DATA)
-        m.u.save.rank = rank;
-    else if (type == KVT_MSG_LOAD)
-        m.u.load.rank = rank;
-    return kvt_head_encode(buf, 128, &m);
-}
-
-/* HELLO on a raw socket; returns the ns_id of HELLO_OK, or fails the test. */
-static uint32_t raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
-                          uint64_t rid)
-{
-    uint8_t head[128];
-    kvt_msg_t m;
-    raw_msg_t r;
-    kvt_frame_t f[2];
-
-    memset(&m, 0, sizeof m);
-    m.hdr.type = KVT_MSG_HELLO;
-    m.hdr.req_id = rid;
-    m.u.hello.layout_fp = fp;
-    m.u.hello.chunk_tokens = 16;
-    m.u.hello.rank = rank;
-    m.u.hello.world = world;
-    f[0].data = head;
-    f[0].len = kvt_head_encode(head, sizeof head, &m);
-    f[1].data = model;
-    f[1].len = strlen(model);
-    ck_assert_int_eq(raw_send(s, f, 2), 0);
-    ck_assert_msg(raw_recv(s, &r) == 0, "no reply to HELLO");
-    raw_decode(&r, &m);
-    ck_assert_int_eq(m.hdr.type, KVT_MSG_HELLO_OK);
-    ck_assert_uint_eq(m.hdr.req_id, rid);
-    raw_msg_close(&r);
-    return m.u.hello_ok.ns_id;
-}
-
 static uint64_t prng(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -762,7 +649,7 @@ static void send_bad(void *s, const bad_ctx_t *bc, int k, uint64_t rid, uint64_t
     f[1].data = bc->hashes;
     f[1].len = 3 * KVT_HASH_BYTES;
     f[0].data = head;
-    f[0].len = raw_head(head, KVT_MSG_LOOKUP, rid, bc->raw_ns, 0);
+    f[0].len = harness_raw_head(head, KVT_MSG_LOOKUP, rid, bc->raw_ns, 0);
     switch (k) {
     case BAD_SHORT_GARBAGE:
         for (size_t i = 0; i < sizeof g[0]; i++)
@@ -812,7 +699,7 @@ static void send_bad(void *s, const bad_ctx_t *bc, int k, uint64_t rid, uint64_t
         *want_code = KVT_WIRE_EPROTO;
         break;
     case BAD_SAVE_BEGIN_FRAMES:
-        f[0].len = raw_head(head, KVT_MSG_SAVE_BEGIN, rid, bc->raw_ns, 0);
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_BEGIN, rid, bc->raw_ns, 0);
         f[1].len = KVT_HASH_BYTES;
         f[2].data = "xyz";
         f[2].len = 3;
@@ -820,7 +707,7 @@ static void send_bad(void *s, const bad_ctx_t *bc, int k, uint64_t rid, uint64_t
         *want_code = KVT_WIRE_EPROTO;
         break;
     case BAD_SAVE_DATA_FRAMES:
-        f[0].len = raw_head(head, KVT_MSG_SAVE_DATA, rid, bc->raw_ns, 0);
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_DATA, rid, bc->raw_ns, 0);
         f[1].len = 2 * KVT_HASH_BYTES;
         f[2].data = "xyz";
         f[2].len = 3;
@@ -838,7 +725,7 @@ static void send_bad(void *s, const bad_ctx_t *bc, int k, uint64_t rid, uint64_t
         *want_code = KVT_WIRE_ETOOBIG;
         break;
     case BAD_BIG_PAYLOAD:
-        f[0].len = raw_head(head, KVT_MSG_SAVE_DATA, rid, bc->raw_ns, 0);
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_DATA, rid, bc->raw_ns, 0);
         f[1].len = KVT_HASH_BYTES;
         f[2].data = bc->bigbuf;
         f[2].len = bc->max_chunk + 1;
@@ -859,15 +746,15 @@ static void send_bad(void *s, const bad_ctx_t *bc, int k, uint64_t rid, uint64_t
         *want_code = KVT_WIRE_EUNSUPP;
         break;
     case BAD_NS_OTHER:
-        f[0].len = raw_head(head, rid % 2 ? KVT_MSG_LOOKUP : KVT_MSG_LOAD, rid, bc->good_ns, 0);
+        f[0].len = harness_raw_head(head, rid % 2 ? KVT_MSG_LOOKUP : KVT_MSG_LOAD, rid, bc->good_ns, 0);
         *want_code = KVT_WIRE_ENONS;
         break;
     case BAD_NS_NONE:
-        f[0].len = raw_head(head, KVT_MSG_LOOKUP, rid, 0xdead0000u + (uint32_t)(rid % 1000), 0);
+        f[0].len = harness_raw_head(head, KVT_MSG_LOOKUP, rid, 0xdead0000u + (uint32_t)(rid % 1000), 0);
         *want_code = KVT_WIRE_ENONS;
         break;
     case BAD_RANK:
-        f[0].len = raw_head(head, KVT_MSG_LOOKUP, rid, bc->raw_ns, (uint16_t)(2 + rid % 100));
+        f[0].len = harness_raw_head(head, KVT_MSG_LOOKUP, rid, bc->raw_ns, (uint16_t)(2 + rid % 100));
         *want_code = KVT_WIRE_EINVAL;
         break;
     case BAD_CONFLICT:
@@ -886,7 +773,7 @@ static void send_bad(void *s, const bad_ctx_t *bc, int k, uint64_t rid, uint64_t
     default:
         ck_abort_msg("unknown bad kind %d", k);
     }
-    ck_assert_int_eq(raw_send(s, f, n), 0);
+    ck_assert_int_eq(harness_raw_send(s, f, n), 0);
 }
 
 /* One good round trip of a fresh single chunk; returns its size. */
@@ -941,19 +828,19 @@ START_TEST(test_bad_input_flood)
     bc.good_ns = (uint32_t)json_integer_value(json_object_get(ns, "id"));
     json_decref(st);
 
-    raw = raw_open(ctx, h->endpoint, 5000);
-    bc.raw_ns = raw_hello(raw, "raw-model", 0x1234, 0, 2, 1);
+    raw = harness_raw_open(ctx, h->endpoint, 5000);
+    bc.raw_ns = harness_raw_hello(raw, "raw-model", 0x1234, 0, 2, 1);
     ck_assert_uint_ne(bc.raw_ns, bc.good_ns);
 
     for (int i = 0; i < FLOOD; i++) {
         uint64_t rid = 1000 + (uint64_t)i, want_rid = 0;
         int k = i % BAD_KINDS, want_code = 0;
-        raw_msg_t r;
+        harness_raw_msg_t r;
         kvt_msg_t m;
 
         send_bad(raw, &bc, k, rid, &rng, &want_code, &want_rid);
-        ck_assert_msg(raw_recv(raw, &r) == 0, "no reply to bad message %d (kind %d)", i, k);
-        raw_decode(&r, &m);
+        ck_assert_msg(harness_raw_recv(raw, &r) == 0, "no reply to bad message %d (kind %d)", i, k);
+        harness_raw_decode(&r, &m);
         ck_assert_msg(m.hdr.type == KVT_MSG_ERROR, "bad message %d (kind %d): reply type %s", i, k,
                       kvt_msg_type_name(m.hdr.type));
         ck_assert_msg(m.u.error.code == want_code,
@@ -962,7 +849,7 @@ START_TEST(test_bad_input_flood)
                       kvt_wire_strerror(want_code), (int)m.u.error.text_len, m.u.error.text);
         ck_assert_msg(m.hdr.req_id == want_rid, "bad message %d (kind %d): req_id %llu, want %llu",
                       i, k, (unsigned long long)m.hdr.req_id, (unsigned long long)want_rid);
-        raw_msg_close(&r);
+        harness_raw_msg_close(&r);
         sent[-want_code]++;
         if (i % GOOD_EVERY == 0) {
             good_roundtrip(good, 5000 + (uint32_t)i);
@@ -981,17 +868,17 @@ START_TEST(test_bad_input_flood)
     /* The raw connection is still usable: its namespace still answers. */
     {
         uint8_t head[128];
-        kvt_frame_t f[2] = {{head, raw_head(head, KVT_MSG_LOOKUP, 77, bc.raw_ns, 1)},
+        kvt_frame_t f[2] = {{head, harness_raw_head(head, KVT_MSG_LOOKUP, 77, bc.raw_ns, 1)},
                             {bc.hashes, 2 * KVT_HASH_BYTES}};
-        raw_msg_t r;
+        harness_raw_msg_t r;
         kvt_msg_t m;
-        ck_assert_int_eq(raw_send(raw, f, 2), 0);
-        ck_assert_int_eq(raw_recv(raw, &r), 0);
-        raw_decode(&r, &m);
+        ck_assert_int_eq(harness_raw_send(raw, f, 2), 0);
+        ck_assert_int_eq(harness_raw_recv(raw, &r), 0);
+        harness_raw_decode(&r, &m);
         ck_assert_int_eq(m.hdr.type, KVT_MSG_LOOKUP_OK);
         ck_assert_uint_eq(m.hdr.req_id, 77);
         ck_assert_uint_eq(m.u.lookup_ok.hit, 0);
-        raw_msg_close(&r);
+        harness_raw_msg_close(&r);
     }
 
     /* A frame beyond max_chunk_bytes + 64 KiB: ZeroMQ drops that peer's connection, so the daemon
@@ -999,18 +886,18 @@ START_TEST(test_bad_input_flood)
     {
         size_t huge = bc.max_chunk + 64 * KIB + 4096;
         uint8_t *buf = calloc(1, huge);
-        void *raw2 = raw_open(ctx, h->endpoint, 500);
+        void *raw2 = harness_raw_open(ctx, h->endpoint, 500);
         kvt_frame_t f = {buf, huge};
         int64_t deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
         int answered = 0;
 
         ck_assert_ptr_nonnull(buf);
-        (void)raw_hello(raw2, "raw2-model", 0x99, 0, 1, 5);
-        ck_assert_int_eq(raw_send(raw2, &f, 1), 0);
+        (void)harness_raw_hello(raw2, "raw2-model", 0x99, 0, 1, 5);
+        ck_assert_int_eq(harness_raw_send(raw2, &f, 1), 0);
         for (uint64_t rid = 6; !answered && harness_now_ms() < deadline; rid++) {
             uint8_t head[128];
             kvt_msg_t m;
-            raw_msg_t r;
+            harness_raw_msg_t r;
             kvt_frame_t hf[2];
             memset(&m, 0, sizeof m);
             m.hdr.type = KVT_MSG_HELLO;
@@ -1022,15 +909,15 @@ START_TEST(test_bad_input_flood)
             hf[0].len = kvt_head_encode(head, sizeof head, &m);
             hf[1].data = "raw2-model";
             hf[1].len = strlen("raw2-model");
-            ck_assert_int_eq(raw_send(raw2, hf, 2), 0);
-            if (raw_recv(raw2, &r) != 0)
+            ck_assert_int_eq(harness_raw_send(raw2, hf, 2), 0);
+            if (harness_raw_recv(raw2, &r) != 0)
                 continue;
-            raw_decode(&r, &m);
+            harness_raw_decode(&r, &m);
             ck_assert_msg(m.hdr.type == KVT_MSG_HELLO_OK,
                           "after an oversize frame: reply %s (code %d), want hello_ok",
                           kvt_msg_type_name(m.hdr.type),
                           m.hdr.type == KVT_MSG_ERROR ? m.u.error.code : 0);
-            raw_msg_close(&r);
+            harness_raw_msg_close(&r);
             answered = 1;
         }
         ck_assert_msg(answered, "the peer that sent an oversize frame is never served again");
@@ -1058,13 +945,13 @@ END_TEST
 static int child_request(void *s, const kvt_frame_t *f, size_t n, kvt_msg_t *out)
 {
     kvt_limits_t lim = {.max_hashes = 65536, .max_payload_bytes = 64u * MIB};
-    raw_msg_t r;
+    harness_raw_msg_t r;
     int rc;
 
-    if (raw_send(s, f, n) != 0 || raw_recv(s, &r) != 0)
+    if (harness_raw_send(s, f, n) != 0 || harness_raw_recv(s, &r) != 0)
         return -1;
     rc = kvt_msg_decode(r.f, r.n, &lim, out);
-    raw_msg_close(&r);
+    harness_raw_msg_close(&r);
     return rc == 0 ? out->hdr.type : -1;
 }
 
@@ -1113,7 +1000,7 @@ static void child_save_begin_then_die(const char *endpoint)
     s = child_connect(ctx, endpoint, &ns);
     harness_chain(600, hs, 8);
     f[0].data = head;
-    f[0].len = raw_head(head, KVT_MSG_SAVE_BEGIN, 2, ns, 0);
+    f[0].len = harness_raw_head(head, KVT_MSG_SAVE_BEGIN, 2, ns, 0);
     f[1].data = hs;
     f[1].len = sizeof hs;
     if (child_request(s, f, 2, &m) != KVT_MSG_SAVE_BEGIN_OK)
@@ -1130,7 +1017,7 @@ static void child_partial_flood_then_die(const char *endpoint)
     kvt_hash_t hs[4];
     uint8_t head[128];
     kvt_frame_t f[4];
-    raw_msg_t r;
+    harness_raw_msg_t r;
     uint32_t ns;
 
     if (ctx == NULL)
@@ -1145,11 +1032,11 @@ static void child_partial_flood_then_die(const char *endpoint)
     f[2].len = sizeof payload;
     f[3] = f[2];
     for (int i = 0; i < 50; i++) {
-        f[0].len = raw_head(head, KVT_MSG_SAVE_DATA, 100 + (uint64_t)i, ns, 0);
-        if (raw_send(s, f, 4) != 0)
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_DATA, 100 + (uint64_t)i, ns, 0);
+        if (harness_raw_send(s, f, 4) != 0)
             _exit(30);
     }
-    if (raw_recv(s, &r) != 0)
+    if (harness_raw_recv(s, &r) != 0)
         _exit(31);
     _exit(0);
 }
