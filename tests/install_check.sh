@@ -9,7 +9,7 @@ prefix=$(mktemp -d /tmp/kvtinst-XXXXXX)
 trap 'rm -rf "$prefix"' EXIT
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
-for f in sbin/kvtierd bin/kvtierctl include/kvtier.h etc/kvtier/kvtierd.json \
+for f in sbin/kvtierd bin/kvtierctl bin/kvtier-bench include/kvtier.h etc/kvtier/kvtierd.json \
          lib/systemd/system/kvtierd.service lib/sysusers.d/kvtier.conf share/doc/kvtier/README.md; do
     [ -e "$prefix/$f" ] || { echo "missing after install: $f" >&2; exit 1; }
 done
