@@ -357,7 +357,7 @@ static int map_arena(kvt_client_t *c)
     char path[KVT_PATH_MAX + 1];
     struct stat st;
     void *p;
-    int fd, recovered = 0, rc;
+    int fd, recovered = 0, rc, populate;
 
     req.hdr.type = KVT_MSG_ARENA;
     rc = call(c, &req, NULL, 0, KVT_MSG_ARENA_OK, call_deadline(c), &recovered, &rep);
@@ -375,7 +375,12 @@ static int map_arena(kvt_client_t *c)
         close(fd);
         return KVT_ESYS;
     }
-    p = mmap(NULL, (size_t)rep.u.arena_ok.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* When the daemon allocated every page, MAP_POPULATE fills this process's page tables now:
+     * copies into and out of the arena then run at memcpy speed instead of taking a fault every
+     * 4 KiB. (On a sparse arena it would allocate the whole capacity: not done then.) */
+    populate = (rep.hdr.flags & KVT_ARENA_PREFAULTED) ? MAP_POPULATE : 0;
+    p = mmap(NULL, (size_t)rep.u.arena_ok.arena_bytes, PROT_READ | PROT_WRITE,
+             MAP_SHARED | populate, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return KVT_ESYS;

@@ -16,6 +16,7 @@
 #ifndef KVT_CONFIG_H
 #define KVT_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,7 @@ typedef struct {
         char arena_path[CONFIG_PATH_MAX]; /* file under /dev/shm, or "" for an anonymous memfd */
         uint64_t max_chunk_bytes;        /* largest chunk payload accepted */
         uint32_t lease_ms;               /* lookup lease time, 1..600000 (30000) */
+        bool prefault;                   /* allocate every arena page at start (true) */
         char arena_group[64];            /* group owning the arena file ("" = the daemon's) */
         uint32_t shm_hold_ms;            /* shared-memory reservations and load pins are
                                             reclaimed after this, 100..600000 (10000) */

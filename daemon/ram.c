@@ -1,8 +1,11 @@
 /*
  * ram.c - the RAM arena (see ram.h).
  *
- * Design: the backing file is sized with ftruncate (sparse: no memory is committed up front)
- * and mapped once for the life of the daemon; allocation state lives in alloc_t, out of band,
+ * Design: the backing file is sized with ftruncate and, with ram.prefault (the default), its
+ * pages are allocated at once with fallocate and mapped populated: the capacity is committed
+ * and measured from the start, a /dev/shm too small for it fails the start instead of a later
+ * write (SIGBUS), and no save pays for page allocation. Without prefault the file is sparse
+ * and pages are allocated on first write. The arena is mapped once for the life of the daemon; allocation state lives in alloc_t, out of band,
  * so the daemon never touches a page it has not written chunk bytes to. Freed runs keep their
  * pages: resident memory is bounded by the capacity, and reusing a page costs no fault.
  * Threads: loop thread only.
@@ -29,7 +32,7 @@ struct ram {
     char path[256];
 };
 
-int ram_new(const char *path, const char *group, uint64_t capacity, ram_t **out)
+int ram_new(const char *path, const char *group, uint64_t capacity, bool prefault, ram_t **out)
 {
     ram_t *r;
     int rc;
@@ -82,7 +85,14 @@ int ram_new(const char *path, const char *group, uint64_t capacity, ram_t **out)
         rc = -errno;
         goto fail_size;
     }
-    r->base = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    /* Allocating every page now turns "not enough room in /dev/shm" into a start-up error
+     * instead of a SIGBUS on some later write, and spares every writer the page allocation. */
+    if (prefault && fallocate(r->fd, 0, 0, (off_t)capacity) != 0) {
+        rc = -errno;
+        goto fail_size;
+    }
+    r->base = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | (prefault ? MAP_POPULATE : 0), r->fd, 0);
     if (r->base == MAP_FAILED) {
         rc = -errno;
         goto fail_size;

@@ -13,15 +13,18 @@
 #ifndef KVT_RAM_H
 #define KVT_RAM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct ram ram_t;
 
 /* Creates the arena of capacity bytes at path ("" or NULL: anonymous memfd). A file is created
  * with mode 0660, owned by group (when not NULL or "": -ENOENT if no such group), and locked
- * (flock) for the daemon's life: -EBUSY when another live daemon holds it. Returns 0 or a
- * negative errno; *out is owned by the caller. */
-int ram_new(const char *path, const char *group, uint64_t capacity, ram_t **out);
+ * (flock) for the daemon's life: -EBUSY when another live daemon holds it. With prefault every
+ * page is allocated now (-ENOSPC when the file system cannot hold the capacity). Returns 0 or
+ * a negative errno; *out is owned by the caller. */
+int ram_new(const char *path, const char *group, uint64_t capacity, bool prefault,
+            ram_t **out);
 
 /* Unmaps, closes, unlinks the file and sets *r to NULL; NULL and *r == NULL are accepted. */
 void ram_destroy(ram_t **r);

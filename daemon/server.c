@@ -30,6 +30,7 @@
 #include "saveops.h"
 #include "session.h"
 #include "store.h"
+#include "zcref.h"
 #include "zsock.h"
 
 #include <errno.h>
@@ -89,6 +90,7 @@ struct server {
     uv_loop_t *loop;
     const config_t *cfg;
     zsock_t *zs;
+    zcref_t *zc; /* chunks lent to ZeroMQ by load replies (pinned until returned) */
     uv_timer_t sweep;
     ns_table_t *nst;
     store_t *store;
@@ -464,10 +466,18 @@ static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
     session_set_path(ss, SESSION_PATH_FRAMES);
     k = reply_head(sv, rid, &m);
     for (size_t i = 0; i < l->nhashes; i++) {
-        uint64_t len = 0;
-        const void *p = store_load(sv->store, ns, l->rank, &l->hashes[i], &len);
-        sv->status[i] = p != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
-        part_bytes(&sv->out[k + 1 + i], p, p != NULL ? len : 0);
+        index_entry_t *e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
+        zmq_msg_t *p = &sv->out[k + 1 + i];
+        sv->status[i] = e != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
+        if (e == NULL) {
+            zmq_msg_init(p);
+            continue;
+        }
+        /* Lend the arena bytes to ZeroMQ: pinned until it has sent them (zcref.h). */
+        if (zcref_msg_init(sv->zc, p, store_ptr(sv->store, e->off), e->len, e) == 0)
+            e->pins++;
+        else
+            part_bytes(p, store_ptr(sv->store, e->off), e->len);
     }
     part_bytes(&sv->out[k], sv->status, l->nhashes);
     send_parts(sv, k + 1 + l->nhashes);
@@ -479,6 +489,7 @@ static void do_arena(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
     const char *path = store_arena_path(sv->store);
     size_t k;
 
+    m.hdr.flags = sv->cfg->ram.prefault ? KVT_ARENA_PREFAULTED : 0;
     m.u.arena_ok.arena_bytes = store_arena_bytes(sv->store);
     m.u.arena_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
     k = reply_head(sv, rid, &m);
@@ -728,6 +739,15 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
 
 /* --- lifecycle --- */
 
+static void zc_release_cb(void *arg, void *obj)
+{
+    index_entry_t *e = obj;
+
+    (void)arg;
+    e->pins--;
+}
+
+
 int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
 {
     server_t *sv = calloc(1, sizeof *sv);
@@ -772,6 +792,12 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
         log_error("bind", "endpoint=%s error=\"%s\"", cfg->server.endpoint, zmq_strerror(-rc));
         goto fail_bind;
     }
+    sv->zc = zcref_new(loop, zc_release_cb, sv);
+    if (sv->zc == NULL) {
+        rc = -ENOMEM;
+        zsock_close(&sv->zs); /* its handles close when the caller runs the loop */
+        goto fail_bind;
+    }
     uv_timer_init(loop, &sv->sweep);
     sv->sweep.data = sv;
     /* Holds expire within a quarter of their time after their deadline. */
@@ -814,14 +840,22 @@ static void server_free_cb(uv_handle_t *h)
     free(sv);
 }
 
+/* Every lent chunk is back: the arena and the index may go. */
+static void zc_closed_cb(void *arg)
+{
+    server_t *sv = arg;
+
+    uv_close((uv_handle_t *)&sv->sweep, server_free_cb);
+}
+
 void server_close(server_t **psv)
 {
     server_t *sv = *psv;
 
     if (sv == NULL)
         return;
-    zsock_close(&sv->zs);
-    uv_close((uv_handle_t *)&sv->sweep, server_free_cb);
+    zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
+    zcref_close(&sv->zc, zc_closed_cb, sv);
     *psv = NULL;
 }
 

@@ -44,7 +44,8 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         rc = -ENOMEM;
         goto fail_index;
     }
-    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group, cfg->ram.capacity_bytes, &s->ram);
+    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group, cfg->ram.capacity_bytes,
+                 cfg->ram.prefault, &s->ram);
     if (rc != 0)
         goto fail_ram;
     *out = s;

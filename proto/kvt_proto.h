@@ -184,6 +184,7 @@ typedef struct {
 } kvt_chunks_ok_t;
 
 /* ARENA_OK frames: head, arena path (empty: no shared arena; use the frames path). */
+#define KVT_ARENA_PREFAULTED 0x1u /* ARENA_OK flag: every page is allocated; map it populated */
 typedef struct {
     uint64_t arena_bytes;
     uint32_t hold_ms;
