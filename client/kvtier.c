@@ -545,6 +545,26 @@ int kvt_lookup(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const kvt_lo
     return 0;
 }
 
+/* Folds SAVE_OK into st: chunks sent (st[i] WANTED) take the daemon's answer; the others keep
+ * the first answer. SKIPPED for a sent chunk means its reservation expired: not stored. */
+static int merge_save_ok(const kvt_msg_t *rep, size_t n, uint8_t *st)
+{
+    if (rep->u.chunks_ok.n != n)
+        return KVT_EPROTO;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t s = rep->u.chunks_ok.status[i];
+        if (st[i] != KVT_CHUNK_WANTED)
+            continue;
+        if (s == KVT_CHUNK_SKIPPED)
+            s = KVT_CHUNK_NOSPACE;
+        if (s != KVT_CHUNK_STORED && s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_NOSPACE &&
+            s != KVT_CHUNK_DECLINED)
+            return KVT_EPROTO;
+        st[i] = s;
+    }
+    return 0;
+}
+
 /* A location from the daemon, checked against the mapped arena: the extent, or NULL. */
 static uint8_t *arena_at(const kvt_client_t *c, const uint8_t *loc, uint64_t *len)
 {
@@ -612,19 +632,9 @@ static int save_shm(kvt_client_t *c, kvt_msg_t *req, const kvt_hash_t *hashes, s
         rc = call_once(c, req, fr, 2, KVT_MSG_SAVE_OK, deadline, &rep);
         if (rc != 0)
             goto out;
-        rc = KVT_EPROTO;
-        if (rep.u.chunks_ok.n != n)
+        rc = merge_save_ok(&rep, n, st);
+        if (rc != 0)
             goto out;
-        for (size_t i = 0; i < n; i++) {
-            uint8_t s = rep.u.chunks_ok.status[i];
-            if (st[i] != KVT_CHUNK_WANTED)
-                continue;
-            if (s == KVT_CHUNK_SKIPPED)
-                s = KVT_CHUNK_NOSPACE; /* the reservation expired before the commit */
-            if (s != KVT_CHUNK_STORED && s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_NOSPACE)
-                goto out;
-            st[i] = s;
-        }
     }
     rc = 0;
 out:
@@ -764,20 +774,10 @@ int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const void *co
     if (nwanted > 0) {
         req.hdr.type = KVT_MSG_SAVE_DATA;
         rc = call(c, &req, frames, n + 1, KVT_MSG_SAVE_OK, deadline, &recovered, &rep);
+        if (rc == 0)
+            rc = merge_save_ok(&rep, n, st);
         if (rc != 0)
             goto out;
-        rc = KVT_EPROTO;
-        if (rep.u.chunks_ok.n != n)
-            goto out;
-        for (size_t i = 0; i < n; i++) {
-            uint8_t s = rep.u.chunks_ok.status[i];
-            if (st[i] != KVT_CHUNK_WANTED)
-                continue; /* not sent: the first answer stands */
-            if (s != KVT_CHUNK_STORED && s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_NOSPACE &&
-                s != KVT_CHUNK_DECLINED)
-                goto out;
-            st[i] = s;
-        }
     }
     if (outcomes != NULL)
         memcpy(outcomes, st, n);

@@ -748,6 +748,23 @@ static void zc_release_cb(void *arg, void *obj)
 }
 
 
+/* Frees what server_new made (any part may be missing). The ZeroMQ socket and the timer are
+ * closed already. */
+static void server_free(server_t *sv)
+{
+    sessions_destroy(&sv->sessions); /* reclaims holds: before the store goes */
+    store_destroy(&sv->store);
+    saveops_destroy(&sv->ops);
+    ns_table_destroy(&sv->nst);
+    free(sv->rank_hits);
+    free(sv->offs);
+    free(sv->lens);
+    free(sv->status);
+    free(sv->frames);
+    free(sv->out);
+    free(sv);
+}
+
 int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
 {
     server_t *sv = calloc(1, sizeof *sv);
@@ -774,29 +791,29 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     if (sv->out == NULL || sv->frames == NULL || sv->status == NULL ||
         sv->rank_hits == NULL || sv->offs == NULL || sv->lens == NULL || sv->nst == NULL ||
         sv->ops == NULL)
-        goto fail_mem;
+        goto fail;
     rc = store_new(cfg, sv->nst, &sv->store);
     if (rc != 0) {
         log_error("ram_arena", "path=\"%s\" capacity_bytes=%" PRIu64 " error=\"%s\"",
                   cfg->ram.arena_path, cfg->ram.capacity_bytes, strerror(-rc));
-        goto fail_mem;
+        goto fail;
     }
     sv->sessions = sessions_new(cfg->server.max_clients, sv->store);
     if (sv->sessions == NULL) {
         rc = -ENOMEM;
-        goto fail_sessions;
+        goto fail;
     }
     rc = zsock_new(loop, zctx, cfg->server.endpoint, maxc + 3,
                    (int64_t)(cfg->ram.max_chunk_bytes + 65536), recv_cb, sv, &sv->zs);
     if (rc != 0) {
         log_error("bind", "endpoint=%s error=\"%s\"", cfg->server.endpoint, zmq_strerror(-rc));
-        goto fail_bind;
+        goto fail;
     }
     sv->zc = zcref_new(loop, zc_release_cb, sv);
     if (sv->zc == NULL) {
         rc = -ENOMEM;
         zsock_close(&sv->zs); /* its handles close when the caller runs the loop */
-        goto fail_bind;
+        goto fail;
     }
     uv_timer_init(loop, &sv->sweep);
     sv->sweep.data = sv;
@@ -806,38 +823,14 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     *out = sv;
     return 0;
 
-fail_bind:
-    sessions_destroy(&sv->sessions);
-fail_sessions:
-    store_destroy(&sv->store);
-fail_mem:
-    saveops_destroy(&sv->ops);
-    ns_table_destroy(&sv->nst);
-    free(sv->rank_hits);
-    free(sv->offs);
-    free(sv->lens);
-    free(sv->status);
-    free(sv->frames);
-    free(sv->out);
-    free(sv);
+fail:
+    server_free(sv);
     return rc;
 }
 
 static void server_free_cb(uv_handle_t *h)
 {
-    server_t *sv = h->data;
-
-    sessions_destroy(&sv->sessions); /* reclaims holds: before the store goes */
-    store_destroy(&sv->store);
-    saveops_destroy(&sv->ops);
-    ns_table_destroy(&sv->nst);
-    free(sv->rank_hits);
-    free(sv->offs);
-    free(sv->lens);
-    free(sv->status);
-    free(sv->frames);
-    free(sv->out);
-    free(sv);
+    server_free(h->data);
 }
 
 /* Every lent chunk is back: the arena and the index may go. */
