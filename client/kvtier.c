@@ -15,6 +15,15 @@
  * chunk on the client side. Received frames are zmq_msg_t (no copy) until kvt_load copies the
  * payloads into the caller's buffers.
  *
+ * Shared-memory data path: on an ipc:// endpoint the client asks the daemon where its arena is
+ * (ARENA) and maps the file. A save then reserves extents (SAVE_RESERVE), copies the chunks into
+ * them and publishes them (SAVE_COMMIT); a load receives locations of pinned chunks, copies
+ * them out and releases the pins (RELEASE, sent without waiting for its answer: the reply is
+ * dropped as a late reply by the next call). The daemon reclaims reservations and pins after
+ * hold_ms, so this client never copies into or out of an extent once that time, measured from
+ * before its request was sent, has passed: such chunks count as not stored / not loaded.
+ * Locations are checked against the mapped size before any copy.
+ *
  * Deadlines: timeout_ms bounds a whole public call, every request it makes included (a save is
  * two requests; a namespace recovery adds a HELLO and a retry).
  *
@@ -29,7 +38,11 @@
 #include "kvtier.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,6 +86,10 @@ struct kvt_client {
     uint32_t ns_id;
     kvt_server_info_t info;
     char last_error[KVT_ERRTEXT_MAX + 1];
+    /* the daemon's arena, when the shared-memory path is in use */
+    uint8_t *arena;
+    size_t arena_bytes;
+    uint32_t hold_ms;
     /* frames of the last message received */
     zmq_msg_t *rx;
     kvt_frame_t *fv;
@@ -333,12 +350,57 @@ static int call(kvt_client_t *c, kvt_msg_t *req, const kvt_frame_t *frames, size
     return call_once(c, req, frames, nframes, reply_type, deadline, rep);
 }
 
+/* Asks for the daemon's arena and maps it. 0 when the shared-memory path is usable. */
+static int map_arena(kvt_client_t *c)
+{
+    kvt_msg_t req = {0}, rep;
+    char path[KVT_PATH_MAX + 1];
+    struct stat st;
+    void *p;
+    int fd, recovered = 0, rc, populate;
+
+    req.hdr.type = KVT_MSG_ARENA;
+    rc = call(c, &req, NULL, 0, KVT_MSG_ARENA_OK, call_deadline(c), &recovered, &rep);
+    if (rc != 0)
+        return rc;
+    if (rep.u.arena_ok.path_len == 0 || rep.u.arena_ok.arena_bytes == 0 ||
+        rep.u.arena_ok.arena_bytes > SIZE_MAX)
+        return KVT_EUNSUPP;
+    memcpy(path, rep.u.arena_ok.path, rep.u.arena_ok.path_len);
+    path[rep.u.arena_ok.path_len] = '\0';
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return KVT_ESYS;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < rep.u.arena_ok.arena_bytes) {
+        close(fd);
+        return KVT_ESYS;
+    }
+    /* When the daemon allocated every page, MAP_POPULATE fills this process's page tables now:
+     * copies into and out of the arena then run at memcpy speed instead of taking a fault every
+     * 4 KiB. (On a sparse arena it would allocate the whole capacity: not done then.) */
+    populate = (rep.hdr.flags & KVT_ARENA_PREFAULTED) ? MAP_POPULATE : 0;
+    p = mmap(NULL, (size_t)rep.u.arena_ok.arena_bytes, PROT_READ | PROT_WRITE,
+             MAP_SHARED | populate, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return KVT_ESYS;
+    c->arena = p;
+    c->arena_bytes = (size_t)rep.u.arena_ok.arena_bytes;
+    c->hold_ms = rep.u.arena_ok.hold_ms;
+    return 0;
+}
+
+int kvt_data_path(const kvt_client_t *c)
+{
+    return c != NULL && c->arena != NULL ? KVT_DATA_PATH_SHM : KVT_DATA_PATH_FRAMES;
+}
+
 int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
                 const kvt_connect_opts_t *opts, kvt_client_t **out)
 {
     kvt_client_t *c;
     size_t model_len;
-    int linger = 0, rc;
+    int linger = 0, rc, want;
 
     if (out != NULL)
         *out = NULL;
@@ -348,7 +410,8 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     if (model_len == 0 || model_len > KVT_MODEL_MAX || ns->chunk_tokens == 0 ||
         ns->world_size == 0 || ns->world_size > KVT_WORLD_MAX || rank >= ns->world_size)
         return KVT_EINVAL;
-    if (opts != NULL && opts->timeout_ms < 0)
+    if (opts != NULL && (opts->timeout_ms < 0 || opts->data_path < KVT_DATA_PATH_AUTO ||
+                         opts->data_path > KVT_DATA_PATH_SHM))
         return KVT_EINVAL;
 
     c = calloc(1, sizeof *c);
@@ -378,10 +441,19 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     rc = hello(c, call_deadline(c));
     if (rc != 0)
         goto fail_connect;
+    want = opts != NULL ? opts->data_path : KVT_DATA_PATH_AUTO;
+    if (want != KVT_DATA_PATH_FRAMES && strncmp(endpoint, "ipc://", 6) == 0)
+        rc = map_arena(c);
+    else
+        rc = KVT_EUNSUPP;
+    if (rc != 0 && want == KVT_DATA_PATH_SHM)
+        goto fail_connect;
     *out = c;
     return 0;
 
 fail_connect:
+    if (c->arena != NULL)
+        munmap(c->arena, c->arena_bytes);
     rx_reset(c);
     zmq_close(c->sock);
 fail_sock:
@@ -400,6 +472,8 @@ void kvt_close(kvt_client_t **cp)
     if (cp == NULL || *cp == NULL)
         return;
     c = *cp;
+    if (c->arena != NULL)
+        munmap(c->arena, c->arena_bytes);
     rx_reset(c);
     zmq_close(c->sock);
     zmq_ctx_term(c->ctx);
@@ -471,6 +545,169 @@ int kvt_lookup(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const kvt_lo
     return 0;
 }
 
+/* Folds SAVE_OK into st: chunks sent (st[i] WANTED) take the daemon's answer; the others keep
+ * the first answer. SKIPPED for a sent chunk means its reservation expired: not stored. */
+static int merge_save_ok(const kvt_msg_t *rep, size_t n, uint8_t *st)
+{
+    if (rep->u.chunks_ok.n != n)
+        return KVT_EPROTO;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t s = rep->u.chunks_ok.status[i];
+        if (st[i] != KVT_CHUNK_WANTED)
+            continue;
+        if (s == KVT_CHUNK_SKIPPED)
+            s = KVT_CHUNK_NOSPACE;
+        if (s != KVT_CHUNK_STORED && s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_NOSPACE &&
+            s != KVT_CHUNK_DECLINED)
+            return KVT_EPROTO;
+        st[i] = s;
+    }
+    return 0;
+}
+
+/* A location from the daemon, checked against the mapped arena: the extent, or NULL. */
+static uint8_t *arena_at(const kvt_client_t *c, const uint8_t *loc, uint64_t *len)
+{
+    uint64_t off = kvt_get_u64(loc);
+
+    *len = kvt_get_u64(loc + 8);
+    if (*len == 0 || off > c->arena_bytes || *len > c->arena_bytes - off)
+        return NULL;
+    return c->arena + off;
+}
+
+/* Shared-memory save: reserve, copy into the arena, commit. */
+static int save_shm(kvt_client_t *c, kvt_msg_t *req, const kvt_hash_t *hashes, size_t n,
+                    const void *const *bufs, const size_t *lens, int64_t deadline, uint8_t *st)
+{
+    kvt_msg_t rep;
+    kvt_frame_t fr[2];
+    uint8_t *buf = malloc(n * (8 + KVT_LOC_BYTES));
+    uint8_t *lenbuf = buf, *locs = buf + 8 * n;
+    size_t nwanted = 0;
+    int64_t hold_end;
+    int recovered = 0, rc;
+
+    if (buf == NULL)
+        return KVT_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        kvt_put_u64(lenbuf + 8 * i, lens[i]);
+    fr[0].data = hashes;
+    fr[0].len = n * sizeof *hashes;
+    fr[1].data = lenbuf;
+    fr[1].len = 8 * n;
+    req->hdr.type = KVT_MSG_SAVE_RESERVE;
+    hold_end = now_ms() + c->hold_ms; /* the daemon's hold starts after this */
+    rc = call(c, req, fr, 2, KVT_MSG_SAVE_RESERVE_OK, deadline, &recovered, &rep);
+    if (rc != 0)
+        goto out;
+    rc = KVT_EPROTO;
+    if (rep.u.chunks_ok.n != n)
+        goto out;
+    memset(locs, 0, n * KVT_LOC_BYTES);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t s = rep.u.chunks_ok.status[i];
+        st[i] = s;
+        if (s == KVT_CHUNK_WANTED) {
+            uint64_t len;
+            uint8_t *dst = arena_at(c, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES, &len);
+            if (dst == NULL || len != lens[i])
+                goto out;
+            if (now_ms() >= hold_end) {
+                st[i] = KVT_CHUNK_NOSPACE; /* reclaimed by now: never touch it */
+                continue;
+            }
+            memcpy(dst, bufs[i], lens[i]);
+            memcpy(locs + i * KVT_LOC_BYTES, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES,
+                   KVT_LOC_BYTES);
+            nwanted++;
+        } else if (s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_DECLINED && s != KVT_CHUNK_NOSPACE) {
+            goto out;
+        }
+    }
+    if (nwanted > 0) {
+        req->hdr.type = KVT_MSG_SAVE_COMMIT;
+        fr[1].data = locs;
+        fr[1].len = n * KVT_LOC_BYTES;
+        rc = call_once(c, req, fr, 2, KVT_MSG_SAVE_OK, deadline, &rep);
+        if (rc != 0)
+            goto out;
+        rc = merge_save_ok(&rep, n, st);
+        if (rc != 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}
+
+/* Shared-memory load: locations of pinned chunks, copy out, release the pins. */
+static int load_shm(kvt_client_t *c, kvt_msg_t *req, const kvt_hash_t *hashes, size_t n,
+                    void *const *bufs, const size_t *caps, size_t *lens, size_t *nhit,
+                    int64_t deadline)
+{
+    kvt_msg_t rep, rel = {0};
+    kvt_frame_t hf = {.data = hashes, .len = n * sizeof *hashes};
+    kvt_hash_t *held;
+    size_t prefix = 0, nheld = 0;
+    int64_t hold_end;
+    int recovered = 0, rc, short_buf = 0;
+
+    req->hdr.flags |= KVT_LOAD_SHM;
+    hold_end = now_ms() + c->hold_ms;
+    rc = call(c, req, &hf, 1, KVT_MSG_LOAD_OK, deadline, &recovered, &rep);
+    if (rc != 0)
+        return rc;
+    if (rep.u.chunks_ok.n != n || !(rep.hdr.flags & KVT_LOADR_SHM))
+        return KVT_EPROTO;
+    held = malloc(n * sizeof *held);
+    if (held == NULL)
+        return KVT_ENOMEM; /* the daemon reclaims the pins after hold_ms */
+    rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t s = rep.u.chunks_ok.status[i];
+        const uint8_t *src;
+        uint64_t len;
+        int loaded = 0;
+
+        lens[i] = 0;
+        if (s == KVT_CHUNK_MISS)
+            continue;
+        src = s == KVT_CHUNK_HIT ? arena_at(c, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES, &len)
+                                 : NULL;
+        if (src == NULL) {
+            rc = KVT_EPROTO;
+            continue;
+        }
+        held[nheld++] = hashes[i];
+        lens[i] = len;
+        if (len > caps[i]) {
+            short_buf = 1;
+        } else if (now_ms() < hold_end) {
+            memcpy(bufs[i], src, len);
+            loaded = 1;
+        } else {
+            lens[i] = 0; /* the pin may be gone: what is there may no longer be this chunk */
+        }
+        if (loaded && prefix == i)
+            prefix++;
+    }
+    if (nheld > 0) {
+        kvt_frame_t rf = {.data = held, .len = nheld * sizeof *held};
+        rel.hdr.type = KVT_MSG_RELEASE;
+        rel.hdr.req_id = ++c->next_req_id;
+        rel.hdr.ns_id = c->ns_id;
+        rel.u.release.rank = c->rank;
+        send_msg(c, &rel, &rf, 1, deadline); /* not awaited: a late reply is dropped */
+    }
+    free(held);
+    *nhit = prefix;
+    if (rc != 0)
+        return rc;
+    return short_buf ? KVT_EBUFSIZE : 0;
+}
+
 int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const void *const *bufs,
              const size_t *lens, const kvt_save_opts_t *opts, uint8_t *outcomes)
 {
@@ -511,6 +748,12 @@ int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const void *co
     frames[0].data = hashes;
     frames[0].len = n * sizeof *hashes;
     deadline = call_deadline(c);
+    if (c->arena != NULL) {
+        rc = save_shm(c, &req, hashes, n, bufs, lens, deadline, st);
+        if (rc == 0 && outcomes != NULL)
+            memcpy(outcomes, st, n);
+        goto out;
+    }
     rc = call(c, &req, frames, 1, KVT_MSG_SAVE_BEGIN_OK, deadline, &recovered, &rep);
     if (rc != 0)
         goto out;
@@ -531,20 +774,10 @@ int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const void *co
     if (nwanted > 0) {
         req.hdr.type = KVT_MSG_SAVE_DATA;
         rc = call(c, &req, frames, n + 1, KVT_MSG_SAVE_OK, deadline, &recovered, &rep);
+        if (rc == 0)
+            rc = merge_save_ok(&rep, n, st);
         if (rc != 0)
             goto out;
-        rc = KVT_EPROTO;
-        if (rep.u.chunks_ok.n != n)
-            goto out;
-        for (size_t i = 0; i < n; i++) {
-            uint8_t s = rep.u.chunks_ok.status[i];
-            if (st[i] != KVT_CHUNK_WANTED)
-                continue; /* not sent: the first answer stands */
-            if (s != KVT_CHUNK_STORED && s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_NOSPACE &&
-                s != KVT_CHUNK_DECLINED)
-                goto out;
-            st[i] = s;
-        }
     }
     if (outcomes != NULL)
         memcpy(outcomes, st, n);
@@ -572,6 +805,8 @@ int kvt_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *b
             return KVT_EINVAL;
     req.hdr.type = KVT_MSG_LOAD;
     req.u.load.rank = c->rank;
+    if (c->arena != NULL)
+        return load_shm(c, &req, hashes, n, bufs, caps, lens, nhit, call_deadline(c));
     hf.data = hashes;
     hf.len = n * sizeof *hashes;
     rc = call(c, &req, &hf, 1, KVT_MSG_LOAD_OK, call_deadline(c), &recovered, &rep);

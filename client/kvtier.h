@@ -71,8 +71,17 @@ typedef struct {
 
 typedef struct kvt_client kvt_client_t;
 
+/* How chunk bytes travel. AUTO: through the daemon's shared-memory arena when the endpoint is
+ * ipc:// (same host) and the arena file can be mapped, else in ZeroMQ frames. */
+enum {
+    KVT_DATA_PATH_AUTO = 0,
+    KVT_DATA_PATH_FRAMES = 1, /* always bytes in frames */
+    KVT_DATA_PATH_SHM = 2,    /* require the shared arena: connect fails if it cannot be mapped */
+};
+
 typedef struct {
     int timeout_ms; /* per-request timeout; 0 means the default, 5000 */
+    int data_path;  /* KVT_DATA_PATH_*; 0 = AUTO */
 } kvt_connect_opts_t;
 
 /* Connects to endpoint ("ipc://path" or "tcp://127.0.0.1:port") and declares the namespace for
@@ -80,6 +89,9 @@ typedef struct {
  * closed with kvt_close(). */
 KVT_API int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
                         const kvt_connect_opts_t *opts, kvt_client_t **out);
+
+/* The data path in use: KVT_DATA_PATH_SHM or KVT_DATA_PATH_FRAMES. */
+KVT_API int kvt_data_path(const kvt_client_t *c);
 
 /* Closes the client and sets *c to NULL. NULL and *c == NULL are accepted. */
 KVT_API void kvt_close(kvt_client_t **c);

@@ -53,6 +53,7 @@ typedef struct {
     kvt_ns_desc_t ns;
     uint32_t rank;
     int timeout_ms;
+    int data_path; /* KVT_DATA_PATH_* */
     int json;
     /* verb arguments */
     int nargs;
@@ -61,7 +62,8 @@ typedef struct {
 
 static const char usage_text[] =
     "usage: kvtierctl [-c CONFIG | -e ENDPOINT -s STATUS_SOCKET] [--ns NAME] [--rank R]\n"
-    "                 [--world W] [--chunk-tokens N] [--mla] [--timeout MS] VERB [--json] ...\n"
+    "                 [--world W] [--chunk-tokens N] [--mla] [--timeout MS]\n"
+    "                 [--data-path auto|frames|shm] VERB [--json] ...\n"
     "verbs:\n"
     "  status [--json]                             daemon status (status socket)\n"
     "  put [--op ID] [--parent HASH] HASH FILE     save FILE as chunk HASH\n"
@@ -190,6 +192,17 @@ static int parse_global(ctl_t *o, int argc, char **argv, int *i)
         if ((rc = opt_u64(a, v, 1, UINT32_MAX, &n)) != 0)
             return rc;
         o->ns.chunk_tokens = (uint32_t)n;
+    } else if (strcmp(a, "--data-path") == 0) {
+        if (v == NULL)
+            return usage_error("%s needs a value", a);
+        if (strcmp(v, "auto") == 0)
+            o->data_path = KVT_DATA_PATH_AUTO;
+        else if (strcmp(v, "frames") == 0)
+            o->data_path = KVT_DATA_PATH_FRAMES;
+        else if (strcmp(v, "shm") == 0)
+            o->data_path = KVT_DATA_PATH_SHM;
+        else
+            return usage_error("--data-path: expected auto, frames or shm, got '%s'", v);
     } else if (strcmp(a, "--timeout") == 0) {
         if ((rc = opt_u64(a, v, 1, 24u * 3600 * 1000, &n)) != 0)
             return rc;
@@ -251,7 +264,7 @@ out:
 
 static int ctl_connect(ctl_t *o, kvt_client_t **c)
 {
-    kvt_connect_opts_t opts = {.timeout_ms = o->timeout_ms};
+    kvt_connect_opts_t opts = {.timeout_ms = o->timeout_ms, .data_path = o->data_path};
     int rc;
 
     if (o->rank >= o->ns.world_size)

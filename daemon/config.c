@@ -109,6 +109,10 @@ static int check_fsync(const char *s, char *why, size_t whylen);
     {                                                                                              \
         .path = p, .type = KEY_LEVEL, CFG_FIELD(m), .udef = def                                    \
     }
+#define ROW_BOOL(p, m, def)                                                                        \
+    {                                                                                              \
+        .path = p, .type = KEY_BOOL, CFG_FIELD(m), .udef = def                                     \
+    }
 #define ROW_GBOOL(p, m, def)                                                                       \
     {                                                                                              \
         .path = p, .type = KEY_BOOL, GATE_FIELD(m), .udef = def                                    \
@@ -136,6 +140,9 @@ static const config_key_t config_keys[] = {
     ROW_STR("ram.arena_path", ram.arena_path, "/dev/shm/kvtier.arena", NULL),
     ROW_SIZE("ram.max_chunk_bytes", ram.max_chunk_bytes, 1, GIB, 64 * MIB),
     ROW_U32("ram.lease_ms", ram.lease_ms, 1, 600000, 30000),
+    ROW_STR("ram.arena_group", ram.arena_group, "", NULL),
+    ROW_BOOL("ram.prefault", ram.prefault, true),
+    ROW_U32("ram.shm_hold_ms", ram.shm_hold_ms, 100, 600000, 10000),
     ROW_BOOL("disk.enabled", disk.enabled, false),
     ROW_STR("disk.dir", disk.dir, "/var/lib/kvtier/disk", check_nonempty),
     ROW_SIZE("disk.capacity_bytes", disk.capacity_bytes, 2 * MIB, 1024 * TIB, 64 * GIB),

@@ -45,6 +45,10 @@ typedef struct {
         char arena_path[CONFIG_PATH_MAX]; /* file under /dev/shm, or "" for an anonymous memfd */
         uint64_t max_chunk_bytes;        /* largest chunk payload accepted */
         uint32_t lease_ms;               /* lookup lease time, 1..600000 (30000) */
+        bool prefault;                   /* allocate every arena page at start (true) */
+        char arena_group[64];            /* group owning the arena file ("" = the daemon's) */
+        uint32_t shm_hold_ms;            /* shared-memory reservations and load pins are
+                                            reclaimed after this, 100..600000 (10000) */
     } ram;
     struct {
         bool enabled;                 /* the disk tier is on (production: true) */

@@ -119,8 +119,10 @@ static int run(const config_t *cfg)
         log_error("zmq_ctx", "error=\"%s\"", zmq_strerror(zmq_errno()));
         goto out_loop;
     }
-    if (server_new(&loop, zctx, cfg, &d.server) != 0)
+    if (server_new(&loop, zctx, cfg, &d.server) != 0) {
+        uv_run(&loop, UV_RUN_DEFAULT); /* finish closing whatever it had opened */
         goto out_ctx;
+    }
     if ((rc = status_server_new(&loop, cfg->server.status_socket, 0660, status_handler, &d,
                                 &d.status)) != 0) {
         log_error("status_socket", "path=%s error=\"%s\"", cfg->server.status_socket,

@@ -1,8 +1,11 @@
 /*
  * ram.c - the RAM arena (see ram.h).
  *
- * Design: the backing file is sized with ftruncate (sparse: no memory is committed up front)
- * and mapped once for the life of the daemon; allocation state lives in alloc_t, out of band,
+ * Design: the backing file is sized with ftruncate and, with ram.prefault (the default), its
+ * pages are allocated at once with fallocate and mapped populated: the capacity is committed
+ * and measured from the start, a /dev/shm too small for it fails the start instead of a later
+ * write (SIGBUS), and no save pays for page allocation. Without prefault the file is sparse
+ * and pages are allocated on first write. The arena is mapped once for the life of the daemon; allocation state lives in alloc_t, out of band,
  * so the daemon never touches a page it has not written chunk bytes to. Freed runs keep their
  * pages: resident memory is bounded by the capacity, and reusing a page costs no fault.
  * Threads: loop thread only.
@@ -13,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -28,7 +32,7 @@ struct ram {
     char path[256];
 };
 
-int ram_new(const char *path, uint64_t capacity, ram_t **out)
+int ram_new(const char *path, const char *group, uint64_t capacity, bool prefault, ram_t **out)
 {
     ram_t *r;
     int rc;
@@ -65,12 +69,30 @@ int ram_new(const char *path, uint64_t capacity, ram_t **out)
         rc = -errno;
         goto fail_size;
     }
+    if (r->path[0] != '\0' && group != NULL && group[0] != '\0') {
+        struct group *gr = getgrnam(group);
+        if (gr == NULL) {
+            rc = -ENOENT;
+            goto fail_size;
+        }
+        if (fchown(r->fd, (uid_t)-1, gr->gr_gid) != 0) {
+            rc = -errno;
+            goto fail_size;
+        }
+    }
     /* Drop whatever a previous run left, then size the (sparse) arena. */
     if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)capacity) != 0) {
         rc = -errno;
         goto fail_size;
     }
-    r->base = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    /* Allocating every page now turns "not enough room in /dev/shm" into a start-up error
+     * instead of a SIGBUS on some later write, and spares every writer the page allocation. */
+    if (prefault && fallocate(r->fd, 0, 0, (off_t)capacity) != 0) {
+        rc = -errno;
+        goto fail_size;
+    }
+    r->base = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | (prefault ? MAP_POPULATE : 0), r->fd, 0);
     if (r->base == MAP_FAILED) {
         rc = -errno;
         goto fail_size;
@@ -117,6 +139,11 @@ void ram_free(ram_t *r, uint64_t off, uint64_t len)
 void *ram_ptr(const ram_t *r, uint64_t off)
 {
     return r->base + off;
+}
+
+int ram_fd(const ram_t *r)
+{
+    return r->fd;
 }
 
 uint64_t ram_capacity(const ram_t *r)

@@ -13,14 +13,18 @@
 #ifndef KVT_RAM_H
 #define KVT_RAM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct ram ram_t;
 
-/* Creates the arena of capacity bytes at path ("" or NULL: anonymous memfd). The file is
- * locked (flock) for the daemon's life; -EBUSY when another live daemon holds it. Returns 0 or
+/* Creates the arena of capacity bytes at path ("" or NULL: anonymous memfd). A file is created
+ * with mode 0660, owned by group (when not NULL or "": -ENOENT if no such group), and locked
+ * (flock) for the daemon's life: -EBUSY when another live daemon holds it. With prefault every
+ * page is allocated now (-ENOSPC when the file system cannot hold the capacity). Returns 0 or
  * a negative errno; *out is owned by the caller. */
-int ram_new(const char *path, uint64_t capacity, ram_t **out);
+int ram_new(const char *path, const char *group, uint64_t capacity, bool prefault,
+            ram_t **out);
 
 /* Unmaps, closes, unlinks the file and sets *r to NULL; NULL and *r == NULL are accepted. */
 void ram_destroy(ram_t **r);
@@ -38,5 +42,6 @@ uint64_t ram_resident(const ram_t *r);      /* bytes of the arena backed by memo
 uint64_t ram_largest_free(const ram_t *r);
 uint32_t ram_free_runs(const ram_t *r);
 const char *ram_path(const ram_t *r);       /* "" for a memfd */
+int ram_fd(const ram_t *r);
 
 #endif /* KVT_RAM_H */

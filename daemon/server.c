@@ -29,12 +29,15 @@
 #include "server.h"
 
 #include "gates.h"
+#include "index.h"
 #include "hist.h"
 #include "kvt_proto.h"
 #include "log.h"
 #include "ns.h"
 #include "saveops.h"
+#include "session.h"
 #include "store.h"
+#include "zcref.h"
 #include "zsock.h"
 
 #include <errno.h>
@@ -46,16 +49,28 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define SESSION_NS_MAX 16
-#define SESSION_ID_MAX 256
 #define SAVEOPS_CAPACITY 65536u
 #define SAVEOPS_TTL_MS 60000u
 #define SWEEP_MS 1000u
+#define STATUS_SESSIONS_MAX 256 /* sessions listed in status, most recently active first */
 
-typedef enum { OP_HELLO, OP_LOOKUP, OP_SAVE_BEGIN, OP_SAVE, OP_LOAD, OP_TALLY, OP_COUNT } op_t;
+typedef enum {
+    OP_HELLO,
+    OP_LOOKUP,
+    OP_SAVE_BEGIN,
+    OP_SAVE,
+    OP_LOAD,
+    OP_TALLY,
+    OP_ARENA,
+    OP_RESERVE,
+    OP_COMMIT,
+    OP_RELEASE,
+    OP_COUNT
+} op_t;
 
-static const char *const op_names[OP_COUNT] = {"hello", "lookup", "save_begin",
-                                               "save",  "load",   "tally"};
+static const char *const op_names[OP_COUNT] = {
+    "hello", "lookup", "save_begin", "save", "load", "tally", "arena", "reserve", "commit",
+    "release"};
 
 typedef enum {
     ERR_MALFORMED,
@@ -73,17 +88,6 @@ static const char *const err_names[ERR_COUNT] = {"malformed", "version",     "un
                                                  "too_big",   "invalid",     "conflict",
                                                  "unsupported", "busy"};
 
-typedef struct session session_t;
-struct session {
-    session_t *hnext;
-    session_t *prev, *next; /* activity list: head = least recent */
-    uint64_t last_ms;
-    uint32_t ns[SESSION_NS_MAX];
-    int nns;
-    size_t idlen;
-    uint8_t id[SESSION_ID_MAX];
-};
-
 typedef struct {
     uint64_t sum_us;
     uint64_t count;
@@ -93,6 +97,7 @@ struct server {
     uv_loop_t *loop;
     const config_t *cfg;
     zsock_t *zs;
+    zcref_t *zc; /* chunks lent to ZeroMQ by load replies (pinned until returned) */
     uv_timer_t sweep;
     ns_table_t *nst;
     store_t *store;
@@ -100,131 +105,34 @@ struct server {
     kvt_limits_t lim;
     uint64_t start_ms;
 
-    session_t **sbuckets;
-    uint32_t nsbuckets;
-    uint32_t nsessions;
-    session_t *shead, *stail;
+    sessions_t *sessions;
 
     zmq_msg_t *out;      /* reply parts scratch: max_chunks + 3 */
     kvt_frame_t *frames; /* request frame views: max_chunks + 2 */
     uint8_t *status;     /* per-chunk status scratch */
     uint32_t *rank_hits; /* KVT_WORLD_MAX */
+    uint64_t *offs;      /* per-chunk extent scratch: max_chunks */
+    uint64_t *lens;
+    uint64_t sweep_ms;
 
     hist_t op_hist[OP_COUNT];
     uint64_t errors[ERR_COUNT];
     uint64_t requests;
     uint64_t bytes_received;
     uint64_t bytes_sent;
+    uint64_t bytes_committed; /* payload bytes published through the shared arena */
     uint64_t replies_dropped;
     ns_timing_t ns_lookup_time[NS_MAX + 1];
+    int close_waits;        /* zcref and store closings still running */
     bool deferred;          /* the request being handled replies later */
     uint64_t loads_pending; /* pending-load contexts alive */
 };
 
-/* --- sessions --- */
-
-static uint32_t id_hash(const uint8_t *id, size_t len)
-{
-    uint32_t h = 2166136261u;
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ id[i]) * 16777619u;
-    return h;
-}
-
-static void session_unlink(server_t *sv, session_t *s)
-{
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        sv->shead = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
-    else
-        sv->stail = s->prev;
-    s->prev = s->next = NULL;
-}
-
-static void session_append(server_t *sv, session_t *s)
-{
-    s->prev = sv->stail;
-    s->next = NULL;
-    if (sv->stail != NULL)
-        sv->stail->next = s;
-    else
-        sv->shead = s;
-    sv->stail = s;
-}
-
-static void session_drop(server_t *sv, session_t *s)
-{
-    session_t **pp = &sv->sbuckets[id_hash(s->id, s->idlen) & (sv->nsbuckets - 1)];
-
-    while (*pp != s)
-        pp = &(*pp)->hnext;
-    *pp = s->hnext;
-    session_unlink(sv, s);
-    sv->nsessions--;
-    free(s);
-}
-
-static session_t *session_get(server_t *sv, const zmq_msg_t *rid, uint64_t now_ms)
-{
-    const uint8_t *id = zmq_msg_data((zmq_msg_t *)rid);
-    size_t len = zmq_msg_size((zmq_msg_t *)rid);
-    uint32_t b = id_hash(id, len) & (sv->nsbuckets - 1);
-    session_t *s;
-
-    if (len == 0 || len > SESSION_ID_MAX)
-        return NULL;
-    for (s = sv->sbuckets[b]; s != NULL; s = s->hnext)
-        if (s->idlen == len && memcmp(s->id, id, len) == 0)
-            break;
-    if (s == NULL) {
-        if (sv->nsessions >= sv->cfg->server.max_clients && sv->shead != NULL)
-            session_drop(sv, sv->shead);
-        s = calloc(1, sizeof *s);
-        if (s == NULL)
-            return NULL;
-        memcpy(s->id, id, len);
-        s->idlen = len;
-        s->hnext = sv->sbuckets[b];
-        sv->sbuckets[b] = s;
-        sv->nsessions++;
-    } else {
-        session_unlink(sv, s);
-    }
-    session_append(sv, s);
-    s->last_ms = now_ms;
-    return s;
-}
-
-static int session_declare(session_t *s, uint32_t ns)
-{
-    for (int i = 0; i < s->nns; i++)
-        if (s->ns[i] == ns)
-            return 0;
-    if (s->nns == SESSION_NS_MAX)
-        return -ENOSPC;
-    s->ns[s->nns++] = ns;
-    return 0;
-}
-
-static bool session_has(const session_t *s, uint32_t ns)
-{
-    for (int i = 0; i < s->nns; i++)
-        if (s->ns[i] == ns)
-            return true;
-    return false;
-}
-
 static void sweep_cb(uv_timer_t *t)
 {
     server_t *sv = t->data;
-    uint64_t now = uv_now(sv->loop);
 
-    while (sv->shead != NULL && now - sv->shead->last_ms > sv->cfg->server.client_idle_ms)
-        session_drop(sv, sv->shead);
+    sessions_expire(sv->sessions, uv_now(sv->loop), sv->cfg->server.client_idle_ms);
 }
 
 /* --- replies --- */
@@ -477,7 +385,7 @@ static void do_save_begin(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_
     reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_BEGIN_OK, sv->status, s->nhashes);
 }
 
-static void do_save(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
+static void do_save(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
 {
     const kvt_save_t *s = &req->u.save;
     uint64_t now = uv_now(sv->loop);
@@ -485,6 +393,7 @@ static void do_save(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req
 
     if (!save_args_ok(sv, rid, ns, req))
         return;
+    session_set_path(ss, SESSION_PATH_FRAMES);
     for (size_t i = 0; i < s->nhashes; i++) {
         sv->bytes_received += s->payloads[i].len;
         sent += s->payloads[i].len > 0;
@@ -503,10 +412,76 @@ static void do_save(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req
     reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
 }
 
+static bool shm_ok(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
+{
+    if (store_arena_path(sv->store)[0] != '\0')
+        return true;
+    reply_error(sv, rid, &req->hdr, KVT_WIRE_EUNSUPP,
+                "%s: the arena is not shared (ram.arena_path is empty)",
+                kvt_msg_type_name(req->hdr.type));
+    return false;
+}
+
+static void promoted_cb(void *arg, void *data, uint64_t len)
+{
+    (void)arg;
+    (void)len;
+    free(data);
+}
+
+/* A shared-memory load answers from RAM only: a chunk found only on disk (or in the disk
+ * write buffer) is a miss now, and a disk read promotes it into RAM for the next load. */
+static void promote_in_background(server_t *sv, const ns_t *ns, uint16_t rank,
+                                  const kvt_wire_hash_t *h)
+{
+    const void *p;
+    uint64_t len;
+
+    store_load_start(sv->store, ns, rank, h, &p, &len, promoted_cb, NULL);
+}
+
+/* Shared-memory load: answer locations and pin the hits until released or hold_ms passes. */
+static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
+                        const kvt_msg_t *req)
+{
+    const kvt_load_t *l = &req->u.load;
+    uint64_t deadline = uv_now(sv->loop) + sv->cfg->ram.shm_hold_ms;
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK, .flags = KVT_LOADR_SHM,
+                           .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
+    uint8_t *locs;
+    size_t k;
+
+    if (!shm_ok(sv, rid, req))
+        return;
+    session_set_path(ss, SESSION_PATH_SHM);
+    m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
+    k = reply_head(sv, rid, &m);
+    zmq_msg_init_size(&sv->out[k + 1], l->nhashes * KVT_LOC_BYTES);
+    locs = zmq_msg_data(&sv->out[k + 1]);
+    memset(locs, 0, l->nhashes * KVT_LOC_BYTES);
+    for (size_t i = 0; i < l->nhashes; i++) {
+        index_entry_t *e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
+        kvt_wire_hash_t h;
+        memcpy(&h, &l->hashes[i], sizeof h);
+        if (e == NULL && store_has_disk(sv->store))
+            promote_in_background(sv, ns, l->rank, &l->hashes[i]);
+        if (e == NULL || session_pin(sv->sessions, ss, ns->id, l->rank, &h, e, deadline) != 0) {
+            sv->status[i] = KVT_CHUNK_MISS;
+            continue;
+        }
+        sv->status[i] = KVT_CHUNK_HIT;
+        kvt_put_u64(locs + i * KVT_LOC_BYTES, e->off);
+        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, e->len);
+    }
+    part_bytes(&sv->out[k], sv->status, l->nhashes);
+    send_parts(sv, k + 2);
+}
+
 static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req,
                            uint64_t t0);
 
-static void do_load(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req, uint64_t t0)
+static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req,
+                    uint64_t t0)
 {
     const kvt_load_t *l = &req->u.load;
     kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id,
@@ -518,16 +493,29 @@ static void do_load(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req
                     ns->world);
         return;
     }
+    if (req->hdr.flags & KVT_LOAD_SHM) {
+        do_load_shm(sv, rid, ss, ns, req);
+        return;
+    }
+    session_set_path(ss, SESSION_PATH_FRAMES);
     if (store_has_disk(sv->store)) {
         do_load_tiered(sv, rid, ns, req, t0);
         return;
     }
     k = reply_head(sv, rid, &m);
     for (size_t i = 0; i < l->nhashes; i++) {
-        uint64_t len = 0;
-        const void *p = store_load(sv->store, ns, l->rank, &l->hashes[i], &len);
-        sv->status[i] = p != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
-        part_bytes(&sv->out[k + 1 + i], p, p != NULL ? len : 0);
+        index_entry_t *e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
+        zmq_msg_t *p = &sv->out[k + 1 + i];
+        sv->status[i] = e != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
+        if (e == NULL) {
+            zmq_msg_init(p);
+            continue;
+        }
+        /* Lend the arena bytes to ZeroMQ: pinned until it has sent them (zcref.h). */
+        if (zcref_msg_init(sv->zc, p, store_ptr(sv->store, e->off), e->len, e) == 0)
+            e->pins++;
+        else
+            part_bytes(p, store_ptr(sv->store, e->off), e->len);
     }
     part_bytes(&sv->out[k], sv->status, l->nhashes);
     send_parts(sv, k + 1 + l->nhashes);
@@ -636,7 +624,21 @@ static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg
         const void *p = NULL;
         uint64_t len = 0;
         store_load_rc_t rc;
+        index_entry_t *e;
         pl->slots[i] = (load_slot_t){.pl = pl, .i = i};
+        e = store_find(sv->store, ns, l->rank, &l->hashes[i]);
+        if (e != NULL && (e->flags & INDEX_F_RAM)) {
+            /* RAM: lend the arena bytes to ZeroMQ under a pin, as do_load does */
+            e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
+            pl->status[i] = KVT_CHUNK_HIT;
+            if (sv->zc != NULL &&
+                zcref_msg_init(sv->zc, &pl->parts[i], store_ptr(sv->store, e->off), e->len,
+                               e) == 0)
+                e->pins++;
+            else
+                part_bytes(&pl->parts[i], store_ptr(sv->store, e->off), e->len);
+            continue;
+        }
         rc = store_load_start(sv->store, ns, l->rank, &l->hashes[i], &p, &len, load_chunk_cb,
                               &pl->slots[i]);
         if (rc == STORE_LOAD_PENDING) {
@@ -649,6 +651,144 @@ static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg
     sv->deferred = true;
     if (--pl->outstanding == 0)
         pending_load_finish(pl);
+}
+
+static void do_arena(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
+{
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_ARENA_OK, .req_id = req->hdr.req_id}};
+    const char *path = store_arena_path(sv->store);
+    size_t k;
+
+    m.hdr.flags = sv->cfg->ram.prefault ? KVT_ARENA_PREFAULTED : 0;
+    m.u.arena_ok.arena_bytes = store_arena_bytes(sv->store);
+    m.u.arena_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
+    k = reply_head(sv, rid, &m);
+    part_bytes(&sv->out[k++], path, strlen(path));
+    send_parts(sv, k);
+}
+
+/*
+ * Shared-memory save, step 1: like SAVE_BEGIN, and each wanted chunk gets an arena extent held
+ * by the session until committed or hold_ms passes. The stored predecessor of each reserved
+ * chunk is pinned with it, so the chain the client is writing cannot lose its head meanwhile.
+ */
+static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
+                       const kvt_msg_t *req)
+{
+    const kvt_save_t *s = &req->u.save;
+    uint64_t now = uv_now(sv->loop), deadline = now + sv->cfg->ram.shm_hold_ms;
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_SAVE_RESERVE_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
+    index_entry_t *prev;
+    uint8_t *locs;
+    bool full = false;
+    size_t k, wanted;
+
+    if (!save_args_ok(sv, rid, ns, req) || !shm_ok(sv, rid, req))
+        return;
+    session_set_path(ss, SESSION_PATH_SHM);
+    wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
+    if (wanted > 0 && !save_admitted(sv, ns, req, now))
+        for (size_t i = 0; i < s->nhashes; i++)
+            if (sv->status[i] == KVT_CHUNK_WANTED)
+                sv->status[i] = KVT_CHUNK_DECLINED;
+    m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
+    k = reply_head(sv, rid, &m);
+    zmq_msg_init_size(&sv->out[k + 1], s->nhashes * KVT_LOC_BYTES);
+    locs = zmq_msg_data(&sv->out[k + 1]);
+    memset(locs, 0, s->nhashes * KVT_LOC_BYTES);
+    prev = (req->hdr.flags & KVT_SAVE_PARENT) ? store_find(sv->store, ns, s->rank, &s->parent)
+                                              : NULL;
+    for (size_t i = 0; i < s->nhashes; i++) {
+        uint64_t len = kvt_get_u64(s->lengths + 8 * i), off;
+        kvt_wire_hash_t h;
+
+        memcpy(&h, &s->hashes[i], sizeof h);
+        if (sv->status[i] != KVT_CHUNK_WANTED) {
+            prev = sv->status[i] == KVT_CHUNK_EXISTS ? store_find(sv->store, ns, s->rank, &h)
+                                                     : NULL;
+            continue;
+        }
+        if (full || store_reserve(sv->store, len, prev, now, &off) != 0) {
+            sv->status[i] = KVT_CHUNK_NOSPACE;
+            full = true;
+            continue;
+        }
+        if (session_reserve(sv->sessions, ss, ns->id, s->rank, &h, off, len, prev, deadline) !=
+            0) {
+            store_unreserve(sv->store, off, len);
+            sv->status[i] = KVT_CHUNK_NOSPACE;
+            full = true;
+            continue;
+        }
+        kvt_put_u64(locs + i * KVT_LOC_BYTES, off);
+        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, len);
+        prev = NULL; /* its predecessor is this reservation, not a stored chunk */
+    }
+    part_bytes(&sv->out[k], sv->status, s->nhashes);
+    send_parts(sv, k + 2);
+}
+
+/*
+ * Shared-memory save, step 2: the client wrote its reserved extents; publish them in chain
+ * order. Every location the client names must be exactly one of this session's reservations
+ * for that chunk: anything else is refused (EINVAL) and the named reservations are reclaimed,
+ * so nothing outside a reserved range is ever published. A chunk whose reservation expired
+ * is SKIPPED (not stored).
+ */
+static void do_commit(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
+                      const kvt_msg_t *req)
+{
+    const kvt_save_t *s = &req->u.save;
+    size_t bad = SIZE_MAX;
+
+    if (!save_args_ok(sv, rid, ns, req))
+        return;
+    session_set_path(ss, SESSION_PATH_SHM);
+    for (size_t i = 0; i < s->nhashes; i++) {
+        uint64_t off = kvt_get_u64(s->locs + i * KVT_LOC_BYTES);
+        uint64_t len = kvt_get_u64(s->locs + i * KVT_LOC_BYTES + 8);
+        kvt_wire_hash_t h;
+
+        sv->offs[i] = UINT64_MAX;
+        if (len == 0)
+            continue; /* not written by the client (exists, declined, nospace) */
+        memcpy(&h, &s->hashes[i], sizeof h);
+        if (session_take_reservation(sv->sessions, ss, ns->id, s->rank, &h, &sv->offs[i],
+                                     &sv->lens[i]) != 0)
+            continue; /* expired and reclaimed: not stored */
+        if ((sv->offs[i] != off || sv->lens[i] != len) && bad == SIZE_MAX)
+            bad = i;
+    }
+    if (bad != SIZE_MAX) {
+        for (size_t i = 0; i < s->nhashes; i++)
+            if (sv->offs[i] != UINT64_MAX)
+                store_unreserve(sv->store, sv->offs[i], sv->lens[i]);
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL,
+                    "commit of chunk %zu names a range that was not reserved for it", bad);
+        return;
+    }
+    store_commit(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
+                 s->hashes, s->nhashes, sv->offs, sv->lens, sv->status);
+    for (size_t i = 0; i < s->nhashes; i++)
+        if (sv->status[i] == KVT_CHUNK_STORED)
+            sv->bytes_committed += sv->lens[i];
+    reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
+}
+
+static void do_release(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
+                       const kvt_msg_t *req)
+{
+    const kvt_release_t *r = &req->u.release;
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_RELEASE_OK, .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
+
+    for (size_t i = 0; i < r->nhashes; i++) {
+        kvt_wire_hash_t h;
+        memcpy(&h, &r->hashes[i], sizeof h);
+        m.u.release_ok.released += (uint32_t)session_unpin(sv->sessions, ss, ns->id, r->rank, &h);
+    }
+    send_parts(sv, reply_head(sv, rid, &m));
 }
 
 static void do_tally(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
@@ -694,6 +834,10 @@ static op_t op_of(int type)
     case KVT_MSG_SAVE_DATA: return OP_SAVE;
     case KVT_MSG_LOAD: return OP_LOAD;
     case KVT_MSG_TALLY: return OP_TALLY;
+    case KVT_MSG_ARENA: return OP_ARENA;
+    case KVT_MSG_SAVE_RESERVE: return OP_RESERVE;
+    case KVT_MSG_SAVE_COMMIT: return OP_COMMIT;
+    case KVT_MSG_RELEASE: return OP_RELEASE;
     default: return OP_COUNT;
     }
 }
@@ -729,13 +873,15 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
                     kvt_msg_type_name(req.hdr.type));
         return;
     }
-    s = session_get(sv, rid, now);
+    s = sessions_get(sv->sessions, zmq_msg_data(rid), zmq_msg_size(rid), now);
     if (s == NULL) {
         reply_error(sv, rid, &req.hdr, KVT_WIRE_EBUSY, "out of memory for sessions");
         return;
     }
     if (op == OP_HELLO) {
         do_hello(sv, rid, s, &req);
+    } else if (op == OP_ARENA) {
+        do_arena(sv, rid, &req);
     } else {
         ns = session_has(s, req.hdr.ns_id) ? ns_get(sv->nst, req.hdr.ns_id) : NULL;
         if (ns == NULL) {
@@ -747,8 +893,11 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
         switch (op) {
         case OP_LOOKUP: do_lookup(sv, rid, ns, &req); break;
         case OP_SAVE_BEGIN: do_save_begin(sv, rid, ns, &req); break;
-        case OP_SAVE: do_save(sv, rid, ns, &req); break;
-        case OP_LOAD: do_load(sv, rid, ns, &req, t0); break;
+        case OP_SAVE: do_save(sv, rid, s, ns, &req); break;
+        case OP_LOAD: do_load(sv, rid, s, ns, &req, t0); break;
+        case OP_RESERVE: do_reserve(sv, rid, s, ns, &req); break;
+        case OP_COMMIT: do_commit(sv, rid, s, ns, &req); break;
+        case OP_RELEASE: do_release(sv, rid, s, ns, &req); break;
         default: do_tally(sv, rid, ns, &req); break;
         }
         if (op == OP_LOOKUP) {
@@ -761,6 +910,32 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
 }
 
 /* --- lifecycle --- */
+
+static void zc_release_cb(void *arg, void *obj)
+{
+    index_entry_t *e = obj;
+
+    (void)arg;
+    e->pins--;
+}
+
+
+/* Frees what server_new made (any part may be missing). The ZeroMQ socket and the timer are
+ * closed already. */
+static void server_free(server_t *sv)
+{
+    sessions_destroy(&sv->sessions); /* reclaims holds: before the store goes */
+    store_destroy(&sv->store);
+    saveops_destroy(&sv->ops);
+    ns_table_destroy(&sv->nst);
+    free(sv->rank_hits);
+    free(sv->offs);
+    free(sv->lens);
+    free(sv->status);
+    free(sv->frames);
+    free(sv->out);
+    free(sv);
+}
 
 int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
 {
@@ -777,30 +952,40 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     sv->lim.max_payload_bytes = cfg->ram.max_chunk_bytes;
     for (int i = 0; i < OP_COUNT; i++)
         hist_init(&sv->op_hist[i]);
-    sv->nsbuckets = 1;
-    while (sv->nsbuckets < cfg->server.max_clients)
-        sv->nsbuckets <<= 1;
-    sv->sbuckets = calloc(sv->nsbuckets, sizeof *sv->sbuckets);
     sv->out = calloc(maxc + 3, sizeof *sv->out);
     sv->frames = calloc(maxc + 2, sizeof *sv->frames);
     sv->status = calloc(maxc, 1);
     sv->rank_hits = calloc(KVT_WORLD_MAX, sizeof *sv->rank_hits);
+    sv->offs = calloc(maxc, sizeof *sv->offs);
+    sv->lens = calloc(maxc, sizeof *sv->lens);
     sv->nst = ns_table_new();
     sv->ops = saveops_new(SAVEOPS_CAPACITY, SAVEOPS_TTL_MS);
-    if (sv->sbuckets == NULL || sv->out == NULL || sv->frames == NULL || sv->status == NULL ||
-        sv->rank_hits == NULL || sv->nst == NULL || sv->ops == NULL)
-        goto fail_mem;
+    if (sv->out == NULL || sv->frames == NULL || sv->status == NULL ||
+        sv->rank_hits == NULL || sv->offs == NULL || sv->lens == NULL || sv->nst == NULL ||
+        sv->ops == NULL)
+        goto fail;
     rc = store_new(cfg, sv->nst, &sv->store);
     if (rc != 0) {
         log_error("ram_arena", "path=\"%s\" capacity_bytes=%" PRIu64 " error=\"%s\"",
                   cfg->ram.arena_path, cfg->ram.capacity_bytes, strerror(-rc));
-        goto fail_mem;
+        goto fail;
+    }
+    sv->sessions = sessions_new(cfg->server.max_clients, sv->store);
+    if (sv->sessions == NULL) {
+        rc = -ENOMEM;
+        goto fail;
     }
     rc = zsock_new(loop, zctx, cfg->server.endpoint, maxc + 3,
                    (int64_t)(cfg->ram.max_chunk_bytes + 65536), recv_cb, sv, &sv->zs);
     if (rc != 0) {
         log_error("bind", "endpoint=%s error=\"%s\"", cfg->server.endpoint, zmq_strerror(-rc));
-        goto fail_bind;
+        goto fail;
+    }
+    sv->zc = zcref_new(loop, zc_release_cb, sv);
+    if (sv->zc == NULL) {
+        rc = -ENOMEM;
+        zsock_close(&sv->zs); /* its handles close when the caller runs the loop */
+        goto fail;
     }
     /* After the bind: a daemon that cannot bind never touches the disk directory. Recovery runs
      * here, before the loop serves the first request. */
@@ -809,48 +994,39 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
                   strerror(-store_disk_error(sv->store)));
     uv_timer_init(loop, &sv->sweep);
     sv->sweep.data = sv;
-    uv_timer_start(&sv->sweep, sweep_cb, SWEEP_MS, SWEEP_MS);
+    /* Holds expire within a quarter of their time after their deadline. */
+    sv->sweep_ms = cfg->ram.shm_hold_ms / 4 < SWEEP_MS ? cfg->ram.shm_hold_ms / 4 : SWEEP_MS;
+    uv_timer_start(&sv->sweep, sweep_cb, sv->sweep_ms, sv->sweep_ms);
     *out = sv;
     return 0;
 
-fail_bind:
-    store_destroy(&sv->store);
-fail_mem:
-    saveops_destroy(&sv->ops);
-    ns_table_destroy(&sv->nst);
-    free(sv->rank_hits);
-    free(sv->status);
-    free(sv->frames);
-    free(sv->out);
-    free(sv->sbuckets);
-    free(sv);
+fail:
+    server_free(sv);
     return rc;
 }
 
-static void server_free_final(void *arg)
-{
-    server_t *sv = arg;
-
-    store_destroy(&sv->store);
-    saveops_destroy(&sv->ops);
-    ns_table_destroy(&sv->nst);
-    free(sv->rank_hits);
-    free(sv->status);
-    free(sv->frames);
-    free(sv->out);
-    free(sv->sbuckets);
-    free(sv);
-}
-
-/* The store (disk tier) is stopped after the handles: queued reads are cancelled, running
- * jobs and the last flush finish, then the rest is freed. */
 static void server_free_cb(uv_handle_t *h)
 {
-    server_t *sv = h->data;
+    server_free(h->data);
+}
 
-    while (sv->shead != NULL)
-        session_drop(sv, sv->shead);
-    store_close(sv->store, server_free_final, sv);
+/* Shutdown waits for two things before the arena and the index go: every chunk lent to ZeroMQ
+ * is back (zcref), and the disk tier drained (store_close: queued reads cancelled, running jobs
+ * and the last flush finished; pending loads completed on the way, returning their loans). */
+static void close_step(server_t *sv)
+{
+    if (--sv->close_waits == 0)
+        uv_close((uv_handle_t *)&sv->sweep, server_free_cb);
+}
+
+static void zc_closed_cb(void *arg)
+{
+    close_step(arg);
+}
+
+static void store_closed_cb(void *arg)
+{
+    close_step(arg);
 }
 
 void server_close(server_t **psv)
@@ -859,8 +1035,10 @@ void server_close(server_t **psv)
 
     if (sv == NULL)
         return;
-    zsock_close(&sv->zs);
-    uv_close((uv_handle_t *)&sv->sweep, server_free_cb);
+    zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
+    sv->close_waits = 2;
+    store_close(sv->store, store_closed_cb, sv);
+    zcref_close(&sv->zc, zc_closed_cb, sv);
     *psv = NULL;
 }
 
@@ -905,16 +1083,20 @@ int server_status_json(server_t *sv, char **body, size_t *len)
     json_t *errs = json_object(), *nss = json_array(), *server, *disk;
 
     store_status_ram(sv->store, now, ram);
+    json_object_set_new(ram, "reserved_bytes", jint(sessions_reserved_bytes(sv->sessions)));
+    json_object_set_new(ram, "pinned_bytes", jint(sessions_pinned_bytes(sv->sessions)));
     disk = json_object();
     store_status_disk(sv->store, disk);
     for (int i = 0; i < ERR_COUNT; i++)
         json_object_set_new(errs, err_names[i], jint(sv->errors[i]));
-    server = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "clients",
-                       (json_int_t)sv->nsessions, "requests", (json_int_t)sv->requests,
-                       "bytes_received", (json_int_t)sv->bytes_received, "bytes_sent",
-                       (json_int_t)sv->bytes_sent, "replies_dropped",
+    server = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "clients",
+                       (json_int_t)sessions_count(sv->sessions), "requests",
+                       (json_int_t)sv->requests, "bytes_received", (json_int_t)sv->bytes_received,
+                       "bytes_sent", (json_int_t)sv->bytes_sent, "bytes_committed",
+                       (json_int_t)sv->bytes_committed, "replies_dropped",
                        (json_int_t)sv->replies_dropped, "save_ops_remembered",
-                       (json_int_t)saveops_count(sv->ops), "errors", errs);
+                       (json_int_t)saveops_count(sv->ops), "errors", errs, "sessions",
+                       sessions_status(sv->sessions, now, STATUS_SESSIONS_MAX));
     for (int i = 0; i < OP_COUNT; i++) {
         const hist_t *h = &sv->op_hist[i];
         json_object_set_new(ops, op_names[i],
@@ -1017,7 +1199,7 @@ int server_metrics_text(server_t *sv, char **body, size_t *len)
     tb_printf(&tb, "kvtier_clients %u\nkvtier_requests_total %" PRIu64
                    "\nkvtier_bytes_received_total %" PRIu64 "\nkvtier_bytes_sent_total %" PRIu64
                    "\n",
-              sv->nsessions, sv->requests, sv->bytes_received, sv->bytes_sent);
+              sessions_count(sv->sessions), sv->requests, sv->bytes_received, sv->bytes_sent);
     for (int i = 0; i < ERR_COUNT; i++)
         tb_printf(&tb, "kvtier_errors_total{class=\"%s\"} %" PRIu64 "\n", err_names[i],
                   sv->errors[i]);

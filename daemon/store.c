@@ -88,7 +88,8 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         rc = -ENOMEM;
         goto fail_index;
     }
-    rc = ram_new(cfg->ram.arena_path, cfg->ram.capacity_bytes, &s->ram);
+    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group, cfg->ram.capacity_bytes,
+                 cfg->ram.prefault, &s->ram);
     if (rc != 0)
         goto fail_ram;
     *out = s;
@@ -331,98 +332,205 @@ static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *o
     }
 }
 
+/* Chain state while chunks of one save are placed in order. */
+typedef struct {
+    index_entry_t *prev; /* stored predecessor of the next chunk, or NULL */
+    bool declared;       /* the next chunk has a known predecessor hash */
+    bool full;           /* a chunk got NOSPACE: the rest could only be orphans */
+} chain_t;
+
+static void chain_start(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_hash_t *parent,
+                        chain_t *c)
+{
+    c->prev = parent != NULL ? index_find(s->ix, ns->id, r, parent) : NULL;
+    c->declared = parent != NULL;
+    c->full = false;
+}
+
+/* A chunk of the chain is not stored (skipped or refused): its successors are orphans. */
+static void chain_gap(chain_t *c)
+{
+    c->prev = NULL;
+    c->declared = true;
+}
+
+/* Publishes the extent (off, len), already holding the chunk's bytes, as chunk k. Returns
+ * STORED, or NOSPACE when the index cannot grow (the extent is then freed). */
+static uint8_t place(store_t *s, ns_t *ns, uint16_t r, const kvt_wire_hash_t *k, uint64_t off,
+                     uint64_t len, chain_t *c)
+{
+    index_entry_t *e =
+        index_add(s->ix, ns->id, r, k, c->prev, c->prev == NULL && c->declared, off, len);
+
+    if (e == NULL) {
+        ram_free(s->ram, off, len);
+        s->st.nospace++;
+        c->full = true;
+        return KVT_CHUNK_NOSPACE;
+    }
+    ns->chunks++;
+    ns->bytes += len;
+    s->stored_bytes += len;
+    s->ram_chunks++;
+    s->st.stored++;
+    c->prev = e;
+    c->declared = true;
+    return KVT_CHUNK_STORED;
+}
+
+/* An existing chunk k: touch it and continue the chain from it. NULL when not stored. */
+static index_entry_t *chain_existing(store_t *s, const ns_t *ns, uint16_t r,
+                                     const kvt_wire_hash_t *k, chain_t *c)
+{
+    index_entry_t *e = index_find(s->ix, ns->id, r, k);
+
+    if (e != NULL) {
+        index_touch(s->ix, e);
+        c->prev = e;
+        c->declared = true;
+    }
+    return e;
+}
+
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                 const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
                 uint64_t now_ms, uint8_t *status)
 {
     uint16_t r = ns_store_rank(ns, rank);
-    index_entry_t *prev = NULL;
-    bool declared = parent != NULL; /* the next chunk has a known predecessor hash */
-    bool full = false;              /* a chunk got NOSPACE: the rest could only be orphans */
+    chain_t c;
 
-    if (parent != NULL)
-        prev = index_find(s->ix, ns->id, r, parent);
+    chain_start(s, ns, r, parent, &c);
     for (size_t i = 0; i < n; i++) {
         kvt_wire_hash_t k;
-        index_entry_t *e;
         uint64_t off;
         int rc;
 
         memcpy(&k, &h[i], sizeof k);
-        e = index_find(s->ix, ns->id, r, &k);
-        if (e != NULL) {
-            index_touch(s->ix, e);
+        if (chain_existing(s, ns, r, &k, &c) != NULL) {
             status[i] = KVT_CHUNK_EXISTS;
-            prev = e;
-            declared = true;
             continue;
         }
         if (payloads[i].len == 0) {
             status[i] = KVT_CHUNK_SKIPPED;
-            prev = NULL;
-            declared = true;
+            chain_gap(&c);
             continue;
         }
-        if (full) {
+        rc = c.full ? -ENOSPC : store_reserve(s, payloads[i].len, c.prev, now_ms, &off);
+        if (rc != 0) {
             status[i] = KVT_CHUNK_NOSPACE;
             s->st.nospace++;
-            continue;
-        }
-        if (prev != NULL)
-            prev->pins++;
-        rc = alloc_evicting(s, payloads[i].len, now_ms, &off);
-        if (prev != NULL)
-            prev->pins--;
-        if (rc == 0) {
-            e = index_add(s->ix, ns->id, r, &k, prev, prev == NULL && declared, off,
-                          payloads[i].len);
-            if (e == NULL)
-                ram_free(s->ram, off, payloads[i].len);
-        }
-        if (rc != 0 || e == NULL) {
-            status[i] = KVT_CHUNK_NOSPACE;
-            s->st.nospace++;
-            full = true;
+            c.full = true;
             continue;
         }
         memcpy(ram_ptr(s->ram, off), payloads[i].data, payloads[i].len);
-        ns->chunks++;
-        ns->bytes += payloads[i].len;
-        s->stored_bytes += payloads[i].len;
-        s->ram_chunks++;
-        s->st.stored++;
-        status[i] = KVT_CHUNK_STORED;
-        prev = e;
-        declared = true;
+        status[i] = place(s, ns, r, &k, off, payloads[i].len, &c);
     }
+}
+
+int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms, uint64_t *off)
+{
+    int rc;
+
+    if (keep != NULL)
+        keep->pins++;
+    rc = alloc_evicting(s, len, now_ms, off);
+    if (keep != NULL)
+        keep->pins--;
+    return rc == 0 ? 0 : -ENOSPC;
+}
+
+void store_unreserve(store_t *s, uint64_t off, uint64_t len)
+{
+    ram_free(s->ram, off, len);
+}
+
+void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
+                  uint8_t *status)
+{
+    uint16_t r = ns_store_rank(ns, rank);
+    chain_t c;
+
+    chain_start(s, ns, r, parent, &c);
+    for (size_t i = 0; i < n; i++) {
+        kvt_wire_hash_t k;
+
+        memcpy(&k, &h[i], sizeof k);
+        if (chain_existing(s, ns, r, &k, &c) != NULL) {
+            /* another client stored it meanwhile: the reservation is not needed */
+            if (off[i] != UINT64_MAX)
+                ram_free(s->ram, off[i], len[i]);
+            status[i] = KVT_CHUNK_EXISTS;
+            continue;
+        }
+        if (off[i] == UINT64_MAX) {
+            status[i] = KVT_CHUNK_SKIPPED;
+            chain_gap(&c);
+            continue;
+        }
+        status[i] = place(s, ns, r, &k, off[i], len[i], &c);
+    }
+}
+
+index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
+                          const kvt_wire_hash_t *h)
+{
+    kvt_wire_hash_t k;
+
+    memcpy(&k, h, sizeof k);
+    return index_find(s->ix, ns->id, ns_store_rank(ns, rank), &k);
+}
+
+index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank,
+                                const kvt_wire_hash_t *h)
+{
+    index_entry_t *e = store_find(s, ns, rank, h);
+
+    if (e == NULL) {
+        s->st.misses++;
+        return NULL;
+    }
+    if (!(e->flags & INDEX_F_RAM))
+        return NULL; /* in the write buffer or on disk: store_load_start() counts it */
+    index_touch(s->ix, e);
+    s->st.hits++;
+    return e;
 }
 
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len)
 {
-    kvt_wire_hash_t k;
-    index_entry_t *e;
+    index_entry_t *e = store_load_entry(s, ns, rank, h);
 
-    memcpy(&k, h, sizeof k);
-    e = index_find(s->ix, ns->id, ns_store_rank(ns, rank), &k);
-    if (e == NULL) {
-        s->st.misses++;
-        return NULL;
-    }
-    if (e->flags & INDEX_F_RAM) {
-        index_touch(s->ix, e);
-        s->st.hits++;
+    if (e != NULL) {
         *len = e->len;
         return ram_ptr(s->ram, e->off);
     }
-    if (e->flags & INDEX_F_WBUF) {
+    e = store_find(s, ns, rank, h);
+    if (e != NULL && (e->flags & INDEX_F_WBUF)) {
         s->st.hits++;
         s->dk.hits++;
         *len = e->len;
         return disk_wbuf_get(s->disk, e->wseq);
     }
-    s->st.misses++;
+    if (e != NULL)
+        s->st.misses++;
     return NULL;
+}
+
+void *store_ptr(const store_t *s, uint64_t off)
+{
+    return ram_ptr(s->ram, off);
+}
+
+const char *store_arena_path(const store_t *s)
+{
+    return ram_path(s->ram);
+}
+
+uint64_t store_arena_bytes(const store_t *s)
+{
+    return ram_capacity(s->ram);
 }
 
 void store_foreach(const store_t *s, void (*fn)(const index_entry_t *e, void *arg), void *arg)

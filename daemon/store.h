@@ -37,6 +37,7 @@
 #include "kvt_proto.h"
 #include "ns.h"
 
+struct index_entry;
 typedef struct store store_t;
 
 typedef struct {
@@ -105,14 +106,45 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
                 uint64_t now_ms, uint8_t *status);
 
 /* The stored bytes of one chunk from RAM or the disk write buffer (borrowed, valid until the
- * next store call), or NULL (not stored, or only on disk: see store_load_start). */
+ * next store call), or NULL (not stored, or only on disk: see store_load_start). Counts a hit
+ * or a miss and touches the chunk. */
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len);
+
+/* Same as store_load for a RAM-resident chunk, returning the entry (its off/len locate the
+ * bytes in the arena). NULL for a chunk that is not stored (a miss is counted) or not in RAM
+ * (nothing counted: the caller goes on with store_load_start). */
+struct index_entry *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank,
+                                     const kvt_wire_hash_t *h);
+
+/* The stored entry of a chunk, or NULL; no statistics, no touch. */
+struct index_entry *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
+                               const kvt_wire_hash_t *h);
+
+/*
+ * Shared-memory saves. store_reserve allocates len bytes of the arena (evicting as a save
+ * does; keep, when not NULL, is protected from that eviction) and returns its offset: the
+ * client writes the bytes there. store_commit then publishes reserved extents in chain order:
+ * off[i] == UINT64_MAX marks a chunk that was not reserved (SKIPPED: a gap in the chain). A
+ * chunk stored meanwhile by someone else is EXISTS and its extent is freed. The extents of
+ * the other chunks belong to the index afterwards. store_unreserve frees an extent that will
+ * never be committed.
+ */
+int store_reserve(store_t *s, uint64_t len, struct index_entry *keep, uint64_t now_ms,
+                  uint64_t *off);
+void store_unreserve(store_t *s, uint64_t off, uint64_t len);
+void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
+                  uint8_t *status);
+
+/* The arena: base pointer of an offset, its file path ("" for a memfd) and its size. */
+void *store_ptr(const store_t *s, uint64_t off);
+const char *store_arena_path(const store_t *s);
+uint64_t store_arena_bytes(const store_t *s);
 
 const store_stats_t *store_stats(const store_t *s);
 
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
-struct index_entry;
 void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg),
                    void *arg);
 

@@ -17,7 +17,7 @@ static uint16_t get_u16(const uint8_t *b)
 
 static uint64_t get_u64(const uint8_t *b)
 {
-    return (uint64_t)kvt_get_u32(b) | (uint64_t)kvt_get_u32(b + 4) << 32;
+    return kvt_get_u64(b);
 }
 
 static void put_u16(uint8_t *b, uint16_t v)
@@ -28,8 +28,7 @@ static void put_u16(uint8_t *b, uint16_t v)
 
 static void put_u64(uint8_t *b, uint64_t v)
 {
-    kvt_put_u32(b, (uint32_t)v);
-    kvt_put_u32(b + 4, (uint32_t)(v >> 32));
+    kvt_put_u64(b, v);
 }
 
 static double get_f64(const uint8_t *b)
@@ -61,11 +60,21 @@ static int body_size(int type)
         return 8;
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
         return 32;
+    case KVT_MSG_ARENA:
+        return 0;
+    case KVT_MSG_ARENA_OK:
+        return 16;
+    case KVT_MSG_SAVE_RESERVE_OK:
+    case KVT_MSG_RELEASE:
+    case KVT_MSG_RELEASE_OK:
+        return 8;
     case KVT_MSG_SAVE_BEGIN_OK:
     case KVT_MSG_SAVE_OK:
     case KVT_MSG_LOAD_OK:
-        return 0;
+        return 8;
     case KVT_MSG_LOAD:
         return 8;
     case KVT_MSG_TALLY:
@@ -126,9 +135,25 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
         break;
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
         put_u16(b, m->u.save.rank);
         put_u64(b + 8, m->u.save.op_id);
         memcpy(b + 16, m->u.save.parent.b, KVT_HASH_BYTES);
+        break;
+    case KVT_MSG_ARENA_OK:
+        put_u64(b, m->u.arena_ok.arena_bytes);
+        kvt_put_u32(b + 8, m->u.arena_ok.hold_ms);
+        break;
+    case KVT_MSG_SAVE_RESERVE_OK:
+    case KVT_MSG_LOAD_OK:
+        kvt_put_u32(b, m->u.chunks_ok.hold_ms);
+        break;
+    case KVT_MSG_RELEASE:
+        put_u16(b, m->u.release.rank);
+        break;
+    case KVT_MSG_RELEASE_OK:
+        kvt_put_u32(b, m->u.release_ok.released);
         break;
     case KVT_MSG_LOAD:
         put_u16(b, m->u.load.rank);
@@ -262,7 +287,9 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         out->u.lookup_ok.nranks = frames[1].len / 4;
         return 0;
     case KVT_MSG_SAVE_BEGIN:
-    case KVT_MSG_SAVE_DATA: {
+    case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT: {
         kvt_save_t *s = &out->u.save;
         if (nframes < 2)
             return KVT_WIRE_EPROTO;
@@ -272,8 +299,29 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         rc = decode_hashes(&frames[1], lim, &s->hashes, &s->nhashes);
         if (rc != 0)
             return rc;
-        if (out->hdr.type == KVT_MSG_SAVE_BEGIN)
+        switch (out->hdr.type) {
+        case KVT_MSG_SAVE_BEGIN:
             return nframes == 2 ? 0 : KVT_WIRE_EPROTO;
+        case KVT_MSG_SAVE_RESERVE:
+            if (nframes != 3 || frames[2].len != s->nhashes * 8)
+                return KVT_WIRE_EPROTO;
+            s->lengths = frames[2].data;
+            for (size_t i = 0; i < s->nhashes; i++) {
+                uint64_t len = get_u64(s->lengths + 8 * i);
+                if (len == 0)
+                    return KVT_WIRE_EPROTO;
+                if (len > lim->max_payload_bytes)
+                    return KVT_WIRE_ETOOBIG;
+            }
+            return 0;
+        case KVT_MSG_SAVE_COMMIT:
+            if (nframes != 3 || frames[2].len != s->nhashes * KVT_LOC_BYTES)
+                return KVT_WIRE_EPROTO;
+            s->locs = frames[2].data;
+            return 0;
+        default:
+            break;
+        }
         if (nframes != 2 + s->nhashes)
             return KVT_WIRE_EPROTO;
         s->payloads = &frames[2];
@@ -284,12 +332,30 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         if (nframes != 2)
             return KVT_WIRE_EPROTO;
         return decode_status(&frames[1], lim, &out->u.chunks_ok);
+    case KVT_MSG_SAVE_RESERVE_OK:
+        if (nframes != 3)
+            return KVT_WIRE_EPROTO;
+        rc = decode_status(&frames[1], lim, &out->u.chunks_ok);
+        if (rc != 0)
+            return rc;
+        if (frames[2].len != out->u.chunks_ok.n * KVT_LOC_BYTES)
+            return KVT_WIRE_EPROTO;
+        out->u.chunks_ok.locs = frames[2].data;
+        out->u.chunks_ok.hold_ms = kvt_get_u32(b);
+        return 0;
     case KVT_MSG_LOAD_OK:
         if (nframes < 2)
             return KVT_WIRE_EPROTO;
         rc = decode_status(&frames[1], lim, &out->u.chunks_ok);
         if (rc != 0)
             return rc;
+        out->u.chunks_ok.hold_ms = kvt_get_u32(b);
+        if (out->hdr.flags & KVT_LOADR_SHM) {
+            if (nframes != 3 || frames[2].len != out->u.chunks_ok.n * KVT_LOC_BYTES)
+                return KVT_WIRE_EPROTO;
+            out->u.chunks_ok.locs = frames[2].data;
+            return 0;
+        }
         if (nframes != 2 + out->u.chunks_ok.n)
             return KVT_WIRE_EPROTO;
         out->u.chunks_ok.payloads = &frames[2];
@@ -304,6 +370,29 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
             return KVT_WIRE_EPROTO;
         out->u.load.rank = get_u16(b);
         return decode_hashes(&frames[1], lim, &out->u.load.hashes, &out->u.load.nhashes);
+    case KVT_MSG_ARENA:
+        return nframes == 1 ? 0 : KVT_WIRE_EPROTO;
+    case KVT_MSG_ARENA_OK:
+        if (nframes != 2 || frames[1].len > KVT_PATH_MAX)
+            return KVT_WIRE_EPROTO;
+        out->u.arena_ok.arena_bytes = get_u64(b);
+        out->u.arena_ok.hold_ms = kvt_get_u32(b + 8);
+        out->u.arena_ok.path = frames[1].data;
+        out->u.arena_ok.path_len = frames[1].len;
+        if (memchr(frames[1].data, '\0', frames[1].len) != NULL)
+            return KVT_WIRE_EPROTO;
+        return 0;
+    case KVT_MSG_RELEASE:
+        if (nframes != 2)
+            return KVT_WIRE_EPROTO;
+        out->u.release.rank = get_u16(b);
+        return decode_hashes(&frames[1], lim, &out->u.release.hashes,
+                             &out->u.release.nhashes);
+    case KVT_MSG_RELEASE_OK:
+        if (nframes != 1)
+            return KVT_WIRE_EPROTO;
+        out->u.release_ok.released = kvt_get_u32(b);
+        return 0;
     case KVT_MSG_TALLY: {
         size_t off = 0;
         const char *name;
@@ -392,6 +481,13 @@ const char *kvt_msg_type_name(int type)
     case KVT_MSG_LOAD_OK: return "load_ok";
     case KVT_MSG_TALLY: return "tally";
     case KVT_MSG_TALLY_OK: return "tally_ok";
+    case KVT_MSG_ARENA: return "arena";
+    case KVT_MSG_ARENA_OK: return "arena_ok";
+    case KVT_MSG_SAVE_RESERVE: return "save_reserve";
+    case KVT_MSG_SAVE_RESERVE_OK: return "save_reserve_ok";
+    case KVT_MSG_SAVE_COMMIT: return "save_commit";
+    case KVT_MSG_RELEASE: return "release";
+    case KVT_MSG_RELEASE_OK: return "release_ok";
     case KVT_MSG_ERROR: return "error";
     default: return "unknown";
     }

@@ -27,6 +27,7 @@
 #define KVT_HDR_BYTES 24
 #define KVT_MODEL_MAX 255       /* bytes of a model name */
 #define KVT_ERRTEXT_MAX 255     /* bytes of an error message */
+#define KVT_PATH_MAX 255        /* bytes of an arena path */
 #define KVT_RANK_ALL 0xffffu    /* lookup rank meaning "every rank of the namespace" */
 #define KVT_WORLD_MAX 1024      /* largest tensor-parallel world a namespace may declare */
 #define KVT_REASON_MAX 16       /* per-reason counters a tally may carry */
@@ -46,6 +47,13 @@ typedef enum {
     KVT_MSG_LOAD_OK = 10,
     KVT_MSG_TALLY = 11,
     KVT_MSG_TALLY_OK = 12,
+    KVT_MSG_ARENA = 13,          /* shared-memory data path: where is the arena? */
+    KVT_MSG_ARENA_OK = 14,
+    KVT_MSG_SAVE_RESERVE = 15,   /* shared memory: reserve arena space for the wanted chunks */
+    KVT_MSG_SAVE_RESERVE_OK = 16,
+    KVT_MSG_SAVE_COMMIT = 17,    /* shared memory: the reserved chunks are written; publish */
+    KVT_MSG_RELEASE = 19,        /* shared memory: the loaded chunks were copied out */
+    KVT_MSG_RELEASE_OK = 20,
     KVT_MSG_ERROR = 127,
 } kvt_msg_type_t;
 
@@ -85,6 +93,9 @@ typedef enum {
 /* LOOKUP_OK flags */
 #define KVT_LOOKUPR_SKIPPED 0x1u /* the lookup-skip gate answered without looking */
 #define KVT_LOOKUPR_LEASED 0x2u  /* the hits are pinned until lease_ms from now */
+/* LOAD flags / LOAD_OK flags */
+#define KVT_LOAD_SHM 0x1u  /* answer with arena locations under a load pin, not with bytes */
+#define KVT_LOADR_SHM 0x1u /* LOAD_OK carries locations (frame 2) instead of payload frames */
 /* SAVE_BEGIN / SAVE_DATA flags */
 #define KVT_SAVE_PARENT 0x1u /* parent holds the hash of the chunk before the first one */
 #define KVT_SAVE_OPID 0x2u   /* op_id names the save operation (else derived by the daemon) */
@@ -142,8 +153,12 @@ typedef struct {
     size_t nranks;
 } kvt_lookup_ok_t;
 
+/* An arena location: 16 bytes on the wire, u64 offset then u64 length. */
+#define KVT_LOC_BYTES 16
+
 /* SAVE_BEGIN frames: head, hashes. SAVE_DATA frames: head, hashes, one payload per hash
- * (empty = no bytes sent for that chunk). */
+ * (empty = no bytes sent for that chunk). SAVE_RESERVE frames: head, hashes, lengths (u64 per
+ * hash, each 1..max_payload_bytes). SAVE_COMMIT frames: head, hashes, locations. */
 typedef struct {
     uint16_t rank;
     uint64_t op_id;
@@ -151,15 +166,42 @@ typedef struct {
     const kvt_wire_hash_t *hashes;
     size_t nhashes;
     const kvt_frame_t *payloads; /* SAVE_DATA only: nhashes frames, borrowed */
+    const uint8_t *lengths;      /* SAVE_RESERVE only: nhashes little-endian u64 */
+    const uint8_t *locs;         /* SAVE_COMMIT only: nhashes locations */
 } kvt_save_t;
 
 /* SAVE_BEGIN_OK / SAVE_OK / LOAD_OK frames: head, per-chunk status bytes, and for LOAD_OK one
- * payload per chunk (empty on a miss). */
+ * payload per chunk (empty on a miss), or with KVT_LOADR_SHM one locations frame.
+ * SAVE_RESERVE_OK frames: head, status (WANTED = reserved), locations (zero when not reserved).
+ * hold_ms (SAVE_RESERVE_OK, LOAD_OK with KVT_LOADR_SHM) is how long the daemon keeps the
+ * reservation or the load pin before reclaiming it. */
 typedef struct {
     const uint8_t *status; /* borrowed: n kvt_chunk_status_t bytes */
     size_t n;
     const kvt_frame_t *payloads; /* LOAD_OK only */
+    const uint8_t *locs;         /* SAVE_RESERVE_OK, LOAD_OK with KVT_LOADR_SHM: n locations */
+    uint32_t hold_ms;
 } kvt_chunks_ok_t;
+
+/* ARENA_OK frames: head, arena path (empty: no shared arena; use the frames path). */
+#define KVT_ARENA_PREFAULTED 0x1u /* ARENA_OK flag: every page is allocated; map it populated */
+typedef struct {
+    uint64_t arena_bytes;
+    uint32_t hold_ms;
+    const char *path; /* borrowed, not NUL-terminated */
+    size_t path_len;
+} kvt_arena_ok_t;
+
+/* RELEASE frames: head, hashes (the chunks of an earlier shared-memory LOAD). */
+typedef struct {
+    uint16_t rank;
+    const kvt_wire_hash_t *hashes;
+    size_t nhashes;
+} kvt_release_t;
+
+typedef struct {
+    uint32_t released; /* load pins dropped */
+} kvt_release_ok_t;
 
 /* frames: head, hashes */
 typedef struct {
@@ -213,6 +255,9 @@ typedef struct {
         kvt_tally_t tally;
         kvt_tally_ok_t tally_ok;
         kvt_error_t error;
+        kvt_arena_ok_t arena_ok;
+        kvt_release_t release;
+        kvt_release_ok_t release_ok;
     } u;
 } kvt_msg_t;
 
@@ -265,6 +310,12 @@ static inline uint32_t kvt_get_u32(const void *p)
     return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
+static inline uint64_t kvt_get_u64(const void *p)
+{
+    const uint8_t *b = p;
+    return (uint64_t)kvt_get_u32(b) | (uint64_t)kvt_get_u32(b + 4) << 32;
+}
+
 static inline void kvt_put_u32(void *p, uint32_t v)
 {
     uint8_t *b = p;
@@ -272,6 +323,13 @@ static inline void kvt_put_u32(void *p, uint32_t v)
     b[1] = (uint8_t)(v >> 8);
     b[2] = (uint8_t)(v >> 16);
     b[3] = (uint8_t)(v >> 24);
+}
+
+static inline void kvt_put_u64(void *p, uint64_t v)
+{
+    uint8_t *b = p;
+    kvt_put_u32(b, (uint32_t)v);
+    kvt_put_u32(b + 4, (uint32_t)(v >> 32));
 }
 
 #endif /* KVT_PROTO_H */

@@ -8,7 +8,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 packages="build-essential cmake pkg-config git curl libuv1-dev libzmq3-dev liblz4-dev
-libjansson-dev libxxhash-dev check libsubunit-dev"
+libjansson-dev libxxhash-dev check libsubunit-dev jq"
 
 missing=""
 for p in $packages; do
