@@ -949,7 +949,8 @@ static int recover(disk_t *d)
         ids[nids++] = id;
     }
     closedir(dir);
-    qsort(ids, nids, sizeof *ids, cmp_u64);
+    if (nids > 0)
+        qsort(ids, nids, sizeof *ids, cmp_u64);
     d->next_id = nids > 0 ? ids[nids - 1] + 1 : 1;
     for (size_t i = 0; i < nids; i++) {
         char path[DISK_PATH_MAX];
