@@ -2,7 +2,8 @@
  * fuzz_proto.c - libFuzzer target for kvt_msg_decode, kvt_head_encode and kvt_reason_next.
  *
  * Design: the input is split into frames as fuzz_proto.h describes, each frame in an allocation
- * of its exact size, and decoded with small limits. Beyond "no sanitizer report", the target
+ * of its exact size (an empty frame is {NULL, 0}, which callers may pass), and decoded with small
+ * limits. Beyond "no sanitizer report", the target
  * checks the decoder's contract and aborts (a libFuzzer crash) when it does not hold:
  *  - a failure returns one of EPROTO, EVERSION, EUNSUPP, ETOOBIG; the common header is decoded
  *    exactly when frame 0 holds 24 bytes with the right magic (req_id 0 otherwise); EVERSION is
@@ -62,8 +63,23 @@ static void zero_reserved(uint8_t *h, int type)
     case KVT_MSG_LOOKUP:
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
     case KVT_MSG_LOAD:
+    case KVT_MSG_RELEASE:
         memset(h + 24 + 2, 0, 6);
+        break;
+    case KVT_MSG_SAVE_BEGIN_OK: /* 8-byte body the module never reads */
+    case KVT_MSG_SAVE_OK:
+        memset(h + 24, 0, 8);
+        break;
+    case KVT_MSG_LOAD_OK:
+    case KVT_MSG_SAVE_RESERVE_OK:
+    case KVT_MSG_RELEASE_OK:
+        memset(h + 24 + 4, 0, 4);
+        break;
+    case KVT_MSG_ARENA_OK:
+        memset(h + 24 + 12, 0, 4);
         break;
     case KVT_MSG_TALLY_OK:
         memset(h + 24 + 42, 0, 6);
@@ -160,7 +176,41 @@ static void check_ok(const kvt_frame_t *f, size_t n, const kvt_msg_t *m)
         break;
     case KVT_MSG_HELLO_OK:
     case KVT_MSG_TALLY_OK:
+    case KVT_MSG_ARENA:
+    case KVT_MSG_RELEASE_OK:
         FUZZ_CHECK(n == 1);
+        break;
+    case KVT_MSG_ARENA_OK:
+        FUZZ_CHECK(n == 2 && m->u.arena_ok.path == f[1].data);
+        FUZZ_CHECK(m->u.arena_ok.path_len == f[1].len && f[1].len <= KVT_PATH_MAX);
+        FUZZ_CHECK(f[1].len == 0 || memchr(f[1].data, '\0', f[1].len) == NULL);
+        touch(m->u.arena_ok.path, m->u.arena_ok.path_len);
+        break;
+    case KVT_MSG_RELEASE:
+        FUZZ_CHECK(n == 2);
+        touch_hashes(m->u.release.hashes, m->u.release.nhashes, &f[1]);
+        break;
+    case KVT_MSG_SAVE_RESERVE:
+        touch_hashes(m->u.save.hashes, m->u.save.nhashes, &f[1]);
+        FUZZ_CHECK(n == 3 && m->u.save.lengths == f[2].data && m->u.save.payloads == NULL);
+        FUZZ_CHECK(f[2].len == 8 * m->u.save.nhashes);
+        for (size_t i = 0; i < m->u.save.nhashes; i++) {
+            uint64_t l = kvt_get_u64(m->u.save.lengths + 8 * i);
+            FUZZ_CHECK(l >= 1 && l <= FUZZ_MAX_PAYLOAD);
+        }
+        break;
+    case KVT_MSG_SAVE_COMMIT:
+        touch_hashes(m->u.save.hashes, m->u.save.nhashes, &f[1]);
+        FUZZ_CHECK(n == 3 && m->u.save.locs == f[2].data && m->u.save.payloads == NULL);
+        FUZZ_CHECK(f[2].len == KVT_LOC_BYTES * m->u.save.nhashes);
+        touch(m->u.save.locs, f[2].len);
+        break;
+    case KVT_MSG_SAVE_RESERVE_OK:
+        check_status(&m->u.chunks_ok, &f[1]);
+        FUZZ_CHECK(n == 3 && m->u.chunks_ok.locs == f[2].data);
+        FUZZ_CHECK(m->u.chunks_ok.payloads == NULL);
+        FUZZ_CHECK(f[2].len == KVT_LOC_BYTES * m->u.chunks_ok.n);
+        touch(m->u.chunks_ok.locs, f[2].len);
         break;
     case KVT_MSG_LOOKUP:
         FUZZ_CHECK(n == 2);
@@ -193,6 +243,14 @@ static void check_ok(const kvt_frame_t *f, size_t n, const kvt_msg_t *m)
         break;
     case KVT_MSG_LOAD_OK:
         check_status(&m->u.chunks_ok, &f[1]);
+        if (m->hdr.flags & KVT_LOADR_SHM) {
+            FUZZ_CHECK(n == 3 && m->u.chunks_ok.locs == f[2].data);
+            FUZZ_CHECK(m->u.chunks_ok.payloads == NULL);
+            FUZZ_CHECK(f[2].len == KVT_LOC_BYTES * m->u.chunks_ok.n);
+            touch(m->u.chunks_ok.locs, f[2].len);
+            break;
+        }
+        FUZZ_CHECK(m->u.chunks_ok.locs == NULL);
         FUZZ_CHECK(n == 2 + m->u.chunks_ok.n && m->u.chunks_ok.payloads == &f[2]);
         for (size_t i = 0; i < m->u.chunks_ok.n; i++)
             FUZZ_CHECK(m->u.chunks_ok.status[i] == KVT_CHUNK_HIT ||
@@ -261,10 +319,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (len > size - pos)
             len = size - pos;
-        buf = malloc(len);
-        FUZZ_CHECK(buf != NULL || len == 0);
-        if (len > 0)
+        buf = NULL;
+        if (len > 0) {
+            buf = malloc(len);
+            FUZZ_CHECK(buf != NULL);
             memcpy(buf, data + pos, len);
+        }
         pos += len;
         frames[i].data = buf;
         frames[i].len = len;

@@ -3,8 +3,9 @@
  *
  * Usage: fuzz_proto_seeds DIR. Writes one file per message type, each a valid message within
  * the fuzz limits of fuzz_proto.h, plus two invalid ones (a version-2 head, an unknown type), in
- * the input format that fuzz_proto.h describes. The committed corpus was produced by this tool;
- * run it again after a protocol change. Single-threaded; exits 0 or 1.
+ * the input format that fuzz_proto.h describes. Files are named after the message. The committed
+ * corpus was produced by this tool; run it again after a protocol change. Single-threaded; exits 0
+ * or 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 
 #include "fuzz_proto.h"
 #include "kvt_proto.h"
+
+#define UNKNOWN_TYPE 18 /* a gap in the type numbers */
 
 typedef struct {
     const char *name;
@@ -34,13 +37,13 @@ static int write_seed(const char *dir, const seed_t *s)
     FILE *fp;
     int ok;
 
-    if (hl == 0 && s->m.hdr.type != 13)
+    if (hl == 0 && s->m.hdr.type != UNKNOWN_TYPE)
         return -1;
-    if (s->m.hdr.type == 13) { /* unknown type: a bare common header */
+    if (s->m.hdr.type == UNKNOWN_TYPE) { /* unknown type: a bare common header */
         kvt_msg_t tmp = s->m;
         tmp.hdr.type = KVT_MSG_SAVE_OK;
         hl = kvt_head_encode(head, sizeof head, &tmp);
-        head[5] = 13;
+        head[5] = UNKNOWN_TYPE;
     }
     if (strcmp(s->name, "bad_version") == 0)
         head[4] = 2;
@@ -89,13 +92,19 @@ int main(int argc, char **argv)
     static const char text[] = "lookup: malformed message";
     uint8_t reasons[2 * (1 + KVT_REASON_NAME_MAX + 8)];
     size_t rlen;
-    seed_t s[15];
+    seed_t s[24];
+    uint8_t lens[2 * 8], locs[2 * KVT_LOC_BYTES];
     int k = 0;
 
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 1;
     }
+    kvt_put_u64(lens, 8);
+    kvt_put_u64(lens + 8, FUZZ_MAX_PAYLOAD);
+    kvt_put_u64(locs, 4096);
+    kvt_put_u64(locs + 8, 8);
+    memset(locs + KVT_LOC_BYTES, 0, KVT_LOC_BYTES);
     rlen = kvt_reason_encode(reasons, sizeof reasons, "paid", 4, 12);
     rlen += kvt_reason_encode(reasons + rlen, sizeof reasons - rlen, "not_reused", 10, 3);
 
@@ -168,10 +177,44 @@ int main(int argc, char **argv)
     s[k].m.u.error.code = KVT_WIRE_EPROTO;
     frame(&s[k++], text, sizeof text - 1);
 
+    s[k] = seed("load_ok_shm", KVT_MSG_LOAD_OK, KVT_LOADR_SHM);
+    s[k].m.u.chunks_ok.hold_ms = 2000;
+    frame(&s[k], st_load, sizeof st_load);
+    frame(&s[k++], locs, sizeof locs);
+
+    s[k++] = seed("arena", KVT_MSG_ARENA, 0);
+
+    s[k] = seed("arena_ok", KVT_MSG_ARENA_OK, 0);
+    s[k].m.u.arena_ok.arena_bytes = 1ull << 30;
+    s[k].m.u.arena_ok.hold_ms = 2000;
+    frame(&s[k++], "/dev/shm/kvtierd.arena", 22);
+
+    s[k] = seed("save_reserve", KVT_MSG_SAVE_RESERVE, KVT_SAVE_OPID);
+    s[k].m.u.save.op_id = 99;
+    frame(&s[k], hashes, sizeof hashes);
+    frame(&s[k++], lens, sizeof lens);
+
+    s[k] = seed("save_reserve_ok", KVT_MSG_SAVE_RESERVE_OK, 0);
+    s[k].m.u.chunks_ok.hold_ms = 2000;
+    frame(&s[k], st_begin, sizeof st_begin);
+    frame(&s[k++], locs, sizeof locs);
+
+    s[k] = seed("save_commit", KVT_MSG_SAVE_COMMIT, KVT_SAVE_OPID);
+    s[k].m.u.save.op_id = 99;
+    frame(&s[k], hashes, sizeof hashes);
+    frame(&s[k++], locs, sizeof locs);
+
+    s[k] = seed("release", KVT_MSG_RELEASE, 0);
+    s[k].m.u.release.rank = 1;
+    frame(&s[k++], hashes, sizeof hashes);
+
+    s[k] = seed("release_ok", KVT_MSG_RELEASE_OK, 0);
+    s[k++].m.u.release_ok.released = 2;
+
     s[k] = seed("bad_version", KVT_MSG_LOAD, 0);
     frame(&s[k++], hashes, KVT_HASH_BYTES);
 
-    s[k++] = seed("unknown_type", 13, 0);
+    s[k++] = seed("unknown_type", UNKNOWN_TYPE, 0);
 
     for (int i = 0; i < k; i++) {
         if (write_seed(argv[1], &s[i]) != 0) {

@@ -33,10 +33,11 @@
 static const kvt_limits_t lim = {LIM_HASHES, LIM_PAYLOAD};
 
 static const int all_types[] = {
-    KVT_MSG_HELLO,      KVT_MSG_HELLO_OK,      KVT_MSG_LOOKUP,    KVT_MSG_LOOKUP_OK,
-    KVT_MSG_SAVE_BEGIN, KVT_MSG_SAVE_BEGIN_OK, KVT_MSG_SAVE_DATA, KVT_MSG_SAVE_OK,
-    KVT_MSG_LOAD,       KVT_MSG_LOAD_OK,       KVT_MSG_TALLY,     KVT_MSG_TALLY_OK,
-    KVT_MSG_ERROR,
+    KVT_MSG_HELLO,       KVT_MSG_HELLO_OK,      KVT_MSG_LOOKUP,       KVT_MSG_LOOKUP_OK,
+    KVT_MSG_SAVE_BEGIN,  KVT_MSG_SAVE_BEGIN_OK, KVT_MSG_SAVE_DATA,    KVT_MSG_SAVE_OK,
+    KVT_MSG_LOAD,        KVT_MSG_LOAD_OK,       KVT_MSG_TALLY,        KVT_MSG_TALLY_OK,
+    KVT_MSG_ARENA,       KVT_MSG_ARENA_OK,      KVT_MSG_SAVE_RESERVE, KVT_MSG_SAVE_RESERVE_OK,
+    KVT_MSG_SAVE_COMMIT, KVT_MSG_RELEASE,       KVT_MSG_RELEASE_OK,   KVT_MSG_ERROR,
 };
 #define NTYPES ((int)(sizeof all_types / sizeof all_types[0]))
 
@@ -55,15 +56,26 @@ static size_t expected_head_size(int type)
     case KVT_MSG_SAVE_BEGIN:
         return 24 + 32;
     case KVT_MSG_SAVE_BEGIN_OK:
-        return 24;
+        return 24 + 8;
     case KVT_MSG_SAVE_DATA:
         return 24 + 32;
     case KVT_MSG_SAVE_OK:
-        return 24;
+        return 24 + 8;
     case KVT_MSG_LOAD:
         return 24 + 8;
     case KVT_MSG_LOAD_OK:
+        return 24 + 8;
+    case KVT_MSG_ARENA:
         return 24;
+    case KVT_MSG_ARENA_OK:
+        return 24 + 16;
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
+        return 24 + 32;
+    case KVT_MSG_SAVE_RESERVE_OK:
+    case KVT_MSG_RELEASE:
+    case KVT_MSG_RELEASE_OK:
+        return 24 + 8;
     case KVT_MSG_TALLY:
         return 24 + 24;
     case KVT_MSG_TALLY_OK:
@@ -75,7 +87,11 @@ static size_t expected_head_size(int type)
     }
 }
 
-/* Reserved byte ranges of frame 0 (absolute offsets) per PROTOCOL.md, besides 20..23. */
+/*
+ * Reserved byte ranges of frame 0 (absolute offsets) per PROTOCOL.md, besides 20..23.
+ * SAVE_BEGIN_OK and SAVE_OK carry an 8-byte body that PROTOCOL.md does not describe; the module
+ * encodes it as zeros and never reads it, so it is treated as reserved.
+ */
 static void reserved_range(int type, size_t *from, size_t *to)
 {
     *from = *to = 0;
@@ -83,9 +99,27 @@ static void reserved_range(int type, size_t *from, size_t *to)
     case KVT_MSG_LOOKUP:
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
     case KVT_MSG_LOAD:
+    case KVT_MSG_RELEASE:
         *from = 24 + 2;
         *to = 24 + 8;
+        break;
+    case KVT_MSG_SAVE_BEGIN_OK:
+    case KVT_MSG_SAVE_OK:
+        *from = 24;
+        *to = 24 + 8;
+        break;
+    case KVT_MSG_LOAD_OK:
+    case KVT_MSG_SAVE_RESERVE_OK:
+    case KVT_MSG_RELEASE_OK:
+        *from = 24 + 4;
+        *to = 24 + 8;
+        break;
+    case KVT_MSG_ARENA_OK:
+        *from = 24 + 12;
+        *to = 24 + 16;
         break;
     case KVT_MSG_TALLY_OK:
         *from = 24 + 42;
@@ -152,6 +186,8 @@ typedef struct {
     uint8_t reasons[(KVT_REASON_MAX + 1) * REC_MAX];
     char text[KVT_MODEL_MAX + 2];
     uint8_t payload[LIM_HASHES + 1][LIM_PAYLOAD + 1];
+    uint8_t lens8[(LIM_HASHES + 1) * 8];            /* SAVE_RESERVE lengths */
+    uint8_t locs[(LIM_HASHES + 1) * KVT_LOC_BYTES]; /* arena locations */
     /* expected reasons of a TALLY sample */
     char rname[KVT_REASON_MAX][KVT_REASON_NAME_MAX];
     size_t rlen[KVT_REASON_MAX];
@@ -178,12 +214,10 @@ static void fill_payloads(wire_t *w, size_t first_frame, const size_t *lens, siz
     }
 }
 
-static void fill_text(wire_t *w, size_t n)
+static void fill_text(wire_t *w, size_t n, const char *src)
 {
-    static const char model[] = "meta-llama/Llama-3.1-70B-Instruct";
-
     for (size_t i = 0; i < n; i++)
-        w->text[i] = model[i % (sizeof model - 1)];
+        w->text[i] = src[i % strlen(src)];
     w->f[1].data = w->text;
     w->f[1].len = n;
 }
@@ -193,6 +227,18 @@ static void fill_status(wire_t *w, const uint8_t *st, size_t n)
     memcpy(w->status, st, n);
     w->f[1].data = w->status;
     w->f[1].len = n;
+}
+
+/* n arena locations in frame 2: distinct patterns, or all ones (variant 1). */
+static void fill_locs(wire_t *w, size_t n, int mx)
+{
+    for (size_t i = 0; i < n; i++) {
+        put_le(w->locs + KVT_LOC_BYTES * i, mx ? UINT64_MAX : 0x1000ull * (i + 1), 8);
+        put_le(w->locs + KVT_LOC_BYTES * i + 8, mx ? UINT64_MAX : 100 + i, 8);
+    }
+    w->f[2].data = w->locs;
+    w->f[2].len = n * KVT_LOC_BYTES;
+    w->n = 3;
 }
 
 static void sample_make(int type, int variant, wire_t *w)
@@ -220,7 +266,7 @@ static void sample_make(int type, int variant, wire_t *w)
         m->u.hello.chunk_tokens = mx ? UINT32_MAX : 0x00010203u;
         m->u.hello.rank = mx ? UINT16_MAX : 0x0302;
         m->u.hello.world = mx ? UINT16_MAX : KVT_WORLD_MAX;
-        fill_text(w, mx ? KVT_MODEL_MAX : 24);
+        fill_text(w, mx ? KVT_MODEL_MAX : 24, "meta-llama/Llama-3.1-70B-Instruct");
         m->u.hello.model = w->text;
         m->u.hello.model_len = w->f[1].len;
         break;
@@ -256,6 +302,8 @@ static void sample_make(int type, int variant, wire_t *w)
         break;
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
         if (!mx)
             m->hdr.flags = KVT_SAVE_PARENT | KVT_SAVE_OPID;
         m->u.save.rank = mx ? UINT16_MAX : 0x0708;
@@ -276,6 +324,50 @@ static void sample_make(int type, int variant, wire_t *w)
             w->n = 2 + m->u.save.nhashes;
             m->u.save.payloads = &w->f[2];
         }
+        if (type == KVT_MSG_SAVE_RESERVE) {
+            for (size_t i = 0; i < m->u.save.nhashes; i++)
+                put_le(w->lens8 + 8 * i, mx || i == 2 ? LIM_PAYLOAD : 1 + i, 8);
+            w->f[2].data = w->lens8;
+            w->f[2].len = 8 * m->u.save.nhashes;
+            w->n = 3;
+            m->u.save.lengths = w->lens8;
+        }
+        if (type == KVT_MSG_SAVE_COMMIT) {
+            fill_locs(w, m->u.save.nhashes, mx);
+            m->u.save.locs = w->locs;
+        }
+        break;
+    case KVT_MSG_SAVE_RESERVE_OK: {
+        static const uint8_t st[] = {KVT_CHUNK_WANTED, KVT_CHUNK_EXISTS, KVT_CHUNK_DECLINED,
+                                     KVT_CHUNK_NOSPACE};
+        static const uint8_t all[] = {0, 1, 2, 3, 4, 5, 6, 7};
+        fill_status(w, mx ? all : st, mx ? sizeof all : sizeof st);
+        fill_locs(w, w->f[1].len, mx);
+        m->u.chunks_ok.status = w->status;
+        m->u.chunks_ok.n = w->f[1].len;
+        m->u.chunks_ok.locs = w->locs;
+        m->u.chunks_ok.hold_ms = mx ? UINT32_MAX : 0x61626364u;
+        break;
+    }
+    case KVT_MSG_ARENA:
+        w->n = 1;
+        break;
+    case KVT_MSG_ARENA_OK:
+        m->u.arena_ok.arena_bytes = mx ? UINT64_MAX : 0x7172737475767778ull;
+        m->u.arena_ok.hold_ms = mx ? UINT32_MAX : 0x81828384u;
+        fill_text(w, mx ? KVT_PATH_MAX : 22, "/dev/shm/kvtierd.arena");
+        m->u.arena_ok.path = w->text;
+        m->u.arena_ok.path_len = w->f[1].len;
+        break;
+    case KVT_MSG_RELEASE:
+        m->u.release.rank = mx ? UINT16_MAX : 0x0b0c;
+        fill_hashes(w, mx ? LIM_HASHES : 3);
+        m->u.release.hashes = (const kvt_wire_hash_t *)w->hashes;
+        m->u.release.nhashes = mx ? LIM_HASHES : 3;
+        break;
+    case KVT_MSG_RELEASE_OK:
+        w->n = 1;
+        m->u.release_ok.released = mx ? UINT32_MAX : 0x91929394u;
         break;
     case KVT_MSG_SAVE_BEGIN_OK: {
         static const uint8_t st[] = {KVT_CHUNK_WANTED, KVT_CHUNK_EXISTS, KVT_CHUNK_DECLINED};
@@ -301,20 +393,26 @@ static void sample_make(int type, int variant, wire_t *w)
         m->u.load.nhashes = mx ? LIM_HASHES : 3;
         break;
     case KVT_MSG_LOAD_OK: {
+        /* variant 0: payload frames; variant 1: flags 0xffff include KVT_LOADR_SHM, so the
+         * shared-memory form with one locations frame */
         static const uint8_t st[] = {KVT_CHUNK_HIT, KVT_CHUNK_MISS, KVT_CHUNK_HIT};
         uint8_t hits[LIM_HASHES];
         memset(hits, KVT_CHUNK_HIT, sizeof hits);
+        hits[1] = KVT_CHUNK_MISS;
         fill_status(w, mx ? hits : st, mx ? LIM_HASHES : sizeof st);
+        m->u.chunks_ok.status = w->status;
+        m->u.chunks_ok.n = w->f[1].len;
+        m->u.chunks_ok.hold_ms = mx ? UINT32_MAX : 0x51525354u;
+        if (mx) {
+            fill_locs(w, LIM_HASHES, 1);
+            m->u.chunks_ok.locs = w->locs;
+            break;
+        }
         lens[0] = 10;
         lens[1] = 0;
         lens[2] = LIM_PAYLOAD;
-        for (size_t i = 0; i < LIM_HASHES; i++)
-            if (mx)
-                lens[i] = LIM_PAYLOAD;
         fill_payloads(w, 2, lens, w->f[1].len);
         w->n = 2 + w->f[1].len;
-        m->u.chunks_ok.status = w->status;
-        m->u.chunks_ok.n = w->f[1].len;
         m->u.chunks_ok.payloads = &w->f[2];
         break;
     }
@@ -357,7 +455,7 @@ static void sample_make(int type, int variant, wire_t *w)
         break;
     case KVT_MSG_ERROR:
         m->u.error.code = mx ? INT32_MIN : KVT_WIRE_ETOOBIG;
-        fill_text(w, mx ? KVT_ERRTEXT_MAX : 19);
+        fill_text(w, mx ? KVT_ERRTEXT_MAX : 19, "lookup: too many hashes; ");
         m->u.error.text = w->text;
         m->u.error.text_len = w->f[1].len;
         break;
@@ -439,6 +537,8 @@ static void check_body(const wire_t *w, const kvt_msg_t *d)
         break;
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
         ck_assert_uint_eq(d->u.save.rank, e->u.save.rank);
         ck_assert_uint_eq(d->u.save.op_id, e->u.save.op_id);
         ck_assert_mem_eq(d->u.save.parent.b, e->u.save.parent.b, KVT_HASH_BYTES);
@@ -449,17 +549,42 @@ static void check_body(const wire_t *w, const kvt_msg_t *d)
             ck_assert_ptr_eq(d->u.save.payloads, &w->f[2]);
         else
             ck_assert_ptr_null(d->u.save.payloads);
+        ck_assert_ptr_eq(d->u.save.lengths, e->u.save.lengths);
+        ck_assert_ptr_eq(d->u.save.locs, e->u.save.locs);
+        if (e->hdr.type == KVT_MSG_SAVE_RESERVE)
+            for (size_t i = 0; i < d->u.save.nhashes; i++)
+                ck_assert_uint_eq(kvt_get_u64(d->u.save.lengths + 8 * i),
+                                  w->variant == 1 || i == 2 ? LIM_PAYLOAD : 1 + i);
         break;
     case KVT_MSG_SAVE_BEGIN_OK:
     case KVT_MSG_SAVE_OK:
     case KVT_MSG_LOAD_OK:
+    case KVT_MSG_SAVE_RESERVE_OK:
         ck_assert_ptr_eq(d->u.chunks_ok.status, e->u.chunks_ok.status);
         ck_assert_uint_eq(d->u.chunks_ok.n, e->u.chunks_ok.n);
         ck_assert_ptr_eq(d->u.chunks_ok.payloads, e->u.chunks_ok.payloads);
-        if (e->hdr.type == KVT_MSG_LOAD_OK)
+        ck_assert_ptr_eq(d->u.chunks_ok.locs, e->u.chunks_ok.locs);
+        ck_assert_uint_eq(d->u.chunks_ok.hold_ms, e->u.chunks_ok.hold_ms);
+        if (d->u.chunks_ok.locs != NULL)
+            ck_assert_ptr_eq(d->u.chunks_ok.locs, w->f[2].data);
+        if (d->u.chunks_ok.payloads != NULL)
             ck_assert_ptr_eq(d->u.chunks_ok.payloads, &w->f[2]);
-        else
-            ck_assert_ptr_null(d->u.chunks_ok.payloads);
+        break;
+    case KVT_MSG_ARENA:
+        break;
+    case KVT_MSG_ARENA_OK:
+        ck_assert_uint_eq(d->u.arena_ok.arena_bytes, e->u.arena_ok.arena_bytes);
+        ck_assert_uint_eq(d->u.arena_ok.hold_ms, e->u.arena_ok.hold_ms);
+        ck_assert_ptr_eq(d->u.arena_ok.path, e->u.arena_ok.path);
+        ck_assert_uint_eq(d->u.arena_ok.path_len, e->u.arena_ok.path_len);
+        break;
+    case KVT_MSG_RELEASE:
+        ck_assert_uint_eq(d->u.release.rank, e->u.release.rank);
+        ck_assert_ptr_eq(d->u.release.hashes, e->u.release.hashes);
+        ck_assert_uint_eq(d->u.release.nhashes, e->u.release.nhashes);
+        break;
+    case KVT_MSG_RELEASE_OK:
+        ck_assert_uint_eq(d->u.release_ok.released, e->u.release_ok.released);
         break;
     case KVT_MSG_LOAD:
         ck_assert_uint_eq(d->u.load.rank, e->u.load.rank);
@@ -583,12 +708,28 @@ START_TEST(test_layout)
         break;
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
         ck_assert_uint_eq(le(b, 2), m->u.save.rank);
         ck_assert_uint_eq(le(b + 8, 8), m->u.save.op_id);
         ck_assert_mem_eq(b + 16, m->u.save.parent.b, KVT_HASH_BYTES);
         break;
     case KVT_MSG_LOAD:
         ck_assert_uint_eq(le(b, 2), m->u.load.rank);
+        break;
+    case KVT_MSG_LOAD_OK:
+    case KVT_MSG_SAVE_RESERVE_OK:
+        ck_assert_uint_eq(le(b, 4), m->u.chunks_ok.hold_ms);
+        break;
+    case KVT_MSG_ARENA_OK:
+        ck_assert_uint_eq(le(b, 8), m->u.arena_ok.arena_bytes);
+        ck_assert_uint_eq(le(b + 8, 4), m->u.arena_ok.hold_ms);
+        break;
+    case KVT_MSG_RELEASE:
+        ck_assert_uint_eq(le(b, 2), m->u.release.rank);
+        break;
+    case KVT_MSG_RELEASE_OK:
+        ck_assert_uint_eq(le(b, 4), m->u.release_ok.released);
         break;
     case KVT_MSG_TALLY:
         ck_assert_uint_eq(le(b, 8), m->u.tally.engine_id);
@@ -815,11 +956,27 @@ END_TEST
 
 /* --- hash lists --- */
 
-static const int hash_types[] = {KVT_MSG_LOOKUP, KVT_MSG_SAVE_BEGIN, KVT_MSG_SAVE_DATA,
-                                 KVT_MSG_LOAD};
+static const int hash_types[] = {KVT_MSG_LOOKUP,       KVT_MSG_SAVE_BEGIN,  KVT_MSG_SAVE_DATA,
+                                 KVT_MSG_SAVE_RESERVE, KVT_MSG_SAVE_COMMIT, KVT_MSG_LOAD,
+                                 KVT_MSG_RELEASE};
 
-/* Sample of a hash-carrying type whose hash frame is len bytes (SAVE_DATA gets one empty
- * payload per whole hash, so only the hash frame is wrong). */
+static size_t nhashes_of(const kvt_msg_t *d)
+{
+    switch (d->hdr.type) {
+    case KVT_MSG_LOOKUP:
+        return d->u.lookup.nhashes;
+    case KVT_MSG_LOAD:
+        return d->u.load.nhashes;
+    case KVT_MSG_RELEASE:
+        return d->u.release.nhashes;
+    default:
+        return d->u.save.nhashes;
+    }
+}
+
+/* Sample of a hash-carrying type whose hash frame is len bytes. The per-hash frames that follow
+ * fit the whole hashes in it (SAVE_DATA: empty payloads; SAVE_RESERVE: lengths of 1;
+ * SAVE_COMMIT: zero locations), so only the hash frame can be wrong. */
 static void hash_sample(int type, size_t len, wire_t *w)
 {
     sample_make(type, 0, w);
@@ -833,6 +990,15 @@ static void hash_sample(int type, size_t len, wire_t *w)
             w->f[2 + i].len = 0;
         }
         w->n = 2 + n;
+    }
+    if (type == KVT_MSG_SAVE_RESERVE) {
+        for (size_t i = 0; i < len / KVT_HASH_BYTES; i++)
+            put_le(w->lens8 + 8 * i, 1, 8);
+        w->f[2].len = 8 * (len / KVT_HASH_BYTES);
+    }
+    if (type == KVT_MSG_SAVE_COMMIT) {
+        memset(w->locs, 0, sizeof w->locs);
+        w->f[2].len = KVT_LOC_BYTES * (len / KVT_HASH_BYTES);
     }
 }
 
@@ -863,10 +1029,7 @@ START_TEST(test_hashes_limit)
     hash_sample(type, LIM_HASHES * KVT_HASH_BYTES, &w);
     ck_assert_int_eq(decode(&w, &d), 0);
     check_hdr(&w, &d);
-    ck_assert_uint_eq(type == KVT_MSG_LOOKUP ? d.u.lookup.nhashes
-                      : type == KVT_MSG_LOAD ? d.u.load.nhashes
-                                             : d.u.save.nhashes,
-                      LIM_HASHES);
+    ck_assert_uint_eq(nhashes_of(&d), LIM_HASHES);
     ck_assert_int_eq(kvt_msg_decode(w.f, w.n, &one, &d), KVT_WIRE_ETOOBIG);
 
     hash_sample(type, (LIM_HASHES + 1) * KVT_HASH_BYTES, &w);
@@ -908,7 +1071,28 @@ END_TEST
 
 /* --- status frames and LOAD_OK payloads --- */
 
-static const int status_types[] = {KVT_MSG_SAVE_BEGIN_OK, KVT_MSG_SAVE_OK, KVT_MSG_LOAD_OK};
+static const int status_types[] = {KVT_MSG_SAVE_BEGIN_OK, KVT_MSG_SAVE_OK, KVT_MSG_LOAD_OK,
+                                   KVT_MSG_SAVE_RESERVE_OK};
+
+/* A valid status-carrying sample with n statuses (all MISS for LOAD_OK, else EXISTS) and the
+ * frames that must follow them: n empty payloads (LOAD_OK) or n zero locations. */
+static void status_sample(int type, size_t n, wire_t *w)
+{
+    sample_make(type, 0, w);
+    memset(w->status, type == KVT_MSG_LOAD_OK ? KVT_CHUNK_MISS : KVT_CHUNK_EXISTS, n);
+    w->f[1].len = n;
+    if (type == KVT_MSG_LOAD_OK) {
+        for (size_t i = 0; i < n; i++) {
+            w->f[2 + i].data = w->payload[i];
+            w->f[2 + i].len = 0;
+        }
+        w->n = 2 + n;
+    }
+    if (type == KVT_MSG_SAVE_RESERVE_OK) {
+        memset(w->locs, 0, sizeof w->locs);
+        w->f[2].len = KVT_LOC_BYTES * n;
+    }
+}
 
 START_TEST(test_status_malformed)
 {
@@ -916,9 +1100,7 @@ START_TEST(test_status_malformed)
     int type = status_types[_i];
     wire_t w;
 
-    sample_make(type, 0, &w);
-    w.f[1].len = 0;
-    w.n = 2;
+    status_sample(type, 0, &w);
     expect_hdr_err(&w, KVT_WIRE_EPROTO);
 
     for (size_t i = 0; i < sizeof out_of_range; i++) {
@@ -937,19 +1119,15 @@ START_TEST(test_status_limit)
     wire_t w;
     kvt_msg_t d;
 
-    sample_make(type, 0, &w);
-    memset(w.status, type == KVT_MSG_LOAD_OK ? KVT_CHUNK_MISS : KVT_CHUNK_EXISTS, sizeof w.status);
-    for (size_t i = 0; i <= LIM_HASHES; i++) {
-        w.f[2 + i].data = w.payload[i];
-        w.f[2 + i].len = 0;
-    }
-    w.f[1].len = LIM_HASHES;
-    w.n = type == KVT_MSG_LOAD_OK ? 2 + LIM_HASHES : 2;
+    status_sample(type, 1, &w);
     ck_assert_int_eq(decode(&w, &d), 0);
+    ck_assert_uint_eq(d.u.chunks_ok.n, 1);
+    status_sample(type, LIM_HASHES, &w);
+    ck_assert_int_eq(decode(&w, &d), 0);
+    check_hdr(&w, &d);
     ck_assert_uint_eq(d.u.chunks_ok.n, LIM_HASHES);
 
-    w.f[1].len = LIM_HASHES + 1;
-    w.n = type == KVT_MSG_LOAD_OK ? 2 + LIM_HASHES + 1 : 2;
+    status_sample(type, LIM_HASHES + 1, &w);
     expect_hdr_err(&w, KVT_WIRE_ETOOBIG);
 }
 END_TEST
@@ -1307,6 +1485,136 @@ START_TEST(test_encode_cap_too_small)
 }
 END_TEST
 
+/* --- shared-memory data path --- */
+
+START_TEST(test_save_reserve_lengths)
+{
+    static const size_t bad_len[] = {0, 8 * 3 - 1, 8 * 3 + 1, 8 * 2, 8 * 4};
+    wire_t w;
+    kvt_msg_t d;
+
+    for (size_t i = 0; i < sizeof bad_len / sizeof bad_len[0]; i++) {
+        sample_make(KVT_MSG_SAVE_RESERVE, 0, &w); /* 3 hashes: lengths 1, 2, LIM_PAYLOAD */
+        w.f[2].len = bad_len[i];
+        expect_hdr_err(&w, KVT_WIRE_EPROTO);
+    }
+    for (size_t pos = 0; pos < 3; pos++) {
+        sample_make(KVT_MSG_SAVE_RESERVE, 0, &w);
+        put_le(w.lens8 + 8 * pos, 0, 8);
+        expect_hdr_err(&w, KVT_WIRE_EPROTO);
+        put_le(w.lens8 + 8 * pos, LIM_PAYLOAD, 8);
+        ck_assert_int_eq(decode(&w, &d), 0);
+        ck_assert_uint_eq(kvt_get_u64(d.u.save.lengths + 8 * pos), LIM_PAYLOAD);
+        put_le(w.lens8 + 8 * pos, LIM_PAYLOAD + 1, 8);
+        expect_hdr_err(&w, KVT_WIRE_ETOOBIG);
+        put_le(w.lens8 + 8 * pos, UINT64_MAX, 8);
+        expect_hdr_err(&w, KVT_WIRE_ETOOBIG);
+        put_le(w.lens8 + 8 * pos, 1ull << 32, 8); /* a u32 read would see 0 */
+        expect_hdr_err(&w, KVT_WIRE_ETOOBIG);
+    }
+}
+END_TEST
+
+/* Locations frames: exactly 16 bytes per chunk, whatever the statuses say. */
+START_TEST(test_locations_size)
+{
+    static const int types[] = {KVT_MSG_SAVE_COMMIT, KVT_MSG_SAVE_RESERVE_OK, KVT_MSG_LOAD_OK};
+    wire_t w;
+    kvt_msg_t d;
+
+    for (size_t t = 0; t < 3; t++) {
+        sample_make(types[t], 1, &w); /* 8 chunks; LOAD_OK variant 1 is the SHM form */
+        ck_assert_int_eq(decode(&w, &d), 0);
+        ck_assert_uint_eq(w.f[2].len, LIM_HASHES * KVT_LOC_BYTES);
+        for (size_t delta = 1; delta <= KVT_LOC_BYTES; delta += KVT_LOC_BYTES - 1) {
+            w.f[2].len = LIM_HASHES * KVT_LOC_BYTES - delta;
+            expect_hdr_err(&w, KVT_WIRE_EPROTO);
+            w.f[2].len = LIM_HASHES * KVT_LOC_BYTES + delta;
+            expect_hdr_err(&w, KVT_WIRE_EPROTO);
+        }
+        w.f[2].len = 0;
+        expect_hdr_err(&w, KVT_WIRE_EPROTO);
+    }
+}
+END_TEST
+
+START_TEST(test_load_ok_shm_frames)
+{
+    wire_t w;
+    kvt_msg_t d;
+
+    /* SHM flag with the payload form: 2 + n frames is not [head, status, locations] */
+    sample_make(KVT_MSG_LOAD_OK, 0, &w);
+    w.head[6] |= KVT_LOADR_SHM;
+    w.m.hdr.flags |= KVT_LOADR_SHM;
+    expect_hdr_err(&w, KVT_WIRE_EPROTO);
+
+    sample_make(KVT_MSG_LOAD_OK, 1, &w);
+    ck_assert_int_eq(decode(&w, &d), 0);
+    ck_assert_ptr_null(d.u.chunks_ok.payloads);
+    ck_assert_uint_eq(kvt_get_u64(d.u.chunks_ok.locs + KVT_LOC_BYTES * 7 + 8), UINT64_MAX);
+    w.n = 2;
+    expect_hdr_err(&w, KVT_WIRE_EPROTO);
+    w.f[3] = w.f[2];
+    w.n = 4;
+    expect_hdr_err(&w, KVT_WIRE_EPROTO);
+
+    /* without the flag, the locations frame is read as payloads: count mismatch */
+    sample_make(KVT_MSG_LOAD_OK, 1, &w);
+    w.head[6] &= (uint8_t)~KVT_LOADR_SHM;
+    w.m.hdr.flags &= (uint16_t)~KVT_LOADR_SHM;
+    expect_hdr_err(&w, KVT_WIRE_EPROTO);
+}
+END_TEST
+
+START_TEST(test_arena_ok_path)
+{
+    wire_t w;
+    kvt_msg_t d;
+
+    sample_make(KVT_MSG_ARENA_OK, 1, &w); /* 255 bytes */
+    ck_assert_int_eq(decode(&w, &d), 0);
+    ck_assert_uint_eq(d.u.arena_ok.path_len, KVT_PATH_MAX);
+    w.text[KVT_PATH_MAX] = 'a';
+    w.f[1].len = KVT_PATH_MAX + 1;
+    expect_hdr_err(&w, KVT_WIRE_EPROTO);
+
+    for (size_t pos = 0; pos < 22; pos += 7) {
+        sample_make(KVT_MSG_ARENA_OK, 0, &w);
+        w.text[pos] = '\0';
+        expect_hdr_err(&w, KVT_WIRE_EPROTO);
+    }
+
+    /* An empty path (anonymous arena) is valid, also as a {NULL, 0} frame: memchr must not be
+     * handed NULL (found by fuzz_proto; UBSan nonnull-attribute). */
+    sample_make(KVT_MSG_ARENA_OK, 0, &w);
+    w.f[1].data = NULL;
+    w.f[1].len = 0;
+    ck_assert_int_eq(decode(&w, &d), 0);
+    ck_assert_uint_eq(d.u.arena_ok.path_len, 0);
+    ck_assert_uint_eq(d.u.arena_ok.arena_bytes, 0x7172737475767778ull);
+    ck_assert_uint_eq(d.u.arena_ok.hold_ms, 0x81828384u);
+}
+END_TEST
+
+START_TEST(test_arena_and_release_ok_frames)
+{
+    static const uint8_t one[1] = {0};
+    wire_t w;
+
+    sample_make(KVT_MSG_ARENA, 0, &w);
+    w.f[1].data = one;
+    w.f[1].len = 0;
+    w.n = 2;
+    expect_hdr_err(&w, KVT_WIRE_EPROTO);
+    sample_make(KVT_MSG_RELEASE_OK, 0, &w);
+    w.f[1].data = one;
+    w.f[1].len = 1;
+    w.n = 2;
+    expect_hdr_err(&w, KVT_WIRE_EPROTO);
+}
+END_TEST
+
 /* --- names --- */
 
 START_TEST(test_names)
@@ -1414,6 +1722,11 @@ static Suite *proto_suite(void)
     tcase_add_test(lists, test_lookup_ok_rank_hits);
     tcase_add_test(lists, test_hello_model);
     tcase_add_test(lists, test_error_text);
+    tcase_add_test(lists, test_save_reserve_lengths);
+    tcase_add_test(lists, test_locations_size);
+    tcase_add_test(lists, test_load_ok_shm_frames);
+    tcase_add_test(lists, test_arena_ok_path);
+    tcase_add_test(lists, test_arena_and_release_ok_frames);
     suite_add_tcase(s, lists);
 
     tcase_add_test(tally, test_tally_three_reasons);
