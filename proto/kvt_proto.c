@@ -73,6 +73,7 @@ static int body_size(int type)
         return 8;
     case KVT_MSG_SAVE_BEGIN_OK:
     case KVT_MSG_SAVE_OK:
+        return 0;
     case KVT_MSG_LOAD_OK:
         return 8;
     case KVT_MSG_LOAD:

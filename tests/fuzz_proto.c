@@ -69,10 +69,6 @@ static void zero_reserved(uint8_t *h, int type)
     case KVT_MSG_RELEASE:
         memset(h + 24 + 2, 0, 6);
         break;
-    case KVT_MSG_SAVE_BEGIN_OK: /* 8-byte body the module never reads */
-    case KVT_MSG_SAVE_OK:
-        memset(h + 24, 0, 8);
-        break;
     case KVT_MSG_LOAD_OK:
     case KVT_MSG_SAVE_RESERVE_OK:
     case KVT_MSG_RELEASE_OK:

@@ -56,11 +56,11 @@ static size_t expected_head_size(int type)
     case KVT_MSG_SAVE_BEGIN:
         return 24 + 32;
     case KVT_MSG_SAVE_BEGIN_OK:
-        return 24 + 8;
+        return 24;
     case KVT_MSG_SAVE_DATA:
         return 24 + 32;
     case KVT_MSG_SAVE_OK:
-        return 24 + 8;
+        return 24;
     case KVT_MSG_LOAD:
         return 24 + 8;
     case KVT_MSG_LOAD_OK:
@@ -104,11 +104,6 @@ static void reserved_range(int type, size_t *from, size_t *to)
     case KVT_MSG_LOAD:
     case KVT_MSG_RELEASE:
         *from = 24 + 2;
-        *to = 24 + 8;
-        break;
-    case KVT_MSG_SAVE_BEGIN_OK:
-    case KVT_MSG_SAVE_OK:
-        *from = 24;
         *to = 24 + 8;
         break;
     case KVT_MSG_LOAD_OK:
