@@ -1,43 +1,55 @@
 /*
  * kvtier-bench.c - measures save, load and lookup against a running kvtierd, next to baselines
- * measured in the same run with the same sizes.
+ * and an optional Redis server measured in the same run with the same sizes.
  *
- * Design: one thread per rank, each with its own clients (one for the bulk namespace, one for
- * the lookup namespace of 4 KiB chunks), driven in lock step by the main thread through a list
- * of steps (setup, warm-up, then per round prepare / save / load / verify and the baselines,
- * then the lookup-namespace fill and lookup slices). Every step is bracketed by two barriers: the
- * main thread reads CLOCK_MONOTONIC when the start barrier opens and when the end barrier closes,
- * so throughput is payload bytes over the wall time of all ranks together; per-call latencies are
- * taken inside the threads. Chunk data is random, pre-faulted, and stamped with the chunk's hash
- * before every round so a load that returned another chunk's bytes cannot pass the memcmp check.
- * Token ids come from a per-run random seed, so two runs never share a hash even when --ns names
- * the same model.
+ * Design: one thread per rank, driven in lock step by the main thread through a list of steps
+ * (setup, warm-up, then per round and per backend prepare / save / load / verify, then the
+ * baselines, then the lookup-namespace fill and lookup slices). Every step is bracketed by two
+ * barriers: the main thread reads CLOCK_MONOTONIC when the start barrier opens and when the end
+ * barrier closes, so throughput is payload bytes over the wall time of all ranks together;
+ * per-call latencies are taken inside the threads. Chunk data is random, pre-faulted, and
+ * stamped with the chunk's hash before every round so a load that returned another chunk's
+ * bytes cannot pass the memcmp check. Token ids come from a per-run random seed, so two runs
+ * never share a hash even when --ns names the same model.
+ *
+ * Backends: one workload (run_chain: the chain saved, then loaded, in calls of --batch chunks,
+ * then verified byte-exact) runs through each backend in turn: kvtier on the shared-memory path
+ * and kvtier on the frames path (two clients per rank, each with its data path forced, every
+ * backend on its own hashes so that no save finds its chunks already stored), and with
+ * --vs-redis a Redis server through hiredis (SET pipelined per batch, GET pipelined per batch,
+ * keys "kvtier-bench:<seed>:<rank>:<hash>" unlinked after each round and on exit). When the
+ * arena cannot be mapped (tcp endpoint, memfd arena, no permission) the shared-memory backend
+ * is reported unavailable, never replaced by frames.
  *
  * Baselines: (a) memcpy of the same chunks, one thread; (b) an in-process ROUTER echo thread on
  * an ipc:// endpoint in a temp dir, with one DEALER per rank: "save-like" sends a chunk batch
  * and receives an 8-byte ack, "load-like" sends a small request and receives the chunk batch
  * (plain zmq_send, which copies into the message, and zmq_msg_recv, which does not copy out);
  * (c) a lookup-sized round trip (prompt_chunks x 16 bytes out, 32 bytes back). Each round runs
- * kvtier, then the ZeroMQ baseline, then memcpy, and lookups alternate with their baseline in
- * slices, so drift of the machine hits both sides of a ratio alike. With the shared-memory data
- * path (--data-path, reported in the output) kvtier moves no bytes through ZeroMQ, so the
- * ZeroMQ ratio then says how much the arena saves and memcpy is the ceiling to compare with.
+ * every backend, then the ZeroMQ baseline, then memcpy, and lookups alternate with their
+ * baseline in slices, so drift of the machine hits both sides of a ratio alike. The frames path
+ * is compared with raw ZeroMQ (same transport, what the protocol costs) and the shared-memory
+ * path with memcpy (its one copy is the ceiling) and with Redis.
  *
  * Threads: main (steps, memcpy baseline, report), one per rank, one echo thread. Between the
  * end barrier of a step and the start barrier of the next only the main thread touches the
  * shared state (the barriers order the memory accesses); during a step each rank thread writes
  * only its own rank_t.
  *
- * Exit status: 0 success, 1 data mismatch or daemon/transport error, 2 usage error (including
- * sizes the daemon announces it cannot accept).
+ * Exit status: 0 success, 1 data mismatch or daemon/Redis/transport error, 2 usage error
+ * (including sizes the daemon announces it cannot accept and a non-loopback Redis address).
  */
 #include "kvtier.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,6 +72,8 @@
 #define BENCH_LOOKUP_REPLY_BYTES 32
 #define BENCH_OP_BYTES 8
 #define BENCH_FILL_BYTE 0xa5
+#define BENCH_REDIS_KEY_MAX 96
+#define BENCH_REDIS_UNLINK_BLOCK 1024
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -81,6 +95,38 @@ typedef enum {
     STEP_EXIT,
 } step_t;
 
+/* Columns of the side-by-side table. The first BK_N are the backends the workload runs
+ * through (the kvtier paths and Redis); zmq and memcpy are the baselines. */
+typedef enum {
+    COL_SHM,
+    COL_FRAMES,
+    COL_REDIS,
+    COL_ZMQ,
+    COL_MEMCPY,
+    COL_N,
+} col_t;
+
+typedef col_t bk_t;
+#define BK_SHM COL_SHM
+#define BK_FRAMES COL_FRAMES
+#define BK_REDIS COL_REDIS
+#define BK_N COL_ZMQ
+
+static const struct {
+    const char *name; /* table heading */
+    const char *key;  /* JSON key */
+} cols[COL_N] = {
+    {"kvtier-shm", "kvtier_shm"}, {"kvtier-frames", "kvtier_frames"},
+    {"redis", "redis"},           {"zmq", "zmq"},
+    {"memcpy", "memcpy"},
+};
+
+typedef enum {
+    BK_OFF,     /* not asked for (reason in bench_t.bk_why) */
+    BK_ON,      /* measured */
+    BK_UNAVAIL, /* asked for, but cannot be used against this daemon (reason in bk_why) */
+} bk_state_t;
+
 typedef struct {
     char endpoint[512];
     uint64_t chunk_bytes;
@@ -93,32 +139,52 @@ typedef struct {
     uint32_t batch;
     int all_ranks;
     int json;
-    int data_path; /* KVT_DATA_PATH_* */
+    int data_path; /* KVT_DATA_PATH_*: AUTO measures both paths, FRAMES only frames */
     char model[256];
+    char redis_addr[80]; /* --vs-redis as given; "" without it */
+    char redis_host[64]; /* loopback address to connect to */
+    int redis_port;
 } bench_opts_t;
 
 typedef struct bench bench_t;
+
+/* Per-call latencies (ns) and how many are filled. */
+typedef struct {
+    uint64_t *v;
+    size_t n;
+} series_t;
+
+/* Chunk counts of one backend: per rank, then summed over ranks. */
+typedef struct {
+    uint64_t stored, exists, nospace, declined, stored_bytes;
+    uint64_t hits, misses, lost, loaded_bytes;
+} counts_t;
+
+/* One backend on one rank. */
+typedef struct {
+    kvt_client_t *kv;    /* kvtier backends: the bulk client, its data path forced */
+    series_t save, load; /* rounds x calls_per_round */
+    counts_t n;
+} rank_bk_t;
 
 /* Per-rank state; written by its thread during a step, read by main between steps. */
 typedef struct {
     bench_t *b;
     uint32_t rank;
     pthread_t thread;
-    kvt_client_t *bulk;
-    kvt_client_t *lk;
+    rank_bk_t bk[BK_N];
+    kvt_client_t *lk; /* lookup namespace, frames path (lookups carry no chunk bytes) */
+    redisContext *redis;
+    const kvt_hash_t *rkeys; /* chunks saved to Redis and not unlinked yet */
+    size_t nrkeys;
+    int shm_rc; /* setup: why the shared-memory client could not connect, 0 if it did */
     void *zsock;
-    uint8_t *src;         /* chunks x chunk_bytes, random, stamped per round */
-    uint8_t *dst;         /* chunks x chunk_bytes, load destination */
-    uint8_t *small;       /* prompt_chunks x 4 KiB, lookup namespace chunks */
-    uint8_t *outcomes;    /* chunks: save outcome of the current round */
-    size_t *lens;         /* chunks: loaded sizes of the current round */
-    uint64_t *save_ns;    /* rounds x calls_per_round */
-    uint64_t *load_ns;    /* rounds x calls_per_round */
-    uint64_t *lookup_ns;  /* lookups */
-    uint64_t *zlookup_ns; /* lookups */
-    size_t nsave, nload, nlookup, nzlookup;
-    uint64_t stored, exists, nospace, declined, stored_bytes;
-    uint64_t hits, misses, lost, loaded_bytes;
+    uint8_t *src;             /* chunks x chunk_bytes, random, stamped per round */
+    uint8_t *dst;             /* chunks x chunk_bytes, load destination */
+    uint8_t *small;           /* prompt_chunks x 4 KiB, lookup namespace chunks */
+    uint8_t *outcomes;        /* chunks: save outcome of the current round */
+    size_t *lens;             /* chunks: loaded sizes of the current round */
+    series_t lookup, zlookup; /* lookups */
     uint64_t fill_stored, fill_other;
     uint64_t lookup_short, lookup_skipped;
     uint64_t zbytes_save, zbytes_load;
@@ -131,13 +197,15 @@ struct bench {
     kvt_ns_desc_t bulk_ns;
     kvt_ns_desc_t lookup_ns;
     uint64_t seed;
-    kvt_hash_t *round_hashes;  /* rounds x chunks */
-    kvt_hash_t *warm_hashes;   /* nwarm */
+    kvt_hash_t *round_hashes;  /* rounds x BK_N x chunks: each backend its own chains */
+    kvt_hash_t *warm_hashes;   /* BK_N x nwarm */
     kvt_hash_t *lookup_hashes; /* prompt_chunks */
     uint32_t nwarm;
     uint32_t calls_per_round;
     kvt_server_info_t info;
-    int data_path_used; /* kvt_data_path() of rank 0's bulk client */
+    bk_state_t bk_state[BK_N];
+    char bk_why[BK_N][160];
+    bk_t primary; /* the kvtier backend of the kvtier-vs-zmq table: shm when measured */
     void *zctx;
     pthread_t echo;
     int echo_started;
@@ -148,6 +216,7 @@ struct bench {
     int launched, abort;
     pthread_barrier_t start, end;
     step_t step;
+    bk_t cur; /* backend of the warm-up / prepare / save / load / verify step */
     uint32_t round;
     uint32_t slice; /* lookups per thread in this lookup step */
     rank_t *ranks;
@@ -277,71 +346,197 @@ static pct_t percentiles(uint64_t *v, size_t n)
     return p;
 }
 
-/* ---- kvtier steps (rank threads) ---- */
+/* ---- the measured workload, one function over every backend (rank threads) ---- */
 
-static int save_chain(rank_t *r, kvt_client_t *c, const kvt_hash_t *h, size_t n, uint8_t *base,
-                      size_t chunk, uint8_t *outcomes, uint64_t *lat, size_t *nlat)
+typedef enum { OP_SAVE, OP_LOAD } op_t;
+
+/* The chains of backend bk: round `round`, or the warm-up chain when warm is set. */
+static kvt_hash_t *chain_of(const bench_t *b, bk_t bk, uint32_t round, int warm)
 {
-    const bench_t *b = r->b;
-    size_t batch = b->o.batch;
-    const void *bufs[batch];
-    size_t lens[batch];
+    if (warm)
+        return b->warm_hashes + (size_t)bk * b->nwarm;
+    return b->round_hashes + ((size_t)round * BK_N + bk) * b->o.chunks;
+}
+
+static int kv_save(rank_t *r, kvt_client_t *c, const kvt_hash_t *h, size_t i, size_t k)
+{
+    size_t chunk = r->b->o.chunk_bytes;
+    const void *bufs[k];
+    size_t lens[k];
+    for (size_t j = 0; j < k; j++) {
+        bufs[j] = r->src + (i + j) * chunk;
+        lens[j] = chunk;
+    }
+    kvt_save_opts_t so = {.parent = i ? &h[i - 1] : NULL};
+    int rc = kvt_save(c, h + i, k, bufs, lens, &so, r->outcomes + i);
+    if (rc)
+        rank_fail_kvt(r, "save", rc, c);
+    return rc ? -1 : 0;
+}
+
+static int kv_load(rank_t *r, kvt_client_t *c, const kvt_hash_t *h, size_t i, size_t k)
+{
+    size_t chunk = r->b->o.chunk_bytes, nhit = 0;
+    void *bufs[k];
+    size_t caps[k];
+    for (size_t j = 0; j < k; j++) {
+        bufs[j] = r->dst + (i + j) * chunk;
+        caps[j] = chunk;
+    }
+    int rc = kvt_load(c, h + i, k, bufs, caps, r->lens + i, &nhit);
+    if (rc)
+        rank_fail_kvt(r, "load", rc, c);
+    return rc ? -1 : 0;
+}
+
+/* The Redis key of chunk h on this rank; returns its length. */
+static size_t redis_key(const rank_t *r, const kvt_hash_t *h, char key[BENCH_REDIS_KEY_MAX])
+{
+    char hex[33];
+    kvt_hash_format(h, hex);
+    int n = snprintf(key, BENCH_REDIS_KEY_MAX, "%s:%016" PRIx64 ":%u:%s", BENCH_MODEL, r->b->seed,
+                     r->rank, hex);
+    return (size_t)n;
+}
+
+/* Reads the next pipelined reply; NULL after recording the failure. An error reply fails. */
+static redisReply *redis_reply(rank_t *r, const char *what)
+{
+    void *p = NULL;
+    if (redisGetReply(r->redis, &p) != REDIS_OK || !p) {
+        rank_fail(r, 1, "redis %s: %s", what, r->redis->errstr);
+        return NULL;
+    }
+    redisReply *x = p;
+    if (x->type == REDIS_REPLY_ERROR) {
+        rank_fail(r, 1, "redis %s: %s", what, x->str);
+        freeReplyObject(x);
+        return NULL;
+    }
+    return x;
+}
+
+typedef enum { REDIS_SET, REDIS_GET, REDIS_UNLINK } redis_cmd_t;
+static const char *const redis_cmds[] = {"SET", "GET", "UNLINK"};
+
+/* Takes the reply to command cmd on chunk `at`: SET must answer OK (the chunk is then stored),
+ * GET copies its value into dst (nil is a miss: lens 0), UNLINK's count is not looked at. */
+static int redis_take(rank_t *r, redis_cmd_t cmd, const redisReply *x, size_t at)
+{
+    size_t chunk = r->b->o.chunk_bytes;
+    size_t len = x->type == REDIS_REPLY_STRING ? (size_t)x->len : 0;
+    switch (cmd) {
+    case REDIS_SET:
+        if (x->type != REDIS_REPLY_STATUS || strcmp(x->str, "OK") != 0) {
+            rank_fail(r, 1, "redis SET: the reply is not OK");
+            return -1;
+        }
+        r->outcomes[at] = KVT_SAVE_STORED;
+        return 0;
+    case REDIS_GET:
+        if (x->type != REDIS_REPLY_NIL && (x->type != REDIS_REPLY_STRING || len > chunk)) {
+            rank_fail(r, 1, "redis GET: reply of type %d, %zu bytes (chunks are %zu)", x->type, len,
+                      chunk);
+            return -1;
+        }
+        if (len)
+            memcpy(r->dst + at * chunk, x->str, len);
+        r->lens[at] = len;
+        return 0;
+    case REDIS_UNLINK:
+        return 0;
+    }
+    return -1;
+}
+
+/* One pipeline: cmd on the keys of chunks [i, i + k) of chain h (SET with the chunk in src as
+ * value, binary safe), every command appended before the first reply is read, so a call costs
+ * one round trip like a kvtier call of k chunks. */
+static int redis_pipeline(rank_t *r, redis_cmd_t cmd, const kvt_hash_t *h, size_t i, size_t k)
+{
+    size_t chunk = r->b->o.chunk_bytes;
+    const char *name = redis_cmds[cmd];
+    char key[BENCH_REDIS_KEY_MAX];
+    for (size_t j = 0; j < k; j++) {
+        size_t klen = redis_key(r, &h[i + j], key);
+        const char *val = (const char *)(r->src + (i + j) * chunk);
+        int rc = cmd == REDIS_SET ? redisAppendCommand(r->redis, "SET %b %b", key, klen, val, chunk)
+                                  : redisAppendCommand(r->redis, "%s %b", name, key, klen);
+        if (rc != REDIS_OK) {
+            rank_fail(r, 1, "redis %s: %s", name, r->redis->errstr);
+            return -1;
+        }
+    }
+    for (size_t j = 0; j < k; j++) {
+        redisReply *x = redis_reply(r, name);
+        if (!x)
+            return -1;
+        int rc = redis_take(r, cmd, x, i + j);
+        freeReplyObject(x);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+/* Unlinks the chunks saved to Redis since the last call (the chain of the current step). */
+static int redis_drop(rank_t *r)
+{
+    for (size_t i = 0; i < r->nrkeys; i += BENCH_REDIS_UNLINK_BLOCK) {
+        size_t left = r->nrkeys - i;
+        size_t k = left < BENCH_REDIS_UNLINK_BLOCK ? left : BENCH_REDIS_UNLINK_BLOCK;
+        if (redis_pipeline(r, REDIS_UNLINK, r->rkeys, i, k))
+            return -1;
+    }
+    r->rkeys = NULL;
+    r->nrkeys = 0;
+    return 0;
+}
+
+/* One call of the workload: chunks [i, i + k) of chain h through backend bk. */
+static int bk_call(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t i, size_t k)
+{
+    if (bk == BK_REDIS)
+        return redis_pipeline(r, op == OP_SAVE ? REDIS_SET : REDIS_GET, h, i, k);
+    kvt_client_t *c = r->bk[bk].kv;
+    return op == OP_SAVE ? kv_save(r, c, h, i, k) : kv_load(r, c, h, i, k);
+}
+
+/* The measured workload: chain h of n chunks saved from src (outcomes) or loaded into dst
+ * (lens) through backend bk in calls of --batch chunks; lat (may be NULL) gets each call's
+ * latency. */
+static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, series_t *lat)
+{
+    size_t batch = r->b->o.batch;
+    if (bk == BK_REDIS && op == OP_SAVE) {
+        r->rkeys = h; /* before the first SET: a failed save is unlinked too */
+        r->nrkeys = n;
+    }
     for (size_t i = 0; i < n; i += batch) {
         size_t k = n - i < batch ? n - i : batch;
-        for (size_t j = 0; j < k; j++) {
-            bufs[j] = base + (i + j) * chunk;
-            lens[j] = chunk;
-        }
-        kvt_save_opts_t so = {.parent = i ? &h[i - 1] : NULL};
         uint64_t t0 = now_ns();
-        int rc = kvt_save(c, h + i, k, bufs, lens, &so, outcomes + i);
+        int rc = bk_call(r, bk, op, h, i, k);
         uint64_t t1 = now_ns();
-        if (rc) {
-            rank_fail_kvt(r, "save", rc, c);
+        if (rc)
             return -1;
-        }
         if (lat)
-            lat[(*nlat)++] = t1 - t0;
+            lat->v[lat->n++] = t1 - t0;
     }
     return 0;
 }
 
-static int load_chain(rank_t *r, const kvt_hash_t *h, size_t n, uint64_t *lat, size_t *nlat)
-{
-    const bench_t *b = r->b;
-    size_t batch = b->o.batch, chunk = b->o.chunk_bytes;
-    void *bufs[batch];
-    size_t caps[batch];
-    for (size_t i = 0; i < n; i += batch) {
-        size_t k = n - i < batch ? n - i : batch, nhit = 0;
-        for (size_t j = 0; j < k; j++) {
-            bufs[j] = r->dst + (i + j) * chunk;
-            caps[j] = chunk;
-        }
-        uint64_t t0 = now_ns();
-        int rc = kvt_load(r->bulk, h + i, k, bufs, caps, r->lens + i, &nhit);
-        uint64_t t1 = now_ns();
-        if (rc) {
-            rank_fail_kvt(r, "load", rc, r->bulk);
-            return -1;
-        }
-        if (lat)
-            lat[(*nlat)++] = t1 - t0;
-    }
-    return 0;
-}
-
-/* Checks the loaded chunks against the saved ones; counts hits, misses and lost chunks. */
-static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t n, int count)
+/* Checks the loaded chunks against the saved ones; with count, counts hits, misses and lost
+ * chunks into c. */
+static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t n, counts_t *c)
 {
     size_t chunk = r->b->o.chunk_bytes;
     for (size_t i = 0; i < n; i++) {
         char hex[33];
         if (r->lens[i] == 0) {
             int kept = r->outcomes[i] == KVT_SAVE_STORED || r->outcomes[i] == KVT_SAVE_EXISTS;
-            if (count) {
-                r->misses++;
-                r->lost += (uint64_t)kept;
+            if (c) {
+                c->misses++;
+                c->lost += (uint64_t)kept;
             }
             continue;
         }
@@ -352,95 +547,152 @@ static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t n, int count)
                 off++;
             kvt_hash_format(&h[i], hex);
             char where[32] = "warm-up";
-            if (count)
+            if (c)
                 snprintf(where, sizeof where, "round %u", r->b->round);
             rank_fail(r, 1,
-                      "DATA MISMATCH %s chunk %zu (hash %s): loaded %zu bytes, saved %zu, "
+                      "DATA MISMATCH %s %s chunk %zu (hash %s): loaded %zu bytes, saved %zu, "
                       "first difference at offset %zu",
-                      where, i, hex, r->lens[i], chunk, off);
+                      cols[r->b->cur].name, where, i, hex, r->lens[i], chunk, off);
             return;
         }
-        if (count) {
-            r->hits++;
-            r->loaded_bytes += chunk;
+        if (c) {
+            c->hits++;
+            c->loaded_bytes += chunk;
         }
     }
 }
 
-static void count_outcomes(rank_t *r, size_t n)
+static void count_outcomes(const rank_t *r, size_t n, counts_t *c)
 {
     for (size_t i = 0; i < n; i++) {
         switch (r->outcomes[i]) {
         case KVT_SAVE_STORED:
-            r->stored++;
-            r->stored_bytes += r->b->o.chunk_bytes;
+            c->stored++;
+            c->stored_bytes += r->b->o.chunk_bytes;
             break;
         case KVT_SAVE_EXISTS:
-            r->exists++;
+            c->exists++;
             break;
         case KVT_SAVE_NOSPACE:
-            r->nospace++;
+            c->nospace++;
             break;
         default:
-            r->declined++;
+            c->declined++;
             break;
         }
     }
 }
 
-static int connect_ns(rank_t *r, const kvt_ns_desc_t *ns, kvt_client_t **out)
+/* Stamps chain h into src and clears the load side, so that nothing of the previous backend
+ * or round can pass the check. */
+static void prepare_chain(rank_t *r, const kvt_hash_t *h, size_t n)
 {
-    kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS, .data_path = r->b->o.data_path};
-    int rc = kvt_connect(r->b->o.endpoint, ns, r->rank, &co, out);
-    if (rc)
-        rank_fail(r, 1, "connect %s: %s", r->b->o.endpoint, kvt_strerror(rc));
-    return rc;
+    size_t chunk = r->b->o.chunk_bytes;
+    for (size_t i = 0; i < n; i++)
+        stamp(r->src + i * chunk, chunk, &h[i]);
+    memset(r->dst, BENCH_FILL_BYTE, n * chunk);
+    memset(r->lens, 0, n * sizeof *r->lens);
+    memset(r->outcomes, 0, n);
+}
+
+static int connect_ns(rank_t *r, const kvt_ns_desc_t *ns, int data_path, kvt_client_t **out)
+{
+    kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS, .data_path = data_path};
+    return kvt_connect(r->b->o.endpoint, ns, r->rank, &co, out);
+}
+
+/* Connects the kvtier backends and the lookup client. The shared-memory client may fail with
+ * EUNSUPP or ESYS under --data-path auto: the backend is then unavailable, not an error. */
+static void setup_kvtier(rank_t *r)
+{
+    const bench_t *b = r->b;
+    int rc;
+    if (b->bk_state[BK_SHM] == BK_ON) {
+        rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_SHM, &r->bk[BK_SHM].kv);
+        if ((rc == KVT_EUNSUPP || rc == KVT_ESYS) && b->o.data_path == KVT_DATA_PATH_AUTO) {
+            r->shm_rc = rc;
+        } else if (rc) {
+            rank_fail(r, 1,
+                      "connect %s (shm path): %s (the shared-memory path needs an ipc:// "
+                      "endpoint and an arena file this user can map)",
+                      b->o.endpoint, kvt_strerror(rc));
+            return;
+        }
+    }
+    rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_FRAMES, &r->bk[BK_FRAMES].kv);
+    if (rc == 0)
+        rc = connect_ns(r, &b->lookup_ns, KVT_DATA_PATH_FRAMES, &r->lk);
+    if (rc) {
+        rank_fail(r, 1, "connect %s: %s", b->o.endpoint, kvt_strerror(rc));
+        return;
+    }
+    if (r->rank == 0) {
+        rc = kvt_server_info(r->bk[BK_FRAMES].kv, &r->b->info);
+        if (rc)
+            rank_fail_kvt(r, "server info", rc, r->bk[BK_FRAMES].kv);
+    }
+}
+
+static void setup_redis(rank_t *r)
+{
+    const bench_opts_t *o = &r->b->o;
+    struct timeval tv = {.tv_sec = BENCH_TIMEOUT_MS / 1000,
+                         .tv_usec = BENCH_TIMEOUT_MS % 1000 * 1000};
+    r->redis = redisConnectWithTimeout(o->redis_host, o->redis_port, tv);
+    if (!r->redis)
+        rank_fail(r, 1, "redis %s: out of memory", o->redis_addr);
+    else if (r->redis->err)
+        rank_fail(r, 1, "redis %s: %s", o->redis_addr, r->redis->errstr);
+    else if (redisSetTimeout(r->redis, tv) != REDIS_OK)
+        rank_fail(r, 1, "redis %s: cannot set the timeout", o->redis_addr);
 }
 
 static void step_setup(rank_t *r)
 {
-    const bench_opts_t *o = &r->b->o;
+    const bench_t *b = r->b;
+    const bench_opts_t *o = &b->o;
     size_t bytes = (size_t)o->chunks * o->chunk_bytes;
-    size_t calls = (size_t)o->rounds * r->b->calls_per_round;
+    size_t calls = (size_t)o->rounds * b->calls_per_round;
+    int nomem = 0;
     r->src = malloc(bytes);
     r->dst = malloc(bytes);
     r->small = malloc((size_t)o->prompt_chunks * BENCH_LOOKUP_CHUNK_BYTES);
     r->outcomes = calloc(o->chunks, 1);
     r->lens = calloc(o->chunks, sizeof *r->lens);
-    r->save_ns = calloc(calls, sizeof(uint64_t));
-    r->load_ns = calloc(calls, sizeof(uint64_t));
-    r->lookup_ns = calloc(o->lookups, sizeof(uint64_t));
-    r->zlookup_ns = calloc(o->lookups, sizeof(uint64_t));
-    if (!r->src || !r->dst || !r->small || !r->outcomes || !r->lens || !r->save_ns || !r->load_ns ||
-        !r->lookup_ns || !r->zlookup_ns) {
+    r->lookup.v = calloc(o->lookups, sizeof(uint64_t));
+    r->zlookup.v = calloc(o->lookups, sizeof(uint64_t));
+    for (int k = 0; k < BK_N; k++) {
+        if (b->bk_state[k] == BK_OFF)
+            continue;
+        r->bk[k].save.v = calloc(calls, sizeof(uint64_t));
+        r->bk[k].load.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !r->bk[k].save.v || !r->bk[k].load.v;
+    }
+    if (nomem || !r->src || !r->dst || !r->small || !r->outcomes || !r->lens || !r->lookup.v ||
+        !r->zlookup.v) {
         rank_fail(r, 1, "out of memory (%zu bytes of chunk buffers)", 2 * bytes);
         return;
     }
-    fill_random(r->src, bytes, r->b->seed + r->rank);
+    fill_random(r->src, bytes, b->seed + r->rank);
     memset(r->dst, BENCH_FILL_BYTE, bytes);
-    fill_random(r->small, (size_t)o->prompt_chunks * BENCH_LOOKUP_CHUNK_BYTES,
-                ~r->b->seed + r->rank);
-    if (connect_ns(r, &r->b->bulk_ns, &r->bulk) || connect_ns(r, &r->b->lookup_ns, &r->lk))
-        return;
-    if (r->rank == 0) {
-        int rc = kvt_server_info(r->bulk, &r->b->info);
-        if (rc)
-            rank_fail_kvt(r, "server info", rc, r->bulk);
-        r->b->data_path_used = kvt_data_path(r->bulk);
-    }
+    fill_random(r->small, (size_t)o->prompt_chunks * BENCH_LOOKUP_CHUNK_BYTES, ~b->seed + r->rank);
+    setup_kvtier(r);
+    if (!r->failed && b->bk_state[BK_REDIS] == BK_ON)
+        setup_redis(r);
 }
 
+/* The workload once, unmeasured and unverified counts, on the backend's warm-up chain. */
 static void step_warmup(rank_t *r)
 {
     bench_t *b = r->b;
-    size_t chunk = b->o.chunk_bytes;
-    for (uint32_t i = 0; i < b->nwarm; i++)
-        stamp(r->src + i * chunk, chunk, &b->warm_hashes[i]);
-    if (save_chain(r, r->bulk, b->warm_hashes, b->nwarm, r->src, chunk, r->outcomes, NULL, NULL))
+    const kvt_hash_t *h = chain_of(b, b->cur, 0, 1);
+    prepare_chain(r, h, b->nwarm);
+    if (run_chain(r, b->cur, OP_SAVE, h, b->nwarm, NULL) ||
+        run_chain(r, b->cur, OP_LOAD, h, b->nwarm, NULL))
         return;
-    if (load_chain(r, b->warm_hashes, b->nwarm, NULL, NULL))
-        return;
-    verify_chain(r, b->warm_hashes, b->nwarm, 0);
+    verify_chain(r, h, b->nwarm, NULL);
+    if (!r->failed && b->cur == BK_REDIS)
+        redis_drop(r);
 }
 
 static int is_lookup_thread(const rank_t *r)
@@ -448,7 +700,7 @@ static int is_lookup_thread(const rank_t *r)
     return !r->b->o.all_ranks || r->rank == 0;
 }
 
-static void do_lookups(rank_t *r, uint32_t count, uint64_t *lat, size_t *nlat)
+static void do_lookups(rank_t *r, uint32_t count, series_t *lat)
 {
     const bench_t *b = r->b;
     uint32_t world = b->o.world;
@@ -467,7 +719,7 @@ static void do_lookups(rank_t *r, uint32_t count, uint64_t *lat, size_t *nlat)
             return;
         }
         if (lat) {
-            lat[(*nlat)++] = t1 - t0;
+            lat->v[lat->n++] = t1 - t0;
             r->lookup_short += res.hit < expect;
             r->lookup_skipped += res.skipped != 0;
         }
@@ -646,7 +898,7 @@ static void z_load_like(rank_t *r, uint32_t nchunks)
     }
 }
 
-static void z_lookup_like(rank_t *r, uint32_t count, uint64_t *lat, size_t *nlat)
+static void z_lookup_like(rank_t *r, uint32_t count, series_t *lat)
 {
     const bench_t *b = r->b;
     const void *req = b->lookup_hashes;
@@ -660,7 +912,7 @@ static void z_lookup_like(rank_t *r, uint32_t count, uint64_t *lat, size_t *nlat
             return z_fail(r, "receive");
         uint64_t t1 = now_ns();
         if (lat)
-            lat[(*nlat)++] = t1 - t0;
+            lat->v[lat->n++] = t1 - t0;
     }
 }
 
@@ -677,10 +929,26 @@ static void step_z_connect(rank_t *r)
         return z_fail(r, "connect");
 }
 
+/* Unlinks what this rank left in Redis (a round cut short by a failure) and disconnects. After
+ * a failure the pipeline may hold unread replies: a fresh connection does the cleanup. */
+static void redis_close(rank_t *r)
+{
+    if (!r->redis)
+        return;
+    if (r->nrkeys && ((r->failed && redisReconnect(r->redis) != REDIS_OK) || redis_drop(r)))
+        fprintf(stderr,
+                "kvtier-bench: rank %u: %zu Redis keys %s:%016" PRIx64 ":%u:* may be left: %s\n",
+                r->rank, r->nrkeys, BENCH_MODEL, r->b->seed, r->rank, r->redis->errstr);
+    redisFree(r->redis);
+    r->redis = NULL;
+}
+
 static void step_exit(rank_t *r)
 {
-    kvt_close(&r->bulk);
+    for (int k = 0; k < BK_N; k++)
+        kvt_close(&r->bk[k].kv);
     kvt_close(&r->lk);
+    redis_close(r);
     if (r->zsock)
         zmq_close(r->zsock);
     r->zsock = NULL;
@@ -689,8 +957,9 @@ static void step_exit(rank_t *r)
 static void rank_run_step(rank_t *r)
 {
     bench_t *b = r->b;
-    const kvt_hash_t *h = b->round_hashes + (size_t)b->round * b->o.chunks;
-    size_t chunk = b->o.chunk_bytes, n = b->o.chunks;
+    const kvt_hash_t *h = chain_of(b, b->cur, b->round, 0);
+    rank_bk_t *rb = &r->bk[b->cur];
+    size_t n = b->o.chunks;
     uint32_t zwarm = b->nwarm;
     switch (b->step) {
     case STEP_SETUP:
@@ -700,32 +969,30 @@ static void rank_run_step(rank_t *r)
         step_warmup(r);
         break;
     case STEP_PREPARE:
-        for (size_t i = 0; i < n; i++)
-            stamp(r->src + i * chunk, chunk, &h[i]);
-        memset(r->dst, BENCH_FILL_BYTE, n * chunk);
-        memset(r->lens, 0, n * sizeof *r->lens);
-        memset(r->outcomes, 0, n);
+        prepare_chain(r, h, n);
         break;
     case STEP_SAVE:
-        if (save_chain(r, r->bulk, h, n, r->src, chunk, r->outcomes, r->save_ns, &r->nsave) == 0)
-            count_outcomes(r, n);
+        if (run_chain(r, b->cur, OP_SAVE, h, n, &rb->save) == 0)
+            count_outcomes(r, n, &rb->n);
         break;
     case STEP_LOAD:
-        load_chain(r, h, n, r->load_ns, &r->nload);
+        run_chain(r, b->cur, OP_LOAD, h, n, &rb->load);
         break;
     case STEP_VERIFY:
-        verify_chain(r, h, n, 1);
+        verify_chain(r, h, n, &rb->n);
+        if (!r->failed && b->cur == BK_REDIS)
+            redis_drop(r);
         break;
     case STEP_FILL_LOOKUP:
         step_fill_lookup(r);
         break;
     case STEP_LOOKUP_WARM:
         if (is_lookup_thread(r))
-            do_lookups(r, b->o.lookups / 20 + 1, NULL, NULL);
+            do_lookups(r, b->o.lookups / 20 + 1, NULL);
         break;
     case STEP_LOOKUP:
         if (is_lookup_thread(r))
-            do_lookups(r, b->slice, r->lookup_ns, &r->nlookup);
+            do_lookups(r, b->slice, &r->lookup);
         break;
     case STEP_Z_CONNECT:
         step_z_connect(r);
@@ -735,7 +1002,7 @@ static void rank_run_step(rank_t *r)
         if (!r->failed)
             z_load_like(r, zwarm);
         if (!r->failed && is_lookup_thread(r))
-            z_lookup_like(r, b->o.lookups / 20 + 1, NULL, NULL);
+            z_lookup_like(r, b->o.lookups / 20 + 1, NULL);
         r->zbytes_save = r->zbytes_load = 0;
         break;
     case STEP_Z_SAVE:
@@ -746,7 +1013,7 @@ static void rank_run_step(rank_t *r)
         break;
     case STEP_Z_LOOKUP:
         if (is_lookup_thread(r))
-            z_lookup_like(r, b->slice, r->zlookup_ns, &r->nzlookup);
+            z_lookup_like(r, b->slice, &r->zlookup);
         break;
     case STEP_EXIT:
         break;
@@ -818,50 +1085,69 @@ static void memcpy_pass(const bench_t *b, uint64_t *bytes, uint64_t *ns)
         *bytes += (uint64_t)n * chunk;
 }
 
+/* One backend's results over all ranks and rounds. */
 typedef struct {
-    double save_s, load_s, zsave_s, zload_s, memcpy_gbps;
+    double save_s, load_s; /* wall time of the save and load steps */
+    counts_t n;
+    pct_t save, load; /* per-call latencies */
+} bk_result_t;
+
+typedef struct {
+    bk_result_t bk[BK_N];
+    double zsave_s, zload_s, memcpy_gbps;
     uint64_t memcpy_bytes, memcpy_ns;
-    uint64_t stored, exists, nospace, declined, stored_bytes;
-    uint64_t hits, misses, lost, loaded_bytes, fill_stored, fill_other;
+    uint64_t fill_stored, fill_other;
     uint64_t lookup_short, lookup_skipped, zbytes_save, zbytes_load;
-    pct_t save, load, lookup, zlookup;
+    pct_t lookup, zlookup;
 } results_t;
 
-/* Concatenates one latency array over ranks and returns its percentiles. */
-static int merge_pct(const bench_t *b, size_t field_off, size_t count_off, pct_t *out)
+/* Where a rank_t holds the save or load latencies of backend k. */
+static size_t series_off(int k, op_t op)
+{
+    size_t f = op == OP_SAVE ? offsetof(rank_bk_t, save) : offsetof(rank_bk_t, load);
+    return offsetof(rank_t, bk) + (size_t)k * sizeof(rank_bk_t) + f;
+}
+
+/* Concatenates the latency series at offset off of every rank and returns its percentiles. */
+static int merge_pct(const bench_t *b, size_t off, pct_t *out)
 {
     size_t total = 0;
     for (uint32_t i = 0; i < b->o.ranks; i++)
-        total += *(const size_t *)((const char *)&b->ranks[i] + count_off);
+        total += ((const series_t *)((const char *)&b->ranks[i] + off))->n;
     uint64_t *all = malloc((total ? total : 1) * sizeof *all);
     if (!all)
         return -1;
     size_t k = 0;
     for (uint32_t i = 0; i < b->o.ranks; i++) {
-        const rank_t *r = &b->ranks[i];
-        size_t n = *(const size_t *)((const char *)r + count_off);
-        const uint64_t *v = *(uint64_t *const *)((const char *)r + field_off);
-        memcpy(all + k, v, n * sizeof *v);
-        k += n;
+        const series_t *s = (const series_t *)((const char *)&b->ranks[i] + off);
+        if (s->n)
+            memcpy(all + k, s->v, s->n * sizeof *s->v);
+        k += s->n;
     }
     *out = percentiles(all, total);
     free(all);
     return 0;
 }
 
+static void counts_add(counts_t *to, const counts_t *c)
+{
+    to->stored += c->stored;
+    to->exists += c->exists;
+    to->nospace += c->nospace;
+    to->declined += c->declined;
+    to->stored_bytes += c->stored_bytes;
+    to->hits += c->hits;
+    to->misses += c->misses;
+    to->lost += c->lost;
+    to->loaded_bytes += c->loaded_bytes;
+}
+
 static int collect(const bench_t *b, results_t *res)
 {
     for (uint32_t i = 0; i < b->o.ranks; i++) {
         const rank_t *r = &b->ranks[i];
-        res->stored += r->stored;
-        res->exists += r->exists;
-        res->nospace += r->nospace;
-        res->declined += r->declined;
-        res->stored_bytes += r->stored_bytes;
-        res->hits += r->hits;
-        res->misses += r->misses;
-        res->lost += r->lost;
-        res->loaded_bytes += r->loaded_bytes;
+        for (int k = 0; k < BK_N; k++)
+            counts_add(&res->bk[k].n, &r->bk[k].n);
         res->fill_stored += r->fill_stored;
         res->fill_other += r->fill_other;
         res->lookup_short += r->lookup_short;
@@ -869,11 +1155,13 @@ static int collect(const bench_t *b, results_t *res)
         res->zbytes_save += r->zbytes_save;
         res->zbytes_load += r->zbytes_load;
     }
-#define MERGE(f, c, out) merge_pct(b, offsetof(rank_t, f), offsetof(rank_t, c), out)
-    if (MERGE(save_ns, nsave, &res->save) || MERGE(load_ns, nload, &res->load) ||
-        MERGE(lookup_ns, nlookup, &res->lookup) || MERGE(zlookup_ns, nzlookup, &res->zlookup))
+    for (int k = 0; k < BK_N; k++)
+        if (merge_pct(b, series_off(k, OP_SAVE), &res->bk[k].save) ||
+            merge_pct(b, series_off(k, OP_LOAD), &res->bk[k].load))
+            return -1;
+    if (merge_pct(b, offsetof(rank_t, lookup), &res->lookup) ||
+        merge_pct(b, offsetof(rank_t, zlookup), &res->zlookup))
         return -1;
-#undef MERGE
     return 0;
 }
 
@@ -889,7 +1177,44 @@ static double ratio(double a, double base)
     return base > 0 ? a / base : 0.0;
 }
 
-#define WARN_MAX 8
+static const char *const op_names[2] = {"save", "load"}; /* by op_t */
+
+/* GB/s of every column for save and load; NAN where a backend was not measured. */
+typedef struct {
+    double gbps[2][COL_N];
+} compare_t;
+
+/* The ratios the side-by-side table reports: each kvtier path against its own ceiling. */
+static const struct {
+    const char *name, *key;
+    col_t num, den;
+} ratios[] = {
+    {"shm/memcpy", "shm_memcpy", COL_SHM, COL_MEMCPY},
+    {"shm/redis", "shm_redis", COL_SHM, COL_REDIS},
+    {"frames/zmq", "frames_zmq", COL_FRAMES, COL_ZMQ},
+};
+#define NRATIOS (sizeof ratios / sizeof ratios[0])
+
+static void compare(const bench_t *b, const results_t *r, compare_t *c)
+{
+    for (int k = 0; k < BK_N; k++) {
+        int on = b->bk_state[k] == BK_ON;
+        c->gbps[OP_SAVE][k] = on ? gbps(r->bk[k].n.stored_bytes, r->bk[k].save_s) : NAN;
+        c->gbps[OP_LOAD][k] = on ? gbps(r->bk[k].n.loaded_bytes, r->bk[k].load_s) : NAN;
+    }
+    c->gbps[OP_SAVE][COL_ZMQ] = gbps(r->zbytes_save, r->zsave_s);
+    c->gbps[OP_LOAD][COL_ZMQ] = gbps(r->zbytes_load, r->zload_s);
+    c->gbps[OP_SAVE][COL_MEMCPY] = c->gbps[OP_LOAD][COL_MEMCPY] = r->memcpy_gbps;
+}
+
+/* Ratio i of the table for op; NAN when either side was not measured or is zero. */
+static double compare_ratio(const compare_t *c, op_t op, size_t i)
+{
+    double num = c->gbps[op][ratios[i].num], den = c->gbps[op][ratios[i].den];
+    return isnan(num) || isnan(den) || den <= 0 ? NAN : num / den;
+}
+
+#define WARN_MAX 16
 typedef struct {
     int n;
     char text[WARN_MAX][256];
@@ -907,23 +1232,31 @@ __attribute__((format(printf, 2, 3))) static void warn_add(warnings_t *w, const 
 
 static void make_warnings(const bench_t *b, const results_t *r, warnings_t *w)
 {
-    if (r->nospace)
-        warn_add(w,
-                 "%" PRIu64 " chunk saves answered NOSPACE: the daemon's ram.capacity_bytes is "
-                 "too small for this run (raise it or lower --chunks/--ranks/--chunk-bytes)",
-                 r->nospace);
-    if (r->declined)
-        warn_add(w,
-                 "%" PRIu64 " chunk saves were DECLINED by the admission gate: disable it for "
-                 "namespace %s to measure raw throughput",
-                 r->declined, b->o.model);
-    if (r->exists)
-        warn_add(w, "%" PRIu64 " chunk saves answered EXISTS (no bytes moved)", r->exists);
-    if (r->lost)
-        warn_add(w,
-                 "%" PRIu64 " chunks stored in a round were evicted before they were loaded "
-                 "back: the capacity is smaller than one round",
-                 r->lost);
+    for (int k = 0; k < BK_N; k++) {
+        const counts_t *n = &r->bk[k].n;
+        const char *name = cols[k].name;
+        if (b->bk_state[k] == BK_UNAVAIL)
+            warn_add(w, "%s unavailable: %s", name, b->bk_why[k]);
+        if (n->nospace)
+            warn_add(w,
+                     "%s: %" PRIu64 " chunk saves answered NOSPACE: the daemon's "
+                     "ram.capacity_bytes is too small for this run (raise it or lower "
+                     "--chunks/--ranks/--chunk-bytes)",
+                     name, n->nospace);
+        if (n->declined)
+            warn_add(w,
+                     "%s: %" PRIu64 " chunk saves were DECLINED by the admission gate: disable "
+                     "it for namespace %s to measure raw throughput",
+                     name, n->declined, b->o.model);
+        if (n->exists)
+            warn_add(w, "%s: %" PRIu64 " chunk saves answered EXISTS (no bytes moved)", name,
+                     n->exists);
+        if (n->lost)
+            warn_add(w,
+                     "%s: %" PRIu64 " chunks stored in a round were evicted before they were "
+                     "loaded back: the capacity is smaller than one round",
+                     name, n->lost);
+    }
     if (r->fill_other)
         warn_add(w, "%" PRIu64 " lookup-namespace chunks were not stored", r->fill_other);
     if (r->lookup_skipped)
@@ -938,10 +1271,80 @@ static json_t *pct_json(const pct_t *p)
                      p->p90, "p99_us", p->p99, "max_us", p->max);
 }
 
+static json_t *real_or_null(double v)
+{
+    return isnan(v) ? json_null() : json_real(v);
+}
+
+/* "backends": every backend's state and, when measured, its save and load details. */
+static json_t *backends_json(const bench_t *b, const results_t *r)
+{
+    static const char *const states[] = {
+        [BK_OFF] = "off", [BK_ON] = "measured", [BK_UNAVAIL] = "unavailable"};
+    json_t *all = json_object();
+    for (int k = 0; all && k < BK_N; k++) {
+        const bk_result_t *x = &r->bk[k];
+        const counts_t *n = &x->n;
+        json_t *o;
+        if (b->bk_state[k] == BK_ON)
+            o = json_pack("{s:s,s:{s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I,s:I}},"
+                          "s:{s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I}}}",
+                          "state", states[BK_ON], "save", "gbps", gbps(n->stored_bytes, x->save_s),
+                          "bytes", (json_int_t)n->stored_bytes, "seconds", x->save_s, "latency",
+                          pct_json(&x->save), "outcomes", "stored", (json_int_t)n->stored, "exists",
+                          (json_int_t)n->exists, "nospace", (json_int_t)n->nospace, "declined",
+                          (json_int_t)n->declined, "load", "gbps", gbps(n->loaded_bytes, x->load_s),
+                          "bytes", (json_int_t)n->loaded_bytes, "seconds", x->load_s, "latency",
+                          pct_json(&x->load), "chunks", "hits", (json_int_t)n->hits, "misses",
+                          (json_int_t)n->misses, "evicted", (json_int_t)n->lost);
+        else
+            o = json_pack("{s:s,s:s}", "state", states[b->bk_state[k]], "reason", b->bk_why[k]);
+        if (o && k == BK_REDIS && b->o.redis_addr[0])
+            json_object_set_new(o, "server", json_string(b->o.redis_addr));
+        if (json_object_set_new(all, cols[k].key, o)) {
+            json_decref(all);
+            return NULL;
+        }
+    }
+    return all;
+}
+
+/* "compare": the side-by-side GB/s (null: not measured) and the ratios, per operation. */
+static json_t *compare_json(const bench_t *b, const results_t *r)
+{
+    compare_t c;
+    compare(b, r, &c);
+    json_t *root = json_object(), *rat = json_object();
+    if (!root || !rat || json_object_set_new(root, "ratios", rat)) {
+        json_decref(root);
+        return NULL;
+    }
+    for (int op = OP_SAVE; op <= OP_LOAD; op++) {
+        json_t *row = json_object(), *rr = json_object();
+        json_object_set_new(root, op_names[op], row);
+        json_object_set_new(rat, op_names[op], rr);
+        for (int k = 0; row && k < COL_N; k++)
+            json_object_set_new(row, cols[k].key, real_or_null(c.gbps[op][k]));
+        for (size_t i = 0; rr && i < NRATIOS; i++)
+            json_object_set_new(rr, ratios[i].key, real_or_null(compare_ratio(&c, op, i)));
+        if (!row || !rr) {
+            json_decref(root);
+            return NULL;
+        }
+    }
+    return root;
+}
+
+static int data_path_of(bk_t bk)
+{
+    return bk == BK_SHM ? KVT_DATA_PATH_SHM : KVT_DATA_PATH_FRAMES;
+}
+
 static int print_json(const bench_t *b, const results_t *r, const warnings_t *w)
 {
     const bench_opts_t *o = &b->o;
-    double save = gbps(r->stored_bytes, r->save_s), load = gbps(r->loaded_bytes, r->load_s);
+    const bk_result_t *p = &r->bk[b->primary];
+    double save = gbps(p->n.stored_bytes, p->save_s), load = gbps(p->n.loaded_bytes, p->load_s);
     double zsave = gbps(r->zbytes_save, r->zsave_s), zload = gbps(r->zbytes_load, r->zload_s);
     json_t *warns = json_array();
     for (int i = 0; warns && i < w->n; i++)
@@ -952,24 +1355,25 @@ static int print_json(const bench_t *b, const results_t *r, const warnings_t *w)
         "s:{s:f,s:f,s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I,s:I}},"
         "s:{s:f,s:f,s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I}},"
         "s:{s:o,s:{s:f,s:f},s:f,s:f,s:I,s:I},"
-        "s:{s:f},s:o}",
-        "endpoint", o->endpoint, "data_path", data_path_name(b->data_path_used), "namespace",
+        "s:{s:f},s:o,s:o,s:o}",
+        "endpoint", o->endpoint, "data_path", data_path_name(data_path_of(b->primary)), "namespace",
         "model", o->model, "world", (json_int_t)o->world, "all_ranks", o->all_ranks, "params",
         "chunk_bytes", (json_int_t)o->chunk_bytes, "chunks", (json_int_t)o->chunks, "ranks",
         (json_int_t)o->ranks, "rounds", (json_int_t)o->rounds, "batch", (json_int_t)o->batch,
         "prompt_chunks", (json_int_t)o->prompt_chunks, "lookups", (json_int_t)o->lookups,
         "lookup_chunk_bytes", (json_int_t)BENCH_LOOKUP_CHUNK_BYTES, "save", "kvtier_gbps", save,
-        "baseline_gbps", zsave, "ratio", ratio(save, zsave), "bytes", (json_int_t)r->stored_bytes,
-        "seconds", r->save_s, "latency", pct_json(&r->save), "outcomes", "stored",
-        (json_int_t)r->stored, "exists", (json_int_t)r->exists, "nospace", (json_int_t)r->nospace,
-        "declined", (json_int_t)r->declined, "load", "kvtier_gbps", load, "baseline_gbps", zload,
-        "ratio", ratio(load, zload), "bytes", (json_int_t)r->loaded_bytes, "seconds", r->load_s,
-        "latency", pct_json(&r->load), "chunks", "hits", (json_int_t)r->hits, "misses",
-        (json_int_t)r->misses, "evicted", (json_int_t)r->lost, "lookup", "latency",
-        pct_json(&r->lookup), "baseline", "p50_us", r->zlookup.p50, "p99_us", r->zlookup.p99,
-        "ratio_p50", ratio(r->lookup.p50, r->zlookup.p50), "ratio_p99",
-        ratio(r->lookup.p99, r->zlookup.p99), "short_hits", (json_int_t)r->lookup_short, "skipped",
-        (json_int_t)r->lookup_skipped, "memcpy", "gbps", r->memcpy_gbps, "warnings",
+        "baseline_gbps", zsave, "ratio", ratio(save, zsave), "bytes", (json_int_t)p->n.stored_bytes,
+        "seconds", p->save_s, "latency", pct_json(&p->save), "outcomes", "stored",
+        (json_int_t)p->n.stored, "exists", (json_int_t)p->n.exists, "nospace",
+        (json_int_t)p->n.nospace, "declined", (json_int_t)p->n.declined, "load", "kvtier_gbps",
+        load, "baseline_gbps", zload, "ratio", ratio(load, zload), "bytes",
+        (json_int_t)p->n.loaded_bytes, "seconds", p->load_s, "latency", pct_json(&p->load),
+        "chunks", "hits", (json_int_t)p->n.hits, "misses", (json_int_t)p->n.misses, "evicted",
+        (json_int_t)p->n.lost, "lookup", "latency", pct_json(&r->lookup), "baseline", "p50_us",
+        r->zlookup.p50, "p99_us", r->zlookup.p99, "ratio_p50", ratio(r->lookup.p50, r->zlookup.p50),
+        "ratio_p99", ratio(r->lookup.p99, r->zlookup.p99), "short_hits",
+        (json_int_t)r->lookup_short, "skipped", (json_int_t)r->lookup_skipped, "memcpy", "gbps",
+        r->memcpy_gbps, "backends", backends_json(b, r), "compare", compare_json(b, r), "warnings",
         warns ? warns : json_array());
     if (!root)
         return -1;
@@ -982,13 +1386,61 @@ static int print_json(const bench_t *b, const results_t *r, const warnings_t *w)
     return 0;
 }
 
+/* Prints a heading row of n columns, then a save and a load row; NAN prints as blank[k]. */
+static void print_grid(const char *corner, const char *const *heads, double v[2][COL_N],
+                       const char *const *blank, size_t n)
+{
+    printf("%-8s", corner);
+    for (size_t k = 0; k < n; k++)
+        printf(" %14s", heads[k]);
+    printf("\n");
+    for (int op = OP_SAVE; op <= OP_LOAD; op++) {
+        printf("%-8s", op_names[op]);
+        for (size_t k = 0; k < n; k++) {
+            if (isnan(v[op][k]))
+                printf(" %14s", blank[k]);
+            else
+                printf(" %14.3f", v[op][k]);
+        }
+        printf("\n");
+    }
+}
+
+/* The side-by-side table: GB/s of every column for save and load, then the ratios. */
+static void print_compare(const bench_t *b, const results_t *r)
+{
+    compare_t c;
+    compare(b, r, &c);
+    const char *heads[COL_N], *blank[COL_N];
+    double rv[2][COL_N];
+    for (int k = 0; k < COL_N; k++) {
+        heads[k] = cols[k].name;
+        blank[k] = k < BK_N && b->bk_state[k] == BK_UNAVAIL ? "unavailable" : "-";
+    }
+    print_grid("GB/s", heads, c.gbps, blank, COL_N);
+    for (size_t i = 0; i < NRATIOS; i++) {
+        heads[i] = ratios[i].name;
+        blank[i] = "-";
+        rv[OP_SAVE][i] = compare_ratio(&c, OP_SAVE, i);
+        rv[OP_LOAD][i] = compare_ratio(&c, OP_LOAD, i);
+    }
+    print_grid("ratio", heads, rv, blank, NRATIOS);
+    for (int k = 0; k < BK_N; k++)
+        if (b->bk_state[k] != BK_ON)
+            printf("%s: %s\n", cols[k].name, b->bk_why[k]);
+    if (b->o.redis_addr[0])
+        printf("redis: %s through hiredis, SET/GET pipelined per call\n", b->o.redis_addr);
+}
+
 static void print_table(const bench_t *b, const results_t *r)
 {
     const bench_opts_t *o = &b->o;
-    double save = gbps(r->stored_bytes, r->save_s), load = gbps(r->loaded_bytes, r->load_s);
+    const bk_result_t *p = &r->bk[b->primary];
+    double save = gbps(p->n.stored_bytes, p->save_s), load = gbps(p->n.loaded_bytes, p->load_s);
     double zsave = gbps(r->zbytes_save, r->zsave_s), zload = gbps(r->zbytes_load, r->zload_s);
     printf("kvtier-bench: %s  namespace %s  world %u  data path %s%s\n", o->endpoint, o->model,
-           o->world, data_path_name(b->data_path_used), o->all_ranks ? "  lookups all-ranks" : "");
+           o->world, data_path_name(data_path_of(b->primary)),
+           o->all_ranks ? "  lookups all-ranks" : "");
     printf("  %u rank(s) x %u chunks x %.2f MiB per round, %u round(s), %u chunk(s) per call; "
            "%u lookups x %u chunks of 4 KiB\n\n",
            o->ranks, o->chunks, (double)o->chunk_bytes / (1 << 20), o->rounds, o->batch, o->lookups,
@@ -1003,22 +1455,36 @@ static void print_table(const bench_t *b, const results_t *r)
     snprintf(k[3], sizeof k[3], "p99 %.1f us", r->lookup.p99);
     snprintf(z[3], sizeof z[3], "p99 %.1f us", r->zlookup.p99);
     const char *ops[4] = {"save", "load", "lookup", ""};
-    double ratios[4] = {ratio(save, zsave), ratio(load, zload),
-                        ratio(r->lookup.p50, r->zlookup.p50), ratio(r->lookup.p99, r->zlookup.p99)};
+    double ratios4[4] = {ratio(save, zsave), ratio(load, zload),
+                         ratio(r->lookup.p50, r->zlookup.p50),
+                         ratio(r->lookup.p99, r->zlookup.p99)};
     printf("%-8s %-18s %-18s %s\n", "op", "kvtier", "baseline (zmq)", "ratio kvtier/baseline");
     for (int i = 0; i < 4; i++)
-        printf("%-8s %-18s %-18s %.3f\n", ops[i], k[i], z[i], ratios[i]);
+        printf("%-8s %-18s %-18s %.3f\n", ops[i], k[i], z[i], ratios4[i]);
     printf("%-8s %-18s %.3f GB/s (one thread, same chunks)\n\n", "memcpy", "-", r->memcpy_gbps);
-    printf("%-22s %8s %10s %10s %10s %10s\n", "kvtier latency (us)", "calls", "p50", "p90", "p99",
-           "max");
-    const char *names[3] = {"save (per call)", "load (per call)", "lookup"};
-    const pct_t *p[3] = {&r->save, &r->load, &r->lookup};
-    for (int i = 0; i < 3; i++)
-        printf("%-22s %8zu %10.1f %10.1f %10.1f %10.1f\n", names[i], p[i]->n, p[i]->p50, p[i]->p90,
-               p[i]->p99, p[i]->max);
-    printf("\nsave: %" PRIu64 " stored, %" PRIu64 " exists, %" PRIu64 " nospace, %" PRIu64
-           " declined; load: %" PRIu64 " hits verified byte-exact, %" PRIu64 " misses\n",
-           r->stored, r->exists, r->nospace, r->declined, r->hits, r->misses);
+    print_compare(b, r);
+    printf("\n%-26s %8s %10s %10s %10s %10s\n", "latency per call (us)", "calls", "p50", "p90",
+           "p99", "max");
+    for (int i = 0; i < BK_N; i++) {
+        if (b->bk_state[i] != BK_ON)
+            continue;
+        for (int op = OP_SAVE; op <= OP_LOAD; op++) {
+            const pct_t *q = op == OP_SAVE ? &r->bk[i].save : &r->bk[i].load;
+            char name[32];
+            snprintf(name, sizeof name, "%s %s", cols[i].name, op_names[op]);
+            printf("%-26s %8zu %10.1f %10.1f %10.1f %10.1f\n", name, q->n, q->p50, q->p90, q->p99,
+                   q->max);
+        }
+    }
+    printf("%-26s %8zu %10.1f %10.1f %10.1f %10.1f\n\n", "kvtier lookup", r->lookup.n,
+           r->lookup.p50, r->lookup.p90, r->lookup.p99, r->lookup.max);
+    for (int i = 0; i < BK_N; i++) {
+        const counts_t *n = &r->bk[i].n;
+        if (b->bk_state[i] == BK_ON)
+            printf("%s: save %" PRIu64 " stored, %" PRIu64 " exists, %" PRIu64 " nospace, %" PRIu64
+                   " declined; load %" PRIu64 " hits verified byte-exact, %" PRIu64 " misses\n",
+                   cols[i].name, n->stored, n->exists, n->nospace, n->declined, n->hits, n->misses);
+    }
 }
 
 /* ---- options ---- */
@@ -1029,7 +1495,8 @@ static void usage(FILE *f)
             "usage: kvtier-bench (-e ENDPOINT | -c CONFIG) [options]\n"
             "\n"
             "Saves, loads (verified byte-exact) and looks up synthetic chunks against a running\n"
-            "kvtierd, and measures the same sizes over raw ZeroMQ and memcpy in the same run.\n"
+            "kvtierd on its shared-memory and its frames data path, and measures the same\n"
+            "workload over raw ZeroMQ, memcpy and optionally Redis in the same run.\n"
             "\n"
             "  -e, --endpoint ENDPOINT  daemon endpoint (ipc://PATH or tcp://HOST:PORT)\n"
             "  -c, --config FILE        read server.endpoint from the daemon's JSON config\n"
@@ -1043,13 +1510,17 @@ static void usage(FILE *f)
             "      --lookups N          lookups per lookup thread (default 2000)\n"
             "      --all-ranks          lookups ask for all ranks (one thread asks)\n"
             "      --ns NAME            namespace model name (default kvtier-bench-<random>)\n"
-            "      --data-path PATH     auto, frames or shm: how chunk bytes travel (default\n"
-            "                           auto: the daemon's shared arena on ipc://, else frames)\n"
+            "      --data-path PATH     auto (default): measure both data paths, the shm one\n"
+            "                           shown unavailable when the arena cannot be mapped;\n"
+            "                           shm: the same, but fail then; frames: frames only\n"
+            "      --vs-redis HOST:PORT also run the workload against this Redis server (a\n"
+            "                           loopback address: 127.0.0.1, [::1] or localhost);\n"
+            "                           its keys kvtier-bench:<seed>:* are deleted at the end\n"
             "      --json               print one JSON object instead of the table\n"
             "  -h, --help               this text\n"
             "\n"
             "GB/s = 10^9 bytes/s of payload over the wall time of all ranks. The daemon needs\n"
-            "about ranks x chunks x chunk-bytes of RAM capacity per round.\n"
+            "about ranks x chunks x chunk-bytes of RAM capacity per round and path.\n"
             "Exit status: 0 ok, 1 data mismatch or daemon error, 2 usage error.\n");
 }
 
@@ -1100,6 +1571,47 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     return 0;
 }
 
+/* Parses HOST:PORT ([HOST]:PORT for IPv6) into o. Returns 0, -1 when malformed, -2 when HOST
+ * is not a loopback address (the benchmark never sends its load to another machine). */
+static int parse_redis_addr(const char *s, bench_opts_t *o)
+{
+    const char *host = s, *colon;
+    size_t hlen;
+    uint32_t port;
+    if (*s == '[') {
+        const char *end = strchr(s, ']');
+        if (!end || end[1] != ':')
+            return -1;
+        host = s + 1;
+        hlen = (size_t)(end - host);
+        colon = end + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return -1;
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= sizeof o->redis_host || strlen(s) >= sizeof o->redis_addr ||
+        parse_u32(colon + 1, 1, 65535, &port))
+        return -1;
+    memcpy(o->redis_host, host, hlen);
+    o->redis_host[hlen] = '\0';
+    if (strcmp(o->redis_host, "localhost") == 0)
+        strcpy(o->redis_host, "127.0.0.1");
+    struct in_addr a4;
+    struct in6_addr a6;
+    int loopback = 0;
+    if (inet_pton(AF_INET, o->redis_host, &a4) == 1)
+        loopback = (ntohl(a4.s_addr) >> 24) == 127;
+    else if (inet_pton(AF_INET6, o->redis_host, &a6) == 1)
+        loopback = IN6_IS_ADDR_LOOPBACK(&a6);
+    if (!loopback)
+        return -2;
+    strcpy(o->redis_addr, s);
+    o->redis_port = (int)port;
+    return 0;
+}
+
 static int endpoint_from_config(const char *path, char *out, size_t cap)
 {
     json_error_t err;
@@ -1139,6 +1651,7 @@ enum {
     OPT_NS,
     OPT_JSON,
     OPT_DATA_PATH,
+    OPT_VS_REDIS,
 };
 
 /* Returns 0 to run, 1 after --help, -1 on a usage error (message printed). */
@@ -1159,12 +1672,13 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         {"ns", required_argument, NULL, OPT_NS},
         {"json", no_argument, NULL, OPT_JSON},
         {"data-path", required_argument, NULL, OPT_DATA_PATH},
+        {"vs-redis", required_argument, NULL, OPT_VS_REDIS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *endpoint = NULL, *config = NULL, *ns = NULL;
     const char *bad = NULL;
-    int c;
+    int c, rc;
     *o = (bench_opts_t){.chunk_bytes = 2u << 20,
                         .chunks = 64,
                         .ranks = 1,
@@ -1230,6 +1744,13 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             o->data_path = data_path_parse(optarg);
             if (o->data_path < 0)
                 bad = "--data-path must be auto, frames or shm";
+            break;
+        case OPT_VS_REDIS:
+            rc = parse_redis_addr(optarg, o);
+            if (rc == -2)
+                bad = "--vs-redis: HOST must be a loopback address (127.0.0.0/8, ::1, localhost)";
+            else if (rc)
+                bad = "--vs-redis must be HOST:PORT with a port from 1 to 65535";
             break;
         case ':':
             fprintf(stderr, "kvtier-bench: %s needs a value\n", argv[optind - 1]);
@@ -1320,18 +1841,30 @@ static int bench_prepare(bench_t *b)
     if (b->nwarm < o->batch && o->batch <= o->chunks)
         b->nwarm = o->batch;
     b->calls_per_round = (o->chunks + o->batch - 1) / o->batch;
-    b->round_hashes = calloc((size_t)o->rounds * o->chunks, sizeof(kvt_hash_t));
-    b->warm_hashes = calloc(b->nwarm, sizeof(kvt_hash_t));
+    b->round_hashes = calloc((size_t)o->rounds * BK_N * o->chunks, sizeof(kvt_hash_t));
+    b->warm_hashes = calloc((size_t)BK_N * b->nwarm, sizeof(kvt_hash_t));
     b->lookup_hashes = calloc(o->prompt_chunks, sizeof(kvt_hash_t));
     b->ranks = calloc(o->ranks, sizeof(rank_t));
     if (!b->round_hashes || !b->warm_hashes || !b->lookup_hashes || !b->ranks)
         return -1;
-    for (uint32_t i = 0; i < o->rounds; i++)
-        if (make_hashes(b->seed, 3 + i, b->round_hashes + (size_t)i * o->chunks, o->chunks))
-            return -1;
-    if (make_hashes(b->seed, 1, b->warm_hashes, b->nwarm) ||
-        make_hashes(b->seed, 2, b->lookup_hashes, o->prompt_chunks))
+    b->bk_state[BK_SHM] = o->data_path == KVT_DATA_PATH_FRAMES ? BK_OFF : BK_ON;
+    b->bk_state[BK_FRAMES] = BK_ON;
+    b->bk_state[BK_REDIS] = o->redis_addr[0] ? BK_ON : BK_OFF;
+    snprintf(b->bk_why[BK_SHM], sizeof b->bk_why[0], "not measured (--data-path frames)");
+    snprintf(b->bk_why[BK_REDIS], sizeof b->bk_why[0], "not measured (no --vs-redis HOST:PORT)");
+    /* Token sets: 1 lookups, 2 + k warm-up of backend k, then round i of backend k. */
+    if (make_hashes(b->seed, 1, b->lookup_hashes, o->prompt_chunks))
         return -1;
+    for (int k = 0; k < BK_N; k++) {
+        if (b->bk_state[k] == BK_OFF)
+            continue;
+        if (make_hashes(b->seed, 2 + (uint64_t)k, chain_of(b, k, 0, 1), b->nwarm))
+            return -1;
+        for (uint32_t i = 0; i < o->rounds; i++)
+            if (make_hashes(b->seed, 2 + BK_N + (uint64_t)i * BK_N + (uint64_t)k,
+                            chain_of(b, k, i, 0), o->chunks))
+                return -1;
+    }
     return 0;
 }
 
@@ -1344,10 +1877,12 @@ static void bench_free(bench_t *b)
         free(r->small);
         free(r->outcomes);
         free(r->lens);
-        free(r->save_ns);
-        free(r->load_ns);
-        free(r->lookup_ns);
-        free(r->zlookup_ns);
+        for (int k = 0; k < BK_N; k++) {
+            free(r->bk[k].save.v);
+            free(r->bk[k].load.v);
+        }
+        free(r->lookup.v);
+        free(r->zlookup.v);
     }
     free(b->ranks);
     free(b->round_hashes);
@@ -1399,11 +1934,39 @@ static int zmq_baseline_start(bench_t *b)
     return run_step(b, STEP_Z_CONNECT, 0, NULL) ? -1 : 0;
 }
 
-/* The measured part: every step in order; returns an exit status. Each round runs kvtier, then
- * the ZeroMQ baseline, then memcpy over the same chunks, and lookups alternate with their
- * baseline in slices, so slow drift of the machine (page cache, frequency, neighbours) hits
- * both sides of a ratio alike. The ZeroMQ context and its temp dir are torn down by
- * bench_teardown once the rank threads have left. */
+/* After setup: the shared-memory backend is unavailable when any rank could not map the arena
+ * (only under --data-path auto; otherwise setup failed), and the kvtier-vs-zmq table reports
+ * the shared-memory path when it is measured. */
+static void resolve_backends(bench_t *b)
+{
+    for (uint32_t i = 0; i < b->o.ranks && b->bk_state[BK_SHM] == BK_ON; i++) {
+        int rc = b->ranks[i].shm_rc;
+        if (rc == 0)
+            continue;
+        b->bk_state[BK_SHM] = BK_UNAVAIL;
+        snprintf(b->bk_why[BK_SHM], sizeof b->bk_why[0], "%s",
+                 strncmp(b->o.endpoint, "ipc://", 6) != 0
+                     ? "the arena is shared only with clients of an ipc:// endpoint"
+                 : rc == KVT_EUNSUPP
+                     ? "the daemon has no arena file (ram.arena_path \"\": anonymous memfd)"
+                     : "cannot open or map the daemon's arena file (group permission?)");
+    }
+    b->primary = b->bk_state[BK_SHM] == BK_ON ? BK_SHM : BK_FRAMES;
+}
+
+/* One round of the workload through backend k: prepare, save, load, verify. */
+static int backend_round(bench_t *b, bk_t k, uint32_t round, bk_result_t *res)
+{
+    b->cur = k;
+    return run_step(b, STEP_PREPARE, round, NULL) || run_step(b, STEP_SAVE, round, &res->save_s) ||
+           run_step(b, STEP_LOAD, round, &res->load_s) || run_step(b, STEP_VERIFY, round, NULL);
+}
+
+/* The measured part: every step in order; returns an exit status. Each round runs every
+ * backend, then the ZeroMQ baseline, then memcpy over the same chunks, and lookups alternate
+ * with their baseline in slices, so slow drift of the machine (page cache, frequency,
+ * neighbours) hits both sides of a ratio alike. The ZeroMQ context and its temp dir are torn
+ * down by bench_teardown once the rank threads have left. */
 static int bench_steps(bench_t *b, results_t *res)
 {
     const bench_opts_t *o = &b->o;
@@ -1411,15 +1974,22 @@ static int bench_steps(bench_t *b, results_t *res)
         return EXIT_FAIL;
     if (check_limits(b))
         return EXIT_USAGE;
+    resolve_backends(b);
     if (zmq_baseline_start(b))
         return EXIT_FAIL;
     memcpy_pass(b, NULL, NULL);
-    if (run_step(b, STEP_WARMUP, 0, NULL) || run_step(b, STEP_Z_WARM, 0, NULL))
+    for (int k = 0; k < BK_N; k++) {
+        b->cur = k;
+        if (b->bk_state[k] == BK_ON && run_step(b, STEP_WARMUP, 0, NULL))
+            return EXIT_FAIL;
+    }
+    if (run_step(b, STEP_Z_WARM, 0, NULL))
         return EXIT_FAIL;
     for (uint32_t i = 0; i < o->rounds; i++) {
-        if (run_step(b, STEP_PREPARE, i, NULL) || run_step(b, STEP_SAVE, i, &res->save_s) ||
-            run_step(b, STEP_LOAD, i, &res->load_s) || run_step(b, STEP_VERIFY, i, NULL) ||
-            run_step(b, STEP_Z_SAVE, i, &res->zsave_s) ||
+        for (int k = 0; k < BK_N; k++)
+            if (b->bk_state[k] == BK_ON && backend_round(b, k, i, &res->bk[k]))
+                return EXIT_FAIL;
+        if (run_step(b, STEP_Z_SAVE, i, &res->zsave_s) ||
             run_step(b, STEP_Z_LOAD, i, &res->zload_s))
             return EXIT_FAIL;
         memcpy_pass(b, &res->memcpy_bytes, &res->memcpy_ns);

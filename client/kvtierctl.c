@@ -75,6 +75,8 @@ static const char usage_text[] =
     "HASH is 32 hex digits. Defaults: -c " CTL_DEFAULT_CONFIG ", --ns kvtierctl, --rank 0,\n"
     "--world 1, --chunk-tokens 256, --timeout 5000. Exit: 0 ok, 1 miss, 2 usage, 3 error.\n";
 
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;

@@ -33,8 +33,13 @@ static uint64_t key_hash(const saveops_key_t *k)
 {
     uint64_t x;
 
-    memcpy(&x, k->first.b, sizeof x);
-    x ^= k->has_op_id ? k->op_id * 0x9e3779b97f4a7c15ull : (uint64_t)k->count << 7;
+    /* Only what key_eq compares: with an op id, ranks may present different first hashes. */
+    if (k->has_op_id) {
+        x = k->op_id * 0x9e3779b97f4a7c15ull;
+    } else {
+        memcpy(&x, k->first.b, sizeof x);
+        x ^= (uint64_t)k->count << 7;
+    }
     x ^= (uint64_t)k->ns * 0xc2b2ae3d27d4eb4full;
     x ^= x >> 31;
     x *= 0xbf58476d1ce4e5b9ull;

@@ -307,19 +307,20 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
         gates_state(ns->gates, &st);
         if (st.probes % ac->report_every == 0)
             log_admission_report(ns);
+        /* hit 0 without looking, no lease; an all-ranks answer still has one hit per rank */
         m.hdr.flags = KVT_LOOKUPR_SKIPPED;
-        k = reply_head(sv, rid, &m);
-        part_bytes(&sv->out[k++], NULL, 0);
-        send_parts(sv, k);
-        return;
-    }
-    if (all) {
+        hit = 0;
+        if (all) {
+            nranks = ns->world;
+            memset(sv->rank_hits, 0, nranks * sizeof *sv->rank_hits);
+        }
+    } else if (all) {
         hit = store_lookup_all(sv->store, ns, l->hashes, l->nhashes, lease, now, sv->rank_hits);
         nranks = ns->world;
     } else {
         hit = store_lookup(sv->store, ns, l->rank, l->hashes, l->nhashes, lease, now);
     }
-    if (prompt) {
+    if (prompt && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED)) {
         uint64_t tokens = (uint64_t)hit * ns->chunk_tokens;
         gates_state_t st;
         gates_lookup_observe(ns->gates,
@@ -1126,7 +1127,8 @@ int server_status_json(server_t *sv, char **body, size_t *len)
     json_object_set_new(root, "server", server);
     json_object_set_new(root, "ops", ops);
     json_object_set_new(root, "namespaces", nss);
-    *body = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    /* 17 significant digits: every double (payoff, act_ema, ...) reads back exactly */
+    *body = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (*body == NULL)
         return -ENOMEM;

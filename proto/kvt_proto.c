@@ -73,6 +73,7 @@ static int body_size(int type)
         return 8;
     case KVT_MSG_SAVE_BEGIN_OK:
     case KVT_MSG_SAVE_OK:
+        return 0;
     case KVT_MSG_LOAD_OK:
         return 8;
     case KVT_MSG_LOAD:
@@ -379,7 +380,8 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         out->u.arena_ok.hold_ms = kvt_get_u32(b + 8);
         out->u.arena_ok.path = frames[1].data;
         out->u.arena_ok.path_len = frames[1].len;
-        if (memchr(frames[1].data, '\0', frames[1].len) != NULL)
+        /* An empty path may come as {NULL, 0}: memchr must not see NULL, even for 0 bytes. */
+        if (frames[1].len > 0 && memchr(frames[1].data, '\0', frames[1].len) != NULL)
             return KVT_WIRE_EPROTO;
         return 0;
     case KVT_MSG_RELEASE:

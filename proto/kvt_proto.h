@@ -282,8 +282,10 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m);
  * (frames itself must outlive out when out refers to payload frames). Returns 0 or a negative
  * kvt_wire_err_t: KVT_WIRE_EPROTO for any malformed size or count, KVT_WIRE_EVERSION for an
  * unsupported version, KVT_WIRE_EUNSUPP for an unknown type, KVT_WIRE_ETOOBIG when a list or a
- * payload exceeds lim. On error, out->hdr is filled as far as it could be decoded (req_id is
- * valid whenever frame 0 held at least the common header) so that the error can be answered.
+ * payload exceeds lim. On error, out->hdr is filled as far as it could be decoded (type,
+ * flags, req_id and ns_id are valid whenever frame 0 held the common header with the right
+ * magic; all zero otherwise) so that the error can be answered. Status bytes are checked to be
+ * known values, not to be the ones a given reply type may carry: that is the reader's job.
  */
 int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t *lim,
                    kvt_msg_t *out);

@@ -7,8 +7,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 
+# libhiredis-dev: kvtier-bench --vs-redis; redis-server (with redis-cli): its ctest smoke test.
 packages="build-essential cmake pkg-config git curl libuv1-dev libzmq3-dev liblz4-dev
-libjansson-dev libxxhash-dev check libsubunit-dev jq"
+libjansson-dev libxxhash-dev check libsubunit-dev jq libhiredis-dev redis-server"
 
 missing=""
 for p in $packages; do

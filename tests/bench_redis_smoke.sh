@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# bench_redis_smoke.sh KVTIERD KVTIER_BENCH - a short run of `kvtier-bench --vs-redis` against a
+# real redis-server and a real kvtierd with a /dev/shm arena: every column of the side-by-side
+# table (kvtier-shm, kvtier-frames, redis, zmq, memcpy) and every ratio is present and > 0, every
+# backend loaded back all its chunks byte-exact, the run left no key in Redis, a non-loopback
+# Redis address is a usage error (exit 2), and kvtierd stops cleanly on SIGTERM (exit 0, no
+# sanitizer report). Exits 77 (skipped) only when redis-server is not installed.
+set -euo pipefail
+
+kvtierd=${1:?usage: bench_redis_smoke.sh KVTIERD KVTIER_BENCH}
+bench=${2:?usage: bench_redis_smoke.sh KVTIERD KVTIER_BENCH}
+if ! command -v redis-server >/dev/null; then
+    echo "SKIP: redis-server is not installed (Debian: apt-get install redis-server)"
+    exit 77
+fi
+for tool in redis-cli jq curl; do
+    command -v "$tool" >/dev/null || { echo "FAIL: $tool is required" >&2; exit 1; }
+done
+
+dir=$(mktemp -d /tmp/kvtbench-XXXXXX)
+arena=/dev/shm/kvtier-bench-smoke.$$.$RANDOM.arena
+kpid=
+rpid=
+cleanup() {
+    for p in $kpid $rpid; do
+        if kill -0 "$p" 2>/dev/null; then
+            kill -KILL "$p" 2>/dev/null || true
+            wait "$p" 2>/dev/null || true
+        fi
+    done
+    rm -rf "$dir"
+    rm -f "$arena"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    for log in kvtierd.log redis.log bench.err; do
+        if [[ -s $dir/$log ]]; then
+            echo "--- $log (tail)" >&2
+            tail -n 30 "$dir/$log" >&2
+        fi
+    done
+    exit 1
+}
+
+# redis-server on a random port; another port if that one is taken (redis-server then exits).
+start_redis() {
+    port=$((20000 + RANDOM % 40000))
+    redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
+        --dir "$dir" >"$dir/redis.log" 2>&1 &
+    rpid=$!
+}
+start_redis
+endpoint="ipc://$dir/kvt.zmq"
+sock="$dir/status.sock"
+cat >"$dir/kvtierd.json" <<EOF
+{
+  "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
+  "ram": {"capacity_bytes": "64MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"},
+  "log": {"level": "info"}
+}
+EOF
+"$kvtierd" -c "$dir/kvtierd.json" 2>"$dir/kvtierd.log" >&2 &
+kpid=$!
+
+deadline=$((SECONDS + 10))
+tries=1
+until [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]]; do
+    if ! kill -0 "$rpid" 2>/dev/null; then
+        grep -q 'Address already in use' "$dir/redis.log" && ((tries++ < 5)) ||
+            fail "redis-server exited before it answered (port $port)"
+        start_redis
+    fi
+    ((SECONDS < deadline)) || fail "redis-server not answering after 10 s"
+    sleep 0.05
+done
+until curl -sf --max-time 5 --unix-socket "$sock" http://x/status >/dev/null 2>&1; do
+    kill -0 "$kpid" 2>/dev/null || fail "kvtierd exited before it was ready"
+    ((SECONDS < deadline)) || fail "kvtierd not ready after 10 s"
+    sleep 0.05
+done
+
+chunks=8
+rounds=1
+set +e
+"$bench" -c "$dir/kvtierd.json" --vs-redis "127.0.0.1:$port" --chunks $chunks --rounds $rounds \
+    --chunk-bytes 256KiB --batch 4 --lookups 50 --prompt-chunks 32 --json \
+    >"$dir/bench.json" 2>"$dir/bench.err"
+rc=$?
+set -e
+((rc == 0)) || fail "kvtier-bench --vs-redis exited $rc"
+
+out=$dir/bench.json
+check() { # description jq-filter (must print true)
+    [[ $(jq -e "$2" "$out" 2>/dev/null) == true ]] || fail "$1 ($2): $(jq -c "$3" "$out")"
+}
+for op in save load; do
+    for col in kvtier_shm kvtier_frames redis zmq memcpy; do
+        check "$op GB/s of $col" ".compare.$op.$col | type == \"number\" and . > 0" ".compare.$op"
+    done
+    for ratio in shm_memcpy shm_redis frames_zmq; do
+        check "$op ratio $ratio" ".compare.ratios.$op.$ratio | type == \"number\" and . > 0" \
+            ".compare.ratios.$op"
+    done
+done
+want=$((chunks * rounds))
+for bk in kvtier_shm kvtier_frames redis; do
+    check "$bk measured" ".backends.$bk.state == \"measured\"" ".backends.$bk"
+    check "$bk stored every chunk" ".backends.$bk.save.outcomes.stored == $want" ".backends.$bk.save"
+    check "$bk loaded every chunk back byte-exact" \
+        ".backends.$bk.load.chunks == {\"hits\": $want, \"misses\": 0, \"evicted\": 0}" \
+        ".backends.$bk.load.chunks"
+done
+check "redis server" ".backends.redis.server == \"127.0.0.1:$port\"" ".backends.redis"
+check "data path" '.data_path == "shm"' '.data_path'
+check "no warnings" '.warnings == []' '.warnings'
+keys=$(redis-cli -p "$port" dbsize)
+[[ $keys == 0 ]] || fail "the run left $keys keys in Redis"
+
+set +e
+"$bench" -c "$dir/kvtierd.json" --vs-redis "192.0.2.1:$port" --chunks 1 >/dev/null 2>&1
+rc=$?
+set -e
+((rc == 2)) || fail "a non-loopback --vs-redis address: exit $rc, want 2"
+
+kill -TERM "$kpid"
+set +e
+wait "$kpid"
+rc=$?
+set -e
+kpid=
+((rc == 0)) || fail "kvtierd exit status after SIGTERM: $rc"
+if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/kvtierd.log" "$dir/bench.err"; then
+    fail "sanitizer report in the kvtierd or kvtier-bench output"
+fi
+echo "bench_redis_smoke: ok (redis port $port)"
