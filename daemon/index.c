@@ -329,14 +329,20 @@ void index_lease(index_entry_t *e, uint64_t now_ms, uint32_t lease_ms)
         e->lease_until_ms = now_ms + lease_ms;
 }
 
-index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan)
+index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned max_scan,
+                                 uint16_t flags)
 {
     index_entry_t *e = ix->lru_head;
 
     for (unsigned n = 0; e != NULL && n < max_scan; n++, e = e->lru_next)
-        if (e->pins == 0 && !index_leased(e, now_ms))
+        if (e->pins == 0 && !index_leased(e, now_ms) && (e->flags & flags) == flags)
             return e;
     return NULL;
+}
+
+index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan)
+{
+    return index_victim_with(ix, now_ms, max_scan, 0);
 }
 
 void index_remove(index_t *ix, index_entry_t *e)

@@ -129,6 +129,10 @@ static inline bool index_leased(const index_entry_t *e, uint64_t now_ms)
  * from the cold end; NULL when none qualifies. */
 index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan);
 
+/* Same, among the leaves that have every one of flags (INDEX_F_*). */
+index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned max_scan,
+                                 uint16_t flags);
+
 /* Removes a leaf (nchildren must be 0) and frees it; its parent may become a leaf. The caller
  * frees the entry's RAM first (copy off/len before calling). */
 void index_remove(index_t *ix, index_entry_t *e);

@@ -914,10 +914,9 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
 
 static void zc_release_cb(void *arg, void *obj)
 {
-    index_entry_t *e = obj;
+    server_t *sv = arg;
 
-    (void)arg;
-    e->pins--;
+    store_unpin(sv->store, obj);
 }
 
 

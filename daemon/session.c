@@ -88,10 +88,10 @@ static void hold_end(sessions_t *t, hold_t *h)
         store_unreserve(t->store, h->off, h->len);
         t->reserved_bytes -= h->len;
         if (h->entry != NULL)
-            h->entry->pins--;
+            store_unpin(t->store, h->entry);
     } else {
-        h->entry->pins--;
         t->pinned_bytes -= h->entry->len;
+        store_unpin(t->store, h->entry); /* may free the entry */
     }
 }
 
@@ -302,7 +302,7 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     *off = x->off;
     *len = x->len;
     if (x->entry != NULL)
-        x->entry->pins--;
+        store_unpin(t->store, x->entry);
     t->reserved_bytes -= x->len;
     hold_remove(s, (size_t)i);
     return 0;

@@ -116,6 +116,13 @@ void store_destroy(store_t **ps)
     *ps = NULL;
 }
 
+/* An entry none of whose copies exists any more (pinned while its disk record failed its
+ * checksum): it counts as absent and leaves the index with its last pin. */
+static bool tierless(const index_entry_t *e)
+{
+    return !(e->flags & (INDEX_F_RAM | INDEX_F_WBUF | INDEX_F_DISK));
+}
+
 static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        size_t n, bool touch)
 {
@@ -127,7 +134,7 @@ static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
         index_entry_t *e;
         memcpy(&k, &h[i], sizeof k); /* the hash list may be unaligned in the frame */
         e = index_find(s->ix, ns->id, r, &k);
-        if (e == NULL)
+        if (e == NULL || tierless(e))
             break;
         if (touch)
             index_touch(s->ix, e);
@@ -317,7 +324,20 @@ static void evict(store_t *s, index_entry_t *v)
     drop(s, v);
 }
 
-/* Allocates len bytes, evicting chain tails while the arena is full. */
+/* Whether demoting v now would be refused only because the write buffer is full while a
+ * flush is in flight (a transient state, unlike a degraded disk). */
+static bool write_backlogged(const store_t *s, const index_entry_t *v)
+{
+    return s->disk != NULL && !s->closing && !(v->flags & INDEX_F_DISK) &&
+           !disk_degraded(s->disk) && !disk_admits(s->disk, v->len);
+}
+
+/*
+ * Allocates len bytes, evicting chain tails while the arena is full. When the least recent
+ * tail would have to be written but the write buffer is backlogged, a tail whose disk copy
+ * already exists is evicted instead (dropping its RAM copy loses nothing); only when there is
+ * none is the tail dropped (counted in disk.demotions_refused).
+ */
 static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *off)
 {
     for (;;) {
@@ -328,6 +348,12 @@ static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *o
         v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
         if (v == NULL)
             return -ENOSPC;
+        if (write_backlogged(s, v)) {
+            index_entry_t *clean =
+                index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
+            if (clean != NULL)
+                v = clean;
+        }
         evict(s, v);
     }
 }
@@ -427,6 +453,12 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
     }
 }
 
+void store_unpin(store_t *s, index_entry_t *e)
+{
+    if (--e->pins == 0 && tierless(e))
+        drop(s, e);
+}
+
 int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms, uint64_t *off)
 {
     int rc;
@@ -435,7 +467,7 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
         keep->pins++;
     rc = alloc_evicting(s, len, now_ms, off);
     if (keep != NULL)
-        keep->pins--;
+        store_unpin(s, keep);
     return rc == 0 ? 0 : -ENOSPC;
 }
 
@@ -697,10 +729,14 @@ static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
     uint64_t now = s->loop != NULL ? uv_now(s->loop) : 0;
     index_entry_t *e, *next;
 
-    if (!force)
-        for (e = *user; e != NULL; e = e->seg_next)
-            if (!(e->flags & INDEX_F_RAM) && index_leased(e, now))
-                return -EBUSY;
+    /* A chunk that lives only here is kept while pinned (someone holds its entry: a promotion,
+     * the predecessor of a chunk being placed, a client's hold), even when forced: pins are
+     * short and the disk refuses the write instead, so capacity still holds. Leases keep a
+     * segment too, unless forced. */
+    for (e = *user; e != NULL; e = e->seg_next)
+        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) &&
+            (e->pins > 0 || (!force && index_leased(e, now))))
+            return -EBUSY;
     for (e = *user; e != NULL; e = next) {
         next = e->seg_next;
         e->seg_prev = e->seg_next = NULL;
@@ -802,7 +838,7 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
                 index_ram_set(s->ix, e, off);
                 s->dk.promoted++;
             }
-            e->pins--;
+            store_unpin(s, e);
         }
     } else {
         s->st.misses++;
@@ -811,7 +847,8 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
             log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
                      c->ns, c->rank, c->loc.seg, c->loc.off);
             disk_forget(s, e);
-            if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)))
+            /* tierless now; a pinned entry goes when its last pin does (store_unpin) */
+            if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) && e->pins == 0)
                 drop(s, e);
         }
     }

@@ -137,6 +137,11 @@ void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pa
                   const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
                   uint8_t *status);
 
+/* Drops one pin of e (taken with e->pins++ by whoever holds the entry across other store
+ * calls). A chunk whose every copy went while it was pinned (a failed checksum) leaves the
+ * index with its last pin. */
+void store_unpin(store_t *s, struct index_entry *e);
+
 /* The arena: base pointer of an offset, its file path ("" for a memfd) and its size. */
 void *store_ptr(const store_t *s, uint64_t off);
 const char *store_arena_path(const store_t *s);
