@@ -205,7 +205,7 @@ START_TEST(test_dev_config)
     ck_assert_str_eq(cfg.server.status_socket, "run/status.sock");
     ck_assert_uint_eq(cfg.ram.capacity_bytes, 256ULL << 20);
     ck_assert_uint_eq(cfg.ram.max_chunk_bytes, 16ULL << 20);
-    ck_assert_str_eq(cfg.ram.arena_path, "");
+    ck_assert_str_eq(cfg.ram.arena_path, "/dev/shm/kvtier-dev.arena");
     ck_assert_int_eq(cfg.log.level, LOG_INFO);
 }
 END_TEST
