@@ -674,8 +674,8 @@ static int load_shm(kvt_client_t *c, kvt_msg_t *req, const kvt_hash_t *hashes, s
         lens[i] = 0;
         if (s == KVT_CHUNK_MISS)
             continue;
-        src = s == KVT_CHUNK_HIT ? arena_at(c, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES, &len)
-                                 : NULL;
+        src =
+            s == KVT_CHUNK_HIT ? arena_at(c, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES, &len) : NULL;
         if (src == NULL) {
             rc = KVT_EPROTO;
             continue;

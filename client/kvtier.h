@@ -33,19 +33,19 @@ extern "C" {
 /* Error codes. -1..-99 are the daemon's wire codes, -100 and below are local to the client. */
 enum {
     KVT_OK = 0,
-    KVT_EPROTO = -1,     /* malformed message (either side) */
-    KVT_EVERSION = -2,   /* protocol version mismatch */
-    KVT_ENONS = -3,      /* namespace unknown or not declared */
-    KVT_ETOOBIG = -4,    /* payload or list larger than the daemon accepts */
-    KVT_EINVAL = -5,     /* invalid argument */
-    KVT_ECONFLICT = -6,  /* namespace already declared with another world size / replication */
-    KVT_EBUSY = -7,      /* daemon busy or shutting down */
-    KVT_EUNSUPP = -8,    /* request type not supported by the daemon */
+    KVT_EPROTO = -1,      /* malformed message (either side) */
+    KVT_EVERSION = -2,    /* protocol version mismatch */
+    KVT_ENONS = -3,       /* namespace unknown or not declared */
+    KVT_ETOOBIG = -4,     /* payload or list larger than the daemon accepts */
+    KVT_EINVAL = -5,      /* invalid argument */
+    KVT_ECONFLICT = -6,   /* namespace already declared with another world size / replication */
+    KVT_EBUSY = -7,       /* daemon busy or shutting down */
+    KVT_EUNSUPP = -8,     /* request type not supported by the daemon */
     KVT_ETIMEDOUT = -100, /* no reply within the timeout */
-    KVT_ENOMEM = -101,   /* allocation failed */
-    KVT_ECONNECT = -102, /* could not create or connect the socket */
-    KVT_EBUFSIZE = -103, /* a load buffer is too small for the stored chunk */
-    KVT_ESYS = -104,     /* a system call failed (see errno) */
+    KVT_ENOMEM = -101,    /* allocation failed */
+    KVT_ECONNECT = -102,  /* could not create or connect the socket */
+    KVT_EBUFSIZE = -103,  /* a load buffer is too small for the stored chunk */
+    KVT_ESYS = -104,      /* a system call failed (see errno) */
 };
 
 /* A 16-byte chunk hash. */
@@ -63,10 +63,10 @@ typedef struct {
     uint32_t num_layers;
     uint32_t num_kv_heads;
     uint32_t head_dim;
-    uint32_t world_size;   /* tensor-parallel ranks, required (1..1024) */
-    int mla;               /* non-zero: replicated namespace, one copy serves all ranks */
+    uint32_t world_size; /* tensor-parallel ranks, required (1..1024) */
+    int mla;             /* non-zero: replicated namespace, one copy serves all ranks */
     uint64_t hash_seed;
-    const char *tenant;    /* optional salt isolating tenants */
+    const char *tenant; /* optional salt isolating tenants */
 } kvt_ns_desc_t;
 
 typedef struct kvt_client kvt_client_t;
@@ -110,19 +110,19 @@ KVT_API int kvt_server_info(const kvt_client_t *c, kvt_server_info_t *info);
 
 /* Lookup options; NULL means: this client's rank, no lease, no prompt info. */
 typedef struct {
-    int all_ranks;          /* answer for every rank of the namespace (min in .hit) */
-    int lease;              /* pin the hits so that a following load cannot miss them */
-    int has_prompt;         /* prompt_tokens / hbm_tokens are set (lookup-skip gate) */
+    int all_ranks;  /* answer for every rank of the namespace (min in .hit) */
+    int lease;      /* pin the hits so that a following load cannot miss them */
+    int has_prompt; /* prompt_tokens / hbm_tokens are set (lookup-skip gate) */
     uint64_t prompt_tokens;
     uint64_t hbm_tokens;
 } kvt_lookup_opts_t;
 
 typedef struct {
-    uint32_t hit;       /* contiguous prefix hit in chunks */
-    int skipped;        /* the lookup-skip gate answered without looking (hit is 0) */
-    int leased;         /* the hits are pinned for lease_ms */
+    uint32_t hit; /* contiguous prefix hit in chunks */
+    int skipped;  /* the lookup-skip gate answered without looking (hit is 0) */
+    int leased;   /* the hits are pinned for lease_ms */
     uint32_t lease_ms;
-    uint32_t nranks;    /* entries filled in rank_hits (all_ranks only) */
+    uint32_t nranks;     /* entries filled in rank_hits (all_ranks only) */
     uint32_t *rank_hits; /* caller's array of rank_hits_cap entries, or NULL */
     uint32_t rank_hits_cap;
 } kvt_lookup_result_t;
@@ -148,9 +148,8 @@ typedef struct {
 /* Saves n chunks forming a chain (hashes[i] follows hashes[i-1]). bufs[i] holds lens[i] bytes
  * (lens[i] > 0). Asks the daemon first and sends only the chunks it wants. outcomes (n entries,
  * may be NULL) receives kvt_save_outcome_t per chunk. opts may be NULL. */
-KVT_API int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n,
-                     const void *const *bufs, const size_t *lens, const kvt_save_opts_t *opts,
-                     uint8_t *outcomes);
+KVT_API int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const void *const *bufs,
+                     const size_t *lens, const kvt_save_opts_t *opts, uint8_t *outcomes);
 
 /* Loads n chunks into bufs[i] (caps[i] bytes each). lens[i] receives the stored size, or 0 on a
  * miss. *nhit receives the contiguous prefix of chunks loaded. Returns KVT_EBUFSIZE if a stored

@@ -43,8 +43,8 @@ void alloc_put(alloc_t *a, uint64_t off, uint64_t len);
 /* Bytes an allocation of len occupies (len rounded up to whole units). */
 uint64_t alloc_footprint(const alloc_t *a, uint64_t len);
 
-uint64_t alloc_capacity(const alloc_t *a); /* usable bytes (whole units) */
-uint64_t alloc_used(const alloc_t *a);     /* bytes in allocated runs */
+uint64_t alloc_capacity(const alloc_t *a);     /* usable bytes (whole units) */
+uint64_t alloc_used(const alloc_t *a);         /* bytes in allocated runs */
 uint64_t alloc_largest_free(const alloc_t *a); /* the longest free run in bytes */
 uint32_t alloc_free_runs(const alloc_t *a);    /* number of free runs (fragmentation) */
 

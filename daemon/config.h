@@ -28,7 +28,7 @@
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } config_log_level_t;
 
 typedef struct {
-    char name[256];  /* namespace model name */
+    char name[256];    /* namespace model name */
     gates_cfg_t gates; /* global defaults with this namespace's keys applied */
 } config_ns_override_t;
 
@@ -41,14 +41,14 @@ typedef struct {
         uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
     } server;
     struct {
-        uint64_t capacity_bytes;         /* hard limit of the arena */
+        uint64_t capacity_bytes;          /* hard limit of the arena */
         char arena_path[CONFIG_PATH_MAX]; /* file under /dev/shm, or "" for an anonymous memfd */
-        uint64_t max_chunk_bytes;        /* largest chunk payload accepted */
-        uint32_t lease_ms;               /* lookup lease time, 1..600000 (30000) */
-        bool prefault;                   /* allocate every arena page at start (true) */
-        char arena_group[64];            /* group owning the arena file ("" = the daemon's) */
-        uint32_t shm_hold_ms;            /* shared-memory reservations and load pins are
-                                            reclaimed after this, 100..600000 (10000) */
+        uint64_t max_chunk_bytes;         /* largest chunk payload accepted */
+        uint32_t lease_ms;                /* lookup lease time, 1..600000 (30000) */
+        bool prefault;                    /* allocate every arena page at start (true) */
+        char arena_group[64];             /* group owning the arena file ("" = the daemon's) */
+        uint32_t shm_hold_ms;             /* shared-memory reservations and load pins are
+                                             reclaimed after this, 100..600000 (10000) */
     } ram;
     struct {
         bool enabled;                 /* the disk tier is on (production: true) */

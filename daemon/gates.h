@@ -19,22 +19,22 @@
 #define GATES_ENGINE_MAX 256 /* engine instances remembered per namespace (LRU beyond) */
 
 typedef struct {
-    bool enabled;         /* false */
-    double target;        /* 0.10, in [0,1] */
-    double floor;         /* 0.25, in [0,1] */
-    double alpha;         /* 1/16, in (0,1] */
-    uint64_t warmup;      /* 64 */
+    bool enabled;          /* false */
+    double target;         /* 0.10, in [0,1] */
+    double floor;          /* 0.25, in [0,1] */
+    double alpha;          /* 1/16, in (0,1] */
+    uint64_t warmup;       /* 64 */
     uint64_t report_every; /* 256, >= 1 */
 } gates_admission_cfg_t;
 
 typedef struct {
-    bool enabled;            /* false */
+    bool enabled;             /* false */
     uint64_t min_load_tokens; /* 8192 */
-    double cut;              /* 0.01, in [0,1] */
-    uint64_t min_lookups;    /* 64 */
-    uint64_t probe_every;    /* 32, >= 1 */
-    double alpha;            /* 1/64, in (0,1] */
-    uint64_t report_every;   /* 256, >= 1 */
+    double cut;               /* 0.01, in [0,1] */
+    uint64_t min_lookups;     /* 64 */
+    uint64_t probe_every;     /* 32, >= 1 */
+    double alpha;             /* 1/64, in (0,1] */
+    uint64_t report_every;    /* 256, >= 1 */
 } gates_skip_cfg_t;
 
 typedef struct {
@@ -88,8 +88,8 @@ bool gates_admit(gates_t *g);
 /* --- lookup skip --- */
 
 typedef enum {
-    GATES_LOOKUP_ANSWER = 0,  /* answer normally */
-    GATES_LOOKUP_SKIP = 1,    /* answer hit 0 with the skipped flag, no leases */
+    GATES_LOOKUP_ANSWER = 0, /* answer normally */
+    GATES_LOOKUP_SKIP = 1,   /* answer hit 0 with the skipped flag, no leases */
 } gates_lookup_decision_t;
 
 /* Called before a lookup that carries prompt info is answered. On SKIP the gate has already

@@ -88,8 +88,7 @@ uint64_t index_count(const index_t *ix)
     return ix->count;
 }
 
-index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank,
-                          const kvt_wire_hash_t *h)
+index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
     index_entry_t *e = ix->buckets[key_hash(ns, rank, h) & (ix->nbuckets - 1)];
 

@@ -50,9 +50,9 @@ struct index_entry {
     uint64_t len;            /* payload bytes */
     uint32_t ns;
     uint32_t nchildren;
-    uint32_t pins;           /* short-lived pins of the loop (a save in progress) */
+    uint32_t pins; /* short-lived pins of the loop (a save in progress) */
     uint16_t rank;
-    uint16_t flags;          /* INDEX_F_* */
+    uint16_t flags; /* INDEX_F_* */
     kvt_wire_hash_t hash;
     /* children list (index.c) */
     index_entry_t *first_child;
@@ -84,8 +84,7 @@ void index_destroy(index_t **ix);
 
 uint64_t index_count(const index_t *ix);
 
-index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank,
-                          const kvt_wire_hash_t *h);
+index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /*
  * Adds an entry that must not exist yet. parent, when not NULL, is the stored predecessor

@@ -175,12 +175,27 @@ int main(int argc, char **argv)
         return 1;
     while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': path = optarg; break;
-        case 'k': check = 1; break;
-        case 'p': defaults = 1; break;
-        case 'V': printf("kvtierd %s\n", KVT_VERSION_STRING); free(cfg); return 0;
-        case 'h': usage(stdout); free(cfg); return 0;
-        default: usage(stderr); free(cfg); return 2;
+        case 'c':
+            path = optarg;
+            break;
+        case 'k':
+            check = 1;
+            break;
+        case 'p':
+            defaults = 1;
+            break;
+        case 'V':
+            printf("kvtierd %s\n", KVT_VERSION_STRING);
+            free(cfg);
+            return 0;
+        case 'h':
+            usage(stdout);
+            free(cfg);
+            return 0;
+        default:
+            usage(stderr);
+            free(cfg);
+            return 2;
         }
     }
     config_defaults(cfg);

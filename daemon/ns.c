@@ -49,8 +49,7 @@ int ns_declare(ns_table_t *t, const char *model, size_t model_len, uint64_t fing
         if (ns->fingerprint != fingerprint || strlen(ns->model) != model_len ||
             memcmp(ns->model, model, model_len) != 0)
             continue;
-        if (ns->world != world || ns->replicated != replicated ||
-            ns->chunk_tokens != chunk_tokens)
+        if (ns->world != world || ns->replicated != replicated || ns->chunk_tokens != chunk_tokens)
             return -EEXIST;
         *out = ns;
         return 0;

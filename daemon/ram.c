@@ -5,10 +5,10 @@
  * pages are allocated at once with fallocate and mapped populated: the capacity is committed
  * and measured from the start, a /dev/shm too small for it fails the start instead of a later
  * write (SIGBUS), and no save pays for page allocation. Without prefault the file is sparse
- * and pages are allocated on first write. The arena is mapped once for the life of the daemon; allocation state lives in alloc_t, out of band,
- * so the daemon never touches a page it has not written chunk bytes to. Freed runs keep their
- * pages: resident memory is bounded by the capacity, and reusing a page costs no fault.
- * Threads: loop thread only.
+ * and pages are allocated on first write. The arena is mapped once for the life of the daemon;
+ * allocation state lives in alloc_t, out of band, so the daemon never touches a page it has not
+ * written chunk bytes to. Freed runs keep their pages: resident memory is bounded by the capacity,
+ * and reusing a page costs no fault. Threads: loop thread only.
  */
 #include "ram.h"
 

@@ -23,8 +23,7 @@ typedef struct ram ram_t;
  * (flock) for the daemon's life: -EBUSY when another live daemon holds it. With prefault every
  * page is allocated now (-ENOSPC when the file system cannot hold the capacity). Returns 0 or
  * a negative errno; *out is owned by the caller. */
-int ram_new(const char *path, const char *group, uint64_t capacity, bool prefault,
-            ram_t **out);
+int ram_new(const char *path, const char *group, uint64_t capacity, bool prefault, ram_t **out);
 
 /* Unmaps, closes, unlinks the file and sets *r to NULL; NULL and *r == NULL are accepted. */
 void ram_destroy(ram_t **r);
@@ -36,12 +35,12 @@ void ram_free(ram_t *r, uint64_t off, uint64_t len);
 void *ram_ptr(const ram_t *r, uint64_t off);
 
 uint64_t ram_capacity(const ram_t *r);
-uint64_t ram_used(const ram_t *r);          /* bytes allocated (rounded to units) */
+uint64_t ram_used(const ram_t *r); /* bytes allocated (rounded to units) */
 uint64_t ram_footprint(const ram_t *r, uint64_t len);
-uint64_t ram_resident(const ram_t *r);      /* bytes of the arena backed by memory */
+uint64_t ram_resident(const ram_t *r); /* bytes of the arena backed by memory */
 uint64_t ram_largest_free(const ram_t *r);
 uint32_t ram_free_runs(const ram_t *r);
-const char *ram_path(const ram_t *r);       /* "" for a memfd */
+const char *ram_path(const ram_t *r); /* "" for a memfd */
 int ram_fd(const ram_t *r);
 
 #endif /* KVT_RAM_H */

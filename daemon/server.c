@@ -68,9 +68,9 @@ typedef enum {
     OP_COUNT
 } op_t;
 
-static const char *const op_names[OP_COUNT] = {
-    "hello", "lookup", "save_begin", "save", "load", "tally", "arena", "reserve", "commit",
-    "release"};
+static const char *const op_names[OP_COUNT] = {"hello",  "lookup", "save_begin", "save",
+                                               "load",   "tally",  "arena",      "reserve",
+                                               "commit", "release"};
 
 typedef enum {
     ERR_MALFORMED,
@@ -84,9 +84,8 @@ typedef enum {
     ERR_COUNT
 } err_class_t;
 
-static const char *const err_names[ERR_COUNT] = {"malformed", "version",     "unknown_ns",
-                                                 "too_big",   "invalid",     "conflict",
-                                                 "unsupported", "busy"};
+static const char *const err_names[ERR_COUNT] = {"malformed", "version",  "unknown_ns",  "too_big",
+                                                 "invalid",   "conflict", "unsupported", "busy"};
 
 typedef struct {
     uint64_t sum_us;
@@ -140,14 +139,22 @@ static void sweep_cb(uv_timer_t *t)
 static err_class_t err_class(int code)
 {
     switch (code) {
-    case KVT_WIRE_EVERSION: return ERR_VERSION;
-    case KVT_WIRE_ENONS: return ERR_UNKNOWN_NS;
-    case KVT_WIRE_ETOOBIG: return ERR_TOO_BIG;
-    case KVT_WIRE_EINVAL: return ERR_INVALID;
-    case KVT_WIRE_ECONFLICT: return ERR_CONFLICT;
-    case KVT_WIRE_EUNSUPP: return ERR_UNSUPPORTED;
-    case KVT_WIRE_EBUSY: return ERR_BUSY;
-    default: return ERR_MALFORMED;
+    case KVT_WIRE_EVERSION:
+        return ERR_VERSION;
+    case KVT_WIRE_ENONS:
+        return ERR_UNKNOWN_NS;
+    case KVT_WIRE_ETOOBIG:
+        return ERR_TOO_BIG;
+    case KVT_WIRE_EINVAL:
+        return ERR_INVALID;
+    case KVT_WIRE_ECONFLICT:
+        return ERR_CONFLICT;
+    case KVT_WIRE_EUNSUPP:
+        return ERR_UNSUPPORTED;
+    case KVT_WIRE_EBUSY:
+        return ERR_BUSY;
+    default:
+        return ERR_MALFORMED;
     }
 }
 
@@ -227,8 +234,7 @@ static void do_hello(server_t *sv, zmq_msg_t *rid, session_t *s, const kvt_msg_t
     ns_t *ns;
     int rc;
 
-    if (h->world == 0 || h->world > KVT_WORLD_MAX || h->rank >= h->world ||
-        h->chunk_tokens == 0) {
+    if (h->world == 0 || h->world > KVT_WORLD_MAX || h->rank >= h->world || h->chunk_tokens == 0) {
         reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL,
                     "hello: need 1 <= world <= %d, rank < world, chunk_tokens > 0 (got world %u "
                     "rank %u chunk_tokens %u)",
@@ -251,8 +257,8 @@ static void do_hello(server_t *sv, zmq_msg_t *rid, session_t *s, const kvt_msg_t
         return;
     }
     if (ns->chunks == 0 && ns->bytes == 0)
-        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u", model,
-                  h->layout_fp, ns->id, h->world, h->rank);
+        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u", model, h->layout_fp,
+                  ns->id, h->world, h->rank);
     m.u.hello_ok.ns_id = ns->id;
     m.u.hello_ok.lease_ms = sv->cfg->ram.lease_ms;
     m.u.hello_ok.max_chunk_bytes = sv->cfg->ram.max_chunk_bytes;
@@ -267,7 +273,8 @@ static void log_skip_report(const ns_t *ns)
     gates_state_t st;
 
     gates_state(ns->gates, &st);
-    log_info("lookup_skip", "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
+    log_info("lookup_skip",
+             "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
              " forced_probes=%" PRIu64 " would_skip=%" PRIu64,
              ns->model, st.lookups, st.act_ema, st.load_bearing, st.skips, st.forced_probes,
              st.would_skip);
@@ -278,8 +285,7 @@ static void log_admission_report(const ns_t *ns)
     gates_state_t st;
 
     gates_state(ns->gates, &st);
-    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64
-             " skipped=%" PRIu64,
+    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64 " skipped=%" PRIu64,
              ns->model, st.probes, st.payoff, st.saved, st.skipped);
 }
 
@@ -290,18 +296,17 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
     bool lease = (req->hdr.flags & KVT_LOOKUP_LEASE) != 0;
     bool prompt = (req->hdr.flags & KVT_LOOKUP_PROMPT) != 0;
     uint64_t now = uv_now(sv->loop);
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOOKUP_OK, .req_id = req->hdr.req_id,
-                           .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {
+        .hdr = {.type = KVT_MSG_LOOKUP_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
     size_t k, nranks = 0;
     uint32_t hit;
 
     if (!all && l->rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank,
-                    ns->world);
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
         return;
     }
-    if (prompt && gates_lookup_decide(ns->gates, l->prompt_tokens, l->hbm_tokens) ==
-                      GATES_LOOKUP_SKIP) {
+    if (prompt &&
+        gates_lookup_decide(ns->gates, l->prompt_tokens, l->hbm_tokens) == GATES_LOOKUP_SKIP) {
         const gates_admission_cfg_t *ac = &gates_cfg(ns->gates)->admission;
         gates_state_t st;
         gates_state(ns->gates, &st);
@@ -323,8 +328,7 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
     if (prompt && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED)) {
         uint64_t tokens = (uint64_t)hit * ns->chunk_tokens;
         gates_state_t st;
-        gates_lookup_observe(ns->gates,
-                             gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
+        gates_lookup_observe(ns->gates, gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
                              l->hbm_tokens);
         gates_state(ns->gates, &st);
         if (st.lookups % gates_cfg(ns->gates)->lookup_skip.report_every == 0)
@@ -364,8 +368,8 @@ static bool save_admitted(server_t *sv, ns_t *ns, const kvt_msg_t *req, uint64_t
 static bool save_args_ok(server_t *sv, zmq_msg_t *rid, const ns_t *ns, const kvt_msg_t *req)
 {
     if (req->u.save.rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u",
-                    req->u.save.rank, ns->world);
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", req->u.save.rank,
+                    ns->world);
         return false;
     }
     return true;
@@ -399,16 +403,15 @@ static void do_save(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
         sv->bytes_received += s->payloads[i].len;
         sent += s->payloads[i].len > 0;
     }
-    if (sent > 0 && store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes,
-                                     sv->status) > 0 &&
+    if (sent > 0 &&
+        store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status) > 0 &&
         !save_admitted(sv, ns, req, now)) {
         for (size_t i = 0; i < s->nhashes; i++)
             if (sv->status[i] == KVT_CHUNK_WANTED)
                 sv->status[i] = KVT_CHUNK_DECLINED;
     } else {
-        store_save(sv->store, ns, s->rank,
-                   (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL, s->hashes,
-                   s->nhashes, s->payloads, now, sv->status);
+        store_save(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
+                   s->hashes, s->nhashes, s->payloads, now, sv->status);
     }
     reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
 }
@@ -442,13 +445,14 @@ static void promote_in_background(server_t *sv, const ns_t *ns, uint16_t rank,
 }
 
 /* Shared-memory load: answer locations and pin the hits until released or hold_ms passes. */
-static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
-                        const kvt_msg_t *req)
+static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
 {
     const kvt_load_t *l = &req->u.load;
     uint64_t deadline = uv_now(sv->loop) + sv->cfg->ram.shm_hold_ms;
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK, .flags = KVT_LOADR_SHM,
-                           .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK,
+                           .flags = KVT_LOADR_SHM,
+                           .req_id = req->hdr.req_id,
+                           .ns_id = req->hdr.ns_id}};
     uint8_t *locs;
     size_t k;
 
@@ -485,13 +489,12 @@ static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
                     uint64_t t0)
 {
     const kvt_load_t *l = &req->u.load;
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id,
-                           .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {
+        .hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
     size_t k;
 
     if (l->rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank,
-                    ns->world);
+        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
         return;
     }
     if (req->hdr.flags & KVT_LOAD_SHM) {
@@ -633,8 +636,7 @@ static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg
             e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
             pl->status[i] = KVT_CHUNK_HIT;
             if (sv->zc != NULL &&
-                zcref_msg_init(sv->zc, &pl->parts[i], store_ptr(sv->store, e->off), e->len,
-                               e) == 0)
+                zcref_msg_init(sv->zc, &pl->parts[i], store_ptr(sv->store, e->off), e->len, e) == 0)
                 e->pins++;
             else
                 part_bytes(&pl->parts[i], store_ptr(sv->store, e->off), e->len);
@@ -673,12 +675,12 @@ static void do_arena(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
  * by the session until committed or hold_ms passes. The stored predecessor of each reserved
  * chunk is pinned with it, so the chain the client is writing cannot lose its head meanwhile.
  */
-static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
-                       const kvt_msg_t *req)
+static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
 {
     const kvt_save_t *s = &req->u.save;
     uint64_t now = uv_now(sv->loop), deadline = now + sv->cfg->ram.shm_hold_ms;
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_SAVE_RESERVE_OK, .req_id = req->hdr.req_id,
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_SAVE_RESERVE_OK,
+                           .req_id = req->hdr.req_id,
                            .ns_id = req->hdr.ns_id}};
     index_entry_t *prev;
     uint8_t *locs;
@@ -698,16 +700,16 @@ static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
     zmq_msg_init_size(&sv->out[k + 1], s->nhashes * KVT_LOC_BYTES);
     locs = zmq_msg_data(&sv->out[k + 1]);
     memset(locs, 0, s->nhashes * KVT_LOC_BYTES);
-    prev = (req->hdr.flags & KVT_SAVE_PARENT) ? store_find(sv->store, ns, s->rank, &s->parent)
-                                              : NULL;
+    prev =
+        (req->hdr.flags & KVT_SAVE_PARENT) ? store_find(sv->store, ns, s->rank, &s->parent) : NULL;
     for (size_t i = 0; i < s->nhashes; i++) {
         uint64_t len = kvt_get_u64(s->lengths + 8 * i), off;
         kvt_wire_hash_t h;
 
         memcpy(&h, &s->hashes[i], sizeof h);
         if (sv->status[i] != KVT_CHUNK_WANTED) {
-            prev = sv->status[i] == KVT_CHUNK_EXISTS ? store_find(sv->store, ns, s->rank, &h)
-                                                     : NULL;
+            prev =
+                sv->status[i] == KVT_CHUNK_EXISTS ? store_find(sv->store, ns, s->rank, &h) : NULL;
             continue;
         }
         if (full || store_reserve(sv->store, len, prev, now, &off) != 0) {
@@ -715,8 +717,7 @@ static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
             full = true;
             continue;
         }
-        if (session_reserve(sv->sessions, ss, ns->id, s->rank, &h, off, len, prev, deadline) !=
-            0) {
+        if (session_reserve(sv->sessions, ss, ns->id, s->rank, &h, off, len, prev, deadline) != 0) {
             store_unreserve(sv->store, off, len);
             sv->status[i] = KVT_CHUNK_NOSPACE;
             full = true;
@@ -737,8 +738,7 @@ static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
  * so nothing outside a reserved range is ever published. A chunk whose reservation expired
  * is SKIPPED (not stored).
  */
-static void do_commit(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
-                      const kvt_msg_t *req)
+static void do_commit(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
 {
     const kvt_save_t *s = &req->u.save;
     size_t bad = SIZE_MAX;
@@ -777,12 +777,11 @@ static void do_commit(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
     reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
 }
 
-static void do_release(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns,
-                       const kvt_msg_t *req)
+static void do_release(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
 {
     const kvt_release_t *r = &req->u.release;
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_RELEASE_OK, .req_id = req->hdr.req_id,
-                           .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {
+        .hdr = {.type = KVT_MSG_RELEASE_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
 
     for (size_t i = 0; i < r->nhashes; i++) {
         kvt_wire_hash_t h;
@@ -796,8 +795,8 @@ static void do_tally(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *re
 {
     const kvt_tally_t *t = &req->u.tally;
     gates_reason_t reasons[GATES_REASON_MAX];
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_TALLY_OK, .req_id = req->hdr.req_id,
-                           .ns_id = req->hdr.ns_id}};
+    kvt_msg_t m = {
+        .hdr = {.type = KVT_MSG_TALLY_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
     const gates_cfg_t *gc = gates_cfg(ns->gates);
     gates_state_t st;
     size_t off = 0, nl;
@@ -829,17 +828,28 @@ static void do_tally(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *re
 static op_t op_of(int type)
 {
     switch (type) {
-    case KVT_MSG_HELLO: return OP_HELLO;
-    case KVT_MSG_LOOKUP: return OP_LOOKUP;
-    case KVT_MSG_SAVE_BEGIN: return OP_SAVE_BEGIN;
-    case KVT_MSG_SAVE_DATA: return OP_SAVE;
-    case KVT_MSG_LOAD: return OP_LOAD;
-    case KVT_MSG_TALLY: return OP_TALLY;
-    case KVT_MSG_ARENA: return OP_ARENA;
-    case KVT_MSG_SAVE_RESERVE: return OP_RESERVE;
-    case KVT_MSG_SAVE_COMMIT: return OP_COMMIT;
-    case KVT_MSG_RELEASE: return OP_RELEASE;
-    default: return OP_COUNT;
+    case KVT_MSG_HELLO:
+        return OP_HELLO;
+    case KVT_MSG_LOOKUP:
+        return OP_LOOKUP;
+    case KVT_MSG_SAVE_BEGIN:
+        return OP_SAVE_BEGIN;
+    case KVT_MSG_SAVE_DATA:
+        return OP_SAVE;
+    case KVT_MSG_LOAD:
+        return OP_LOAD;
+    case KVT_MSG_TALLY:
+        return OP_TALLY;
+    case KVT_MSG_ARENA:
+        return OP_ARENA;
+    case KVT_MSG_SAVE_RESERVE:
+        return OP_RESERVE;
+    case KVT_MSG_SAVE_COMMIT:
+        return OP_COMMIT;
+    case KVT_MSG_RELEASE:
+        return OP_RELEASE;
+    default:
+        return OP_COUNT;
     }
 }
 
@@ -892,14 +902,30 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
             return;
         }
         switch (op) {
-        case OP_LOOKUP: do_lookup(sv, rid, ns, &req); break;
-        case OP_SAVE_BEGIN: do_save_begin(sv, rid, ns, &req); break;
-        case OP_SAVE: do_save(sv, rid, s, ns, &req); break;
-        case OP_LOAD: do_load(sv, rid, s, ns, &req, t0); break;
-        case OP_RESERVE: do_reserve(sv, rid, s, ns, &req); break;
-        case OP_COMMIT: do_commit(sv, rid, s, ns, &req); break;
-        case OP_RELEASE: do_release(sv, rid, s, ns, &req); break;
-        default: do_tally(sv, rid, ns, &req); break;
+        case OP_LOOKUP:
+            do_lookup(sv, rid, ns, &req);
+            break;
+        case OP_SAVE_BEGIN:
+            do_save_begin(sv, rid, ns, &req);
+            break;
+        case OP_SAVE:
+            do_save(sv, rid, s, ns, &req);
+            break;
+        case OP_LOAD:
+            do_load(sv, rid, s, ns, &req, t0);
+            break;
+        case OP_RESERVE:
+            do_reserve(sv, rid, s, ns, &req);
+            break;
+        case OP_COMMIT:
+            do_commit(sv, rid, s, ns, &req);
+            break;
+        case OP_RELEASE:
+            do_release(sv, rid, s, ns, &req);
+            break;
+        default:
+            do_tally(sv, rid, ns, &req);
+            break;
         }
         if (op == OP_LOOKUP) {
             sv->ns_lookup_time[ns->id].sum_us += (uv_hrtime() - t0) / 1000;
@@ -918,7 +944,6 @@ static void zc_release_cb(void *arg, void *obj)
 
     store_unpin(sv->store, obj);
 }
-
 
 /* Frees what server_new made (any part may be missing). The ZeroMQ socket and the timer are
  * closed already. */
@@ -960,9 +985,8 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     sv->lens = calloc(maxc, sizeof *sv->lens);
     sv->nst = ns_table_new();
     sv->ops = saveops_new(SAVEOPS_CAPACITY, SAVEOPS_TTL_MS);
-    if (sv->out == NULL || sv->frames == NULL || sv->status == NULL ||
-        sv->rank_hits == NULL || sv->offs == NULL || sv->lens == NULL || sv->nst == NULL ||
-        sv->ops == NULL)
+    if (sv->out == NULL || sv->frames == NULL || sv->status == NULL || sv->rank_hits == NULL ||
+        sv->offs == NULL || sv->lens == NULL || sv->nst == NULL || sv->ops == NULL)
         goto fail;
     rc = store_new(cfg, sv->nst, &sv->store);
     if (rc != 0) {
@@ -1059,20 +1083,20 @@ static json_t *gates_json(const ns_t *ns, const server_t *sv)
     gates_state(ns->gates, &st);
     for (int i = 0; i < st.nreasons; i++)
         json_object_set_new(reasons, st.reasons[i].name, jint(st.reasons[i].count));
-    adm = json_pack("{s:b, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:I, s:o}",
-                    "enabled", c->admission.enabled, "target", c->admission.target, "floor",
-                    c->admission.floor, "alpha", c->admission.alpha, "warmup",
-                    (json_int_t)c->admission.warmup, "probes", (json_int_t)st.probes, "payoff",
-                    st.payoff, "share", st.share, "saved", (json_int_t)st.saved, "skipped",
-                    (json_int_t)st.skipped, "save_share", st.save_share, "would_decline",
-                    (json_int_t)st.would_decline, "reasons", reasons);
+    adm =
+        json_pack("{s:b, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:I, s:o}", "enabled",
+                  c->admission.enabled, "target", c->admission.target, "floor", c->admission.floor,
+                  "alpha", c->admission.alpha, "warmup", (json_int_t)c->admission.warmup, "probes",
+                  (json_int_t)st.probes, "payoff", st.payoff, "share", st.share, "saved",
+                  (json_int_t)st.saved, "skipped", (json_int_t)st.skipped, "save_share",
+                  st.save_share, "would_decline", (json_int_t)st.would_decline, "reasons", reasons);
     skip = json_pack("{s:b, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:f}", "enabled",
                      c->lookup_skip.enabled, "min_load_tokens",
-                     (json_int_t)c->lookup_skip.min_load_tokens, "lookups",
-                     (json_int_t)st.lookups, "act_ema", st.act_ema, "load_bearing",
-                     st.load_bearing, "skips", (json_int_t)st.skips, "forced_probes",
-                     (json_int_t)st.forced_probes, "would_skip", (json_int_t)st.would_skip,
-                     "mean_lookup_us", lt->count ? (double)lt->sum_us / (double)lt->count : 0.0);
+                     (json_int_t)c->lookup_skip.min_load_tokens, "lookups", (json_int_t)st.lookups,
+                     "act_ema", st.act_ema, "load_bearing", st.load_bearing, "skips",
+                     (json_int_t)st.skips, "forced_probes", (json_int_t)st.forced_probes,
+                     "would_skip", (json_int_t)st.would_skip, "mean_lookup_us",
+                     lt->count ? (double)lt->sum_us / (double)lt->count : 0.0);
     return json_pack("{s:o, s:o}", "admission", adm, "lookup_skip", skip);
 }
 
@@ -1089,20 +1113,18 @@ int server_status_json(server_t *sv, char **body, size_t *len)
     store_status_disk(sv->store, disk);
     for (int i = 0; i < ERR_COUNT; i++)
         json_object_set_new(errs, err_names[i], jint(sv->errors[i]));
-    server = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "clients",
-                       (json_int_t)sessions_count(sv->sessions), "requests",
-                       (json_int_t)sv->requests, "bytes_received", (json_int_t)sv->bytes_received,
-                       "bytes_sent", (json_int_t)sv->bytes_sent, "bytes_committed",
-                       (json_int_t)sv->bytes_committed, "replies_dropped",
-                       (json_int_t)sv->replies_dropped, "save_ops_remembered",
-                       (json_int_t)saveops_count(sv->ops), "errors", errs, "sessions",
-                       sessions_status(sv->sessions, now, STATUS_SESSIONS_MAX));
+    server = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "clients",
+        (json_int_t)sessions_count(sv->sessions), "requests", (json_int_t)sv->requests,
+        "bytes_received", (json_int_t)sv->bytes_received, "bytes_sent", (json_int_t)sv->bytes_sent,
+        "bytes_committed", (json_int_t)sv->bytes_committed, "replies_dropped",
+        (json_int_t)sv->replies_dropped, "save_ops_remembered", (json_int_t)saveops_count(sv->ops),
+        "errors", errs, "sessions", sessions_status(sv->sessions, now, STATUS_SESSIONS_MAX));
     for (int i = 0; i < OP_COUNT; i++) {
         const hist_t *h = &sv->op_hist[i];
         json_object_set_new(ops, op_names[i],
-                            json_pack("{s:I, s:I, s:I, s:I}", "count",
-                                      (json_int_t)hist_count(h), "p50_us",
-                                      (json_int_t)hist_percentile(h, 50.0), "p99_us",
+                            json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)hist_count(h),
+                                      "p50_us", (json_int_t)hist_percentile(h, 50.0), "p99_us",
                                       (json_int_t)hist_percentile(h, 99.0), "max_us",
                                       (json_int_t)hist_max(h)));
     }
@@ -1110,12 +1132,12 @@ int server_status_json(server_t *sv, char **body, size_t *len)
         const ns_t *ns = ns_get(sv->nst, id);
         char fp[17];
         snprintf(fp, sizeof fp, "%016" PRIx64, ns->fingerprint);
-        json_array_append_new(
-            nss, json_pack("{s:i, s:s, s:s, s:i, s:b, s:I, s:I, s:I, s:o}", "id", (int)ns->id,
-                           "model", ns->model, "fingerprint", fp, "world", (int)ns->world,
-                           "replicated", ns->replicated, "chunk_tokens",
-                           (json_int_t)ns->chunk_tokens, "chunks", (json_int_t)ns->chunks,
-                           "bytes", (json_int_t)ns->bytes, "gates", gates_json(ns, sv)));
+        json_array_append_new(nss, json_pack("{s:i, s:s, s:s, s:i, s:b, s:I, s:I, s:I, s:o}", "id",
+                                             (int)ns->id, "model", ns->model, "fingerprint", fp,
+                                             "world", (int)ns->world, "replicated", ns->replicated,
+                                             "chunk_tokens", (json_int_t)ns->chunk_tokens, "chunks",
+                                             (json_int_t)ns->chunks, "bytes", (json_int_t)ns->bytes,
+                                             "gates", gates_json(ns, sv)));
     }
     json_object_set_new(root, "version", json_string(KVT_VERSION_STRING));
     json_object_set_new(root, "uptime_s", json_real((double)(now - sv->start_ms) / 1000.0));
@@ -1193,13 +1215,12 @@ int server_metrics_text(server_t *sv, char **body, size_t *len)
     json_object_foreach(ram, key, v)
     {
         if (json_is_integer(v))
-            tb_printf(&tb, "kvtier_ram_%s %" JSON_INTEGER_FORMAT "\n", key,
-                      json_integer_value(v));
+            tb_printf(&tb, "kvtier_ram_%s %" JSON_INTEGER_FORMAT "\n", key, json_integer_value(v));
     }
     json_decref(ram);
-    tb_printf(&tb, "kvtier_clients %u\nkvtier_requests_total %" PRIu64
-                   "\nkvtier_bytes_received_total %" PRIu64 "\nkvtier_bytes_sent_total %" PRIu64
-                   "\n",
+    tb_printf(&tb,
+              "kvtier_clients %u\nkvtier_requests_total %" PRIu64
+              "\nkvtier_bytes_received_total %" PRIu64 "\nkvtier_bytes_sent_total %" PRIu64 "\n",
               sessions_count(sv->sessions), sv->requests, sv->bytes_received, sv->bytes_sent);
     for (int i = 0; i < ERR_COUNT; i++)
         tb_printf(&tb, "kvtier_errors_total{class=\"%s\"} %" PRIu64 "\n", err_names[i],

@@ -24,8 +24,8 @@ typedef struct {
     uint16_t rank;
     uint32_t ns;
     kvt_wire_hash_t hash;
-    uint64_t off, len;        /* HOLD_RESERVE: the extent */
-    index_entry_t *entry;     /* HOLD_RESERVE: pinned predecessor or NULL; HOLD_PIN: the chunk */
+    uint64_t off, len;    /* HOLD_RESERVE: the extent */
+    index_entry_t *entry; /* HOLD_RESERVE: pinned predecessor or NULL; HOLD_PIN: the chunk */
     uint64_t deadline_ms;
 } hold_t;
 
@@ -308,8 +308,8 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     return 0;
 }
 
-int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                const kvt_wire_hash_t *h, index_entry_t *e, uint64_t deadline_ms)
+int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                index_entry_t *e, uint64_t deadline_ms)
 {
     hold_t *x = hold_new(s);
 
@@ -326,8 +326,7 @@ int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
     return 0;
 }
 
-int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                  const kvt_wire_hash_t *h)
+int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
     long i = hold_find(s, HOLD_PIN, ns, rank, h);
 
@@ -363,12 +362,12 @@ json_t *sessions_status(const sessions_t *t, uint64_t now_ms, size_t limit)
             else
                 pinned += s->holds[i].entry->len;
         }
-        json_array_append_new(
-            arr, json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:I}", "id", hex, "data_path",
-                           paths[s->path], "namespaces", nss, "idle_ms",
-                           (json_int_t)(now_ms - s->last_ms), "age_ms",
-                           (json_int_t)(now_ms - s->created_ms), "reserved_bytes",
-                           (json_int_t)reserved, "pinned_bytes", (json_int_t)pinned));
+        json_array_append_new(arr,
+                              json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:I}", "id", hex,
+                                        "data_path", paths[s->path], "namespaces", nss, "idle_ms",
+                                        (json_int_t)(now_ms - s->last_ms), "age_ms",
+                                        (json_int_t)(now_ms - s->created_ms), "reserved_bytes",
+                                        (json_int_t)reserved, "pinned_bytes", (json_int_t)pinned));
     }
     return arr;
 }

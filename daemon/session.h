@@ -67,8 +67,8 @@ void session_set_path(session_t *s, session_path_t path);
 /* Holds a reservation of (off, len) for chunk (ns, rank, hash) until deadline_ms; keep (may be
  * NULL) is pinned until the reservation ends. 0 or -ENOMEM (nothing is held then). */
 int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len,
-                    struct index_entry *keep, uint64_t deadline_ms);
+                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, struct index_entry *keep,
+                    uint64_t deadline_ms);
 
 /* Ends s's reservation for (ns, rank, hash) and returns its extent, now owned by the caller:
  * 0, or -ENOENT when s holds no such reservation (never made, committed or reclaimed). */
@@ -76,8 +76,8 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
                              const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len);
 
 /* Pins stored entry e for s until deadline_ms (a load pin). 0 or -ENOMEM. */
-int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                const kvt_wire_hash_t *h, struct index_entry *e, uint64_t deadline_ms);
+int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                struct index_entry *e, uint64_t deadline_ms);
 
 /* Drops s's load pin of (ns, rank, hash): 1 when one was dropped, 0 when none was held. */
 int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,

@@ -155,8 +155,8 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
     }
 }
 
-uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                      size_t n, bool lease, uint64_t now_ms)
+uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                      bool lease, uint64_t now_ms)
 {
     uint32_t hit = prefix(s, ns, rank, h, n, true);
 
@@ -419,8 +419,8 @@ static index_entry_t *chain_existing(store_t *s, const ns_t *ns, uint16_t r,
 }
 
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
-                uint64_t now_ms, uint8_t *status)
+                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
+                uint8_t *status)
 {
     uint16_t r = ns_store_rank(ns, rank);
     chain_t c;
@@ -504,8 +504,7 @@ void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pa
     }
 }
 
-index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
-                          const kvt_wire_hash_t *h)
+index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
     kvt_wire_hash_t k;
 
@@ -513,8 +512,7 @@ index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
     return index_find(s->ix, ns->id, ns_store_rank(ns, rank), &k);
 }
 
-index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank,
-                                const kvt_wire_hash_t *h)
+index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
     index_entry_t *e = store_find(s, ns, rank, h);
 

@@ -86,8 +86,8 @@ store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
                                  store_load_cb cb, void *arg);
 
 /* Prefix hit of one rank; leases the hit chunks when lease is true. */
-uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                      size_t n, bool lease, uint64_t now_ms);
+uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                      bool lease, uint64_t now_ms);
 
 /* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. With lease,
  * the chunks of the common prefix [0, min) are leased for every rank. */
@@ -102,8 +102,8 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
  * predecessor of h[0]. status[i] receives STORED, EXISTS, NOSPACE or SKIPPED. Once a chunk gets
  * NOSPACE the rest of the save gets NOSPACE too: stored, they could never be hit. */
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads,
-                uint64_t now_ms, uint8_t *status);
+                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
+                uint8_t *status);
 
 /* The stored bytes of one chunk from RAM or the disk write buffer (borrowed, valid until the
  * next store call), or NULL (not stored, or only on disk: see store_load_start). Counts a hit
@@ -150,8 +150,7 @@ uint64_t store_arena_bytes(const store_t *s);
 const store_stats_t *store_stats(const store_t *s);
 
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
-void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg),
-                   void *arg);
+void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg), void *arg);
 
 /* Adds the "ram" status fields to obj. */
 void store_status_ram(const store_t *s, uint64_t now_ms, json_t *obj);

@@ -24,7 +24,7 @@ struct zcref {
     _Atomic(node_t *) back; /* returned loans, pushed by ZeroMQ threads */
     uv_check_t check;
     uv_timer_t timer;
-    uint64_t out;           /* loans lent and not yet drained (loop-owned) */
+    uint64_t out; /* loans lent and not yet drained (loop-owned) */
     int open_handles;
     int closing;
     zcref_release_cb release_cb;

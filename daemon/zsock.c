@@ -131,8 +131,7 @@ int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_part
     if (zmq_setsockopt(z->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
         zmq_setsockopt(z->sock, ZMQ_MAXMSGSIZE, &max_msg_bytes, sizeof max_msg_bytes) != 0 ||
         zmq_setsockopt(z->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
-        zmq_bind(z->sock, endpoint) != 0 ||
-        zmq_getsockopt(z->sock, ZMQ_FD, &fd, &fdlen) != 0) {
+        zmq_bind(z->sock, endpoint) != 0 || zmq_getsockopt(z->sock, ZMQ_FD, &fd, &fdlen) != 0) {
         rc = -zmq_errno();
         goto fail_bind;
     }

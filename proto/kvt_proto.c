@@ -182,8 +182,8 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
 }
 
 /* A hash-list frame: a non-zero multiple of 16 bytes holding at most lim->max_hashes. */
-static int decode_hashes(const kvt_frame_t *f, const kvt_limits_t *lim,
-                         const kvt_wire_hash_t **out, size_t *n)
+static int decode_hashes(const kvt_frame_t *f, const kvt_limits_t *lim, const kvt_wire_hash_t **out,
+                         size_t *n)
 {
     if (f->len == 0 || f->len % KVT_HASH_BYTES != 0)
         return KVT_WIRE_EPROTO;
@@ -388,8 +388,7 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         if (nframes != 2)
             return KVT_WIRE_EPROTO;
         out->u.release.rank = get_u16(b);
-        return decode_hashes(&frames[1], lim, &out->u.release.hashes,
-                             &out->u.release.nhashes);
+        return decode_hashes(&frames[1], lim, &out->u.release.hashes, &out->u.release.nhashes);
     case KVT_MSG_RELEASE_OK:
         if (nframes != 1)
             return KVT_WIRE_EPROTO;
@@ -435,8 +434,7 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
     }
 }
 
-size_t kvt_reason_encode(void *buf, size_t cap, const char *name, size_t name_len,
-                         uint64_t count)
+size_t kvt_reason_encode(void *buf, size_t cap, const char *name, size_t name_len, uint64_t count)
 {
     uint8_t *b = buf;
     size_t n = 1 + name_len + 8;
@@ -471,57 +469,97 @@ int kvt_reason_next(const uint8_t *buf, size_t len, size_t *off, const char **na
 const char *kvt_msg_type_name(int type)
 {
     switch (type) {
-    case KVT_MSG_HELLO: return "hello";
-    case KVT_MSG_HELLO_OK: return "hello_ok";
-    case KVT_MSG_LOOKUP: return "lookup";
-    case KVT_MSG_LOOKUP_OK: return "lookup_ok";
-    case KVT_MSG_SAVE_BEGIN: return "save_begin";
-    case KVT_MSG_SAVE_BEGIN_OK: return "save_begin_ok";
-    case KVT_MSG_SAVE_DATA: return "save_data";
-    case KVT_MSG_SAVE_OK: return "save_ok";
-    case KVT_MSG_LOAD: return "load";
-    case KVT_MSG_LOAD_OK: return "load_ok";
-    case KVT_MSG_TALLY: return "tally";
-    case KVT_MSG_TALLY_OK: return "tally_ok";
-    case KVT_MSG_ARENA: return "arena";
-    case KVT_MSG_ARENA_OK: return "arena_ok";
-    case KVT_MSG_SAVE_RESERVE: return "save_reserve";
-    case KVT_MSG_SAVE_RESERVE_OK: return "save_reserve_ok";
-    case KVT_MSG_SAVE_COMMIT: return "save_commit";
-    case KVT_MSG_RELEASE: return "release";
-    case KVT_MSG_RELEASE_OK: return "release_ok";
-    case KVT_MSG_ERROR: return "error";
-    default: return "unknown";
+    case KVT_MSG_HELLO:
+        return "hello";
+    case KVT_MSG_HELLO_OK:
+        return "hello_ok";
+    case KVT_MSG_LOOKUP:
+        return "lookup";
+    case KVT_MSG_LOOKUP_OK:
+        return "lookup_ok";
+    case KVT_MSG_SAVE_BEGIN:
+        return "save_begin";
+    case KVT_MSG_SAVE_BEGIN_OK:
+        return "save_begin_ok";
+    case KVT_MSG_SAVE_DATA:
+        return "save_data";
+    case KVT_MSG_SAVE_OK:
+        return "save_ok";
+    case KVT_MSG_LOAD:
+        return "load";
+    case KVT_MSG_LOAD_OK:
+        return "load_ok";
+    case KVT_MSG_TALLY:
+        return "tally";
+    case KVT_MSG_TALLY_OK:
+        return "tally_ok";
+    case KVT_MSG_ARENA:
+        return "arena";
+    case KVT_MSG_ARENA_OK:
+        return "arena_ok";
+    case KVT_MSG_SAVE_RESERVE:
+        return "save_reserve";
+    case KVT_MSG_SAVE_RESERVE_OK:
+        return "save_reserve_ok";
+    case KVT_MSG_SAVE_COMMIT:
+        return "save_commit";
+    case KVT_MSG_RELEASE:
+        return "release";
+    case KVT_MSG_RELEASE_OK:
+        return "release_ok";
+    case KVT_MSG_ERROR:
+        return "error";
+    default:
+        return "unknown";
     }
 }
 
 const char *kvt_chunk_status_name(int status)
 {
     switch (status) {
-    case KVT_CHUNK_WANTED: return "wanted";
-    case KVT_CHUNK_STORED: return "stored";
-    case KVT_CHUNK_EXISTS: return "exists";
-    case KVT_CHUNK_NOSPACE: return "nospace";
-    case KVT_CHUNK_DECLINED: return "declined";
-    case KVT_CHUNK_SKIPPED: return "skipped";
-    case KVT_CHUNK_HIT: return "hit";
-    case KVT_CHUNK_MISS: return "miss";
-    default: return "unknown";
+    case KVT_CHUNK_WANTED:
+        return "wanted";
+    case KVT_CHUNK_STORED:
+        return "stored";
+    case KVT_CHUNK_EXISTS:
+        return "exists";
+    case KVT_CHUNK_NOSPACE:
+        return "nospace";
+    case KVT_CHUNK_DECLINED:
+        return "declined";
+    case KVT_CHUNK_SKIPPED:
+        return "skipped";
+    case KVT_CHUNK_HIT:
+        return "hit";
+    case KVT_CHUNK_MISS:
+        return "miss";
+    default:
+        return "unknown";
     }
 }
 
 const char *kvt_wire_strerror(int code)
 {
     switch (code) {
-    case KVT_WIRE_OK: return "ok";
-    case KVT_WIRE_EPROTO: return "malformed message";
-    case KVT_WIRE_EVERSION: return "unsupported protocol version";
-    case KVT_WIRE_ENONS: return "namespace not declared by this client";
-    case KVT_WIRE_ETOOBIG: return "payload or list exceeds the daemon's limits";
-    case KVT_WIRE_EINVAL: return "invalid argument";
-    case KVT_WIRE_ECONFLICT: return "namespace declared with a different layout";
-    case KVT_WIRE_EBUSY: return "daemon busy or shutting down";
-    case KVT_WIRE_EUNSUPP: return "unknown message type";
-    default: return "unknown error";
+    case KVT_WIRE_OK:
+        return "ok";
+    case KVT_WIRE_EPROTO:
+        return "malformed message";
+    case KVT_WIRE_EVERSION:
+        return "unsupported protocol version";
+    case KVT_WIRE_ENONS:
+        return "namespace not declared by this client";
+    case KVT_WIRE_ETOOBIG:
+        return "payload or list exceeds the daemon's limits";
+    case KVT_WIRE_EINVAL:
+        return "invalid argument";
+    case KVT_WIRE_ECONFLICT:
+        return "namespace declared with a different layout";
+    case KVT_WIRE_EBUSY:
+        return "daemon busy or shutting down";
+    case KVT_WIRE_EUNSUPP:
+        return "unknown message type";
+    default:
+        return "unknown error";
     }
 }

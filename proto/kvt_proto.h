@@ -25,13 +25,13 @@
 #define KVT_PROTO_VERSION 1
 #define KVT_HASH_BYTES 16
 #define KVT_HDR_BYTES 24
-#define KVT_MODEL_MAX 255       /* bytes of a model name */
-#define KVT_ERRTEXT_MAX 255     /* bytes of an error message */
-#define KVT_PATH_MAX 255        /* bytes of an arena path */
-#define KVT_RANK_ALL 0xffffu    /* lookup rank meaning "every rank of the namespace" */
-#define KVT_WORLD_MAX 1024      /* largest tensor-parallel world a namespace may declare */
-#define KVT_REASON_MAX 16       /* per-reason counters a tally may carry */
-#define KVT_REASON_NAME_MAX 48  /* bytes of a reason name */
+#define KVT_MODEL_MAX 255      /* bytes of a model name */
+#define KVT_ERRTEXT_MAX 255    /* bytes of an error message */
+#define KVT_PATH_MAX 255       /* bytes of an arena path */
+#define KVT_RANK_ALL 0xffffu   /* lookup rank meaning "every rank of the namespace" */
+#define KVT_WORLD_MAX 1024     /* largest tensor-parallel world a namespace may declare */
+#define KVT_REASON_MAX 16      /* per-reason counters a tally may carry */
+#define KVT_REASON_NAME_MAX 48 /* bytes of a reason name */
 
 /* Message types. Requests are odd, their replies are request + 1; ERROR answers any request. */
 typedef enum {
@@ -47,12 +47,12 @@ typedef enum {
     KVT_MSG_LOAD_OK = 10,
     KVT_MSG_TALLY = 11,
     KVT_MSG_TALLY_OK = 12,
-    KVT_MSG_ARENA = 13,          /* shared-memory data path: where is the arena? */
+    KVT_MSG_ARENA = 13, /* shared-memory data path: where is the arena? */
     KVT_MSG_ARENA_OK = 14,
-    KVT_MSG_SAVE_RESERVE = 15,   /* shared memory: reserve arena space for the wanted chunks */
+    KVT_MSG_SAVE_RESERVE = 15, /* shared memory: reserve arena space for the wanted chunks */
     KVT_MSG_SAVE_RESERVE_OK = 16,
-    KVT_MSG_SAVE_COMMIT = 17,    /* shared memory: the reserved chunks are written; publish */
-    KVT_MSG_RELEASE = 19,        /* shared memory: the loaded chunks were copied out */
+    KVT_MSG_SAVE_COMMIT = 17, /* shared memory: the reserved chunks are written; publish */
+    KVT_MSG_RELEASE = 19,     /* shared memory: the loaded chunks were copied out */
     KVT_MSG_RELEASE_OK = 20,
     KVT_MSG_ERROR = 127,
 } kvt_msg_type_t;
@@ -130,10 +130,10 @@ typedef struct {
 /* frames: head */
 typedef struct {
     uint32_t ns_id;
-    uint32_t lease_ms;           /* the daemon's lease time */
-    uint64_t max_chunk_bytes;    /* largest payload the daemon accepts */
-    uint32_t max_chunks;         /* most hashes per request */
-    uint32_t daemon_version;     /* (major << 16) | (minor << 8) | patch */
+    uint32_t lease_ms;        /* the daemon's lease time */
+    uint64_t max_chunk_bytes; /* largest payload the daemon accepts */
+    uint32_t max_chunks;      /* most hashes per request */
+    uint32_t daemon_version;  /* (major << 16) | (minor << 8) | patch */
 } kvt_hello_ok_t;
 
 /* frames: head, hashes */
@@ -147,8 +147,8 @@ typedef struct {
 
 /* frames: head, per-rank hits (u32 each; empty unless the lookup named KVT_RANK_ALL) */
 typedef struct {
-    uint32_t hit;      /* contiguous prefix hit in chunks (the minimum over ranks) */
-    uint32_t lease_ms; /* remaining lease of the hits when KVT_LOOKUPR_LEASED */
+    uint32_t hit;             /* contiguous prefix hit in chunks (the minimum over ranks) */
+    uint32_t lease_ms;        /* remaining lease of the hits when KVT_LOOKUPR_LEASED */
     const uint8_t *rank_hits; /* borrowed: nranks little-endian u32 */
     size_t nranks;
 } kvt_lookup_ok_t;
@@ -222,11 +222,11 @@ typedef struct {
 
 /* frames: head. The namespace's gate state after the tally was folded. */
 typedef struct {
-    double payoff;     /* admission estimator */
-    double share;      /* share of save operations the gate admits now */
-    double act_ema;    /* lookup-skip actionable-rate estimator */
-    uint64_t probes;   /* verdicts folded */
-    uint64_t lookups;  /* lookups fed into act_ema */
+    double payoff;       /* admission estimator */
+    double share;        /* share of save operations the gate admits now */
+    double act_ema;      /* lookup-skip actionable-rate estimator */
+    uint64_t probes;     /* verdicts folded */
+    uint64_t lookups;    /* lookups fed into act_ema */
     uint16_t gate_flags; /* KVT_GATE_* */
 } kvt_tally_ok_t;
 
@@ -292,8 +292,7 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
 
 /* Tally reasons: encode one record into buf; returns bytes written or 0 if it does not fit or
  * the name is empty or longer than KVT_REASON_NAME_MAX. */
-size_t kvt_reason_encode(void *buf, size_t cap, const char *name, size_t name_len,
-                         uint64_t count);
+size_t kvt_reason_encode(void *buf, size_t cap, const char *name, size_t name_len, uint64_t count);
 
 /* Iterates the reason records of a decoded tally: *off starts at 0. Returns 1 and fills the
  * outputs for each record, 0 at the end, KVT_WIRE_EPROTO on a malformed record. */

@@ -604,7 +604,7 @@ size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint1
 
 /* HELLO on a raw socket; returns the ns_id of HELLO_OK, or fails the test. */
 uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
-                          uint64_t rid)
+                           uint64_t rid)
 {
     uint8_t head[128];
     kvt_msg_t m;
@@ -630,4 +630,3 @@ uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t ran
     harness_raw_msg_close(&r);
     return m.u.hello_ok.ns_id;
 }
-

@@ -139,7 +139,7 @@ void harness_raw_decode(const harness_raw_msg_t *m, kvt_msg_t *out);
  * (128 bytes); returns its size. */
 size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint16_t rank);
 /* HELLO on a raw socket (chunk_tokens 16); returns the ns_id of HELLO_OK or fails the test. */
-uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank,
-                           uint16_t world, uint64_t rid);
+uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
+                           uint64_t rid);
 
 #endif /* KVT_TEST_HARNESS_H */

@@ -746,15 +746,18 @@ static void send_bad(void *s, const bad_ctx_t *bc, int k, uint64_t rid, uint64_t
         *want_code = KVT_WIRE_EUNSUPP;
         break;
     case BAD_NS_OTHER:
-        f[0].len = harness_raw_head(head, rid % 2 ? KVT_MSG_LOOKUP : KVT_MSG_LOAD, rid, bc->good_ns, 0);
+        f[0].len =
+            harness_raw_head(head, rid % 2 ? KVT_MSG_LOOKUP : KVT_MSG_LOAD, rid, bc->good_ns, 0);
         *want_code = KVT_WIRE_ENONS;
         break;
     case BAD_NS_NONE:
-        f[0].len = harness_raw_head(head, KVT_MSG_LOOKUP, rid, 0xdead0000u + (uint32_t)(rid % 1000), 0);
+        f[0].len =
+            harness_raw_head(head, KVT_MSG_LOOKUP, rid, 0xdead0000u + (uint32_t)(rid % 1000), 0);
         *want_code = KVT_WIRE_ENONS;
         break;
     case BAD_RANK:
-        f[0].len = harness_raw_head(head, KVT_MSG_LOOKUP, rid, bc->raw_ns, (uint16_t)(2 + rid % 100));
+        f[0].len =
+            harness_raw_head(head, KVT_MSG_LOOKUP, rid, bc->raw_ns, (uint16_t)(2 + rid % 100));
         *want_code = KVT_WIRE_EINVAL;
         break;
     case BAD_CONFLICT:

@@ -90,8 +90,7 @@ static void save_chain(kvt_client_t *c, uint32_t rank, const kvt_hash_t *hs, siz
 }
 
 /* Loads n chunks and checks they are exactly the saved pattern; returns the prefix loaded. */
-static size_t load_check(kvt_client_t *c, uint32_t rank, const kvt_hash_t *hs, size_t n,
-                         size_t len)
+static size_t load_check(kvt_client_t *c, uint32_t rank, const kvt_hash_t *hs, size_t n, size_t len)
 {
     void **bufs = calloc(n, sizeof *bufs);
     size_t *caps = calloc(n, sizeof *caps), *lens = calloc(n, sizeof *lens), nhit = 0;
@@ -146,7 +145,8 @@ START_TEST(test_both_paths_four_ranks_concurrently)
     rank_job_t jobs[8];
 
     for (int i = 0; i < 8; i++) {
-        jobs[i] = (rank_job_t){.h = h, .rank = (uint32_t)(i % 4),
+        jobs[i] = (rank_job_t){.h = h,
+                               .rank = (uint32_t)(i % 4),
                                .path = i < 4 ? KVT_DATA_PATH_SHM : KVT_DATA_PATH_FRAMES,
                                .rounds = 4};
         ck_assert_int_eq(pthread_create(&t[i], NULL, rank_thread, &jobs[i]), 0);
@@ -185,8 +185,8 @@ START_TEST(test_cross_path_and_exists)
     ck_assert_int_eq(harness_stat(h, "server.bytes_committed"), 4 * 200 * KIB);
     ck_assert_int_eq(harness_stat(h, "server.bytes_received"), 4 * 300 * KIB);
     {
-        json_t *st = harness_status(h), *ss = json_object_get(json_object_get(st, "server"),
-                                                              "sessions");
+        json_t *st = harness_status(h),
+               *ss = json_object_get(json_object_get(st, "server"), "sessions");
         int shm_seen = 0, frames_seen = 0;
         size_t i;
         json_t *v;
@@ -305,8 +305,7 @@ static void raw_reserve(raw_t *r, const kvt_hash_t *hs, size_t n, uint64_t len,
 }
 
 /* A child that reserves (mid-save) or pins (mid-load) and then waits to be killed. */
-static pid_t child_hold(const harness_t *h, const kvt_hash_t *hs, size_t n, uint64_t len,
-                        int load)
+static pid_t child_hold(const harness_t *h, const kvt_hash_t *hs, size_t n, uint64_t len, int load)
 {
     int p[2];
     pid_t pid;
@@ -324,8 +323,9 @@ static pid_t child_hold(const harness_t *h, const kvt_hash_t *hs, size_t n, uint
         if (load) {
             uint8_t head[128];
             kvt_frame_t f[2] = {{head, 0}, {hs, n * sizeof *hs}};
-            kvt_msg_t req = {.hdr = {.type = KVT_MSG_LOAD, .flags = KVT_LOAD_SHM,
-                                     .req_id = r.rid++, .ns_id = r.ns}};
+            kvt_msg_t req = {
+                .hdr = {
+                    .type = KVT_MSG_LOAD, .flags = KVT_LOAD_SHM, .req_id = r.rid++, .ns_id = r.ns}};
             f[0].len = kvt_head_encode(head, sizeof head, &req);
             raw_call(&r, f, 2, &m, &rep);
         } else {
