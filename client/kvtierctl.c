@@ -73,7 +73,8 @@ static const char usage_text[] =
     "  tally PAID PROBES [--engine ID] [--reason NAME=COUNT...]\n"
     "                                              push verdict totals, print the gate state\n"
     "HASH is 32 hex digits. Defaults: -c " CTL_DEFAULT_CONFIG ", --ns kvtierctl, --rank 0,\n"
-    "--world 1, --chunk-tokens 256, --timeout 5000. Exit: 0 ok, 1 miss, 2 usage, 3 error.\n";
+    "--world 1, --chunk-tokens 256, --timeout 5000, --data-path frames.\n"
+    "Exit: 0 ok, 1 miss, 2 usage, 3 error.\n";
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -888,7 +889,10 @@ int main(int argc, char **argv)
                  {"lookup", verb_lookup},
                  {"tally", verb_tally}};
     ctl_t o = {.ns = {.model = "kvtierctl", .chunk_tokens = 256, .world_size = 1},
-               .timeout_ms = CTL_DEFAULT_TIMEOUT_MS};
+               .timeout_ms = CTL_DEFAULT_TIMEOUT_MS,
+               /* a one-shot tool: mapping (and populating) a large arena costs more than
+                  moving one chunk through a frame; --data-path shm exercises that path */
+               .data_path = KVT_DATA_PATH_FRAMES};
     int i = 1, rc = -1;
 
     while (i < argc) {
