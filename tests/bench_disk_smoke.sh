@@ -102,7 +102,7 @@ pos() { # description path: a number > 0
 check "mode" '.mode == "disk" and .data == "bf16"' '{mode, data}'
 check "filesystem named" '.disk.filesystem | type == "string" and . != "unknown"' '.disk'
 check "same filesystem as disk.dir" '.disk.same_filesystem == true' '.disk'
-for p in write read_cached read; do
+for p in write write_no_sync read_cached read; do
     pos "raw $p GB/s" ".disk.raw.$p.gbps"
 done
 check "raw bytes" '.disk.raw.bytes == 67108864' '.disk.raw'
