@@ -24,6 +24,10 @@
  * refused until DISK_RETRY_MS has passed, then the next flush is the probe; its success returns
  * the tier to "ok".
  *
+ * Compression in auto mode yields to throughput: a batch that filled at least half of its
+ * buffer while the previous flush ran is written raw (status flushes_raw), since compressing it
+ * on one worker would fall further behind and demotions would be refused.
+ *
  * Read path: a read job holds a reference on its segment (a reclaimed segment's file is
  * unlinked but its descriptor stays open until the last reader finishes), preadv's header and
  * payload into their own buffers, checks every header field against what the index expects
@@ -113,6 +117,7 @@ typedef struct {
     int sync_fd;
     drop_t *drops;
     size_t ndrops;
+    bool raw_only; /* auto mode behind the writes: store this batch uncompressed */
     /* results */
     int rc;
     int new_fd;
@@ -193,6 +198,7 @@ struct disk {
     /* counters */
     uint64_t bytes_written, bytes_read, raw_written, stored_written;
     uint64_t records_written, records_compressed, records_read;
+    uint64_t flushes_raw; /* auto mode: batches written uncompressed to keep up */
     uint64_t checksum_drops, read_errors, write_errors, reclaimed_segments, busy_reclaims;
     recovery_t rec;
 };
@@ -422,8 +428,9 @@ static void flush_work(uv_work_t *req)
         size_t hl = record_header_len(r->m.model_len);
         uint8_t *pay = d->out + pos + hl;
         uint8_t codec;
-        size_t stored = codec_encode(d->mode, d->cfg->disk.compression_threshold, DISK_SHUFFLE_ELEM,
-                                     src, r->m.raw_len, pay, r->m.raw_len, scratch, &codec);
+        size_t stored = codec_encode(j->raw_only ? CODEC_MODE_OFF : d->mode,
+                                     d->cfg->disk.compression_threshold, DISK_SHUFFLE_ELEM, src,
+                                     r->m.raw_len, pay, r->m.raw_len, scratch, &codec);
         if (codec == RECORD_CODEC_RAW)
             memcpy(pay, src, r->m.raw_len);
         r->m.codec = codec;
@@ -588,6 +595,11 @@ static void kick(disk_t *d)
     }
     d->reserved = need;
     d->used += need;
+    /* Compression is worth it only while the disk keeps up with demotions: a batch that filled
+     * half its buffer while the previous flush was still running says it does not, and in
+     * auto mode it is written raw (the next, smaller batch is compressed again). */
+    j->raw_only = d->mode == CODEC_MODE_AUTO && d->fill->bound * 2 >= d->wb_bytes;
+    d->flushes_raw += j->raw_only;
     j->req.data = j;
     j->d = d;
     j->seg = d->active;
@@ -1201,6 +1213,7 @@ void disk_status(const disk_t *d, json_t *o)
         json_real(d->raw_written ? (double)d->stored_written / (double)d->raw_written : 1.0));
     json_object_set_new(o, "records_written", jint(d->records_written));
     json_object_set_new(o, "records_compressed", jint(d->records_compressed));
+    json_object_set_new(o, "flushes_raw", jint(d->flushes_raw));
     json_object_set_new(o, "records_read", jint(d->records_read));
     json_object_set_new(o, "checksum_drops", jint(d->checksum_drops));
     json_object_set_new(o, "read_errors", jint(d->read_errors));
