@@ -50,6 +50,7 @@
 #include "disk.h"
 
 #include "codec.h"
+#include "fsutil.h"
 #include "kvt_proto.h"
 #include "log.h"
 
@@ -227,27 +228,6 @@ static uint64_t round_block(uint64_t n)
 static void seg_path(const char *dir, uint64_t id, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/%016" PRIx64 ".seg", dir, id);
-}
-
-static int mkdir_p(const char *path)
-{
-    char buf[CONFIG_PATH_MAX];
-    size_t n = strlen(path);
-
-    if (n >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    for (char *p = buf + 1; *p != '\0'; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0750) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
 }
 
 /* --- segments --- */
@@ -1067,7 +1047,7 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     if (d->out == NULL)
         goto fail;
     d->fill = &d->wb[0];
-    rc = mkdir_p(d->dir);
+    rc = fsutil_mkdirs(d->dir, true);
     if (rc != 0)
         goto fail;
     snprintf(path, sizeof path, "%s/lock", d->dir);

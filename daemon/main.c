@@ -11,6 +11,7 @@
  * start-up failure (the log line says which); 2 usage error.
  */
 #include "config.h"
+#include "fsutil.h"
 #include "log.h"
 #include "server.h"
 #include "status.h"
@@ -44,26 +45,6 @@ static void usage(FILE *f)
                "  -c, --config FILE   configuration (JSON); see configs/kvtierd.json\n"
                "      --check-config  validate the configuration and exit (0 valid, 1 not)\n"
                "      --print-defaults  print every key with its default value\n");
-}
-
-/* mkdir -p of the directory part of path (relative paths are relative to the cwd). */
-static int make_parent_dirs(const char *path)
-{
-    char buf[PATH_MAX];
-    size_t n = strlen(path);
-
-    if (n >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    for (char *p = buf + 1; *p != '\0'; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0750) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    return 0;
 }
 
 static int status_handler(void *arg, const char *path, char **body, size_t *len,
@@ -106,8 +87,8 @@ static int run(const config_t *cfg)
     int rc = 1;
 
     if (strncmp(cfg->server.endpoint, "ipc://", 6) == 0)
-        make_parent_dirs(cfg->server.endpoint + 6);
-    make_parent_dirs(cfg->server.status_socket);
+        fsutil_mkdirs(cfg->server.endpoint + 6, false);
+    fsutil_mkdirs(cfg->server.status_socket, false);
     /* A status client that hangs up before its answer is written must not kill the daemon:
      * writes report EPIPE instead. */
     signal(SIGPIPE, SIG_IGN);
