@@ -408,9 +408,9 @@ static void flush_work(uv_work_t *req)
         size_t hl = record_header_len(r->m.model_len);
         uint8_t *pay = d->out + pos + hl;
         uint8_t codec;
-        size_t stored = codec_encode(j->raw_only ? CODEC_MODE_OFF : d->mode,
-                                     d->cfg->disk.compression_threshold, DISK_SHUFFLE_ELEM, src,
-                                     r->m.raw_len, pay, r->m.raw_len, scratch, &codec);
+        size_t stored =
+            codec_encode(j->raw_only ? CODEC_MODE_OFF : d->mode, d->cfg->disk.compression_threshold,
+                         DISK_SHUFFLE_ELEM, src, r->m.raw_len, pay, r->m.raw_len, scratch, &codec);
         if (codec == RECORD_CODEC_RAW)
             memcpy(pay, src, r->m.raw_len);
         r->m.codec = codec;
