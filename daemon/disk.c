@@ -1074,21 +1074,7 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
 
 fail:
     *out = NULL;
-    for (size_t i = 0; i < d->nsegs; i++) {
-        if (d->segs[i]->fd >= 0)
-            close(d->segs[i]->fd);
-        free(d->segs[i]);
-    }
-    free(d->segs);
-    free(d->drops);
-    if (d->lock_fd >= 0)
-        close(d->lock_fd);
-    for (int i = 0; i < 2; i++) {
-        free(d->wb[i].data);
-        free(d->wb[i].recs);
-    }
-    free(d->out);
-    free(d);
+    disk_destroy(&d); /* what was made so far: no handle was started yet */
     return rc;
 }
 

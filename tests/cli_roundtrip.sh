@@ -7,33 +7,9 @@ set -euo pipefail
 
 kvtierd=${1:?usage: cli_roundtrip.sh KVTIERD KVTIERCTL}
 kvtierctl=${2:?usage: cli_roundtrip.sh KVTIERD KVTIERCTL}
-for tool in curl jq cmp od; do
-    command -v "$tool" >/dev/null || { echo "FAIL: $tool is required" >&2; exit 1; }
-done
-
-dir=$(mktemp -d /tmp/kvtcli-XXXXXX)
-pid=
-cleanup() {
-    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    if [[ -f $dir/kvtierd.log ]]; then
-        echo "--- kvtierd.log (tail)" >&2
-        tail -n 40 "$dir/kvtierd.log" >&2
-    fi
-    exit 1
-}
-
-expect_eq() { # what got want
-    [[ "$2" == "$3" ]] || fail "$1: got '$2', want '$3'"
-}
+# shellcheck source=testlib.sh
+source "$(dirname "$0")/testlib.sh"
+testlib_init kvtcli curl jq cmp od
 
 endpoint="ipc://$dir/kvt.zmq"
 sock="$dir/status.sock"
