@@ -32,6 +32,14 @@
 #include <string.h>
 
 #define STORE_VICTIM_SCAN 4096u
+#define STORE_PERSIST_MS 20000u /* shutdown: how long RAM-only chunks may take to reach disk */
+#define STORE_PERSIST_RETRY_MS 5u
+
+typedef struct {
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+} persist_key_t;
 
 typedef struct {
     uint64_t chunks; /* entries with a disk copy */
@@ -71,6 +79,13 @@ struct store {
     store_disk_stats_t dk;
     relink_t *relink; /* recovery only */
     size_t nrelink, relinkcap;
+    /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
+    uv_timer_t persist_timer; /* initialised when the disk tier is attached */
+    persist_key_t *persist;
+    size_t npersist, persist_next;
+    uint64_t persist_deadline, persist_start, persisted;
+    void (*close_done)(void *arg);
+    void *close_arg;
 };
 
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
@@ -273,20 +288,15 @@ static void drop(store_t *s, index_entry_t *e)
     index_remove(s->ix, e);
 }
 
-/* Moves a RAM victim to the disk tier. Returns 0, or -1 when the disk tier refuses. */
-static int demote(store_t *s, index_entry_t *v)
+/* Queues v's RAM bytes for the disk as a self-describing record (namespace identity, rank,
+ * hash, parent hash for relinking at recovery); v waits in the write buffer (INDEX_F_WBUF)
+ * until its flush commits. Returns 0 or disk_append's error. */
+static int write_record(store_t *s, const ns_t *ns, index_entry_t *v)
 {
-    const ns_t *ns = ns_get(s->nst, v->ns);
     record_meta_t m;
     uint64_t seq;
+    int rc;
 
-    if (v->flags & INDEX_F_DISK) {
-        ram_release(s, v);
-        s->dk.demoted_clean++;
-        return 0;
-    }
-    if (ns == NULL || s->closing || !disk_admits(s->disk, v->len))
-        return -1;
     memset(&m, 0, sizeof m);
     m.model_len = (uint8_t)strlen(ns->model);
     memcpy(m.model, ns->model, m.model_len);
@@ -303,11 +313,29 @@ static int demote(store_t *s, index_entry_t *v)
     m.raw_len = v->len;
     m.stored_len = v->len;
     m.shuffle = 1;
-    if (disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), &seq) != 0)
-        return -1;
+    rc = disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), &seq);
+    if (rc != 0)
+        return rc;
     v->flags |= INDEX_F_WBUF;
     v->wseq = seq;
     s->dk.wbuf++;
+    return 0;
+}
+
+/* Moves a RAM victim to the disk tier. Returns 0, or -1 when the disk tier refuses. */
+static int demote(store_t *s, index_entry_t *v)
+{
+    const ns_t *ns = ns_get(s->nst, v->ns);
+
+    if (v->flags & INDEX_F_DISK) {
+        ram_release(s, v);
+        s->dk.demoted_clean++;
+        return 0;
+    }
+    if (ns == NULL || s->closing || !disk_admits(s->disk, v->len))
+        return -1;
+    if (write_record(s, ns, v) != 0)
+        return -1;
     s->dk.demoted++;
     ram_release(s, v);
     return 0;
@@ -782,6 +810,8 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     free(s->relink);
     s->relink = NULL;
     s->nrelink = s->relinkcap = 0;
+    uv_timer_init(loop, &s->persist_timer);
+    s->persist_timer.data = s;
     return 0;
 }
 
@@ -795,14 +825,91 @@ bool store_has_disk(const store_t *s)
     return s->disk != NULL;
 }
 
+static void persist_step_cb(uv_timer_t *t);
+
+static void persist_closed_cb(uv_handle_t *h)
+{
+    store_t *s = h->data;
+
+    disk_close(s->disk, s->close_done, s->close_arg);
+}
+
+/* Writes the next RAM-only chunks; waits (a short timer) while the write buffer is full, and
+ * gives up at the deadline or when the tier is degraded. */
+static void persist_step(store_t *s)
+{
+    uint64_t now = uv_now(s->loop);
+
+    while (s->persist_next < s->npersist) {
+        const persist_key_t *k = &s->persist[s->persist_next];
+        index_entry_t *e = index_find(s->ix, k->ns, k->rank, &k->hash);
+        const ns_t *ns = e != NULL ? ns_get(s->nst, e->ns) : NULL;
+        int rc;
+
+        if (ns == NULL || !(e->flags & INDEX_F_RAM) ||
+            (e->flags & (INDEX_F_DISK | INDEX_F_WBUF))) {
+            s->persist_next++;
+            continue;
+        }
+        rc = write_record(s, ns, e);
+        if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
+            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS,
+                           0);
+            return;
+        }
+        if (rc == 0)
+            s->persisted++;
+        else if (rc == -EAGAIN)
+            break; /* degraded or out of time: the rest stays RAM-only */
+        s->persist_next++;
+    }
+    log_info("disk_persist", "chunks=%zu written=%" PRIu64 " skipped=%zu ms=%" PRIu64, s->npersist,
+             s->persisted, s->npersist - s->persist_next, now - s->persist_start);
+    free(s->persist);
+    s->persist = NULL;
+    uv_close((uv_handle_t *)&s->persist_timer, persist_closed_cb);
+}
+
+static void persist_step_cb(uv_timer_t *t)
+{
+    persist_step(t->data);
+}
+
+struct persist_collect {
+    persist_key_t *keys;
+    size_t n;
+};
+
+static void collect_ram_only(const index_entry_t *e, void *arg)
+{
+    struct persist_collect *c = arg;
+
+    if ((e->flags & INDEX_F_RAM) && !(e->flags & (INDEX_F_DISK | INDEX_F_WBUF)))
+        c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
+}
+
+/* Shutdown: chunks that are only in RAM are written to the disk tier first (bounded by
+ * STORE_PERSIST_MS), so that a clean restart finds every chunk; then the tier drains. */
 void store_close(store_t *s, void (*done)(void *arg), void *arg)
 {
+    struct persist_collect c = {0};
+
     s->closing = true;
     if (s->disk == NULL) {
         done(arg);
         return;
     }
-    disk_close(s->disk, done, arg);
+    s->close_done = done;
+    s->close_arg = arg;
+    s->persist_start = uv_now(s->loop);
+    s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
+    c.keys = malloc((index_count(s->ix) + 1) * sizeof *c.keys);
+    if (c.keys != NULL)
+        index_foreach(s->ix, collect_ram_only, &c);
+    s->persist = c.keys;
+    s->npersist = c.n;
+    s->persist_next = 0;
+    persist_step(s);
 }
 
 typedef struct {
