@@ -3046,7 +3046,7 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
                safe_div((double)cs[i]->raw / 1e6, cs[i]->enc_s),
                safe_div((double)cs[i]->raw / 1e6, cs[i]->dec_s));
     printf("\nlookups of %u hashes, %u us apart      calls    p50 us    p99 us    max us\n",
-           o->prompt_chunks, BENCH_DISK_LOOKUP_GAP_US);
+           o->prompt_chunks, (unsigned)BENCH_DISK_LOOKUP_GAP_US);
     const lookups_t *ls[2] = {&d->idle, &d->busy};
     const char *ln[2] = {"daemon idle", "while the disk is written"};
     for (int i = 0; i < 2; i++)

@@ -582,14 +582,15 @@ static int save_shm(kvt_client_t *c, kvt_msg_t *req, const kvt_hash_t *hashes, s
 {
     kvt_msg_t rep;
     kvt_frame_t fr[2];
-    uint8_t *buf = malloc(n * (8 + KVT_LOC_BYTES));
-    uint8_t *lenbuf = buf, *locs = buf + 8 * n;
+    uint8_t *buf = malloc(n * (8 + KVT_LOC_BYTES)), *lenbuf, *locs;
     size_t nwanted = 0;
     int64_t hold_end;
     int recovered = 0, rc;
 
     if (buf == NULL)
         return KVT_ENOMEM;
+    lenbuf = buf;
+    locs = buf + 8 * n;
     for (size_t i = 0; i < n; i++)
         kvt_put_u64(lenbuf + 8 * i, lens[i]);
     fr[0].data = hashes;
