@@ -827,6 +827,15 @@ static void print_status_summary(const json_t *st)
            jnum(st, "ram.chunks"));
     printf("hits %.0f, misses %.0f, evictions %.0f\n", jnum(st, "ram.hits"), jnum(st, "ram.misses"),
            jnum(st, "ram.evictions"));
+    {
+        const char *dstate =
+            json_string_value(json_object_get(json_object_get(st, "disk"), "state"));
+        if (dstate != NULL && strcmp(dstate, "off") != 0)
+            printf("disk: %s, %s used of %s, %.0f chunks, hits %.0f, misses %.0f\n", dstate,
+                   human_bytes(jnum(st, "disk.used_bytes"), used, sizeof used),
+                   human_bytes(jnum(st, "disk.capacity_bytes"), capacity, sizeof capacity),
+                   jnum(st, "disk.chunks"), jnum(st, "disk.hits"), jnum(st, "disk.misses"));
+    }
     printf("clients %.0f\n", jnum(st, "server.clients"));
     printf("namespaces %zu\n", json_array_size(nss));
     json_array_foreach(nss, i, ns)
