@@ -1,0 +1,908 @@
+/*
+ * kvtier-replay.c - a simulated engine that replays a Mooncake-format trace (JSON lines
+ * {timestamp, input_length, output_length, hash_ids}) against a running kvtierd.
+ *
+ *   kvtier-replay [-c CONFIG | -e ENDPOINT -s STATUS_SOCKET] --trace FILE [--requests N]
+ *                 [--hbm-blocks N] [--chunk-bytes N] [--min-load-tokens N] [--engine-id ID]
+ *                 [--ns NAME] [--salt N] [--timeout MS] [--json]
+ *
+ * Design. The trace's hash_ids are 512-token blocks, already prefix-chained; the namespace has
+ * chunk_tokens 512, so one block is one chunk, named by a 16-byte hash: the id little-endian in
+ * bytes 0..7, the run salt in bytes 8..15. Only whole blocks (input_length / 512) are looked
+ * up, saved, loaded and cached, as an engine hashes only whole chunks. Requests run in trace
+ * order (timestamps are ignored), one at a time, on one client (world size 1, rank 0):
+ *   1. hbm = the leading blocks of the request present in the simulated HBM prefix cache (an
+ *      LRU of --hbm-blocks block ids), in tokens;
+ *   2. lookup of the whole blocks with prompt_tokens = input_length, hbm_tokens = hbm. A lookup
+ *      the daemon skipped was already counted as a verdict by the daemon, and a miss (hit 0) is
+ *      no verdict; otherwise lmc and the verdict follow GATES.md section 1;
+ *   3. a paid verdict loads the blocks [hbm, lmc) and checks every byte against the pattern
+ *      derived from the block id;
+ *   4. one save operation (op id = the request's index in the trace, parent = the previous
+ *      block's hash) of the blocks from max(hbm, hit) to the last whole block;
+ *   5. the request's blocks enter the HBM LRU, last block first, so that a prefix is evicted
+ *      after its extensions;
+ *   6. every 8 requests (and once at the end) the cumulative totals and per-reason counts go to
+ *      the daemon with kvt_tally.
+ * The daemon's status (GET /status on the status socket) is read before and after the replay:
+ * bytes moved into the tier are the deltas of server.bytes_received and bytes_committed.
+ *
+ * Threads: single-threaded. Exit: 0 ok, 1 a load returned wrong bytes, 2 usage, 3 error.
+ *
+ * Invariants: verdicts = answered lookups with hit > 0 (of whole-block requests); every chunk
+ * loaded is compared byte for byte.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "kvtier.h"
+
+#define RP_BLOCK_TOKENS 512u
+#define RP_TALLY_EVERY 8
+#define RP_DEFAULT_SALT UINT64_C(0x7265706c61790001)
+#define RP_STATUS_MAX (16u << 20)
+
+enum { EXIT_VERIFY = 1, EXIT_USAGE = 2, EXIT_FAIL = 3 };
+
+enum { V_HBM, V_UNALIGNED, V_SMALL, V_PAID, V_COUNT };
+static const char *const verdict_names[V_COUNT] = {
+    "hbm_satisfies_after_alloc", "unaligned_hbm_prefill", "too_small", "aligned_large_hit"};
+
+typedef struct {
+    const char *config;
+    const char *endpoint;
+    const char *status_socket;
+    const char *trace;
+    const char *ns;
+    char *config_endpoint; /* owned: read from the config file */
+    char *config_status;   /* owned */
+    uint64_t requests;     /* 0: all */
+    uint64_t hbm_blocks;
+    uint64_t chunk_bytes;
+    uint64_t min_load_tokens;
+    uint64_t engine_id;
+    uint64_t salt;
+    int timeout_ms;
+    int json;
+} rp_opts_t;
+
+typedef struct {
+    uint64_t input_length;
+    uint32_t nblocks; /* whole blocks */
+    size_t first;     /* offset into rp_trace_t.blocks */
+} rp_req_t;
+
+typedef struct {
+    rp_req_t *reqs;
+    size_t nreqs;
+    uint32_t *blocks; /* dense block index per whole block, requests back to back */
+    size_t nblocks;
+    uint64_t *ids; /* dense index -> trace hash id (sorted, distinct) */
+    size_t nids;
+    uint32_t max_blocks; /* most whole blocks of one request */
+} rp_trace_t;
+
+/* LRU over dense block indices: a doubly linked list in arrays, head = most recent. */
+typedef struct {
+    int32_t *prev, *next;
+    uint8_t *in;
+    int32_t head, tail;
+    size_t count, cap;
+} rp_lru_t;
+
+typedef struct {
+    uint64_t requests, no_whole_block;
+    uint64_t lookups_answered, lookups_skipped, lookups_hit;
+    uint64_t verdicts[V_COUNT], paid_total, probes_total;
+    uint64_t prompt_tokens, hbm_tokens, tokens_loaded, blocks_loaded, loads_verified;
+    uint64_t load_short, load_mismatch;
+    uint64_t save_ops, save_ops_declined, blocks_stored, blocks_exists, blocks_declined;
+    uint64_t blocks_nospace, tallies;
+} rp_stats_t;
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static const char usage_text[] =
+    "usage: kvtier-replay [-c CONFIG | -e ENDPOINT -s STATUS_SOCKET] --trace FILE\n"
+    "                     [--requests N] [--hbm-blocks N] [--chunk-bytes N]\n"
+    "                     [--min-load-tokens N] [--engine-id ID] [--ns NAME] [--salt N]\n"
+    "                     [--timeout MS] [--json]\n"
+    "Defaults: all requests, --hbm-blocks 2000, --chunk-bytes 65536, --min-load-tokens 8192,\n"
+    "--engine-id 1, --ns replay, --timeout 10000. Exit: 0 ok, 1 a load returned wrong bytes,\n"
+    "2 usage, 3 error.\n";
+
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("kvtier-replay: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fputs(usage_text, stderr);
+    return EXIT_USAGE;
+}
+
+static int fail_kvt(const char *what, const kvt_client_t *c, int err)
+{
+    const char *text = c != NULL ? kvt_last_error(c) : "";
+
+    fprintf(stderr, "kvtier-replay: %s: %s%s%s%s\n", what, kvt_strerror(err), text[0] ? " (" : "",
+            text, text[0] ? ")" : "");
+    return EXIT_FAIL;
+}
+
+static int opt_u64(const char *name, const char *val, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (val == NULL)
+        return usage_error("%s needs a value", name);
+    errno = 0;
+    v = strtoull(val, &end, 0);
+    if (val[0] < '0' || val[0] > '9' || errno != 0 || *end != '\0' || v < min || v > max)
+        return usage_error("%s: expected an integer in %" PRIu64 "..%" PRIu64 ", got '%s'", name,
+                           min, max, val);
+    *out = v;
+    return 0;
+}
+
+static int parse_args(rp_opts_t *o, int argc, char **argv)
+{
+    uint64_t n;
+    int rc;
+
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+            i -= 1;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage_text, stdout);
+            exit(0);
+        }
+        if (strcmp(a, "-c") == 0 || strcmp(a, "-e") == 0 || strcmp(a, "-s") == 0 ||
+            strcmp(a, "--trace") == 0 || strcmp(a, "--ns") == 0) {
+            if (v == NULL || v[0] == '\0')
+                return usage_error("%s needs a value", a);
+            if (strcmp(a, "-c") == 0)
+                o->config = v;
+            else if (strcmp(a, "-e") == 0)
+                o->endpoint = v;
+            else if (strcmp(a, "-s") == 0)
+                o->status_socket = v;
+            else if (strcmp(a, "--trace") == 0)
+                o->trace = v;
+            else
+                o->ns = v;
+            continue;
+        }
+        if (strcmp(a, "--requests") == 0)
+            rc = opt_u64(a, v, 1, UINT32_MAX, &o->requests);
+        else if (strcmp(a, "--hbm-blocks") == 0)
+            rc = opt_u64(a, v, 0, UINT32_MAX / 2, &o->hbm_blocks);
+        else if (strcmp(a, "--chunk-bytes") == 0)
+            rc = opt_u64(a, v, 8, 64u << 20, &o->chunk_bytes);
+        else if (strcmp(a, "--min-load-tokens") == 0)
+            rc = opt_u64(a, v, 0, UINT32_MAX, &o->min_load_tokens);
+        else if (strcmp(a, "--engine-id") == 0)
+            rc = opt_u64(a, v, 0, UINT64_MAX, &o->engine_id);
+        else if (strcmp(a, "--salt") == 0)
+            rc = opt_u64(a, v, 0, UINT64_MAX, &o->salt);
+        else if (strcmp(a, "--timeout") == 0) {
+            rc = opt_u64(a, v, 1, 3600 * 1000, &n);
+            o->timeout_ms = (int)n;
+        } else
+            return usage_error("unknown option '%s'", a);
+        if (rc != 0)
+            return rc;
+    }
+    if (o->trace == NULL)
+        return usage_error("--trace FILE is required");
+    if (o->chunk_bytes % 8 != 0)
+        return usage_error("--chunk-bytes must be a multiple of 8");
+    return 0;
+}
+
+/* Reads server.endpoint and server.status_socket from the daemon's config when not given. */
+static int resolve_endpoints(rp_opts_t *o)
+{
+    json_error_t jerr;
+    json_t *root, *ep, *ss;
+    int rc = 0;
+
+    if (o->endpoint != NULL && o->status_socket != NULL)
+        return 0;
+    if (o->config == NULL)
+        return usage_error("give -c CONFIG or both -e ENDPOINT and -s STATUS_SOCKET");
+    root = json_load_file(o->config, 0, &jerr);
+    if (root == NULL) {
+        fprintf(stderr, "kvtier-replay: config %s: line %d: %s\n", o->config, jerr.line, jerr.text);
+        return EXIT_FAIL;
+    }
+    ep = json_object_get(json_object_get(root, "server"), "endpoint");
+    ss = json_object_get(json_object_get(root, "server"), "status_socket");
+    if ((o->endpoint == NULL && !json_is_string(ep)) ||
+        (o->status_socket == NULL && !json_is_string(ss))) {
+        fprintf(stderr,
+                "kvtier-replay: config %s: server.endpoint and server.status_socket "
+                "must be strings\n",
+                o->config);
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    if (o->endpoint == NULL) {
+        o->config_endpoint = strdup(json_string_value(ep));
+        o->endpoint = o->config_endpoint;
+    }
+    if (o->status_socket == NULL) {
+        o->config_status = strdup(json_string_value(ss));
+        o->status_socket = o->config_status;
+    }
+    if (o->endpoint == NULL || o->status_socket == NULL) {
+        fprintf(stderr, "kvtier-replay: out of memory\n");
+        rc = EXIT_FAIL;
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+/*
+ * GET /status over the Unix socket at path (HTTP/1.0, blocking with SO_RCVTIMEO/SO_SNDTIMEO).
+ * Returns the parsed document (owned) or NULL after a message.
+ */
+static json_t *status_get(const char *path, int timeout_ms)
+{
+    static const char req[] = "GET /status HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    size_t cap = 1 << 16, n = 0, sent = 0;
+    char *buf = NULL, *body;
+    json_t *doc = NULL;
+    json_error_t jerr;
+    const char *what = "connect";
+    int fd, code = 0;
+
+    if (strlen(path) >= sizeof sa.sun_path) {
+        fprintf(stderr, "kvtier-replay: status socket path too long: %s\n", path);
+        return NULL;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        goto fail_sys;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        goto fail_sys;
+    what = "send";
+    while (sent < sizeof req - 1) {
+        ssize_t w = send(fd, req + sent, sizeof req - 1 - sent, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            goto fail_sys;
+        sent += (size_t)w;
+    }
+    what = "receive";
+    buf = malloc(cap);
+    if (buf == NULL)
+        goto fail_sys;
+    for (;;) {
+        ssize_t r;
+        if (n + 1 == cap) {
+            char *nb = cap >= RP_STATUS_MAX ? NULL : realloc(buf, cap * 2);
+            if (nb == NULL) {
+                errno = cap >= RP_STATUS_MAX ? EFBIG : ENOMEM;
+                goto fail_sys;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        r = recv(fd, buf + n, cap - n - 1, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            goto fail_sys;
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    body = strstr(buf, "\r\n\r\n");
+    if (sscanf(buf, "HTTP/%*d.%*d %d", &code) != 1 || code != 200 || body == NULL) {
+        fprintf(stderr, "kvtier-replay: status %s: bad reply (HTTP %d)\n", path, code);
+        goto out;
+    }
+    doc = json_loads(body + 4, 0, &jerr);
+    if (doc == NULL)
+        fprintf(stderr, "kvtier-replay: status %s: %s\n", path, jerr.text);
+    goto out;
+fail_sys:
+    fprintf(stderr, "kvtier-replay: status %s: %s: %s\n", path, what, strerror(errno));
+out:
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    return doc;
+}
+
+static uint64_t jint(const json_t *obj, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(json_object_get(obj, a), b);
+
+    return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+}
+
+/* The bytes moved into the tier so far: frames payload + shared-arena commits. */
+static uint64_t status_bytes_in(const json_t *st, uint64_t *received, uint64_t *committed)
+{
+    *received = jint(st, "server", "bytes_received");
+    *committed = jint(st, "server", "bytes_committed");
+    return *received + *committed;
+}
+
+static json_t *status_ns_gates(const json_t *st, const char *ns)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(json_object_get(st, "namespaces"), i, e)
+    {
+        const char *m = json_string_value(json_object_get(e, "model"));
+        if (m != NULL && strcmp(m, ns) == 0)
+            return json_object_get(e, "gates");
+    }
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static void trace_free(rp_trace_t *t)
+{
+    free(t->reqs);
+    free(t->blocks);
+    free(t->ids);
+    memset(t, 0, sizeof *t);
+}
+
+/* Grows *p (elements of size sz) to hold at least need elements. */
+static int grow(void *p, size_t *cap, size_t need, size_t sz)
+{
+    size_t ncap = *cap ? *cap : 1024;
+    void *np;
+
+    if (need <= *cap)
+        return 0;
+    while (ncap < need)
+        ncap *= 2;
+    np = realloc(*(void **)p, ncap * sz);
+    if (np == NULL)
+        return -1;
+    *(void **)p = np;
+    *cap = ncap;
+    return 0;
+}
+
+/*
+ * Loads the first max requests (0: all) of the trace at path. Block ids are replaced by dense
+ * indices into t->ids. Returns 0 or EXIT_FAIL after a message.
+ */
+static int trace_load(const char *path, uint64_t max, rp_trace_t *t)
+{
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t linecap = 0, reqcap = 0, blkcap = 0, lineno = 0;
+    uint64_t *raw = NULL;
+    ssize_t len;
+    int rc = EXIT_FAIL;
+
+    memset(t, 0, sizeof *t);
+    if (f == NULL) {
+        fprintf(stderr, "kvtier-replay: trace %s: %s\n", path, strerror(errno));
+        return EXIT_FAIL;
+    }
+    while ((max == 0 || t->nreqs < max) && (len = getline(&line, &linecap, f)) >= 0) {
+        json_error_t jerr;
+        json_t *o, *ids, *il;
+        size_t nwhole;
+        lineno++;
+        if (len <= 1)
+            continue;
+        o = json_loads(line, 0, &jerr);
+        ids = json_object_get(o, "hash_ids");
+        il = json_object_get(o, "input_length");
+        if (o == NULL || !json_is_array(ids) || !json_is_integer(il) ||
+            json_integer_value(il) < 0) {
+            fprintf(stderr, "kvtier-replay: trace %s:%zu: not a trace record\n", path, lineno);
+            json_decref(o);
+            goto out;
+        }
+        nwhole = (size_t)json_integer_value(il) / RP_BLOCK_TOKENS;
+        if (nwhole > json_array_size(ids) || nwhole > UINT32_MAX ||
+            grow(&t->reqs, &reqcap, t->nreqs + 1, sizeof *t->reqs) != 0 ||
+            grow(&raw, &blkcap, t->nblocks + nwhole, sizeof *raw) != 0) {
+            fprintf(stderr, "kvtier-replay: trace %s:%zu: %s\n", path, lineno,
+                    nwhole > json_array_size(ids) ? "fewer hash_ids than whole blocks"
+                                                  : "out of memory");
+            json_decref(o);
+            goto out;
+        }
+        t->reqs[t->nreqs] = (rp_req_t){.input_length = (uint64_t)json_integer_value(il),
+                                       .nblocks = (uint32_t)nwhole,
+                                       .first = t->nblocks};
+        for (size_t i = 0; i < nwhole; i++) {
+            json_t *id = json_array_get(ids, i);
+            if (!json_is_integer(id) || json_integer_value(id) < 0) {
+                fprintf(stderr, "kvtier-replay: trace %s:%zu: bad hash id\n", path, lineno);
+                json_decref(o);
+                goto out;
+            }
+            raw[t->nblocks + i] = (uint64_t)json_integer_value(id);
+        }
+        t->nblocks += nwhole;
+        if (nwhole > t->max_blocks)
+            t->max_blocks = (uint32_t)nwhole;
+        t->nreqs++;
+        json_decref(o);
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "kvtier-replay: trace %s: read error\n", path);
+        goto out;
+    }
+    if (t->nreqs == 0) {
+        fprintf(stderr, "kvtier-replay: trace %s: no requests\n", path);
+        goto out;
+    }
+    t->ids = malloc((t->nblocks ? t->nblocks : 1) * sizeof *t->ids);
+    t->blocks = malloc((t->nblocks ? t->nblocks : 1) * sizeof *t->blocks);
+    if (t->ids == NULL || t->blocks == NULL) {
+        fprintf(stderr, "kvtier-replay: out of memory\n");
+        goto out;
+    }
+    if (t->nblocks > 0)
+        memcpy(t->ids, raw, t->nblocks * sizeof *raw);
+    qsort(t->ids, t->nblocks, sizeof *t->ids, cmp_u64);
+    for (size_t i = 0; i < t->nblocks; i++)
+        if (i == 0 || t->ids[i] != t->ids[t->nids - 1])
+            t->ids[t->nids++] = t->ids[i];
+    for (size_t i = 0; i < t->nblocks; i++) {
+        const uint64_t *p = bsearch(&raw[i], t->ids, t->nids, sizeof *t->ids, cmp_u64);
+        t->blocks[i] = (uint32_t)(p - t->ids);
+    }
+    rc = 0;
+out:
+    free(raw);
+    free(line);
+    fclose(f);
+    if (rc != 0)
+        trace_free(t);
+    return rc;
+}
+
+static int lru_init(rp_lru_t *l, size_t n, size_t cap)
+{
+    l->prev = malloc((n ? n : 1) * sizeof *l->prev);
+    l->next = malloc((n ? n : 1) * sizeof *l->next);
+    l->in = calloc(n ? n : 1, 1);
+    l->head = l->tail = -1;
+    l->count = 0;
+    l->cap = cap;
+    return l->prev != NULL && l->next != NULL && l->in != NULL ? 0 : -1;
+}
+
+static void lru_free(rp_lru_t *l)
+{
+    free(l->prev);
+    free(l->next);
+    free(l->in);
+}
+
+static void lru_unlink(rp_lru_t *l, int32_t i)
+{
+    if (l->prev[i] >= 0)
+        l->next[l->prev[i]] = l->next[i];
+    else
+        l->head = l->next[i];
+    if (l->next[i] >= 0)
+        l->prev[l->next[i]] = l->prev[i];
+    else
+        l->tail = l->prev[i];
+    l->in[i] = 0;
+    l->count--;
+}
+
+/* Makes block i the most recent, evicting the least recent when full. */
+static void lru_touch(rp_lru_t *l, int32_t i)
+{
+    if (l->cap == 0)
+        return;
+    if (l->in[i])
+        lru_unlink(l, i);
+    else if (l->count == l->cap)
+        lru_unlink(l, l->tail);
+    l->prev[i] = -1;
+    l->next[i] = l->head;
+    if (l->head >= 0)
+        l->prev[l->head] = i;
+    l->head = i;
+    if (l->tail < 0)
+        l->tail = i;
+    l->in[i] = 1;
+    l->count++;
+}
+
+static void block_hash(uint64_t id, uint64_t salt, kvt_hash_t *h)
+{
+    for (int k = 0; k < 8; k++) {
+        h->b[k] = (uint8_t)(id >> (8 * k));
+        h->b[8 + k] = (uint8_t)(salt >> (8 * k));
+    }
+}
+
+/* The bytes of block id: a splitmix64 stream seeded by (id, salt). len is a multiple of 8. */
+static void block_fill(uint64_t id, uint64_t salt, void *buf, size_t len)
+{
+    uint64_t x = id * UINT64_C(0x9e3779b97f4a7c15) ^ salt;
+    uint8_t *p = buf;
+
+    for (size_t off = 0; off < len; off += 8) {
+        uint64_t z = (x += UINT64_C(0x9e3779b97f4a7c15));
+        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+        z ^= z >> 31;
+        memcpy(p + off, &z, 8);
+    }
+}
+
+static int push_tally(kvt_client_t *c, const rp_opts_t *o, rp_stats_t *s)
+{
+    kvt_reason_t reasons[V_COUNT];
+    int rc;
+
+    for (int v = 0; v < V_COUNT; v++)
+        reasons[v] = (kvt_reason_t){.name = verdict_names[v], .count = s->verdicts[v]};
+    rc = kvt_tally(c, o->engine_id, s->paid_total, s->probes_total, reasons, V_COUNT, NULL);
+    if (rc != 0)
+        return fail_kvt("tally", c, rc);
+    s->tallies++;
+    return 0;
+}
+
+typedef struct {
+    kvt_hash_t *hashes;
+    void **bufs;  /* max_blocks chunk buffers (save data, then load targets) */
+    size_t *lens; /* chunk_bytes each */
+    size_t *got;  /* load: stored sizes */
+    uint8_t *outcomes;
+    void *expect; /* one chunk: the pattern a loaded block must match */
+} rp_bufs_t;
+
+/* Loads blocks [from, to) of request r and verifies them. */
+static int replay_load(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t, const rp_req_t *r,
+                       rp_bufs_t *b, uint32_t from, uint32_t to, rp_stats_t *s)
+{
+    size_t n = to - from, nhit = 0;
+    int rc;
+
+    rc = kvt_load(c, b->hashes + from, n, b->bufs, b->lens, b->got, &nhit);
+    if (rc != 0)
+        return fail_kvt("load", c, rc);
+    if (nhit < n)
+        s->load_short++;
+    for (size_t i = 0; i < nhit; i++) {
+        uint64_t id = t->ids[t->blocks[r->first + from + i]];
+        block_fill(id, o->salt, b->expect, o->chunk_bytes);
+        if (b->got[i] != o->chunk_bytes || memcmp(b->bufs[i], b->expect, o->chunk_bytes) != 0) {
+            fprintf(stderr, "kvtier-replay: block %" PRIu64 " loaded with wrong bytes\n", id);
+            s->load_mismatch++;
+            continue;
+        }
+        s->loads_verified++;
+    }
+    s->blocks_loaded += nhit;
+    s->tokens_loaded += nhit * RP_BLOCK_TOKENS;
+    return 0;
+}
+
+/* Replays request index ri: lookup, verdict, load, save, HBM insert. */
+static int replay_one(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t, rp_lru_t *lru,
+                      rp_bufs_t *b, size_t ri, rp_stats_t *s)
+{
+    const rp_req_t *r = &t->reqs[ri];
+    const uint32_t *blk = t->blocks + r->first;
+    uint32_t n = r->nblocks, hbm_blocks = 0, hit = 0, from;
+    kvt_lookup_result_t res = {0};
+    kvt_lookup_opts_t lopts = {.has_prompt = 1, .prompt_tokens = r->input_length};
+    int rc;
+
+    s->requests++;
+    s->prompt_tokens += r->input_length;
+    if (n == 0) {
+        s->no_whole_block++;
+        return 0;
+    }
+    while (hbm_blocks < n && lru->in[blk[hbm_blocks]])
+        hbm_blocks++;
+    s->hbm_tokens += (uint64_t)hbm_blocks * RP_BLOCK_TOKENS;
+    for (uint32_t i = 0; i < n; i++)
+        block_hash(t->ids[blk[i]], o->salt, &b->hashes[i]);
+
+    lopts.hbm_tokens = (uint64_t)hbm_blocks * RP_BLOCK_TOKENS;
+    rc = kvt_lookup(c, b->hashes, n, &lopts, &res);
+    if (rc != 0)
+        return fail_kvt("lookup", c, rc);
+    if (res.skipped) {
+        s->lookups_skipped++;
+    } else {
+        s->lookups_answered++;
+        hit = res.hit;
+    }
+    if (hit > 0) {
+        uint64_t hbm = lopts.hbm_tokens, lmc = (uint64_t)hit * RP_BLOCK_TOKENS;
+        int v;
+        s->lookups_hit++;
+        if (lmc >= r->input_length)
+            lmc = r->input_length - 1;
+        lmc -= lmc % RP_BLOCK_TOKENS;
+        if (lmc <= hbm)
+            v = V_HBM;
+        else if (hbm % RP_BLOCK_TOKENS != 0)
+            v = V_UNALIGNED;
+        else if (lmc - hbm < o->min_load_tokens)
+            v = V_SMALL;
+        else
+            v = V_PAID;
+        s->verdicts[v]++;
+        s->probes_total++;
+        if (v == V_PAID) {
+            s->paid_total++;
+            rc = replay_load(c, o, t, r, b, hbm_blocks, (uint32_t)(lmc / RP_BLOCK_TOKENS), s);
+            if (rc != 0)
+                return rc;
+        }
+    }
+
+    from = hbm_blocks > hit ? hbm_blocks : hit;
+    if (from < n) {
+        kvt_save_opts_t sopts = {
+            .parent = from > 0 ? &b->hashes[from - 1] : NULL, .has_op_id = 1, .op_id = ri};
+        uint64_t declined = 0;
+        for (uint32_t i = from; i < n; i++)
+            block_fill(t->ids[blk[i]], o->salt, b->bufs[i - from], o->chunk_bytes);
+        rc = kvt_save(c, b->hashes + from, n - from, (const void *const *)b->bufs, b->lens, &sopts,
+                      b->outcomes);
+        if (rc != 0)
+            return fail_kvt("save", c, rc);
+        s->save_ops++;
+        for (uint32_t i = 0; i < n - from; i++) {
+            switch (b->outcomes[i]) {
+            case KVT_SAVE_STORED:
+                s->blocks_stored++;
+                break;
+            case KVT_SAVE_EXISTS:
+                s->blocks_exists++;
+                break;
+            case KVT_SAVE_DECLINED:
+                s->blocks_declined++;
+                declined++;
+                break;
+            default:
+                s->blocks_nospace++;
+                break;
+            }
+        }
+        if (declined > 0)
+            s->save_ops_declined++;
+    }
+    for (uint32_t i = n; i-- > 0;)
+        lru_touch(lru, (int32_t)blk[i]);
+    return 0;
+}
+
+static json_t *report_json(const rp_opts_t *o, const rp_stats_t *s, uint64_t d_received,
+                           uint64_t d_committed, const json_t *gates, double seconds)
+{
+    json_t *adm = json_object_get(gates, "admission");
+    json_t *skip = json_object_get(gates, "lookup_skip");
+    json_t *verdicts = json_object();
+
+    for (int v = 0; v < V_COUNT; v++)
+        json_object_set_new(verdicts, verdict_names[v], json_integer((json_int_t)s->verdicts[v]));
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+        " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f,"
+        " s:{s:O?, s:O?, s:O?, s:O?, s:O?, s:O?}, s:{s:O?, s:O?, s:O?, s:O?, s:O?, s:O?}}",
+        "requests", (json_int_t)s->requests, "requests_without_whole_block",
+        (json_int_t)s->no_whole_block, "hbm_blocks", (json_int_t)o->hbm_blocks, "chunk_bytes",
+        (json_int_t)o->chunk_bytes, "lookups_answered", (json_int_t)s->lookups_answered,
+        "lookups_skipped", (json_int_t)s->lookups_skipped, "lookups_hit",
+        (json_int_t)s->lookups_hit, "verdicts", verdicts, "probes_total",
+        (json_int_t)s->probes_total, "paid_total", (json_int_t)s->paid_total, "prompt_tokens",
+        (json_int_t)s->prompt_tokens, "hbm_tokens", (json_int_t)s->hbm_tokens, "tokens_loaded",
+        (json_int_t)s->tokens_loaded, "blocks_loaded", (json_int_t)s->blocks_loaded,
+        "loads_verified", (json_int_t)s->loads_verified, "load_short", (json_int_t)s->load_short,
+        "load_mismatch", (json_int_t)s->load_mismatch, "save_ops", (json_int_t)s->save_ops,
+        "save_ops_declined", (json_int_t)s->save_ops_declined, "blocks_saved",
+        (json_int_t)s->blocks_stored, "blocks_exists", (json_int_t)s->blocks_exists,
+        "blocks_declined", (json_int_t)s->blocks_declined, "blocks_nospace",
+        (json_int_t)s->blocks_nospace, "bytes_received", (json_int_t)d_received, "bytes_committed",
+        (json_int_t)d_committed, "load_hit_rate",
+        s->prompt_tokens ? (double)s->tokens_loaded / (double)s->prompt_tokens : 0.0,
+        "hbm_hit_rate", s->prompt_tokens ? (double)s->hbm_tokens / (double)s->prompt_tokens : 0.0,
+        "seconds", seconds, "admission", "enabled", json_object_get(adm, "enabled"), "payoff",
+        json_object_get(adm, "payoff"), "probes", json_object_get(adm, "probes"), "saved",
+        json_object_get(adm, "saved"), "skipped", json_object_get(adm, "skipped"), "would_decline",
+        json_object_get(adm, "would_decline"), "lookup_skip", "enabled",
+        json_object_get(skip, "enabled"), "lookups", json_object_get(skip, "lookups"), "act_ema",
+        json_object_get(skip, "act_ema"), "load_bearing", json_object_get(skip, "load_bearing"),
+        "skips", json_object_get(skip, "skips"), "would_skip", json_object_get(skip, "would_skip"));
+}
+
+static void print_value(const char *key, const char *sub, const json_t *v)
+{
+    char name[96];
+    char *txt = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+
+    snprintf(name, sizeof name, "%s%s%s", key, sub ? "." : "", sub ? sub : "");
+    printf("%-36s %s\n", name, txt != NULL ? txt : "?");
+    free(txt);
+}
+
+/* Prints the report as "key value" lines, a nested object's members as key.member. */
+static void print_table(json_t *rep)
+{
+    const char *k, *k2;
+    json_t *v, *v2;
+
+    json_object_foreach(rep, k, v)
+    {
+        if (!json_is_object(v)) {
+            print_value(k, NULL, v);
+            continue;
+        }
+        json_object_foreach(v, k2, v2)
+        {
+            print_value(k, k2, v2);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    rp_opts_t o = {.ns = "replay",
+                   .hbm_blocks = 2000,
+                   .chunk_bytes = 64 * 1024,
+                   .min_load_tokens = 8192,
+                   .engine_id = 1,
+                   .salt = RP_DEFAULT_SALT,
+                   .timeout_ms = 10000};
+    rp_trace_t t;
+    rp_lru_t lru = {0};
+    rp_bufs_t b = {0};
+    rp_stats_t s = {0};
+    kvt_client_t *c = NULL;
+    kvt_server_info_t info;
+    json_t *st0 = NULL, *st1 = NULL, *rep = NULL;
+    uint64_t r0, c0, r1, c1;
+    struct timespec t0, t1;
+    int rc;
+
+    if ((rc = parse_args(&o, argc, argv)) != 0)
+        return rc;
+    if ((rc = resolve_endpoints(&o)) != 0)
+        goto out_opts;
+    if ((rc = trace_load(o.trace, o.requests, &t)) != 0)
+        goto out_opts;
+    rc = EXIT_FAIL;
+    if (lru_init(&lru, t.nids, o.hbm_blocks) != 0)
+        goto fail_nomem;
+    b.hashes = calloc(t.max_blocks + 1, sizeof *b.hashes);
+    b.bufs = calloc(t.max_blocks + 1, sizeof *b.bufs);
+    b.lens = calloc(t.max_blocks + 1, sizeof *b.lens);
+    b.got = calloc(t.max_blocks + 1, sizeof *b.got);
+    b.outcomes = calloc(t.max_blocks + 1, 1);
+    b.expect = malloc(o.chunk_bytes);
+    if (b.hashes == NULL || b.bufs == NULL || b.lens == NULL || b.got == NULL ||
+        b.outcomes == NULL || b.expect == NULL)
+        goto fail_nomem;
+    for (uint32_t i = 0; i < t.max_blocks; i++) {
+        b.lens[i] = o.chunk_bytes;
+        if ((b.bufs[i] = malloc(o.chunk_bytes)) == NULL)
+            goto fail_nomem;
+    }
+
+    {
+        kvt_ns_desc_t ns = {
+            .model = o.ns, .dtype = "bf16", .chunk_tokens = RP_BLOCK_TOKENS, .world_size = 1};
+        kvt_connect_opts_t copts = {.timeout_ms = o.timeout_ms};
+        rc = kvt_connect(o.endpoint, &ns, 0, &copts, &c);
+        if (rc != 0) {
+            rc = fail_kvt("connect", NULL, rc);
+            goto out;
+        }
+    }
+    if (kvt_server_info(c, &info) == 0 && t.max_blocks > info.max_chunks) {
+        fprintf(stderr,
+                "kvtier-replay: a request has %" PRIu32 " blocks, the daemon takes %" PRIu32
+                " per call\n",
+                t.max_blocks, info.max_chunks);
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    if ((st0 = status_get(o.status_socket, o.timeout_ms)) == NULL) {
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (size_t i = 0; i < t.nreqs; i++) {
+        if ((rc = replay_one(c, &o, &t, &lru, &b, i, &s)) != 0)
+            goto out;
+        if ((i + 1) % RP_TALLY_EVERY == 0 && (rc = push_tally(c, &o, &s)) != 0)
+            goto out;
+    }
+    if (t.nreqs % RP_TALLY_EVERY != 0 && (rc = push_tally(c, &o, &s)) != 0)
+        goto out;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if ((st1 = status_get(o.status_socket, o.timeout_ms)) == NULL) {
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    status_bytes_in(st0, &r0, &c0);
+    status_bytes_in(st1, &r1, &c1);
+    rep = report_json(&o, &s, r1 - r0, c1 - c0, status_ns_gates(st1, o.ns),
+                      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    if (rep == NULL)
+        goto fail_nomem;
+    if (o.json) {
+        json_dumpf(rep, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
+        fputc('\n', stdout);
+    } else {
+        print_table(rep);
+    }
+    rc = s.load_mismatch > 0 ? EXIT_VERIFY : 0;
+    goto out;
+fail_nomem:
+    fprintf(stderr, "kvtier-replay: out of memory\n");
+    rc = EXIT_FAIL;
+out:
+    json_decref(rep);
+    json_decref(st1);
+    json_decref(st0);
+    kvt_close(&c);
+    for (uint32_t i = 0; b.bufs != NULL && i < t.max_blocks; i++)
+        free(b.bufs[i]);
+    free(b.bufs);
+    free(b.hashes);
+    free(b.lens);
+    free(b.got);
+    free(b.outcomes);
+    free(b.expect);
+    lru_free(&lru);
+    trace_free(&t);
+out_opts:
+    free(o.config_endpoint);
+    free(o.config_status);
+    return rc;
+}
