@@ -846,15 +846,13 @@ static void persist_step(store_t *s)
         const ns_t *ns = e != NULL ? ns_get(s->nst, e->ns) : NULL;
         int rc;
 
-        if (ns == NULL || !(e->flags & INDEX_F_RAM) ||
-            (e->flags & (INDEX_F_DISK | INDEX_F_WBUF))) {
+        if (ns == NULL || !(e->flags & INDEX_F_RAM) || (e->flags & (INDEX_F_DISK | INDEX_F_WBUF))) {
             s->persist_next++;
             continue;
         }
         rc = write_record(s, ns, e);
         if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
-            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS,
-                           0);
+            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
             return;
         }
         if (rc == 0)
