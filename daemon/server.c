@@ -13,12 +13,14 @@
  * consumes no credit. SAVE_DATA of a declined operation stores nothing. Lookups that carry
  * prompt info go through the lookup-skip gate and feed its estimator.
  *
- * Replies copy chunk bytes out of the arena into their frames (one memcpy), so an eviction
- * after the reply is queued can never change bytes ZeroMQ has yet to send. A later shared-memory
- * data path removes that copy for local clients.
+ * Load replies lend the arena bytes of RAM-resident chunks to ZeroMQ instead of copying them
+ * (zcref.h): the chunk is pinned until ZeroMQ has sent the frame and handed it back, so no
+ * eviction can change bytes a queued reply still references. Shared-memory clients (ARENA,
+ * SAVE_RESERVE / SAVE_COMMIT, LOAD with KVT_LOAD_SHM, RELEASE) move no chunk bytes through the
+ * socket at all; what they hold in the arena is tracked per session (session.h).
  *
- * Loads with a disk tier (do_load_tiered): chunks in RAM or in the disk write buffer are copied
- * into their frames at once; chunks only on disk are read on the thread pool, and the request
+ * Loads with a disk tier (do_load_tiered): chunks in RAM are lent as above, chunks in the disk
+ * write buffer are copied into their frames at once; chunks only on disk are read on the thread pool, and the request
  * waits in a pending-load context (routing id, head, per-chunk frames and status) until its
  * last read completed; the read's buffer becomes the frame without a copy. The load's latency
  * is recorded when the reply is sent. While the server closes, completed contexts are freed
