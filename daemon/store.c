@@ -2,8 +2,9 @@
  * store.c - chunk storage semantics over index.c and ram.c (see store.h).
  *
  * Design notes:
- *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena; a load
- *     hands out a pointer into the arena that the server copies into its reply frame.
+ *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena (or written
+ *     there by a shared-memory client); a load hands out the entry, whose arena bytes the server
+ *     lends to its reply frame under a pin.
  *   - During a save the predecessor of the chunk being placed is pinned, so eviction made for
  *     chunk i can never take chunk i-1 and turn chunk i into an orphan.
  *   - Eviction scans at most STORE_VICTIM_SCAN leaves from the cold end per victim, so a large
