@@ -20,11 +20,11 @@
  * socket at all; what they hold in the arena is tracked per session (session.h).
  *
  * Loads with a disk tier (do_load_tiered): chunks in RAM are lent as above, chunks in the disk
- * write buffer are copied into their frames at once; chunks only on disk are read on the thread pool, and the request
- * waits in a pending-load context (routing id, head, per-chunk frames and status) until its
- * last read completed; the read's buffer becomes the frame without a copy. The load's latency
- * is recorded when the reply is sent. While the server closes, completed contexts are freed
- * without a reply (the socket is gone).
+ * write buffer are copied into their frames at once; chunks only on disk are read on the thread
+ * pool, and the request waits in a pending-load context (routing id, head, per-chunk frames and
+ * status) until its last read completed; the read's buffer becomes the frame without a copy. The
+ * load's latency is recorded when the reply is sent. While the server closes, completed contexts
+ * are freed without a reply (the socket is gone).
  *
  * Threads: loop thread only.
  */
