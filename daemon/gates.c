@@ -306,7 +306,7 @@ gates_lookup_decision_t gates_lookup_decide(gates_t *g, uint64_t prompt_tokens, 
     return GATES_LOOKUP_SKIP;
 }
 
-void gates_lookup_observe(gates_t *g, uint64_t loadable_hit_tokens, uint64_t hbm_tokens)
+bool gates_lookup_observe(gates_t *g, uint64_t loadable_hit_tokens, uint64_t hbm_tokens)
 {
     double alpha = g->cfg.lookup_skip.alpha;
     bool actionable = loadable_hit_tokens > hbm_tokens &&
@@ -315,6 +315,12 @@ void gates_lookup_observe(gates_t *g, uint64_t loadable_hit_tokens, uint64_t hbm
 
     g->act_ema = g->act_ema + alpha * (a - g->act_ema);
     g->lookups += 1;
+    return g->lookups % at_least_one(g->cfg.lookup_skip.report_every) == 0;
+}
+
+bool gates_admission_report_due(const gates_t *g)
+{
+    return g->probes > 0 && g->probes % at_least_one(g->cfg.admission.report_every) == 0;
 }
 
 uint64_t gates_loadable(uint64_t hit_tokens, uint64_t prompt_tokens, uint64_t chunk_tokens)

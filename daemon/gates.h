@@ -101,8 +101,13 @@ gates_lookup_decision_t gates_lookup_decide(gates_t *g, uint64_t prompt_tokens,
                                             uint64_t hbm_tokens);
 
 /* Feeds the actionable-rate estimator with a lookup that was answered (skip or not enabled):
- * loadable_hit_tokens is the loadable hit in tokens as GATES.md defines it. */
-void gates_lookup_observe(gates_t *g, uint64_t loadable_hit_tokens, uint64_t hbm_tokens);
+ * loadable_hit_tokens is the loadable hit in tokens as GATES.md defines it. Returns true when
+ * lookups reached a multiple of lookup_skip.report_every (the caller logs the skip line). */
+bool gates_lookup_observe(gates_t *g, uint64_t loadable_hit_tokens, uint64_t hbm_tokens);
+
+/* Whether probes stands at a multiple of admission.report_every (after a skip's verdict: the
+ * caller logs the admission line). */
+bool gates_admission_report_due(const gates_t *g);
 
 /* The loadable hit of GATES.md: hit_tokens, minus 1 if it covers the whole prompt, floored to a
  * multiple of chunk_tokens. A hit of 0 gives 0; chunk_tokens 0 means no flooring. */

@@ -309,10 +309,7 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
     }
     if (prompt &&
         gates_lookup_decide(ns->gates, l->prompt_tokens, l->hbm_tokens) == GATES_LOOKUP_SKIP) {
-        const gates_admission_cfg_t *ac = &gates_cfg(ns->gates)->admission;
-        gates_state_t st;
-        gates_state(ns->gates, &st);
-        if (st.probes % ac->report_every == 0)
+        if (gates_admission_report_due(ns->gates))
             log_admission_report(ns);
         /* hit 0 without looking, no lease; an all-ranks answer still has one hit per rank */
         m.hdr.flags = KVT_LOOKUPR_SKIPPED;
@@ -329,11 +326,9 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
     }
     if (prompt && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED)) {
         uint64_t tokens = (uint64_t)hit * ns->chunk_tokens;
-        gates_state_t st;
-        gates_lookup_observe(ns->gates, gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
-                             l->hbm_tokens);
-        gates_state(ns->gates, &st);
-        if (st.lookups % gates_cfg(ns->gates)->lookup_skip.report_every == 0)
+        if (gates_lookup_observe(ns->gates,
+                                 gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
+                                 l->hbm_tokens))
             log_skip_report(ns);
     }
     m.u.lookup_ok.hit = hit;
