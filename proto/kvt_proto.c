@@ -46,14 +46,15 @@ static void put_f64(uint8_t *b, double d)
     put_u64(b, u);
 }
 
-/* Bytes of the type-specific body that follows the common header in frame 0. */
-static int body_size(int type)
+/* Bytes of the type-specific body that follows the common header in frame 0, in protocol
+ * version v (1 or 2). */
+static int body_size(int type, int v)
 {
     switch (type) {
     case KVT_MSG_HELLO:
-        return 16;
+        return v >= 2 ? 32 : 16;
     case KVT_MSG_HELLO_OK:
-        return 24;
+        return v >= 2 ? 48 : 24;
     case KVT_MSG_LOOKUP:
         return 24;
     case KVT_MSG_LOOKUP_OK:
@@ -79,9 +80,9 @@ static int body_size(int type)
     case KVT_MSG_LOAD:
         return 8;
     case KVT_MSG_TALLY:
-        return 24;
+        return v >= 2 ? 56 : 24;
     case KVT_MSG_TALLY_OK:
-        return 48;
+        return v >= 2 ? 96 : 48;
     case KVT_MSG_ERROR:
         return 8;
     default:
@@ -89,26 +90,48 @@ static int body_size(int type)
     }
 }
 
+static int version_of(int version)
+{
+    return version == 0 ? KVT_PROTO_VERSION : version;
+}
+
+static int version_known(int v)
+{
+    return v >= KVT_PROTO_VERSION_MIN && v <= KVT_PROTO_VERSION;
+}
+
+size_t kvt_head_size_v(int type, int version)
+{
+    int v = version_of(version), b;
+
+    if (!version_known(v))
+        return 0;
+    b = body_size(type, v);
+    return b < 0 ? 0 : (size_t)(KVT_HDR_BYTES + b);
+}
+
 size_t kvt_head_size(int type)
 {
-    int b = body_size(type);
-    return b < 0 ? 0 : (size_t)(KVT_HDR_BYTES + b);
+    return kvt_head_size_v(type, KVT_PROTO_VERSION);
 }
 
 size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
 {
-    size_t n = kvt_head_size(m->hdr.type);
+    int v = version_of(m->hdr.version);
+    size_t n = kvt_head_size_v(m->hdr.type, v);
     uint8_t *b = buf;
 
     if (n == 0 || cap < n)
         return 0;
     memset(b, 0, n);
     kvt_put_u32(b, KVT_PROTO_MAGIC);
-    b[4] = KVT_PROTO_VERSION;
+    b[4] = (uint8_t)v;
     b[5] = m->hdr.type;
     put_u16(b + 6, m->hdr.flags);
     put_u64(b + 8, m->hdr.req_id);
     kvt_put_u32(b + 16, m->hdr.ns_id);
+    if (v >= 2)
+        kvt_put_u32(b + 20, m->hdr.gen);
     b += KVT_HDR_BYTES;
 
     switch (m->hdr.type) {
@@ -117,6 +140,8 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
         kvt_put_u32(b + 8, m->u.hello.chunk_tokens);
         put_u16(b + 12, m->u.hello.rank);
         put_u16(b + 14, m->u.hello.world);
+        if (v >= 2)
+            put_u64(b + 16, m->u.hello.features);
         break;
     case KVT_MSG_HELLO_OK:
         kvt_put_u32(b, m->u.hello_ok.ns_id);
@@ -124,6 +149,11 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
         put_u64(b + 8, m->u.hello_ok.max_chunk_bytes);
         kvt_put_u32(b + 16, m->u.hello_ok.max_chunks);
         kvt_put_u32(b + 20, m->u.hello_ok.daemon_version);
+        if (v >= 2) {
+            put_u64(b + 24, m->u.hello_ok.features);
+            kvt_put_u32(b + 32, m->u.hello_ok.max_in_flight);
+            kvt_put_u32(b + 36, m->u.hello_ok.arena_gen);
+        }
         break;
     case KVT_MSG_LOOKUP:
         put_u16(b, m->u.lookup.rank);
@@ -145,6 +175,8 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
     case KVT_MSG_ARENA_OK:
         put_u64(b, m->u.arena_ok.arena_bytes);
         kvt_put_u32(b + 8, m->u.arena_ok.hold_ms);
+        if (v >= 2)
+            kvt_put_u32(b + 12, m->u.arena_ok.arena_gen);
         break;
     case KVT_MSG_SAVE_RESERVE_OK:
     case KVT_MSG_LOAD_OK:
@@ -163,6 +195,10 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
         put_u64(b, m->u.tally.engine_id);
         put_u64(b + 8, m->u.tally.paid_total);
         put_u64(b + 16, m->u.tally.probes_total);
+        if (v >= 2) {
+            put_u64(b + 24, m->u.tally.served_tokens_total);
+            put_u64(b + 32, m->u.tally.lookup_tokens_total);
+        }
         break;
     case KVT_MSG_TALLY_OK:
         put_f64(b, m->u.tally_ok.payoff);
@@ -171,6 +207,14 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m)
         put_u64(b + 24, m->u.tally_ok.probes);
         put_u64(b + 32, m->u.tally_ok.lookups);
         put_u16(b + 40, m->u.tally_ok.gate_flags);
+        if (v >= 2) {
+            b[48] = m->u.tally_ok.policy;
+            put_f64(b + 56, m->u.tally_ok.density);
+            put_u64(b + 64, m->u.tally_ok.served_tokens);
+            put_u64(b + 72, m->u.tally_ok.regret_tokens);
+            put_u64(b + 80, m->u.tally_ok.written_tokens);
+            put_u64(b + 88, m->u.tally_ok.declined_tokens);
+        }
         break;
     case KVT_MSG_ERROR:
         kvt_put_u32(b, (uint32_t)m->u.error.code);
@@ -225,7 +269,7 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
 {
     const uint8_t *b;
     size_t want;
-    int rc;
+    int rc, v;
 
     memset(out, 0, sizeof *out);
     if (nframes == 0 || frames[0].len < KVT_HDR_BYTES)
@@ -233,13 +277,17 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
     b = frames[0].data;
     if (kvt_get_u32(b) != KVT_PROTO_MAGIC)
         return KVT_WIRE_EPROTO;
+    out->hdr.version = b[4];
     out->hdr.type = b[5];
     out->hdr.flags = get_u16(b + 6);
     out->hdr.req_id = get_u64(b + 8);
     out->hdr.ns_id = kvt_get_u32(b + 16);
-    if (b[4] != KVT_PROTO_VERSION)
+    if (!version_known(b[4]))
         return KVT_WIRE_EVERSION;
-    want = kvt_head_size(out->hdr.type);
+    v = b[4];
+    if (v >= 2)
+        out->hdr.gen = kvt_get_u32(b + 20);
+    want = kvt_head_size_v(out->hdr.type, v);
     if (want == 0)
         return KVT_WIRE_EUNSUPP;
     if (frames[0].len != want)
@@ -249,7 +297,7 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
     switch (out->hdr.type) {
     case KVT_MSG_HELLO: {
         kvt_hello_t *h = &out->u.hello;
-        if (nframes != 2)
+        if (nframes != (v >= 2 ? 3u : 2u))
             return KVT_WIRE_EPROTO;
         h->layout_fp = get_u64(b);
         h->chunk_tokens = kvt_get_u32(b + 8);
@@ -261,6 +309,16 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
             return KVT_WIRE_EPROTO;
         if (memchr(h->model, '\0', h->model_len) != NULL)
             return KVT_WIRE_EPROTO;
+        if (v < 2)
+            return 0;
+        h->features = get_u64(b + 16);
+        h->revision = frames[2].data;
+        h->revision_len = frames[2].len;
+        if (h->revision_len > KVT_REVISION_MAX)
+            return KVT_WIRE_EPROTO;
+        /* An empty revision may come as {NULL, 0}: memchr must not see NULL. */
+        if (h->revision_len > 0 && memchr(h->revision, '\0', h->revision_len) != NULL)
+            return KVT_WIRE_EPROTO;
         return 0;
     }
     case KVT_MSG_HELLO_OK:
@@ -271,6 +329,11 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         out->u.hello_ok.max_chunk_bytes = get_u64(b + 8);
         out->u.hello_ok.max_chunks = kvt_get_u32(b + 16);
         out->u.hello_ok.daemon_version = kvt_get_u32(b + 20);
+        if (v >= 2) {
+            out->u.hello_ok.features = get_u64(b + 24);
+            out->u.hello_ok.max_in_flight = kvt_get_u32(b + 32);
+            out->u.hello_ok.arena_gen = kvt_get_u32(b + 36);
+        }
         return 0;
     case KVT_MSG_LOOKUP:
         if (nframes != 2)
@@ -344,28 +407,43 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         out->u.chunks_ok.locs = frames[2].data;
         out->u.chunks_ok.hold_ms = kvt_get_u32(b);
         return 0;
-    case KVT_MSG_LOAD_OK:
+    case KVT_MSG_LOAD_OK: {
+        kvt_chunks_ok_t *c = &out->u.chunks_ok;
+        size_t first; /* frame of the first payload (non-shm form) */
         if (nframes < 2)
             return KVT_WIRE_EPROTO;
-        rc = decode_status(&frames[1], lim, &out->u.chunks_ok);
+        rc = decode_status(&frames[1], lim, c);
         if (rc != 0)
             return rc;
-        out->u.chunks_ok.hold_ms = kvt_get_u32(b);
+        c->hold_ms = kvt_get_u32(b);
         if (out->hdr.flags & KVT_LOADR_SHM) {
-            if (nframes != 3 || frames[2].len != out->u.chunks_ok.n * KVT_LOC_BYTES)
+            if (nframes != (v >= 2 ? 4u : 3u) || frames[2].len != c->n * KVT_LOC_BYTES)
                 return KVT_WIRE_EPROTO;
-            out->u.chunks_ok.locs = frames[2].data;
+            c->locs = frames[2].data;
+            if (v >= 2) {
+                if (frames[3].len != c->n * KVT_CSUM_BYTES)
+                    return KVT_WIRE_EPROTO;
+                c->checksums = frames[3].data;
+            }
             return 0;
         }
-        if (nframes != 2 + out->u.chunks_ok.n)
+        first = 2;
+        if (v >= 2) {
+            if (nframes < 3 || frames[2].len != c->n * KVT_CSUM_BYTES)
+                return KVT_WIRE_EPROTO;
+            c->checksums = frames[2].data;
+            first = 3;
+        }
+        if (nframes != first + c->n)
             return KVT_WIRE_EPROTO;
-        out->u.chunks_ok.payloads = &frames[2];
+        c->payloads = &frames[first];
         for (size_t i = 0; i < out->u.chunks_ok.n; i++) {
             int hit = out->u.chunks_ok.status[i] == KVT_CHUNK_HIT;
             if (!hit && out->u.chunks_ok.payloads[i].len != 0)
                 return KVT_WIRE_EPROTO;
         }
         return check_payloads(out->u.chunks_ok.payloads, out->u.chunks_ok.n, lim);
+    }
     case KVT_MSG_LOAD:
         if (nframes != 2)
             return KVT_WIRE_EPROTO;
@@ -378,6 +456,8 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
             return KVT_WIRE_EPROTO;
         out->u.arena_ok.arena_bytes = get_u64(b);
         out->u.arena_ok.hold_ms = kvt_get_u32(b + 8);
+        if (v >= 2)
+            out->u.arena_ok.arena_gen = kvt_get_u32(b + 12);
         out->u.arena_ok.path = frames[1].data;
         out->u.arena_ok.path_len = frames[1].len;
         /* An empty path may come as {NULL, 0}: memchr must not see NULL, even for 0 bytes. */
@@ -405,6 +485,10 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         out->u.tally.engine_id = get_u64(b);
         out->u.tally.paid_total = get_u64(b + 8);
         out->u.tally.probes_total = get_u64(b + 16);
+        if (v >= 2) {
+            out->u.tally.served_tokens_total = get_u64(b + 24);
+            out->u.tally.lookup_tokens_total = get_u64(b + 32);
+        }
         out->u.tally.reasons = frames[1].data;
         out->u.tally.reasons_len = frames[1].len;
         while ((rc = kvt_reason_next(frames[1].data, frames[1].len, &off, &name, &nl, &cnt)) > 0)
@@ -421,6 +505,14 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
         out->u.tally_ok.probes = get_u64(b + 24);
         out->u.tally_ok.lookups = get_u64(b + 32);
         out->u.tally_ok.gate_flags = get_u16(b + 40);
+        if (v >= 2) {
+            out->u.tally_ok.policy = b[48];
+            out->u.tally_ok.density = get_f64(b + 56);
+            out->u.tally_ok.served_tokens = get_u64(b + 64);
+            out->u.tally_ok.regret_tokens = get_u64(b + 72);
+            out->u.tally_ok.written_tokens = get_u64(b + 80);
+            out->u.tally_ok.declined_tokens = get_u64(b + 88);
+        }
         return 0;
     case KVT_MSG_ERROR:
         if (nframes != 2 || frames[1].len > KVT_ERRTEXT_MAX)
@@ -559,6 +651,8 @@ const char *kvt_wire_strerror(int code)
         return "daemon busy or shutting down";
     case KVT_WIRE_EUNSUPP:
         return "unknown message type";
+    case KVT_WIRE_ESTALE:
+        return "shared-memory request of another arena generation";
     default:
         return "unknown error";
     }

@@ -22,7 +22,8 @@
 #include <stdint.h>
 
 #define KVT_PROTO_MAGIC 0x3154564bu /* bytes "KVT1" */
-#define KVT_PROTO_VERSION 1
+#define KVT_PROTO_VERSION 2         /* the version this module speaks by default */
+#define KVT_PROTO_VERSION_MIN 1     /* the oldest version it still encodes and decodes */
 #define KVT_HASH_BYTES 16
 #define KVT_HDR_BYTES 24
 #define KVT_MODEL_MAX 255      /* bytes of a model name */
@@ -32,6 +33,8 @@
 #define KVT_WORLD_MAX 1024     /* largest tensor-parallel world a namespace may declare */
 #define KVT_REASON_MAX 16      /* per-reason counters a tally may carry */
 #define KVT_REASON_NAME_MAX 48 /* bytes of a reason name */
+#define KVT_REVISION_MAX 255   /* bytes of a model revision (HELLO, protocol 2) */
+#define KVT_CSUM_BYTES 8       /* one chunk checksum (LOAD_OK, protocol 2) */
 
 /* Message types. Requests are odd, their replies are request + 1; ERROR answers any request. */
 typedef enum {
@@ -71,6 +74,7 @@ typedef enum {
     KVT_WIRE_ECONFLICT = -6, /* namespace already declared with another world or replication */
     KVT_WIRE_EBUSY = -7,     /* daemon is shutting down or over a resource limit */
     KVT_WIRE_EUNSUPP = -8,   /* unknown message type */
+    KVT_WIRE_ESTALE = -9,    /* shared-memory request of another arena generation (2) */
 } kvt_wire_err_t;
 
 /* Per-chunk outcomes of SAVE_BEGIN_OK and SAVE_OK, and per-chunk status of LOAD_OK. */
@@ -85,6 +89,15 @@ typedef enum {
     KVT_CHUNK_MISS = 7,     /* LOAD_OK: not stored; payload frame is empty */
 } kvt_chunk_status_t;
 
+/*
+ * Feature bits (protocol 2): HELLO offers what the client understands, HELLO_OK answers the
+ * subset the daemon implements. A behaviour added after protocol 2 gets a bit; a change an older
+ * peer would misread bumps the version instead.
+ */
+#define KVT_FEAT_CHECKSUMS 0x1ull /* LOAD_OK checksums are real (else 0: not known) */
+#define KVT_FEAT_TOKENS 0x2ull    /* TALLY token totals are folded by the gates */
+#define KVT_FEAT_ARENA_GEN 0x4ull /* shared-memory requests are checked against hdr.gen */
+
 /* HELLO flags */
 #define KVT_HELLO_REPLICATED 0x1u /* MLA: one copy of every chunk serves all ranks */
 /* LOOKUP flags */
@@ -93,12 +106,17 @@ typedef enum {
 /* LOOKUP_OK flags */
 #define KVT_LOOKUPR_SKIPPED 0x1u /* the lookup-skip gate answered without looking */
 #define KVT_LOOKUPR_LEASED 0x2u  /* the hits are pinned until lease_ms from now */
+#define KVT_LOOKUPR_LEASE_CAPPED 0x4u /* a lease was asked but not granted: a lease bound */
 /* LOAD flags / LOAD_OK flags */
 #define KVT_LOAD_SHM 0x1u  /* answer with arena locations under a load pin, not with bytes */
 #define KVT_LOADR_SHM 0x1u /* LOAD_OK carries locations (frame 2) instead of payload frames */
 /* SAVE_BEGIN / SAVE_DATA flags */
 #define KVT_SAVE_PARENT 0x1u /* parent holds the hash of the chunk before the first one */
 #define KVT_SAVE_OPID 0x2u   /* op_id names the save operation (else derived by the daemon) */
+/* RELEASE flags (protocol 2) */
+#define KVT_RELEASE_CORRUPT 0x1u /* the chunks failed the client's checksum verification */
+/* TALLY flags (protocol 2) */
+#define KVT_TALLY_TOKENS 0x1u /* served_tokens_total / lookup_tokens_total are meaningful */
 
 typedef struct {
     uint8_t b[KVT_HASH_BYTES];
@@ -111,13 +129,16 @@ typedef struct {
 } kvt_frame_t;
 
 typedef struct {
+    uint8_t version; /* protocol version; 0 when encoding means KVT_PROTO_VERSION */
     uint8_t type;    /* kvt_msg_type_t */
     uint16_t flags;  /* per-type flags above */
     uint64_t req_id; /* chosen by the client, echoed in the reply */
     uint32_t ns_id;  /* namespace handle from HELLO_OK; 0 in HELLO and replies to it */
+    uint32_t gen;    /* protocol 2: arena generation of a shared-memory request (0 = not
+                        checked); reserved (0) elsewhere and in protocol 1 */
 } kvt_hdr_t;
 
-/* frames: head, model name */
+/* frames: head, model name; protocol 2: head, model name, revision (may be empty) */
 typedef struct {
     uint64_t layout_fp;    /* fingerprint of the KV layout (dtype, layers, heads, seed...) */
     uint32_t chunk_tokens; /* tokens per chunk, > 0 */
@@ -125,6 +146,9 @@ typedef struct {
     uint16_t world;        /* ranks of the namespace, 1..KVT_WORLD_MAX */
     const char *model;     /* borrowed, not NUL-terminated */
     size_t model_len;      /* 1..KVT_MODEL_MAX */
+    uint64_t features;     /* protocol 2: KVT_FEAT_* the client understands */
+    const char *revision;  /* protocol 2: model revision, borrowed, not NUL-terminated */
+    size_t revision_len;   /* 0..KVT_REVISION_MAX (0 in protocol 1) */
 } kvt_hello_t;
 
 /* frames: head */
@@ -134,6 +158,9 @@ typedef struct {
     uint64_t max_chunk_bytes; /* largest payload the daemon accepts */
     uint32_t max_chunks;      /* most hashes per request */
     uint32_t daemon_version;  /* (major << 16) | (minor << 8) | patch */
+    uint64_t features;        /* protocol 2: KVT_FEAT_* offered and implemented */
+    uint32_t max_in_flight;   /* protocol 2: requests this client may have outstanding */
+    uint32_t arena_gen;       /* protocol 2: generation of the shared arena (0: none) */
 } kvt_hello_ok_t;
 
 /* frames: head, hashes */
@@ -171,7 +198,9 @@ typedef struct {
 } kvt_save_t;
 
 /* SAVE_BEGIN_OK / SAVE_OK / LOAD_OK frames: head, per-chunk status bytes, and for LOAD_OK one
- * payload per chunk (empty on a miss), or with KVT_LOADR_SHM one locations frame.
+ * payload per chunk (empty on a miss), or with KVT_LOADR_SHM one locations frame. Protocol 2
+ * LOAD_OK adds a checksums frame (KVT_CSUM_BYTES per chunk): head, status, checksums, payloads;
+ * or with KVT_LOADR_SHM head, status, locations, checksums.
  * SAVE_RESERVE_OK frames: head, status (WANTED = reserved), locations (zero when not reserved).
  * hold_ms (SAVE_RESERVE_OK, LOAD_OK with KVT_LOADR_SHM) is how long the daemon keeps the
  * reservation or the load pin before reclaiming it. */
@@ -180,6 +209,7 @@ typedef struct {
     size_t n;
     const kvt_frame_t *payloads; /* LOAD_OK only */
     const uint8_t *locs;         /* SAVE_RESERVE_OK, LOAD_OK with KVT_LOADR_SHM: n locations */
+    const uint8_t *checksums;    /* LOAD_OK, protocol 2: n little-endian u64, else NULL */
     uint32_t hold_ms;
 } kvt_chunks_ok_t;
 
@@ -188,7 +218,8 @@ typedef struct {
 typedef struct {
     uint64_t arena_bytes;
     uint32_t hold_ms;
-    const char *path; /* borrowed, not NUL-terminated */
+    uint32_t arena_gen; /* protocol 2: the arena's generation (reserved 0 in protocol 1) */
+    const char *path;   /* borrowed, not NUL-terminated */
     size_t path_len;
 } kvt_arena_ok_t;
 
@@ -216,6 +247,8 @@ typedef struct {
     uint64_t engine_id;
     uint64_t paid_total;
     uint64_t probes_total;
+    uint64_t served_tokens_total; /* protocol 2 (KVT_TALLY_TOKENS): tokens loaded and used */
+    uint64_t lookup_tokens_total; /* protocol 2 (KVT_TALLY_TOKENS): prompt tokens looked up */
     const uint8_t *reasons; /* borrowed encoded records */
     size_t reasons_len;
 } kvt_tally_t;
@@ -228,7 +261,17 @@ typedef struct {
     uint64_t probes;     /* verdicts folded */
     uint64_t lookups;    /* lookups fed into act_ema */
     uint16_t gate_flags; /* KVT_GATE_* */
+    /* protocol 2 */
+    uint8_t policy;           /* KVT_POLICY_* of the admission gate */
+    double density;           /* value-density estimate (served + regret per written token) */
+    uint64_t served_tokens;   /* tokens the tier served (engine tallies) */
+    uint64_t regret_tokens;   /* tokens a declined save would have served (ghost evidence) */
+    uint64_t written_tokens;  /* tokens admitted and written */
+    uint64_t declined_tokens; /* tokens of declined saves */
 } kvt_tally_ok_t;
+
+#define KVT_POLICY_ATOM 0
+#define KVT_POLICY_VALUE 1
 
 #define KVT_GATE_ADMISSION_ON 0x1u
 #define KVT_GATE_SKIP_ON 0x2u
@@ -267,21 +310,28 @@ typedef struct {
     size_t max_payload_bytes; /* largest chunk payload frame */
 } kvt_limits_t;
 
-/* Bytes of frame 0 for a message of the given type, or 0 for an unknown type. */
+/* Bytes of frame 0 for a message of the given type in protocol version (0 = KVT_PROTO_VERSION),
+ * or 0 for an unknown type or version. */
+size_t kvt_head_size_v(int type, int version);
+
+/* Bytes of frame 0 for a message of the given type in KVT_PROTO_VERSION, or 0. */
 size_t kvt_head_size(int type);
 
 /*
- * Encodes frame 0 of m into buf (cap bytes). Returns the number of bytes written (kvt_head_size
- * of m->hdr.type), or 0 if the type is unknown or cap is too small. Variable frames are sent by
- * the caller as they are (hashes as 16-byte arrays, status as bytes, payloads raw).
+ * Encodes frame 0 of m into buf (cap bytes) in protocol m->hdr.version (0: KVT_PROTO_VERSION).
+ * Returns the number of bytes written (kvt_head_size_v of type and version), or 0 if the type or
+ * version is unknown or cap is too small. Fields a version does not have are not encoded.
+ * Variable frames are sent by the caller as they are (hashes as 16-byte arrays, status as
+ * bytes, payloads raw), in the order of the message's version (PROTOCOL.md).
  */
 size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m);
 
 /*
- * Decodes the nframes frames of one message into out. Pure: no allocation; out borrows frames
- * (frames itself must outlive out when out refers to payload frames). Returns 0 or a negative
- * kvt_wire_err_t: KVT_WIRE_EPROTO for any malformed size or count, KVT_WIRE_EVERSION for an
- * unsupported version, KVT_WIRE_EUNSUPP for an unknown type, KVT_WIRE_ETOOBIG when a list or a
+ * Decodes the nframes frames of one message of protocol 1 or 2 into out (out->hdr.version says
+ * which). Pure: no allocation; out borrows frames (frames itself must outlive out when out
+ * refers to payload frames). Returns 0 or a negative kvt_wire_err_t: KVT_WIRE_EPROTO for any
+ * malformed size or count, KVT_WIRE_EVERSION for a version outside
+ * KVT_PROTO_VERSION_MIN..KVT_PROTO_VERSION, KVT_WIRE_EUNSUPP for an unknown type, KVT_WIRE_ETOOBIG when a list or a
  * payload exceeds lim. On error, out->hdr is filled as far as it could be decoded (type,
  * flags, req_id and ns_id are valid whenever frame 0 held the common header with the right
  * magic; all zero otherwise) so that the error can be answered. Status bytes are checked to be

@@ -8,7 +8,8 @@
  *  - a failure returns one of EPROTO, EVERSION, EUNSUPP, ETOOBIG; the common header is decoded
  *    exactly when frame 0 holds 24 bytes with the right magic (req_id 0 otherwise); EVERSION is
  *    returned exactly for a bad version, EUNSUPP exactly for an unknown type with a good one;
- *  - a success has a head of kvt_head_size(type) bytes, and re-encoding the decoded message
+ *  - a success has a head of kvt_head_size_v(type, version) bytes (protocol 1 or 2), and
+ *    re-encoding the decoded message
  *    gives the input head byte for byte once the input's reserved bytes are zeroed (the decoder
  *    ignores reserved bytes and the encoder writes zeros, PROTOCOL.md), while encoding into one
  *    byte less returns 0;
@@ -55,11 +56,24 @@ static uint64_t le(const uint8_t *p, int nbytes)
     return v;
 }
 
-/* Zeroes the reserved bytes of a head of the given type (PROTOCOL.md). */
-static void zero_reserved(uint8_t *h, int type)
+/* Zeroes the reserved bytes of a head of the given type and version (PROTOCOL.md). */
+static void zero_reserved(uint8_t *h, int type, int v)
 {
-    memset(h + 20, 0, 4);
+    if (v < 2)
+        memset(h + 20, 0, 4); /* the arena generation in protocol 2 */
     switch (type) {
+    case KVT_MSG_HELLO:
+        if (v >= 2)
+            memset(h + 24 + 24, 0, 8);
+        break;
+    case KVT_MSG_HELLO_OK:
+        if (v >= 2)
+            memset(h + 24 + 40, 0, 8);
+        break;
+    case KVT_MSG_TALLY:
+        if (v >= 2)
+            memset(h + 24 + 40, 0, 16);
+        break;
     case KVT_MSG_LOOKUP:
     case KVT_MSG_SAVE_BEGIN:
     case KVT_MSG_SAVE_DATA:
@@ -75,10 +89,13 @@ static void zero_reserved(uint8_t *h, int type)
         memset(h + 24 + 4, 0, 4);
         break;
     case KVT_MSG_ARENA_OK:
-        memset(h + 24 + 12, 0, 4);
+        if (v < 2)
+            memset(h + 24 + 12, 0, 4);
         break;
     case KVT_MSG_TALLY_OK:
         memset(h + 24 + 42, 0, 6);
+        if (v >= 2)
+            memset(h + 24 + 49, 0, 7);
         break;
     case KVT_MSG_ERROR:
         memset(h + 24 + 4, 0, 4);
@@ -148,15 +165,17 @@ static void check_ok(const kvt_frame_t *f, size_t n, const kvt_msg_t *m)
     uint8_t *want, *got;
     int rc;
 
-    FUZZ_CHECK(n >= 1 && hl >= KVT_HDR_BYTES && h[4] == KVT_PROTO_VERSION);
-    FUZZ_CHECK(kvt_head_size(m->hdr.type) == hl && m->hdr.type == h[5]);
+    FUZZ_CHECK(n >= 1 && hl >= KVT_HDR_BYTES && h[4] >= KVT_PROTO_VERSION_MIN &&
+               h[4] <= KVT_PROTO_VERSION && m->hdr.version == h[4]);
+    FUZZ_CHECK(kvt_head_size_v(m->hdr.type, h[4]) == hl && m->hdr.type == h[5]);
+    FUZZ_CHECK(m->hdr.gen == (h[4] >= 2 ? le(h + 20, 4) : 0));
     FUZZ_CHECK(strcmp(kvt_msg_type_name(m->hdr.type), "unknown") != 0);
 
     want = malloc(hl);
     got = malloc(hl);
     FUZZ_CHECK(want != NULL && got != NULL);
     memcpy(want, h, hl);
-    zero_reserved(want, m->hdr.type);
+    zero_reserved(want, m->hdr.type, h[4]);
     FUZZ_CHECK(kvt_head_encode(got, hl, m) == hl);
     FUZZ_CHECK(memcmp(got, want, hl) == 0);
     FUZZ_CHECK(kvt_head_encode(got, hl - 1, m) == 0);
@@ -165,10 +184,19 @@ static void check_ok(const kvt_frame_t *f, size_t n, const kvt_msg_t *m)
 
     switch (m->hdr.type) {
     case KVT_MSG_HELLO:
-        FUZZ_CHECK(n == 2 && m->u.hello.model == f[1].data && m->u.hello.model_len == f[1].len);
+        FUZZ_CHECK(n == (h[4] >= 2 ? 3u : 2u) && m->u.hello.model == f[1].data &&
+                   m->u.hello.model_len == f[1].len);
         FUZZ_CHECK(m->u.hello.model_len >= 1 && m->u.hello.model_len <= KVT_MODEL_MAX);
         FUZZ_CHECK(memchr(m->u.hello.model, '\0', m->u.hello.model_len) == NULL);
         touch(m->u.hello.model, m->u.hello.model_len);
+        if (h[4] >= 2) {
+            FUZZ_CHECK(m->u.hello.revision == f[2].data && m->u.hello.revision_len == f[2].len);
+            FUZZ_CHECK(f[2].len <= KVT_REVISION_MAX);
+            FUZZ_CHECK(f[2].len == 0 || memchr(f[2].data, '\0', f[2].len) == NULL);
+            touch(m->u.hello.revision, m->u.hello.revision_len);
+        } else {
+            FUZZ_CHECK(m->u.hello.revision == NULL && m->u.hello.revision_len == 0);
+        }
         break;
     case KVT_MSG_HELLO_OK:
     case KVT_MSG_TALLY_OK:
@@ -237,22 +265,32 @@ static void check_ok(const kvt_frame_t *f, size_t n, const kvt_msg_t *m)
         FUZZ_CHECK(n == 2 && m->u.chunks_ok.payloads == NULL);
         check_status(&m->u.chunks_ok, &f[1]);
         break;
-    case KVT_MSG_LOAD_OK:
+    case KVT_MSG_LOAD_OK: {
+        /* protocol 2 adds a checksums frame: after the status (frames) or the locations (shm) */
+        size_t sums = (m->hdr.flags & KVT_LOADR_SHM) ? 3 : 2, first = h[4] >= 2 ? 3 : 2;
         check_status(&m->u.chunks_ok, &f[1]);
+        if (h[4] >= 2) {
+            FUZZ_CHECK(m->u.chunks_ok.checksums == f[sums].data);
+            FUZZ_CHECK(f[sums].len == KVT_CSUM_BYTES * m->u.chunks_ok.n);
+            touch(m->u.chunks_ok.checksums, f[sums].len);
+        } else {
+            FUZZ_CHECK(m->u.chunks_ok.checksums == NULL);
+        }
         if (m->hdr.flags & KVT_LOADR_SHM) {
-            FUZZ_CHECK(n == 3 && m->u.chunks_ok.locs == f[2].data);
+            FUZZ_CHECK(n == (h[4] >= 2 ? 4u : 3u) && m->u.chunks_ok.locs == f[2].data);
             FUZZ_CHECK(m->u.chunks_ok.payloads == NULL);
             FUZZ_CHECK(f[2].len == KVT_LOC_BYTES * m->u.chunks_ok.n);
             touch(m->u.chunks_ok.locs, f[2].len);
             break;
         }
         FUZZ_CHECK(m->u.chunks_ok.locs == NULL);
-        FUZZ_CHECK(n == 2 + m->u.chunks_ok.n && m->u.chunks_ok.payloads == &f[2]);
+        FUZZ_CHECK(n == first + m->u.chunks_ok.n && m->u.chunks_ok.payloads == &f[first]);
         for (size_t i = 0; i < m->u.chunks_ok.n; i++)
             FUZZ_CHECK(m->u.chunks_ok.status[i] == KVT_CHUNK_HIT ||
                        m->u.chunks_ok.payloads[i].len == 0);
         touch_payloads(m->u.chunks_ok.payloads, m->u.chunks_ok.n);
         break;
+    }
     case KVT_MSG_TALLY:
         FUZZ_CHECK(n == 2 && m->u.tally.reasons == f[1].data);
         FUZZ_CHECK(m->u.tally.reasons_len == f[1].len);
@@ -286,9 +324,10 @@ static void check_err(const kvt_frame_t *f, size_t n, const kvt_msg_t *m, int rc
     }
     FUZZ_CHECK(m->hdr.type == h[5] && m->hdr.flags == le(h + 6, 2));
     FUZZ_CHECK(m->hdr.req_id == le(h + 8, 8) && m->hdr.ns_id == le(h + 16, 4));
-    FUZZ_CHECK((rc == KVT_WIRE_EVERSION) == (h[4] != KVT_PROTO_VERSION));
-    if (h[4] == KVT_PROTO_VERSION)
-        FUZZ_CHECK((rc == KVT_WIRE_EUNSUPP) == (kvt_head_size(h[5]) == 0));
+    FUZZ_CHECK((rc == KVT_WIRE_EVERSION) ==
+               (h[4] < KVT_PROTO_VERSION_MIN || h[4] > KVT_PROTO_VERSION));
+    if (rc != KVT_WIRE_EVERSION)
+        FUZZ_CHECK((rc == KVT_WIRE_EUNSUPP) == (kvt_head_size_v(h[5], h[4]) == 0));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

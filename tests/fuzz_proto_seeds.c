@@ -1,8 +1,9 @@
 /*
  * fuzz_proto_seeds.c - writes the seed corpus of fuzz_proto (tests/fuzz_corpus/).
  *
- * Usage: fuzz_proto_seeds DIR. Writes one file per message type, each a valid message within
- * the fuzz limits of fuzz_proto.h, plus two invalid ones (a version-2 head, an unknown type), in
+ * Usage: fuzz_proto_seeds DIR. Writes one file per message type in protocol 1, one per message
+ * whose frames or head differ in protocol 2 (names ending in _v2), each a valid message within
+ * the fuzz limits of fuzz_proto.h, plus two invalid ones (a version-3 head, an unknown type), in
  * the input format that fuzz_proto.h describes. Files are named after the message. The committed
  * corpus was produced by this tool; run it again after a protocol change. Single-threaded; exits 0
  * or 1.
@@ -46,7 +47,7 @@ static int write_seed(const char *dir, const seed_t *s)
         head[5] = UNKNOWN_TYPE;
     }
     if (strcmp(s->name, "bad_version") == 0)
-        head[4] = 2;
+        head[4] = KVT_PROTO_VERSION + 1;
     snprintf(path, sizeof path, "%s/%s", dir, s->name);
     fp = fopen(path, "wb");
     if (fp == NULL)
@@ -76,6 +77,7 @@ static seed_t seed(const char *name, int type, uint16_t flags)
 
     memset(&s, 0, sizeof s);
     s.name = name;
+    s.m.hdr.version = strstr(name, "_v2") != NULL ? 2 : 1;
     s.m.hdr.type = (uint8_t)type;
     s.m.hdr.flags = flags;
     s.m.hdr.req_id = 0x1000 + (uint64_t)type;
@@ -92,7 +94,8 @@ int main(int argc, char **argv)
     static const char text[] = "lookup: malformed message";
     uint8_t reasons[2 * (1 + KVT_REASON_NAME_MAX + 8)];
     size_t rlen;
-    seed_t s[24];
+    static const uint8_t sums[2 * KVT_CSUM_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
+    seed_t s[32];
     uint8_t lens[2 * 8], locs[2 * KVT_LOC_BYTES];
     int k = 0;
 
@@ -210,6 +213,53 @@ int main(int argc, char **argv)
 
     s[k] = seed("release_ok", KVT_MSG_RELEASE_OK, 0);
     s[k++].m.u.release_ok.released = 2;
+
+    /* protocol 2: the messages whose head or frames differ */
+    s[k] = seed("hello_v2", KVT_MSG_HELLO, 0);
+    s[k].m.u.hello.layout_fp = 0x0123456789abcdefull;
+    s[k].m.u.hello.chunk_tokens = 256;
+    s[k].m.u.hello.world = 1;
+    s[k].m.u.hello.features = KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN;
+    frame(&s[k], "llama", 5);
+    frame(&s[k++], "2024-07-23", 10);
+
+    s[k] = seed("hello_ok_v2", KVT_MSG_HELLO_OK, 0);
+    s[k].m.u.hello_ok.ns_id = 7;
+    s[k].m.u.hello_ok.max_chunks = FUZZ_MAX_HASHES;
+    s[k].m.u.hello_ok.features = KVT_FEAT_CHECKSUMS;
+    s[k].m.u.hello_ok.max_in_flight = 256;
+    s[k++].m.u.hello_ok.arena_gen = 3;
+
+    s[k] = seed("load_ok_v2", KVT_MSG_LOAD_OK, 0);
+    frame(&s[k], st_load, sizeof st_load);
+    frame(&s[k], sums, sizeof sums);
+    frame(&s[k], bytes8, sizeof bytes8);
+    frame(&s[k++], "", 0);
+
+    s[k] = seed("load_ok_shm_v2", KVT_MSG_LOAD_OK, KVT_LOADR_SHM);
+    s[k].m.u.chunks_ok.hold_ms = 2000;
+    frame(&s[k], st_load, sizeof st_load);
+    frame(&s[k], locs, sizeof locs);
+    frame(&s[k++], sums, sizeof sums);
+
+    s[k] = seed("tally_v2", KVT_MSG_TALLY, KVT_TALLY_TOKENS);
+    s[k].m.u.tally.engine_id = 42;
+    s[k].m.u.tally.paid_total = 12;
+    s[k].m.u.tally.probes_total = 15;
+    s[k].m.u.tally.served_tokens_total = 1 << 20;
+    s[k].m.u.tally.lookup_tokens_total = 1 << 24;
+    frame(&s[k++], reasons, rlen);
+
+    s[k] = seed("tally_ok_v2", KVT_MSG_TALLY_OK, 0);
+    s[k].m.u.tally_ok.payoff = 0.8;
+    s[k].m.u.tally_ok.policy = KVT_POLICY_VALUE;
+    s[k].m.u.tally_ok.density = 0.5;
+    s[k++].m.u.tally_ok.written_tokens = 4096;
+
+    s[k] = seed("save_commit_v2", KVT_MSG_SAVE_COMMIT, 0);
+    s[k].m.hdr.gen = 5;
+    frame(&s[k], hashes, sizeof hashes);
+    frame(&s[k++], locs, sizeof locs);
 
     s[k] = seed("bad_version", KVT_MSG_LOAD, 0);
     frame(&s[k++], hashes, KVT_HASH_BYTES);

@@ -245,6 +245,7 @@ static void sample_make(int type, int variant, wire_t *w)
     memset(w, 0, sizeof *w);
     w->head = w->buf + 1;
     w->variant = variant;
+    m->hdr.version = 1; /* this file pins protocol 1; test_proto_v2.c pins protocol 2 */
     m->hdr.type = (uint8_t)type;
     m->hdr.flags = mx ? 0xffffu : (uint16_t)(0x8100u | (unsigned)type);
     m->hdr.req_id = mx ? UINT64_MAX : 0x0123456789abcdefull + (uint64_t)type;
@@ -652,12 +653,12 @@ END_TEST
 START_TEST(test_head_sizes)
 {
     for (int i = 0; i < NTYPES; i++)
-        ck_assert_uint_eq(kvt_head_size(all_types[i]), expected_head_size(all_types[i]));
+        ck_assert_uint_eq(kvt_head_size_v(all_types[i], 1), expected_head_size(all_types[i]));
     for (int t = -1; t < 300; t++)
         if (expected_head_size(t) == 0)
-            ck_assert_uint_eq(kvt_head_size(t), 0);
-    ck_assert_uint_eq(kvt_head_size(INT_MIN), 0);
-    ck_assert_uint_eq(kvt_head_size(INT_MAX), 0);
+            ck_assert_uint_eq(kvt_head_size_v(t, 1), 0);
+    ck_assert_uint_eq(kvt_head_size_v(INT_MIN, 1), 0);
+    ck_assert_uint_eq(kvt_head_size_v(INT_MAX, 1), 0);
 }
 END_TEST
 
@@ -765,6 +766,7 @@ START_TEST(test_tally_ok_double_bytes)
                            -DBL_MIN};
 
     memset(&m, 0, sizeof m);
+    m.hdr.version = 1;
     m.hdr.type = KVT_MSG_TALLY_OK;
     m.u.tally_ok.payoff = 1.0;
     ck_assert_uint_eq(kvt_head_encode(h, sizeof h, &m), sizeof h);
@@ -849,7 +851,7 @@ END_TEST
 
 START_TEST(test_bad_version)
 {
-    static const uint8_t versions[] = {0, 2, 0x81, 0xff};
+    static const uint8_t versions[] = {0, KVT_PROTO_VERSION + 1, 0x81, 0xff};
     wire_t w;
 
     for (size_t i = 0; i < sizeof versions; i++) {
@@ -1654,9 +1656,9 @@ END_TEST
 
 START_TEST(test_strerror)
 {
-    const char *names[9];
+    const char *names[10];
 
-    for (int c = 0; c >= KVT_WIRE_EUNSUPP; c--) {
+    for (int c = 0; c >= KVT_WIRE_ESTALE; c--) {
         names[-c] = kvt_wire_strerror(c);
         ck_assert_ptr_nonnull(names[-c]);
         ck_assert_uint_gt(strlen(names[-c]), 0);
@@ -1665,7 +1667,7 @@ START_TEST(test_strerror)
             ck_assert_str_ne(names[-c], names[j]);
     }
     ck_assert_str_eq(kvt_wire_strerror(1), "unknown error");
-    ck_assert_str_eq(kvt_wire_strerror(KVT_WIRE_EUNSUPP - 1), "unknown error");
+    ck_assert_str_eq(kvt_wire_strerror(KVT_WIRE_ESTALE - 1), "unknown error");
     ck_assert_str_eq(kvt_wire_strerror(-128), "unknown error");
     ck_assert_str_eq(kvt_wire_strerror(INT_MIN), "unknown error");
     ck_assert_str_eq(kvt_wire_strerror(INT_MAX), "unknown error");
