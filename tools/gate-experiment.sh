@@ -12,11 +12,11 @@
 # The table shows server.bytes_received (payload that crossed the socket) from GET /status.
 #
 # Environment: OPS (400), CHUNK (65536), STEP (8). Needs curl and jq. Run from the top of a
-# build tree: `tools/gate-experiment.sh build/daemon/kvtierd build/client/kvtierctl`.
+# build tree: `tools/gate-experiment.sh build/daemon/kvtierd build/tools/kvtierctl`.
 set -euo pipefail
 
 kvtierd=${1:-build/daemon/kvtierd}
-kvtierctl=${2:-build/client/kvtierctl}
+kvtierctl=${2:-build/tools/kvtierctl}
 ops=${OPS:-400}
 chunk=${CHUNK:-65536}
 step=${STEP:-8}
