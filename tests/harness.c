@@ -5,14 +5,15 @@
  * over it (json_object_update_recursive) and the file is always valid JSON. The daemon is
  * fork+exec'd with stdout and stderr in <dir>/kvtierd.log and PR_SET_PDEATHSIG(SIGKILL), so it
  * dies with the test process even when a failed assertion _exit()s the test. Readiness and
- * every state change are observed by polling GET /status on the Unix socket with a deadline;
- * the only sleeps are the short pauses between polls.
+ * every state change are observed by polling GET /status on the Unix socket with a deadline
+ * (the programs' HTTP client, tools/tool.h); the only sleeps are the short pauses between polls.
  *
  * Threads: none of its own; call from the test's thread.
  * Invariants: every path built here is shorter than 108 bytes (sun_path); a harness_t owns its
  * directory and its daemon process until harness_stop()/harness_free().
  */
 #include "harness.h"
+#include "tool.h"
 
 #include <check.h>
 #include <errno.h>
@@ -22,11 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,7 +35,6 @@
 
 #define POLL_PAUSE_MS 20
 #define HTTP_IO_TIMEOUT_MS 3000
-#define HTTP_MAX_RESPONSE (4u << 20)
 #define LOG_EXCERPT 1500
 
 static const char *harness_root = "/tmp";
@@ -59,9 +56,7 @@ int harness_rmtree(const char *path)
 
 int64_t harness_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return tool_now_ms();
 }
 
 static void pause_ms(int ms)
@@ -273,96 +268,18 @@ void harness_free(harness_t **hp)
     *hp = NULL;
 }
 
-/* Reads until EOF into a growing buffer; returns the length or -1. */
-static ssize_t read_all(int fd, char **out)
-{
-    size_t cap = 8192, len = 0;
-    char *buf = malloc(cap + 1);
-
-    if (buf == NULL)
-        return -1;
-    for (;;) {
-        ssize_t k;
-        if (len == cap) {
-            char *nb;
-            if (cap >= HTTP_MAX_RESPONSE)
-                goto fail;
-            nb = realloc(buf, cap * 2 + 1);
-            if (nb == NULL)
-                goto fail;
-            buf = nb;
-            cap *= 2;
-        }
-        k = recv(fd, buf + len, cap - len, 0);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            goto fail;
-        if (k == 0)
-            break;
-        len += (size_t)k;
-    }
-    buf[len] = '\0';
-    *out = buf;
-    return (ssize_t)len;
-fail:
-    free(buf);
-    return -1;
-}
-
 int harness_http(const char *sock_path, const char *method, const char *path, int *code,
                  char *content_type, size_t ct_cap, char **body)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    struct timeval tv = {HTTP_IO_TIMEOUT_MS / 1000, (HTTP_IO_TIMEOUT_MS % 1000) * 1000};
-    char req[256], *resp = NULL, *sep, *hdr;
-    ssize_t len;
-    int fd, n, rc = -1;
+    tool_http_reply_t r;
 
-    if (strlen(sock_path) >= sizeof sa.sun_path)
+    if (tool_http_request(sock_path, method, path, HTTP_IO_TIMEOUT_MS, &r) != 0)
         return -1;
-    strcpy(sa.sun_path, sock_path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
-        goto out;
-    n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\n\r\n", method, path);
-    if (n <= 0 || (size_t)n >= sizeof req || send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
-        goto out;
-    len = read_all(fd, &resp);
-    if (len < 0)
-        goto out;
-    if (sscanf(resp, "HTTP/1.%*d %d", code) != 1)
-        goto out;
-    sep = strstr(resp, "\r\n\r\n");
-    if (sep == NULL)
-        goto out;
-    *sep = '\0';
-    if (content_type != NULL && ct_cap > 0) {
-        content_type[0] = '\0';
-        for (hdr = strstr(resp, "\r\n"); hdr != NULL; hdr = strstr(hdr + 2, "\r\n")) {
-            if (strncasecmp(hdr + 2, "Content-Type:", 13) == 0) {
-                const char *v = hdr + 2 + 13;
-                size_t k;
-                while (*v == ' ')
-                    v++;
-                k = strcspn(v, "\r\n");
-                snprintf(content_type, ct_cap, "%.*s", (int)k, v);
-                break;
-            }
-        }
-    }
-    *body = strdup(sep + 4);
-    if (*body == NULL)
-        goto out;
-    rc = 0;
-out:
-    free(resp);
-    close(fd);
-    return rc;
+    *code = r.code;
+    if (content_type != NULL && ct_cap > 0)
+        snprintf(content_type, ct_cap, "%s", r.content_type);
+    *body = r.body;
+    return 0;
 }
 
 json_t *harness_status(const harness_t *h)
@@ -385,28 +302,9 @@ json_t *harness_status(const harness_t *h)
     return st;
 }
 
-static json_t *jpath(json_t *obj, const char *dotted)
-{
-    char key[128];
-    const char *p = dotted;
-
-    while (obj != NULL && *p != '\0') {
-        size_t k = strcspn(p, ".");
-        if (k >= sizeof key)
-            return NULL;
-        memcpy(key, p, k);
-        key[k] = '\0';
-        obj = json_object_get(obj, key);
-        p += k;
-        if (*p == '.')
-            p++;
-    }
-    return obj;
-}
-
 int64_t harness_jint(json_t *status, const char *dotted)
 {
-    json_t *v = jpath(status, dotted);
+    json_t *v = tool_json_path(status, dotted);
 
     ck_assert_msg(json_is_integer(v), "status.%s is missing or not an integer", dotted);
     return (int64_t)json_integer_value(v);
@@ -441,7 +339,7 @@ json_t *harness_wait_status(const harness_t *h, harness_pred_fn pred, void *arg,
 int harness_pred_int_eq(json_t *status, void *arg)
 {
     const harness_int_eq_t *e = arg;
-    json_t *v = jpath(status, e->path);
+    json_t *v = tool_json_path(status, e->path);
 
     return json_is_integer(v) && json_integer_value(v) == e->value;
 }

@@ -68,9 +68,9 @@ void harness_kill9(harness_t *h);
 /* Removes the directory and frees a harness whose daemon was killed; sets *h to NULL. */
 void harness_free(harness_t **h);
 
-/* One HTTP/1.0 request on a Unix socket. Returns 0 and fills *code, *body (malloc'd, NUL
- * terminated, owned by the caller) and content_type (may be NULL) or -1 if the socket does not
- * answer a complete response. */
+/* One HTTP/1.0 request on a Unix socket (tool_http_request, bounded by 3 s). Returns 0 and fills
+ * *code, *body (malloc'd, NUL terminated, owned by the caller) and content_type (may be NULL) or
+ * -1 if the socket does not answer a complete response. */
 int harness_http(const char *sock_path, const char *method, const char *path, int *code,
                  char *content_type, size_t ct_cap, char **body);
 

@@ -54,6 +54,7 @@
  * (including sizes the daemon announces it cannot accept and a non-loopback Redis address).
  */
 #include "kvtier.h"
+#include "tool.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -76,9 +77,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,8 +99,7 @@
 #define BENCH_DISK_LOOKUP_CAP 1000000 /* disk mode: latencies kept while writing */
 #define BENCH_DRAIN_POLL_US 5000      /* disk mode: status poll while the buffer drains */
 #define BENCH_DRAIN_MAX_MS 300000     /* disk mode: longest wait for the drained buffer */
-#define BENCH_STATUS_TIMEOUT_S 5
-#define BENCH_STATUS_MAX (64u << 20)
+#define BENCH_STATUS_TIMEOUT_MS 5000
 
 enum { DATA_RANDOM, DATA_BF16 };
 static const char *const data_names[] = {[DATA_RANDOM] = "random", [DATA_BF16] = "bf16"};
@@ -266,31 +264,6 @@ struct bench {
 };
 
 /* ---- small utilities ---- */
-
-static const struct {
-    const char *name;
-    int value;
-} data_paths[] = {
-    {"auto", KVT_DATA_PATH_AUTO},
-    {"frames", KVT_DATA_PATH_FRAMES},
-    {"shm", KVT_DATA_PATH_SHM},
-};
-
-static int data_path_parse(const char *s)
-{
-    for (size_t i = 0; i < sizeof data_paths / sizeof data_paths[0]; i++)
-        if (strcmp(s, data_paths[i].name) == 0)
-            return data_paths[i].value;
-    return -1;
-}
-
-static const char *data_path_name(int p)
-{
-    for (size_t i = 0; i < sizeof data_paths / sizeof data_paths[0]; i++)
-        if (data_paths[i].value == p)
-            return data_paths[i].name;
-    return "?";
-}
 
 static uint64_t now_ns(void)
 {
@@ -1026,9 +999,8 @@ static void redis_close(rank_t *r)
     if (!r->redis)
         return;
     if (r->nrkeys && ((r->failed && redisReconnect(r->redis) != REDIS_OK) || redis_drop(r)))
-        fprintf(stderr,
-                "kvtier-bench: rank %u: %zu Redis keys %s:%016" PRIx64 ":%u:* may be left: %s\n",
-                r->rank, r->nrkeys, BENCH_MODEL, r->b->seed, r->rank, r->redis->errstr);
+        tool_error("rank %u: %zu Redis keys %s:%016" PRIx64 ":%u:* may be left: %s", r->rank,
+                   r->nrkeys, BENCH_MODEL, r->b->seed, r->rank, r->redis->errstr);
     redisFree(r->redis);
     r->redis = NULL;
 }
@@ -1161,7 +1133,7 @@ static int run_step(bench_t *b, step_t step, uint32_t round, double *secs)
     for (uint32_t i = 0; i < b->o.ranks; i++) {
         rank_t *r = &b->ranks[i];
         if (r->failed) {
-            fprintf(stderr, "kvtier-bench: %s\n", r->msg);
+            tool_error("%s", r->msg);
             worst = r->failed > worst ? r->failed : worst;
             r->msg[0] = '\0';
         }
@@ -1456,15 +1428,15 @@ static int print_json(const bench_t *b, const results_t *r, const warnings_t *w)
         "s:{s:f,s:f,s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I}},"
         "s:{s:o,s:{s:f,s:f},s:f,s:f,s:I,s:I},"
         "s:{s:f},s:o,s:o,s:o}",
-        "endpoint", o->endpoint, "data_path", data_path_name(data_path_of(b->primary)), "namespace",
-        "model", o->model, "world", (json_int_t)o->world, "all_ranks", o->all_ranks, "params",
-        "chunk_bytes", (json_int_t)o->chunk_bytes, "chunks", (json_int_t)o->chunks, "ranks",
-        (json_int_t)o->ranks, "rounds", (json_int_t)o->rounds, "batch", (json_int_t)o->batch,
-        "prompt_chunks", (json_int_t)o->prompt_chunks, "lookups", (json_int_t)o->lookups,
-        "lookup_chunk_bytes", (json_int_t)BENCH_LOOKUP_CHUNK_BYTES, "save", "kvtier_gbps", save,
-        "baseline_gbps", zsave, "ratio", ratio(save, zsave), "bytes", (json_int_t)p->n.stored_bytes,
-        "seconds", p->save_s, "latency", pct_json(&p->save), "outcomes", "stored",
-        (json_int_t)p->n.stored, "exists", (json_int_t)p->n.exists, "nospace",
+        "endpoint", o->endpoint, "data_path", tool_data_path_name(data_path_of(b->primary)),
+        "namespace", "model", o->model, "world", (json_int_t)o->world, "all_ranks", o->all_ranks,
+        "params", "chunk_bytes", (json_int_t)o->chunk_bytes, "chunks", (json_int_t)o->chunks,
+        "ranks", (json_int_t)o->ranks, "rounds", (json_int_t)o->rounds, "batch",
+        (json_int_t)o->batch, "prompt_chunks", (json_int_t)o->prompt_chunks, "lookups",
+        (json_int_t)o->lookups, "lookup_chunk_bytes", (json_int_t)BENCH_LOOKUP_CHUNK_BYTES, "save",
+        "kvtier_gbps", save, "baseline_gbps", zsave, "ratio", ratio(save, zsave), "bytes",
+        (json_int_t)p->n.stored_bytes, "seconds", p->save_s, "latency", pct_json(&p->save),
+        "outcomes", "stored", (json_int_t)p->n.stored, "exists", (json_int_t)p->n.exists, "nospace",
         (json_int_t)p->n.nospace, "declined", (json_int_t)p->n.declined, "load", "kvtier_gbps",
         load, "baseline_gbps", zload, "ratio", ratio(load, zload), "bytes",
         (json_int_t)p->n.loaded_bytes, "seconds", p->load_s, "latency", pct_json(&p->load),
@@ -1539,7 +1511,7 @@ static void print_table(const bench_t *b, const results_t *r)
     double save = gbps(p->n.stored_bytes, p->save_s), load = gbps(p->n.loaded_bytes, p->load_s);
     double zsave = gbps(r->zbytes_save, r->zsave_s), zload = gbps(r->zbytes_load, r->zload_s);
     printf("kvtier-bench: %s  namespace %s  world %u  data path %s%s\n", o->endpoint, o->model,
-           o->world, data_path_name(data_path_of(b->primary)),
+           o->world, tool_data_path_name(data_path_of(b->primary)),
            o->all_ranks ? "  lookups all-ranks" : "");
     printf("  %u rank(s) x %u chunks x %.2f MiB per round, %u round(s), %u chunk(s) per call; "
            "%u lookups x %u chunks of 4 KiB\n\n",
@@ -1720,36 +1692,28 @@ static int parse_redis_addr(const char *s, bench_opts_t *o)
     return 0;
 }
 
-/* Reads server.endpoint (required) into out and server.status_socket (when present and status
- * is still "") into status. */
+/* Reads server.endpoint (required) into out and server.status_socket (when present, shorter
+ * than status_cap and status is still "") into status. */
 static int endpoint_from_config(const char *path, char *out, size_t cap, char *status,
                                 size_t status_cap)
 {
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root) {
-        if (err.line > 0)
-            fprintf(stderr, "kvtier-bench: %s:%d: %s\n", path, err.line, err.text);
-        else
-            fprintf(stderr, "kvtier-bench: %s\n", err.text);
+    char *ep = NULL, *st = NULL;
+    int rc = -1;
+
+    if (tool_config_endpoints(path, &ep, &st) != 0)
         return -1;
-    }
-    const char *ep =
-        json_string_value(json_object_get(json_object_get(root, "server"), "endpoint"));
-    const char *st =
-        json_string_value(json_object_get(json_object_get(root, "server"), "status_socket"));
     if (st && !status[0] && strlen(st) < status_cap)
         memcpy(status, st, strlen(st) + 1);
-    int rc = -1;
     if (!ep || !*ep)
-        fprintf(stderr, "kvtier-bench: %s: no server.endpoint string (use --endpoint)\n", path);
+        tool_error("%s: no server.endpoint string (use --endpoint)", path);
     else if (strlen(ep) >= cap)
-        fprintf(stderr, "kvtier-bench: %s: server.endpoint too long\n", path);
+        tool_error("%s: server.endpoint too long", path);
     else {
         memcpy(out, ep, strlen(ep) + 1);
         rc = 0;
     }
-    json_decref(root);
+    free(ep);
+    free(st);
     return rc;
 }
 
@@ -1865,7 +1829,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             o->json = 1;
             break;
         case OPT_DATA_PATH:
-            o->data_path = data_path_parse(optarg);
+            o->data_path = tool_data_path_parse(optarg);
             if (o->data_path < 0)
                 bad = "--data-path must be auto, frames or shm";
             break;
@@ -1901,28 +1865,28 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
                 bad = "--chain-chunks must be 1..1048576";
             break;
         case ':':
-            fprintf(stderr, "kvtier-bench: %s needs a value\n", argv[optind - 1]);
+            tool_error("%s needs a value", argv[optind - 1]);
             return -1;
         default:
-            fprintf(stderr, "kvtier-bench: unknown option %s (see --help)\n", argv[optind - 1]);
+            tool_error("unknown option %s (see --help)", argv[optind - 1]);
             return -1;
         }
         if (bad) {
-            fprintf(stderr, "kvtier-bench: %s, got '%s'\n", bad, optarg);
+            tool_error("%s, got '%s'", bad, optarg);
             return -1;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "kvtier-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
+        tool_error("unexpected argument '%s' (see --help)", argv[optind]);
         return -1;
     }
     if (!endpoint == !config) {
-        fprintf(stderr, "kvtier-bench: give exactly one of --endpoint and -c CONFIG\n");
+        tool_error("give exactly one of --endpoint and -c CONFIG");
         return -1;
     }
     if (endpoint) {
         if (strlen(endpoint) >= sizeof o->endpoint) {
-            fprintf(stderr, "kvtier-bench: endpoint too long\n");
+            tool_error("endpoint too long");
             return -1;
         }
         strcpy(o->endpoint, endpoint);
@@ -1932,30 +1896,29 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     }
     if (o->disk_dir[0]) {
         if (rounds_given || o->redis_addr[0]) {
-            fprintf(stderr, "kvtier-bench: --rounds and --vs-redis do not apply to --disk-dir\n");
+            tool_error("--rounds and --vs-redis do not apply to --disk-dir");
             return -1;
         }
         if (!o->status_sock[0]) {
-            fprintf(stderr, "kvtier-bench: --disk-dir needs the daemon's status socket: --status "
-                            "SOCKET, or -c CONFIG with server.status_socket\n");
+            tool_error("--disk-dir needs the daemon's status socket: --status "
+                       "SOCKET, or -c CONFIG with server.status_socket");
             return -1;
         }
         o->rounds = 1;
         if (o->chain_chunks == 0)
             o->chain_chunks = BENCH_CHAIN_CHUNKS;
     } else if (o->chain_chunks) {
-        fprintf(stderr, "kvtier-bench: --chain-chunks applies to --disk-dir only\n");
+        tool_error("--chain-chunks applies to --disk-dir only");
         return -1;
     }
     if (o->world == 0)
         o->world = o->ranks;
     if (o->world < o->ranks) {
-        fprintf(stderr, "kvtier-bench: --world %u is smaller than --ranks %u\n", o->world,
-                o->ranks);
+        tool_error("--world %u is smaller than --ranks %u", o->world, o->ranks);
         return -1;
     }
     if (ns && (!*ns || strlen(ns) >= sizeof o->model)) {
-        fprintf(stderr, "kvtier-bench: --ns must be 1..255 bytes\n");
+        tool_error("--ns must be 1..255 bytes");
         return -1;
     }
     if (ns)
@@ -1963,10 +1926,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     double need = 2.0 * o->ranks * o->chunks * (double)o->chunk_bytes;
     if (pages > 0 && psize > 0 && need > 0.5 * (double)pages * (double)psize) {
-        fprintf(stderr,
-                "kvtier-bench: the run needs %.0f MiB of client buffers (2 x ranks x chunks x "
-                "chunk-bytes), more than half of this machine's memory\n",
-                need / (1 << 20));
+        tool_error("the run needs %.0f MiB of client buffers (2 x ranks x chunks x "
+                   "chunk-bytes), more than half of this machine's memory",
+                   need / (1 << 20));
         return -1;
     }
     return 0;
@@ -1977,7 +1939,7 @@ static int check_endpoint(const char *ep)
 {
     struct stat st;
     if (strncmp(ep, "ipc://", 6) == 0 && stat(ep + 6, &st) != 0) {
-        fprintf(stderr, "kvtier-bench: no daemon at %s (%s)\n", ep, strerror(errno));
+        tool_error("no daemon at %s (%s)", ep, strerror(errno));
         return -1;
     }
     return 0;
@@ -2077,18 +2039,16 @@ static int check_limits(const bench_t *b)
     const kvt_server_info_t *in = &b->info;
     const bench_opts_t *o = &b->o;
     if (o->chunk_bytes > in->max_chunk_bytes) {
-        fprintf(stderr,
-                "kvtier-bench: --chunk-bytes %" PRIu64 " exceeds the daemon's "
-                "ram.max_chunk_bytes %" PRIu64 "\n",
-                o->chunk_bytes, in->max_chunk_bytes);
+        tool_error("--chunk-bytes %" PRIu64 " exceeds the daemon's "
+                   "ram.max_chunk_bytes %" PRIu64 "",
+                   o->chunk_bytes, in->max_chunk_bytes);
         return -1;
     }
     uint32_t most = o->batch > o->prompt_chunks ? o->batch : o->prompt_chunks;
     if (most > in->max_chunks) {
-        fprintf(stderr,
-                "kvtier-bench: --batch/--prompt-chunks %u exceeds the daemon's "
-                "server.max_chunks_per_request %u\n",
-                most, in->max_chunks);
+        tool_error("--batch/--prompt-chunks %u exceeds the daemon's "
+                   "server.max_chunks_per_request %u",
+                   most, in->max_chunks);
         return -1;
     }
     return 0;
@@ -2101,14 +2061,14 @@ static int zmq_baseline_start(bench_t *b)
 {
     strcpy(b->zdir, "/tmp/kvtier-bench.XXXXXX");
     if (!mkdtemp(b->zdir)) {
-        fprintf(stderr, "kvtier-bench: mkdtemp: %s\n", strerror(errno));
+        tool_error("mkdtemp: %s", strerror(errno));
         b->zdir[0] = '\0';
         return -1;
     }
     snprintf(b->zendpoint, sizeof b->zendpoint, "ipc://%s/echo.zmq", b->zdir);
     b->zctx = zmq_ctx_new();
     if (!b->zctx || pthread_create(&b->echo, NULL, echo_main, b) != 0) {
-        fprintf(stderr, "kvtier-bench: cannot start the zmq baseline\n");
+        tool_error("cannot start the zmq baseline");
         return -1;
     }
     b->echo_started = 1;
@@ -2206,82 +2166,6 @@ static void bench_teardown(bench_t *b)
 
 /* ---- disk mode (main thread, one lookup thread) ---- */
 
-static int send_full(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* GET /status on the daemon's Unix socket; *out owns the parsed document. */
-static int status_fetch(const char *path, json_t **out)
-{
-    static const char req[] = "GET /status HTTP/1.0\r\nHost: x\r\n\r\n";
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    struct timeval tv = {.tv_sec = BENCH_STATUS_TIMEOUT_S};
-    const char *what = "connect";
-    size_t len = 0, cap = 0;
-    char *buf = NULL;
-    int rc = -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        fprintf(stderr, "kvtier-bench: socket: %s\n", strerror(errno));
-        return -1;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1); /* shorter than sun_path: checked by parse_args */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, (const struct sockaddr *)&sa, sizeof sa) != 0 ||
-        (what = "send", send_full(fd, req, sizeof req - 1) != 0))
-        goto fail_errno;
-    what = "read";
-    for (;;) {
-        if (cap - len < 65536) {
-            char *nb = cap < BENCH_STATUS_MAX ? realloc(buf, cap + (1u << 20)) : NULL;
-            if (!nb) {
-                fprintf(stderr, "kvtier-bench: status %s: answer too large\n", path);
-                goto out;
-            }
-            buf = nb;
-            cap += 1u << 20;
-        }
-        ssize_t got = read(fd, buf + len, cap - len - 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            goto fail_errno;
-        if (got == 0)
-            break;
-        len += (size_t)got;
-    }
-    buf[len] = '\0';
-    char *body = strstr(buf, "\r\n\r\n");
-    if (!body || strncmp(buf, "HTTP/1.", 7) != 0 || strncmp(buf + 8, " 200", 4) != 0) {
-        fprintf(stderr, "kvtier-bench: status %s: unexpected answer '%.40s'\n", path, buf);
-        goto out;
-    }
-    json_error_t err;
-    *out = json_loads(body + 4, 0, &err);
-    if (!*out)
-        fprintf(stderr, "kvtier-bench: status %s: %s\n", path, err.text);
-    else
-        rc = 0;
-    goto out;
-fail_errno:
-    fprintf(stderr, "kvtier-bench: status socket %s: %s: %s\n", path, what, strerror(errno));
-out:
-    free(buf);
-    close(fd);
-    return rc;
-}
-
 /* The disk.* counters of status the report takes deltas of. */
 typedef enum {
     SN_RAW,
@@ -2343,11 +2227,11 @@ static void copy_str(char *dst, size_t cap, const json_t *v)
 static int snap_take(const bench_t *b, snap_t *sn)
 {
     json_t *root = NULL;
-    if (status_fetch(b->o.status_sock, &root))
+    if (tool_status_get(b->o.status_sock, BENCH_STATUS_TIMEOUT_MS, &root, NULL))
         return -1;
     const json_t *disk = json_object_get(root, "disk"), *ram = json_object_get(root, "ram");
     if (!json_is_object(disk) || !json_is_object(ram)) {
-        fprintf(stderr, "kvtier-bench: status %s: no ram and disk objects\n", b->o.status_sock);
+        tool_error("status %s: no ram and disk objects", b->o.status_sock);
         json_decref(root);
         return -1;
     }
@@ -2408,34 +2292,30 @@ static int disk_plan(bench_t *b, const snap_t *sn)
     uint64_t total = (uint64_t)o->ranks * o->chunks * o->chunk_bytes;
     uint64_t in_ram = (sn->ram_capacity + o->chunk_bytes - 1) / o->chunk_bytes;
     if (!sn->enabled || strcmp(sn->state, "ok") != 0) {
-        fprintf(stderr,
-                "kvtier-bench: the daemon's disk tier is %s (status disk.enabled %s, disk.state "
-                "\"%s\"%s%s): --disk-dir measures the disk tier, start kvtierd with "
-                "disk.enabled true and a working disk.dir\n",
-                sn->enabled ? "not usable" : "off", sn->enabled ? "true" : "false", sn->state,
-                sn->last_error[0] ? ", last_error " : "", sn->last_error);
+        tool_error("the daemon's disk tier is %s (status disk.enabled %s, disk.state "
+                   "\"%s\"%s%s): --disk-dir measures the disk tier, start kvtierd with "
+                   "disk.enabled true and a working disk.dir",
+                   sn->enabled ? "not usable" : "off", sn->enabled ? "true" : "false", sn->state,
+                   sn->last_error[0] ? ", last_error " : "", sn->last_error);
         return -1;
     }
     if (total <= sn->ram_capacity) {
-        fprintf(stderr,
-                "kvtier-bench: ranks x chunks x chunk-bytes = %.1f MiB must exceed the daemon's "
-                "ram.capacity_bytes (%.1f MiB) so that chunks demote to disk: raise --chunks\n",
-                (double)total / (1 << 20), (double)sn->ram_capacity / (1 << 20));
+        tool_error("ranks x chunks x chunk-bytes = %.1f MiB must exceed the daemon's "
+                   "ram.capacity_bytes (%.1f MiB) so that chunks demote to disk: raise --chunks",
+                   (double)total / (1 << 20), (double)sn->ram_capacity / (1 << 20));
         return -1;
     }
     if (total + 2 * sn->segment_bytes > sn->disk_capacity) {
-        fprintf(stderr,
-                "kvtier-bench: %.1f MiB of chunks do not fit in disk.capacity_bytes (%.1f MiB) "
-                "less two segments: reclaim would drop the oldest chunks before they are read\n",
-                (double)total / (1 << 20), (double)sn->disk_capacity / (1 << 20));
+        tool_error("%.1f MiB of chunks do not fit in disk.capacity_bytes (%.1f MiB) "
+                   "less two segments: reclaim would drop the oldest chunks before they are read",
+                   (double)total / (1 << 20), (double)sn->disk_capacity / (1 << 20));
         return -1;
     }
     if (o->chunks <= in_ram + b->chain_len) {
-        fprintf(stderr,
-                "kvtier-bench: --chunks %u leaves no chunk that is surely disk-only after the "
-                "fill (up to %" PRIu64 " may stay in RAM, plus one chain of %u): use more than "
-                "%" PRIu64 "\n",
-                o->chunks, in_ram, b->chain_len, in_ram + b->chain_len);
+        tool_error("--chunks %u leaves no chunk that is surely disk-only after the "
+                   "fill (up to %" PRIu64 " may stay in RAM, plus one chain of %u): use more than "
+                   "%" PRIu64 "",
+                   o->chunks, in_ram, b->chain_len, in_ram + b->chain_len);
         return -1;
     }
     b->disk_load_n = (uint32_t)(o->chunks - in_ram - b->chain_len);
@@ -2453,10 +2333,9 @@ static int drain(const bench_t *b, double *secs, snap_t *sn)
         if (sn->v[SN_WBUF] == 0)
             break;
         if (now_ns() - t0 > BENCH_DRAIN_MAX_MS * 1000000ull) {
-            fprintf(stderr,
-                    "kvtier-bench: the daemon's write buffer still holds %" PRIu64
-                    " chunks after %u s (disk.state %s)\n",
-                    sn->v[SN_WBUF], BENCH_DRAIN_MAX_MS / 1000, sn->state);
+            tool_error("the daemon's write buffer still holds %" PRIu64
+                       " chunks after %u s (disk.state %s)",
+                       sn->v[SN_WBUF], BENCH_DRAIN_MAX_MS / 1000, sn->state);
             return -1;
         }
         nanosleep(&poll, NULL);
@@ -2502,7 +2381,7 @@ static int raw_read(const bench_t *b, int fd, double *secs)
     *secs = (double)(now_ns() - t0) / 1e9;
     for (uint32_t r = 0; r < b->o.ranks; r++) {
         if (memcmp(b->ranks[r].src, b->ranks[r].dst, per) != 0) {
-            fprintf(stderr, "kvtier-bench: raw baseline: the file read back other bytes\n");
+            tool_error("raw baseline: the file read back other bytes");
             errno = EIO;
             return -1;
         }
@@ -2540,7 +2419,7 @@ static int raw_baseline(bench_t *b, raw_t *out)
     snprintf(path, sizeof path, "%s/kvtier-bench-%016" PRIx64 ".raw", o->disk_dir, b->seed);
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        fprintf(stderr, "kvtier-bench: raw baseline %s: %s\n", path, strerror(errno));
+        tool_error("raw baseline %s: %s", path, strerror(errno));
         return -1;
     }
     const char *what = "write";
@@ -2572,7 +2451,7 @@ static int raw_baseline(bench_t *b, raw_t *out)
     rc = 0;
 out:
     if (rc)
-        fprintf(stderr, "kvtier-bench: raw baseline %s %s: %s\n", what, path, strerror(errno));
+        tool_error("raw baseline %s %s: %s", what, path, strerror(errno));
     close(fd);
     unlink(path);
     for (uint32_t r = 0; r < o->ranks; r++)
@@ -2627,16 +2506,16 @@ static int lookuper_start(const bench_t *b, lookuper_t *l, uint32_t count, size_
     *l = (lookuper_t){.b = b, .count = count, .cap = cap};
     l->lat.v = calloc(cap, sizeof(uint64_t));
     if (!l->lat.v) {
-        fprintf(stderr, "kvtier-bench: out of memory\n");
+        tool_error("out of memory");
         return -1;
     }
     int rc = kvt_connect(b->o.endpoint, &b->lookup_ns, 0, &co, &l->c);
     if (rc) {
-        fprintf(stderr, "kvtier-bench: connect %s: %s\n", b->o.endpoint, kvt_strerror(rc));
+        tool_error("connect %s: %s", b->o.endpoint, kvt_strerror(rc));
         goto fail_connect;
     }
     if (pthread_create(&l->thread, NULL, lookuper_main, l) != 0) {
-        fprintf(stderr, "kvtier-bench: cannot start the lookup thread\n");
+        tool_error("cannot start the lookup thread");
         goto fail_thread;
     }
     return 0;
@@ -2660,8 +2539,7 @@ static int lookuper_finish(lookuper_t *l, lookups_t *out)
     pthread_join(l->thread, NULL);
     int rc = 0;
     if (l->rc) {
-        fprintf(stderr, "kvtier-bench: lookup: %s: %s\n", kvt_strerror(l->rc),
-                kvt_last_error(l->c));
+        tool_error("lookup: %s: %s", kvt_strerror(l->rc), kvt_last_error(l->c));
         rc = -1;
     }
     out->lat = percentiles(l->lat.v, l->lat.n);
@@ -2740,8 +2618,7 @@ static int measure_codec(const bench_t *b, int shuffle, comp_t *out)
     rc = 0;
 out:
     if (rc)
-        fprintf(stderr, "kvtier-bench: %s: the round trip failed\n",
-                shuffle ? "shuffle+lz4" : "lz4");
+        tool_error("%s: the round trip failed", shuffle ? "shuffle+lz4" : "lz4");
     free(tmp);
     free(enc);
     free(dec);
@@ -2956,8 +2833,9 @@ static int disk_print_json(const bench_t *b, const disk_res_t *d, const warnings
         d->same_fs < 0 ? json_null() : json_boolean(d->same_fs), "ram_capacity_bytes",
         (json_int_t)d->s0.ram_capacity, "disk_capacity_bytes", (json_int_t)d->s0.disk_capacity,
         "segment_bytes", (json_int_t)d->s0.segment_bytes, "save_path",
-        data_path_name(data_path_of(b->primary)), "load_path", "frames", "raw", raw, "write", write,
-        "read", read, "compression", comp, "lookup", lk, "warnings", warns ? warns : json_array());
+        tool_data_path_name(data_path_of(b->primary)), "load_path", "frames", "raw", raw, "write",
+        write, "read", read, "compression", comp, "lookup", lk, "warnings",
+        warns ? warns : json_array());
     if (!root)
         return -1;
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
@@ -2976,7 +2854,8 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
     disk_fig_t f;
     disk_figures(b, d, &f);
     printf("kvtier-bench --disk-dir: %s  namespace %s  data %s  saves %s path, loads frames path\n",
-           o->endpoint, o->model, data_names[o->data], data_path_name(data_path_of(b->primary)));
+           o->endpoint, o->model, data_names[o->data],
+           tool_data_path_name(data_path_of(b->primary)));
     printf("  %u rank(s) x %u chunks x %.2f MiB = %.1f MiB in chains of %u, %u chunk(s) per call; "
            "ram.capacity %.1f MiB, disk.capacity %.1f MiB, compression %s\n",
            o->ranks, o->chunks, (double)o->chunk_bytes / mib, (double)d->raw.bytes / mib,
@@ -3060,16 +2939,16 @@ static int disk_report(const bench_t *b, disk_res_t *d)
         counts_add(&d->n, &b->ranks[i].dn);
     if (merge_pct(b, offsetof(rank_t, dsave), &d->save) ||
         merge_pct(b, offsetof(rank_t, dload), &d->load)) {
-        fprintf(stderr, "kvtier-bench: out of memory\n");
+        tool_error("out of memory");
         return EXIT_FAIL;
     }
     warnings_t w = {0};
     disk_warnings(b, d, &w);
     for (int i = 0; i < w.n; i++)
-        fprintf(stderr, "kvtier-bench: warning: %s\n", w.text[i]);
+        tool_error("warning: %s", w.text[i]);
     if (b->o.json) {
         if (disk_print_json(b, d, &w)) {
-            fprintf(stderr, "kvtier-bench: cannot format the JSON report\n");
+            tool_error("cannot format the JSON report");
             return EXIT_FAIL;
         }
     } else {
@@ -3111,16 +2990,16 @@ static void stop_ranks(bench_t *b, uint32_t started)
 static int report(const bench_t *b, results_t *res)
 {
     if (collect(b, res) != 0) {
-        fprintf(stderr, "kvtier-bench: out of memory\n");
+        tool_error("out of memory");
         return EXIT_FAIL;
     }
     warnings_t w = {0};
     make_warnings(b, res, &w);
     for (int i = 0; i < w.n; i++)
-        fprintf(stderr, "kvtier-bench: warning: %s\n", w.text[i]);
+        tool_error("warning: %s", w.text[i]);
     if (b->o.json) {
         if (print_json(b, res, &w)) {
-            fprintf(stderr, "kvtier-bench: cannot format the JSON report\n");
+            tool_error("cannot format the JSON report");
             return EXIT_FAIL;
         }
     } else {
@@ -3136,6 +3015,7 @@ int main(int argc, char **argv)
     bench_t *b = &bench;
     results_t res = {0};
     static disk_res_t dres;
+    tool_init("kvtier-bench", ""); /* the usage text is usage()'s, printed only on --help */
     int rc = parse_args(argc, argv, &b->o);
     if (rc)
         return rc > 0 ? EXIT_OK : EXIT_USAGE;
@@ -3143,7 +3023,7 @@ int main(int argc, char **argv)
         return EXIT_FAIL;
     rc = EXIT_FAIL;
     if (bench_prepare(b)) {
-        fprintf(stderr, "kvtier-bench: out of memory\n");
+        tool_error("out of memory");
         goto fail_prepare;
     }
     if (pthread_barrier_init(&b->start, NULL, b->o.ranks + 1))
@@ -3152,7 +3032,7 @@ int main(int argc, char **argv)
         goto fail_barrier_end;
     uint32_t started = start_ranks(b);
     if (started < b->o.ranks)
-        fprintf(stderr, "kvtier-bench: cannot start %u rank threads\n", b->o.ranks);
+        tool_error("cannot start %u rank threads", b->o.ranks);
     else if (b->o.disk_dir[0])
         rc = bench_disk_steps(b, &dres);
     else

@@ -11,38 +11,29 @@
  *
  * Design: one verb per run, one client (or one status socket connection) per run. Global
  * options may also follow the verb. The endpoint and the status socket come from -e / -s, else
- * from the daemon's JSON config (-c, default /etc/kvtier/kvtierd.json), read only when needed.
- * `status` speaks HTTP/1.0 over the Unix status socket itself (no curl), bounded by --timeout.
- * Errors go to stderr as "kvtierctl: <what>: <reason>", with the daemon's text when it sent one.
+ * from the daemon's JSON config (-c, default /etc/kvtier/kvtierd.json), read only when needed; a
+ * key the config does not set has the daemon's default. `status` speaks HTTP/1.0 over the Unix
+ * status socket itself (tool.h, no curl), bounded by --timeout. Errors go to stderr as
+ * "kvtierctl: <what>: <reason>", with the daemon's text when it sent one.
  *
  * Threads: single-threaded.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "kvtier.h"
+#include "tool.h"
 
-#define CTL_DEFAULT_CONFIG "/etc/kvtier/kvtierd.json"
-/* kvtierd's own defaults (`kvtierd --print-defaults`), for a config that does not set them. */
-#define CTL_DEFAULT_ENDPOINT "ipc:///run/kvtier/kvtier.zmq"
-#define CTL_DEFAULT_STATUS_SOCKET "/run/kvtier/status.sock"
 #define CTL_DEFAULT_TIMEOUT_MS 5000
-#define CTL_STATUS_MAX (16u << 20) /* largest status body accepted */
-#define CTL_MAX_HASHES 65536
 
-enum { EXIT_MISS = 1, EXIT_USAGE = 2, EXIT_FAIL = 3 };
+enum { EXIT_MISS = 1, EXIT_USAGE = TOOL_EXIT_USAGE, EXIT_FAIL = 3 };
 
 typedef struct {
     const char *config;
@@ -72,79 +63,28 @@ static const char usage_text[] =
     "                                              prefix hit in chunks\n"
     "  tally PAID PROBES [--engine ID] [--reason NAME=COUNT...]\n"
     "                                              push verdict totals, print the gate state\n"
-    "HASH is 32 hex digits. Defaults: -c " CTL_DEFAULT_CONFIG ", --ns kvtierctl, --rank 0,\n"
+    "HASH is 32 hex digits. Defaults: -c " TOOL_DEFAULT_CONFIG ", --ns kvtierctl, --rank 0,\n"
     "--world 1, --chunk-tokens 256, --timeout 5000, --data-path frames.\n"
     "Exit: 0 ok, 1 miss, 2 usage, 3 error.\n";
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("kvtierctl: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fputs(usage_text, stderr);
-    return EXIT_USAGE;
-}
-
 static int fail_sys(const char *what, const char *obj, int err)
 {
-    fprintf(stderr, "kvtierctl: %s%s%s: %s\n", what, obj ? " " : "", obj ? obj : "", strerror(err));
+    tool_error("%s%s%s: %s", what, obj ? " " : "", obj ? obj : "", strerror(err));
     return EXIT_FAIL;
 }
 
 static int fail_kvt(const char *what, const char *obj, const kvt_client_t *c, int err)
 {
-    const char *text = c != NULL ? kvt_last_error(c) : "";
-
-    fprintf(stderr, "kvtierctl: %s%s%s: %s%s%s%s\n", what, obj ? " " : "", obj ? obj : "",
-            kvt_strerror(err), text[0] ? " (" : "", text, text[0] ? ")" : "");
+    tool_kvt_error(what, obj, c, err);
     return EXIT_FAIL;
-}
-
-/* Decimal, or hexadecimal with 0x; no sign, no trailing characters, at most max. */
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-    int base = 10;
-
-    if (s == NULL || s[0] < '0' || s[0] > '9')
-        return -1;
-    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-        base = 16;
-        s += 2;
-        if (*s == '\0' || *s == '-' || *s == '+')
-            return -1;
-    }
-    errno = 0;
-    v = strtoull(s, &end, base);
-    if (errno != 0 || *end != '\0' || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int opt_u64(const char *name, const char *val, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (val == NULL)
-        return usage_error("%s needs a value", name);
-    if (parse_u64(val, max, out) != 0 || *out < min)
-        return usage_error("%s: expected an integer in %" PRIu64 "..%" PRIu64 ", got '%s'", name,
-                           min, max, val);
-    return 0;
 }
 
 static int opt_hash(const char *name, const char *val, kvt_hash_t *h)
 {
     if (val == NULL)
-        return usage_error("%s needs a value", name);
+        return tool_usage_error("%s needs a value", name);
     if (kvt_hash_parse(val, h) != 0)
-        return usage_error("%s: expected 32 hex digits, got '%s'", name, val);
+        return tool_usage_error("%s: expected 32 hex digits, got '%s'", name, val);
     return 0;
 }
 
@@ -171,7 +111,7 @@ static int parse_global(ctl_t *o, int argc, char **argv, int *i)
     if (strcmp(a, "-c") == 0 || strcmp(a, "-e") == 0 || strcmp(a, "-s") == 0 ||
         strcmp(a, "--ns") == 0) {
         if (v == NULL || v[0] == '\0')
-            return usage_error("%s needs a value", a);
+            return tool_usage_error("%s needs a value", a);
         if (a[1] == 'c')
             o->config = v;
         else if (a[1] == 'e')
@@ -184,30 +124,24 @@ static int parse_global(ctl_t *o, int argc, char **argv, int *i)
         return 1;
     }
     if (strcmp(a, "--rank") == 0) {
-        if ((rc = opt_u64(a, v, 0, 1023, &n)) != 0)
+        if ((rc = tool_opt_u64(a, v, 0, 1023, &n)) != 0)
             return rc;
         o->rank = (uint32_t)n;
     } else if (strcmp(a, "--world") == 0) {
-        if ((rc = opt_u64(a, v, 1, 1024, &n)) != 0)
+        if ((rc = tool_opt_u64(a, v, 1, 1024, &n)) != 0)
             return rc;
         o->ns.world_size = (uint32_t)n;
     } else if (strcmp(a, "--chunk-tokens") == 0) {
-        if ((rc = opt_u64(a, v, 1, UINT32_MAX, &n)) != 0)
+        if ((rc = tool_opt_u64(a, v, 1, UINT32_MAX, &n)) != 0)
             return rc;
         o->ns.chunk_tokens = (uint32_t)n;
     } else if (strcmp(a, "--data-path") == 0) {
         if (v == NULL)
-            return usage_error("%s needs a value", a);
-        if (strcmp(v, "auto") == 0)
-            o->data_path = KVT_DATA_PATH_AUTO;
-        else if (strcmp(v, "frames") == 0)
-            o->data_path = KVT_DATA_PATH_FRAMES;
-        else if (strcmp(v, "shm") == 0)
-            o->data_path = KVT_DATA_PATH_SHM;
-        else
-            return usage_error("--data-path: expected auto, frames or shm, got '%s'", v);
+            return tool_usage_error("%s needs a value", a);
+        if ((o->data_path = tool_data_path_parse(v)) < 0)
+            return tool_usage_error("--data-path: expected auto, frames or shm, got '%s'", v);
     } else if (strcmp(a, "--timeout") == 0) {
-        if ((rc = opt_u64(a, v, 1, 24u * 3600 * 1000, &n)) != 0)
+        if ((rc = tool_opt_u64(a, v, 1, 24u * 3600 * 1000, &n)) != 0)
             return rc;
         o->timeout_ms = (int)n;
     } else {
@@ -221,48 +155,21 @@ static int parse_global(ctl_t *o, int argc, char **argv, int *i)
  * two is needed and was not given; a key the config does not set has the daemon's default. */
 static int resolve_endpoints(ctl_t *o, int need_endpoint, int need_status)
 {
-    const char *path = o->config != NULL ? o->config : CTL_DEFAULT_CONFIG;
-    json_error_t jerr;
-    json_t *root, *server, *ep, *ss;
-    int rc = 0;
+    const char *path = o->config != NULL ? o->config : TOOL_DEFAULT_CONFIG;
 
     if ((!need_endpoint || o->endpoint != NULL) && (!need_status || o->status_socket != NULL))
         return 0;
-    root = json_load_file(path, 0, &jerr);
-    if (root == NULL) {
-        if (jerr.line > 0)
-            fprintf(stderr, "kvtierctl: config %s: line %d: %s\n", path, jerr.line, jerr.text);
-        else
-            fprintf(stderr, "kvtierctl: config %s: %s\n", path, jerr.text);
+    if (tool_config_endpoints(path, &o->config_endpoint, &o->config_status) != 0)
         return EXIT_FAIL;
-    }
-    server = json_object_get(root, "server");
-    ep = json_object_get(server, "endpoint");
-    ss = json_object_get(server, "status_socket");
-    if ((ep != NULL && !json_is_string(ep)) || (ss != NULL && !json_is_string(ss))) {
-        fprintf(stderr, "kvtierctl: config %s: server.%s: not a string\n", path,
-                ep != NULL && !json_is_string(ep) ? "endpoint" : "status_socket");
-        rc = EXIT_FAIL;
-        goto out;
-    }
-    if (need_endpoint && o->endpoint == NULL) {
-        o->config_endpoint = strdup(ep != NULL ? json_string_value(ep) : CTL_DEFAULT_ENDPOINT);
-        if (o->config_endpoint == NULL)
-            goto fail_nomem;
+    if (o->config_endpoint == NULL && (o->config_endpoint = strdup(TOOL_DEFAULT_ENDPOINT)) == NULL)
+        return fail_sys("config", path, ENOMEM);
+    if (o->config_status == NULL && (o->config_status = strdup(TOOL_DEFAULT_STATUS_SOCKET)) == NULL)
+        return fail_sys("config", path, ENOMEM);
+    if (o->endpoint == NULL)
         o->endpoint = o->config_endpoint;
-    }
-    if (need_status && o->status_socket == NULL) {
-        o->config_status = strdup(ss != NULL ? json_string_value(ss) : CTL_DEFAULT_STATUS_SOCKET);
-        if (o->config_status == NULL)
-            goto fail_nomem;
+    if (o->status_socket == NULL)
         o->status_socket = o->config_status;
-    }
-    goto out;
-fail_nomem:
-    rc = fail_sys("config", path, ENOMEM);
-out:
-    json_decref(root);
-    return rc;
+    return 0;
 }
 
 static int ctl_connect(ctl_t *o, kvt_client_t **c)
@@ -271,8 +178,8 @@ static int ctl_connect(ctl_t *o, kvt_client_t **c)
     int rc;
 
     if (o->rank >= o->ns.world_size)
-        return usage_error("--rank %" PRIu32 " must be less than --world %" PRIu32, o->rank,
-                           o->ns.world_size);
+        return tool_usage_error("--rank %" PRIu32 " must be less than --world %" PRIu32, o->rank,
+                                o->ns.world_size);
     rc = resolve_endpoints(o, 1, 0);
     if (rc != 0)
         return rc;
@@ -404,7 +311,7 @@ static int verb_put(ctl_t *o, int argc, char **argv)
             if (rc != 1)
                 return rc;
         } else if (strcmp(argv[i], "--op") == 0) {
-            if ((rc = opt_u64("--op", i + 1 < argc ? argv[i + 1] : NULL, 0, UINT64_MAX, &v)))
+            if ((rc = tool_opt_u64("--op", i + 1 < argc ? argv[i + 1] : NULL, 0, UINT64_MAX, &v)))
                 return rc;
             sopts.has_op_id = 1;
             sopts.op_id = v;
@@ -415,22 +322,22 @@ static int verb_put(ctl_t *o, int argc, char **argv)
             sopts.parent = &parent;
             i += 2;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return usage_error("put: unknown option %s", argv[i]);
+            return tool_usage_error("put: unknown option %s", argv[i]);
         } else {
             if (npos == 2)
-                return usage_error("put: too many arguments");
+                return tool_usage_error("put: too many arguments");
             pos[npos++] = argv[i++];
         }
     }
     if (npos != 2)
-        return usage_error("put: expected HASH FILE");
+        return tool_usage_error("put: expected HASH FILE");
     if ((rc = opt_hash("put: HASH", pos[0], &hash)) != 0)
         return rc;
     if ((rc = read_file(pos[1], &buf, &len)) != 0)
         return rc;
     if (len == 0) {
         free(buf);
-        return usage_error("put: %s is empty (a chunk holds at least one byte)", pos[1]);
+        return tool_usage_error("put: %s is empty (a chunk holds at least one byte)", pos[1]);
     }
     if ((rc = ctl_connect(o, &c)) != 0)
         goto out;
@@ -465,15 +372,15 @@ static int verb_get(ctl_t *o, int argc, char **argv)
             if (rc != 1)
                 return rc;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return usage_error("get: unknown option %s", argv[i]);
+            return tool_usage_error("get: unknown option %s", argv[i]);
         } else {
             if (npos == 2)
-                return usage_error("get: too many arguments");
+                return tool_usage_error("get: too many arguments");
             pos[npos++] = argv[i++];
         }
     }
     if (npos != 2)
-        return usage_error("get: expected HASH FILE");
+        return tool_usage_error("get: expected HASH FILE");
     if ((rc = opt_hash("get: HASH", pos[0], &hash)) != 0)
         return rc;
     if ((rc = ctl_connect(o, &c)) != 0)
@@ -541,7 +448,7 @@ static int verb_lookup(ctl_t *o, int argc, char **argv)
             i++;
         } else if (strcmp(argv[i], "--prompt-tokens") == 0 ||
                    strcmp(argv[i], "--hbm-tokens") == 0) {
-            if ((rc = opt_u64(argv[i], val, 0, UINT64_MAX, &v)) != 0)
+            if ((rc = tool_opt_u64(argv[i], val, 0, UINT64_MAX, &v)) != 0)
                 goto out;
             if (argv[i][2] == 'p')
                 lopts.prompt_tokens = v;
@@ -550,7 +457,7 @@ static int verb_lookup(ctl_t *o, int argc, char **argv)
             lopts.has_prompt = 1;
             i += 2;
         } else if (argv[i][0] == '-') {
-            rc = usage_error("lookup: unknown option %s", argv[i]);
+            rc = tool_usage_error("lookup: unknown option %s", argv[i]);
             goto out;
         } else {
             if ((rc = opt_hash("lookup: HASH", argv[i], &hashes[n])) != 0)
@@ -560,7 +467,7 @@ static int verb_lookup(ctl_t *o, int argc, char **argv)
         }
     }
     if (n == 0) {
-        rc = usage_error("lookup: expected at least one HASH");
+        rc = tool_usage_error("lookup: expected at least one HASH");
         goto out;
     }
     if ((rc = ctl_connect(o, &c)) != 0)
@@ -608,41 +515,41 @@ static int verb_tally(ctl_t *o, int argc, char **argv)
                 return rc;
             in_reasons = 0;
         } else if (strcmp(argv[i], "--engine") == 0) {
-            if ((rc = opt_u64("--engine", i + 1 < argc ? argv[i + 1] : NULL, 0, UINT64_MAX,
-                              &engine)) != 0)
+            if ((rc = tool_opt_u64("--engine", i + 1 < argc ? argv[i + 1] : NULL, 0, UINT64_MAX,
+                                   &engine)) != 0)
                 return rc;
             in_reasons = 0;
             i += 2;
         } else if (strcmp(argv[i], "--reason") == 0) {
             if (i + 1 >= argc || strchr(argv[i + 1], '=') == NULL)
-                return usage_error("--reason needs NAME=COUNT");
+                return tool_usage_error("--reason needs NAME=COUNT");
             in_reasons = 1;
             i++;
         } else if (argv[i][0] == '-') {
-            return usage_error("tally: unknown option %s", argv[i]);
+            return tool_usage_error("tally: unknown option %s", argv[i]);
         } else if (in_reasons && (eq = strchr(argv[i], '=')) != NULL) {
             size_t nl = (size_t)(eq - argv[i]);
             if (nreasons == sizeof reasons / sizeof reasons[0])
-                return usage_error("--reason: at most %zu reasons", nreasons);
-            if (nl == 0 || nl > 48 || parse_u64(eq + 1, UINT64_MAX, &reasons[nreasons].count))
-                return usage_error("--reason: expected NAME=COUNT (name 1..48 bytes), got '%s'",
-                                   argv[i]);
+                return tool_usage_error("--reason: at most %zu reasons", nreasons);
+            if (nl == 0 || nl > 48 || tool_parse_u64(eq + 1, UINT64_MAX, &reasons[nreasons].count))
+                return tool_usage_error(
+                    "--reason: expected NAME=COUNT (name 1..48 bytes), got '%s'", argv[i]);
             *eq = '\0';
             reasons[nreasons++].name = argv[i];
             i++;
         } else {
             in_reasons = 0;
             if (npos == 2)
-                return usage_error("tally: too many arguments");
-            if ((rc = opt_u64(npos == 0 ? "tally: PAID" : "tally: PROBES", argv[i], 0, INT64_MAX,
-                              &totals[npos])) != 0)
+                return tool_usage_error("tally: too many arguments");
+            if ((rc = tool_opt_u64(npos == 0 ? "tally: PAID" : "tally: PROBES", argv[i], 0,
+                                   INT64_MAX, &totals[npos])) != 0)
                 return rc;
             npos++;
             i++;
         }
     }
     if (npos != 2)
-        return usage_error("tally: expected PAID PROBES");
+        return tool_usage_error("tally: expected PAID PROBES");
     if ((rc = ctl_connect(o, &c)) != 0)
         return rc;
     rc = kvt_tally(c, engine, totals[0], totals[1], reasons, nreasons, &st);
@@ -667,134 +574,12 @@ out:
     return rc;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits for events on fd until deadline; returns 0, or an errno value (ETIMEDOUT). */
-static int wait_fd(int fd, short events, int64_t deadline)
-{
-    struct pollfd p = {.fd = fd, .events = events};
-
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        int r;
-        if (left <= 0)
-            return ETIMEDOUT;
-        r = poll(&p, 1, (int)left);
-        if (r > 0)
-            return 0;
-        if (r < 0 && errno != EINTR)
-            return errno;
-    }
-}
-
-/*
- * HTTP/1.0 GET of url on the Unix socket at path. On success *body (owned, NUL-terminated) holds
- * the response body and *status the HTTP status code. Returns 0 or an errno value.
- */
-static int http_get(const char *path, const char *url, int timeout_ms, int *status, char **body)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int64_t deadline = now_ms() + timeout_ms;
-    char req[256], *buf = NULL, *p;
-    size_t cap = 1 << 14, n = 0, reqlen, sent = 0;
-    int fd, err = 0;
-
-    if (strlen(path) >= sizeof sa.sun_path)
-        return ENAMETOOLONG;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    reqlen = (size_t)snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", url);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return errno;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        if (errno != EINPROGRESS && errno != EAGAIN) {
-            err = errno;
-            goto out;
-        }
-        if ((err = wait_fd(fd, POLLOUT, deadline)) != 0)
-            goto out;
-    }
-    while (sent < reqlen) {
-        ssize_t w = send(fd, req + sent, reqlen - sent, MSG_NOSIGNAL);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if ((err = wait_fd(fd, POLLOUT, deadline)) != 0)
-                goto out;
-            continue;
-        }
-        if (w < 0) {
-            err = errno;
-            goto out;
-        }
-        sent += (size_t)w;
-    }
-    buf = malloc(cap);
-    if (buf == NULL) {
-        err = ENOMEM;
-        goto out;
-    }
-    for (;;) {
-        ssize_t r;
-        if (n + 1 == cap) {
-            char *nb = cap >= CTL_STATUS_MAX ? NULL : realloc(buf, cap * 2);
-            if (nb == NULL) {
-                err = cap >= CTL_STATUS_MAX ? EFBIG : ENOMEM;
-                goto out;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        r = recv(fd, buf + n, cap - n - 1, 0);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if ((err = wait_fd(fd, POLLIN, deadline)) != 0)
-                goto out;
-            continue;
-        }
-        if (r < 0) {
-            err = errno;
-            goto out;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    buf[n] = '\0';
-    if (sscanf(buf, "HTTP/%*d.%*d %d", status) != 1 || (p = strstr(buf, "\r\n\r\n")) == NULL) {
-        err = EBADMSG;
-        goto out;
-    }
-    p += 4;
-    memmove(buf, p, n + 1 - (size_t)(p - buf));
-    *body = buf;
-    buf = NULL;
-out:
-    free(buf);
-    close(fd);
-    return err;
-}
-
 /* The number at a dotted path of obj ("ram.used_bytes"), or -1 when absent. */
 static double jnum(const json_t *obj, const char *path)
 {
-    char key[64];
-    const char *dot;
+    const json_t *v = tool_json_path(obj, path);
 
-    while ((dot = strchr(path, '.')) != NULL) {
-        size_t kl = (size_t)(dot - path);
-        if (kl >= sizeof key)
-            return -1;
-        memcpy(key, path, kl);
-        key[kl] = '\0';
-        obj = json_object_get(obj, key);
-        path = dot + 1;
-    }
-    obj = json_object_get(obj, path);
-    return json_is_number(obj) ? json_number_value(obj) : -1;
+    return json_is_number(v) ? json_number_value(v) : -1;
 }
 
 static const char *human_bytes(double b, char *buf, size_t len)
@@ -847,33 +632,20 @@ static void print_status_summary(const json_t *st)
 
 static int verb_status(ctl_t *o, int argc, char **argv)
 {
-    json_error_t jerr;
     json_t *st;
     char *body = NULL;
-    int rc, code = 0;
+    int rc;
 
     for (int i = 0; i < argc;) {
         if ((rc = parse_global(o, argc, argv, &i)) == 0)
-            return usage_error("status: unexpected argument %s", argv[i]);
+            return tool_usage_error("status: unexpected argument %s", argv[i]);
         if (rc != 1)
             return rc;
     }
     if ((rc = resolve_endpoints(o, 0, 1)) != 0)
         return rc;
-    rc = http_get(o->status_socket, "/status", o->timeout_ms, &code, &body);
-    if (rc != 0)
-        return fail_sys("status", o->status_socket, rc);
-    if (code != 200) {
-        fprintf(stderr, "kvtierctl: status %s: HTTP status %d\n", o->status_socket, code);
-        free(body);
+    if (tool_status_get(o->status_socket, o->timeout_ms, &st, &body) != 0)
         return EXIT_FAIL;
-    }
-    st = json_loads(body, 0, &jerr);
-    if (st == NULL) {
-        fprintf(stderr, "kvtierctl: status %s: invalid JSON: %s\n", o->status_socket, jerr.text);
-        free(body);
-        return EXIT_FAIL;
-    }
     if (o->json) {
         size_t len = strlen(body);
         fputs(body, stdout);
@@ -904,6 +676,7 @@ int main(int argc, char **argv)
                .data_path = KVT_DATA_PATH_FRAMES};
     int i = 1, rc = -1;
 
+    tool_init("kvtierctl", usage_text);
     while (i < argc) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(usage_text, stdout);
@@ -916,9 +689,9 @@ int main(int argc, char **argv)
             return rc;
     }
     if (i >= argc)
-        return usage_error("no verb given");
+        return tool_usage_error("no verb given");
     if (argv[i][0] == '-')
-        return usage_error("unknown option %s", argv[i]);
+        return tool_usage_error("unknown option %s", argv[i]);
     rc = -1;
     for (size_t v = 0; v < sizeof verbs / sizeof verbs[0]; v++) {
         if (strcmp(argv[i], verbs[v].name) != 0)
@@ -927,7 +700,7 @@ int main(int argc, char **argv)
         break;
     }
     if (rc < 0)
-        rc = usage_error("unknown verb %s", argv[i]);
+        rc = tool_usage_error("unknown verb %s", argv[i]);
     free(o.config_endpoint);
     free(o.config_status);
     if ((fflush(stdout) != 0 || ferror(stdout)) && rc != EXIT_USAGE)
