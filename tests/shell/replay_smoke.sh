@@ -24,8 +24,8 @@ if [[ ! -r $trace ]]; then
     echo "SKIP: no trace at $trace"
     exit 77
 fi
-# shellcheck source=testlib.sh
-source "$(dirname "$0")/testlib.sh"
+# shellcheck source=../lib/testlib.sh
+source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtreplay jq
 
 requests=200

@@ -7,8 +7,8 @@ set -euo pipefail
 
 kvtierd=${1:?usage: cli_roundtrip.sh KVTIERD KVTIERCTL}
 kvtierctl=${2:?usage: cli_roundtrip.sh KVTIERD KVTIERCTL}
-# shellcheck source=testlib.sh
-source "$(dirname "$0")/testlib.sh"
+# shellcheck source=../lib/testlib.sh
+source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtcli curl jq cmp od
 
 endpoint="ipc://$dir/kvt.zmq"

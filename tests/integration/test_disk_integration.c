@@ -1,5 +1,5 @@
 /*
- * test_disk_integration.c - the disk tier against the real daemon (tests/harness.h): chunks
+ * test_disk_integration.c - the disk tier against the real daemon (tests/lib/harness.h): chunks
  * demoted out of a full RAM tier read back byte-exact; a clean restart finds every chunk that
  * was on disk; kill -9 during sustained saves loses nothing that loads (every chunk that loads
  * is byte-exact, the torn tail is dropped); a flipped byte in a stored record is a miss and a

@@ -15,8 +15,8 @@ set -euo pipefail
 
 kvtierd=${1:?usage: gates_cli.sh KVTIERD KVTIERCTL}
 kvtierctl=${2:?usage: gates_cli.sh KVTIERD KVTIERCTL}
-# shellcheck source=testlib.sh
-source "$(dirname "$0")/testlib.sh"
+# shellcheck source=../lib/testlib.sh
+source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtgates curl jq od
 
 endpoint="ipc://$dir/kvt.zmq"

@@ -1,5 +1,5 @@
 /*
- * fuzz_proto_seeds.c - writes the seed corpus of fuzz_proto (tests/fuzz_corpus/).
+ * fuzz_proto_seeds.c - writes the seed corpus of fuzz_proto (tests/fuzz/corpus/).
  *
  * Usage: fuzz_proto_seeds DIR. Writes one file per message type, each a valid message within
  * the fuzz limits of fuzz_proto.h, plus two invalid ones (a version-2 head, an unknown type), in
