@@ -12,7 +12,8 @@
  * holds more than one save's burst of evictions, so no demotion is refused for lack of buffer. The
  * disk directory lives outside the harness directory so that a second daemon can be started on it.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -30,12 +31,10 @@
 #define CH (64u * 1024u)
 #define PER 16u
 
-static char root[64];
-
 /* A fresh disk directory for one test. */
 static void disk_dir(char *buf, size_t len)
 {
-    snprintf(buf, len, "%s/disk-XXXXXX", root);
+    snprintf(buf, len, "%s/disk-XXXXXX", check_scratch_dir());
     ck_assert_ptr_nonnull(mkdtemp(buf));
 }
 
@@ -456,19 +455,11 @@ START_TEST(test_enospc_degrades_and_resumes)
 }
 END_TEST
 
-int main(void)
+static Suite *disk_integration_suite(void)
 {
     Suite *su = suite_create("disk_integration");
     TCase *tc = tcase_create("disk");
-    SRunner *sr;
-    int failed;
 
-    snprintf(root, sizeof root, "/tmp/kvtdk-XXXXXX");
-    if (mkdtemp(root) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    harness_set_root(root);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_demote_and_read_back);
     tcase_add_test(tc, test_restart_finds_disk_chunks);
@@ -477,10 +468,7 @@ int main(void)
     tcase_add_test(tc, test_capacity_holds_under_3x_fill);
     tcase_add_test(tc, test_enospc_degrades_and_resumes);
     suite_add_tcase(su, tc);
-    sr = srunner_create(su);
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_rmtree(root);
-    return failed == 0 ? 0 : 1;
+    return su;
 }
+
+const check_program_t check_program = {.suite = disk_integration_suite, .scratch = "kvtdk"};

@@ -23,7 +23,8 @@
  * Invariants: a save operation here is one kvt_save call; its chunks' hashes are unique per
  * (test, operation), so operations never collide in the daemon's table of decisions.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +36,6 @@
 
 #define MIB (1024u * 1024u)
 #define OP_BYTES 1000u /* payload of every chunk of a save operation */
-
-static char test_root[] = "/tmp/kvtgd-XXXXXX";
 
 /* --- reference formulas (GATES.md, written out independently of daemon/gates.c) --- */
 
@@ -631,7 +630,7 @@ START_TEST(test_adm_shm_reserve)
              "{\"ram\": {\"arena_path\": \"%s/shm-%d.arena\"}, \"namespaces\": {\"shm\": "
              "{\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 0, \"floor\": 0.25, "
              "\"alpha\": 1}}}}}",
-             test_root, (int)getpid());
+             check_scratch_dir(), (int)getpid());
     h = harness_start(&ho);
     c = connect_ns(h, "shm", 1, 0, 16, KVT_DATA_PATH_SHM);
     ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
@@ -1096,20 +1095,4 @@ static Suite *gates_daemon_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr;
-    int failed;
-
-    if (mkdtemp(test_root) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    harness_set_root(test_root);
-    sr = srunner_create(gates_daemon_suite());
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_rmtree(test_root);
-    return failed == 0 ? 0 : 1;
-}
+const check_program_t check_program = {.suite = gates_daemon_suite, .scratch = "kvtgd"};

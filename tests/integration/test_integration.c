@@ -12,7 +12,8 @@
  * Invariants: payloads are generated from (rank, chunk hash, tag) so any load can be verified
  * byte-exact without keeping the saved buffers around.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1265,21 +1266,4 @@ static Suite *integration_suite(void)
     return s;
 }
 
-int main(void)
-{
-    char root[] = "/tmp/kvtit-XXXXXX";
-    SRunner *sr;
-    int failed;
-
-    if (mkdtemp(root) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    harness_set_root(root);
-    sr = srunner_create(integration_suite());
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_rmtree(root);
-    return failed == 0 ? 0 : 1;
-}
+const check_program_t check_program = {.suite = integration_suite, .scratch = "kvtit"};

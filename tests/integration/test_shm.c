@@ -9,7 +9,8 @@
  * pins of a client killed mid-save and mid-load are reclaimed (status returns to zero); that a
  * pinned chunk survives eviction pressure.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -479,19 +480,4 @@ static Suite *shm_suite(void)
     return s;
 }
 
-int main(void)
-{
-    char root[] = "/tmp/kvtshm-XXXXXX";
-    SRunner *sr;
-    int failed;
-
-    if (mkdtemp(root) == NULL)
-        return 1;
-    harness_set_root(root);
-    sr = srunner_create(shm_suite());
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_rmtree(root);
-    return failed == 0 ? 0 : 1;
-}
+const check_program_t check_program = {.suite = shm_suite, .scratch = "kvtshm"};

@@ -13,18 +13,16 @@
  * directory and its daemon process until harness_stop()/harness_free().
  */
 #include "harness.h"
+#include "check_main.h"
 #include "tool.h"
 
-#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,23 +34,6 @@
 #define POLL_PAUSE_MS 20
 #define HTTP_IO_TIMEOUT_MS 3000
 #define LOG_EXCERPT 1500
-
-static const char *harness_root = "/tmp";
-
-void harness_set_root(const char *root)
-{
-    harness_root = root;
-}
-
-static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
-int harness_rmtree(const char *path)
-{
-    return nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
-}
 
 int64_t harness_now_ms(void)
 {
@@ -157,7 +138,8 @@ harness_t *harness_start(const harness_opts_t *opts)
     h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
     h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
 
-    n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX", harness_root);
+    n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
+                 check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");
     ck_assert(n > 0 && (size_t)n < sizeof h->dir);
     ck_assert_msg(mkdtemp(h->dir) != NULL, "mkdtemp %s: %s", h->dir, strerror(errno));
     snprintf(h->endpoint, sizeof h->endpoint, "ipc://%s/kvt.zmq", h->dir);
@@ -263,7 +245,7 @@ void harness_free(harness_t **hp)
         kill(h->pid, SIGKILL);
         waitpid(h->pid, NULL, 0);
     }
-    harness_rmtree(h->dir);
+    check_rmtree(h->dir);
     free(h);
     *hp = NULL;
 }

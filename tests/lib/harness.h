@@ -1,13 +1,14 @@
 /*
  * harness.h - runs the real kvtierd binary for integration tests.
  *
- * harness_start() creates a fresh directory (mkdtemp, short path so that ipc and Unix socket
- * paths stay well under 100 bytes), writes a small JSON config there (memfd arena, endpoint
- * ipc://<dir>/kvt.zmq, status socket <dir>/status.sock), starts kvtierd with stderr in
- * <dir>/kvtierd.log and waits, polling GET /status with a deadline, until it answers.
- * harness_stop() sends SIGTERM, waits for exit status 0 and fails the test if the log holds a
- * sanitizer report. The daemon is started with PR_SET_PDEATHSIG so that a test that fails
- * (Check's forked child _exit()s) never leaves a daemon behind.
+ * harness_start() creates a fresh directory (mkdtemp, under the run's scratch directory of
+ * check_main.h, else /tmp; short paths so that ipc and Unix socket paths stay under 100 bytes),
+ * writes a small JSON config there (memfd arena, endpoint ipc://<dir>/kvt.zmq, status socket
+ * <dir>/status.sock), starts kvtierd with stderr in <dir>/kvtierd.log and waits, polling GET
+ * /status with a deadline, until it answers. harness_stop() sends SIGTERM, waits for exit status 0
+ * and fails the test if the log holds a sanitizer report. The daemon is started with
+ * PR_SET_PDEATHSIG so that a test that fails (Check's forked child _exit()s) never leaves a daemon
+ * behind.
  *
  * Failures inside the harness are Check assertion failures: call these only from a test
  * function (the forked test process). Not thread-safe; one thread per test.
@@ -46,14 +47,6 @@ typedef struct {
     uint64_t max_chunk_bytes;
     uint32_t lease_ms;
 } harness_t;
-
-/* Directory under which harness_start() creates its per-daemon directories ("/tmp" when never
- * set). main() sets a run-wide root and removes it with harness_rmtree() after the run, so the
- * directories of failed tests do not pile up. The string must outlive every test. */
-void harness_set_root(const char *root);
-
-/* Removes a directory tree; returns 0 or -1. */
-int harness_rmtree(const char *path);
 
 /* Starts a daemon (opts may be NULL) and returns once GET /status answers. Never NULL. */
 harness_t *harness_start(const harness_opts_t *opts);

@@ -8,7 +8,8 @@
  */
 #include "alloc.h"
 
-#include <check.h>
+#include "check_main.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -437,13 +438,4 @@ static Suite *alloc_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(alloc_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY=verbose lists each test */
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const check_program_t check_program = {.suite = alloc_suite};

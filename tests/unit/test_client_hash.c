@@ -6,7 +6,8 @@
  * this code base, and against XXH3_128bits called here on a buffer built by hand, so that a
  * change of byte order, of the prefix layout or of the canonical form in hash.c cannot pass.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,13 +302,4 @@ static Suite *client_hash_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(client_hash_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const check_program_t check_program = {.suite = client_hash_suite};

@@ -5,7 +5,8 @@
  * for the record (ratios and MB/s of shuffle+lz4 beside plain lz4). Speeds are printed, never
  * asserted.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,12 +243,10 @@ START_TEST(test_bf16_figures)
 }
 END_TEST
 
-int main(void)
+static Suite *codec_suite(void)
 {
     Suite *s = suite_create("codec");
     TCase *tc = tcase_create("codec");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_shuffle_layout);
     tcase_add_test(tc, test_round_trips);
@@ -255,9 +254,7 @@ int main(void)
     tcase_add_test(tc, test_decode_failures);
     tcase_add_test(tc, test_bf16_figures);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+const check_program_t check_program = {.suite = codec_suite};

@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
+#include "check_main.h"
+
 #include <jansson.h>
 
 #include "config.h"
@@ -701,13 +702,4 @@ static Suite *config_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(config_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const check_program_t check_program = {.suite = config_suite};

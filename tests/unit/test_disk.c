@@ -5,7 +5,8 @@
  * record, a torn tail dropped and truncated, a flipped payload byte dropped by checksum, a bad
  * segment file skipped.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,21 +347,17 @@ START_TEST(test_read_detects_corruption)
 }
 END_TEST
 
-int main(void)
+static Suite *disk_suite(void)
 {
     Suite *s = suite_create("disk");
     TCase *tc = tcase_create("disk");
-    SRunner *sr;
-    int failed;
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_reclaim_accounting);
     tcase_add_test(tc, test_recovery);
     tcase_add_test(tc, test_read_detects_corruption);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+const check_program_t check_program = {.suite = disk_suite};

@@ -10,7 +10,8 @@
  * Where an expected payoff is not a short literal, it is recomputed below with the formula of
  * GATES.md written out independently (ref_one / ref_batch) and compared with ==.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -999,13 +1000,4 @@ static Suite *gates_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(gates_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const check_program_t check_program = {.suite = gates_suite};

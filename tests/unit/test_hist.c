@@ -5,7 +5,8 @@
  * pseudo-random distribution is checked against exact nearest-rank percentiles of the sorted
  * values.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -235,12 +236,10 @@ START_TEST(test_random_within_error)
 }
 END_TEST
 
-int main(void)
+static Suite *hist_suite(void)
 {
     Suite *s = suite_create("hist");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_empty);
     tcase_add_test(tc, test_single_value);
@@ -252,9 +251,7 @@ int main(void)
     tcase_add_test(tc, test_init_resets);
     tcase_add_test(tc, test_random_within_error);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+const check_program_t check_program = {.suite = hist_suite};

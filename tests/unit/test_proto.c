@@ -15,7 +15,8 @@
  * Buffers whose bounds matter (encode with a small cap) are malloc'd at the exact size so that
  * ASan catches a write past them.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <limits.h>
 #include <math.h>
 #include <float.h>
@@ -1739,13 +1740,4 @@ static Suite *proto_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(proto_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const check_program_t check_program = {.suite = proto_suite};

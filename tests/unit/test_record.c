@@ -2,7 +2,8 @@
  * test_record.c - unit tests of the disk record format (record.c): encode/decode round trip,
  * checksum over header and payload, and every way a header can be corrupted or cut short.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,12 +215,10 @@ START_TEST(test_encode_rejects_invalid_meta)
 }
 END_TEST
 
-int main(void)
+static Suite *record_suite(void)
 {
     Suite *s = suite_create("record");
     TCase *tc = tcase_create("record");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_longest_model);
@@ -229,9 +228,7 @@ int main(void)
     tcase_add_test(tc, test_zeroes_are_not_a_record);
     tcase_add_test(tc, test_encode_rejects_invalid_meta);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+const check_program_t check_program = {.suite = record_suite};

@@ -11,7 +11,8 @@
  * Client sockets have a 30 s receive timeout only so that a broken server fails a test instead
  * of hanging it; no assertion depends on timing.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -780,13 +781,11 @@ START_TEST(test_close_with_open_connections)
 }
 END_TEST
 
-int main(void)
+static Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
     TCase *parse = tcase_create("parse");
     TCase *server = tcase_create("server");
-    SRunner *sr;
-    int failed;
 
     signal(SIGPIPE, SIG_IGN); /* as the daemon does; writes to vanished peers fail with EPIPE */
     tcase_add_test(parse, test_parse_complete);
@@ -806,9 +805,7 @@ int main(void)
     tcase_add_test(server, test_close_with_open_connections);
     suite_add_tcase(s, parse);
     suite_add_tcase(s, server);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+const check_program_t check_program = {.suite = status_suite};

@@ -5,7 +5,8 @@
  * Hashes are built as (chain, position) so a test can tell from any stored entry which chain
  * and position it belongs to and check that no stored chunk ever lacks its predecessor.
  */
-#include <check.h>
+#include "check_main.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -451,13 +452,4 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+const check_program_t check_program = {.suite = suite};
