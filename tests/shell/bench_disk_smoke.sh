@@ -10,55 +10,12 @@ set -euo pipefail
 
 kvtierd=${1:?usage: bench_disk_smoke.sh KVTIERD KVTIER_BENCH}
 bench=${2:?usage: bench_disk_smoke.sh KVTIERD KVTIER_BENCH}
-for tool in jq curl; do
-    command -v "$tool" >/dev/null || { echo "FAIL: $tool is required" >&2; exit 1; }
-done
-
-dir=$(mktemp -d /tmp/kvtdisk-XXXXXX)
+# shellcheck source=../lib/testlib.sh
+source "$(dirname "$0")/../lib/testlib.sh"
+testlib_init kvtdisk jq curl
 arena=/dev/shm/kvtier-disk-smoke.$$.$RANDOM.arena
-kpid=
-cleanup() {
-    if [[ -n $kpid ]] && kill -0 "$kpid" 2>/dev/null; then
-        kill -KILL "$kpid" 2>/dev/null || true
-        wait "$kpid" 2>/dev/null || true
-    fi
-    rm -rf "$dir"
-    rm -f "$arena"
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    for log in kvtierd.log bench.err; do
-        if [[ -s $dir/$log ]]; then
-            echo "--- $log (tail)" >&2
-            tail -n 30 "$dir/$log" >&2
-        fi
-    done
-    exit 1
-}
-
-# start_daemon CONFIG: starts kvtierd and waits until its status socket answers.
-start_daemon() {
-    "$kvtierd" -c "$1" 2>>"$dir/kvtierd.log" >&2 &
-    kpid=$!
-    local deadline=$((SECONDS + 10))
-    until curl -sf --max-time 5 --unix-socket "$dir/status.sock" http://x/status >/dev/null 2>&1; do
-        kill -0 "$kpid" 2>/dev/null || fail "kvtierd exited before it was ready"
-        ((SECONDS < deadline)) || fail "kvtierd not ready after 10 s"
-        sleep 0.05
-    done
-}
-
-stop_daemon() {
-    kill -TERM "$kpid"
-    set +e
-    wait "$kpid"
-    local rc=$?
-    set -e
-    kpid=
-    ((rc == 0)) || fail "kvtierd exit status after SIGTERM: $rc"
-}
+testlib_files+=("$arena")
+testlib_logs+=(bench.err)
 
 server="\"server\": {\"endpoint\": \"ipc://$dir/kvt.zmq\", \"status_socket\": \"$dir/status.sock\"}"
 ram="\"ram\": {\"capacity_bytes\": \"32MiB\", \"arena_path\": \"$arena\", \"max_chunk_bytes\": \"1MiB\"}"
@@ -73,7 +30,7 @@ cat >"$dir/ram.json" <<JSON
 JSON
 
 # A daemon without a disk tier: disk mode refuses with a message (exit 2).
-start_daemon "$dir/ram.json"
+testlib_start_daemon "$kvtierd" "$dir/ram.json" "$dir/status.sock"
 mkdir -p "$dir/disk"
 set +e
 "$bench" -c "$dir/ram.json" --disk-dir "$dir/disk" --chunk-bytes 1MiB --chunks 64 \
@@ -82,9 +39,9 @@ rc=$?
 set -e
 ((rc == 2)) || fail "disk mode against a daemon without a disk tier: exit $rc, want 2"
 grep -q 'disk tier is off' "$dir/bench.err" || fail "no 'disk tier is off' message"
-stop_daemon
+testlib_stop_daemon
 
-start_daemon "$dir/disk.json"
+testlib_start_daemon "$kvtierd" "$dir/disk.json" "$dir/status.sock"
 set +e
 "$bench" -c "$dir/disk.json" --disk-dir "$dir/disk" --data bf16 --chunk-bytes 1MiB --chunks 64 \
     --lookups 100 --prompt-chunks 32 --json >"$dir/bench.json" 2>"$dir/bench.err"
@@ -94,7 +51,7 @@ set -e
 
 out=$dir/bench.json
 check() { # description jq-filter (must print true) jq-filter-to-show
-    [[ $(jq -e "$2" "$out" 2>/dev/null) == true ]] || fail "$1 ($2): $(jq -c "$3" "$out")"
+    expect_jq "$1" "$2" "$out" "$3"
 }
 pos() { # description path: a number > 0
     check "$1" "$2 | type == \"number\" and . > 0" "$2"
@@ -139,9 +96,7 @@ check "idle lookups" '.disk.lookup.idle.calls == 100' '.disk.lookup.idle'
 leftover=$(find "$dir/disk" -name 'kvtier-bench-*' | wc -l)
 ((leftover == 0)) || fail "the raw baseline file was left in $dir/disk"
 
-stop_daemon
-if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/kvtierd.log" "$dir/bench.err"; then
-    fail "sanitizer report in the kvtierd or kvtier-bench output"
-fi
+testlib_stop_daemon
+testlib_no_sanitizer_report "$dir/bench.err"
 echo "bench_disk_smoke: ok ($(jq -c '{w: .disk.write.gbps_raw, r: .disk.read.gbps,
     refused: .disk.write.demotions_refused}' "$out"))"

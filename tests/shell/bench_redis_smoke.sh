@@ -13,36 +13,12 @@ if ! command -v redis-server >/dev/null; then
     echo "SKIP: redis-server is not installed (Debian: apt-get install redis-server)"
     exit 77
 fi
-for tool in redis-cli jq curl; do
-    command -v "$tool" >/dev/null || { echo "FAIL: $tool is required" >&2; exit 1; }
-done
-
-dir=$(mktemp -d /tmp/kvtbench-XXXXXX)
+# shellcheck source=../lib/testlib.sh
+source "$(dirname "$0")/../lib/testlib.sh"
+testlib_init kvtbench redis-cli jq curl
 arena=/dev/shm/kvtier-bench-smoke.$$.$RANDOM.arena
-kpid=
-rpid=
-cleanup() {
-    for p in $kpid $rpid; do
-        if kill -0 "$p" 2>/dev/null; then
-            kill -KILL "$p" 2>/dev/null || true
-            wait "$p" 2>/dev/null || true
-        fi
-    done
-    rm -rf "$dir"
-    rm -f "$arena"
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    for log in kvtierd.log redis.log bench.err; do
-        if [[ -s $dir/$log ]]; then
-            echo "--- $log (tail)" >&2
-            tail -n 30 "$dir/$log" >&2
-        fi
-    done
-    exit 1
-}
+testlib_files+=("$arena")
+testlib_logs+=(redis.log bench.err)
 
 # redis-server on a random port; another port if that one is taken (redis-server then exits).
 start_redis() {
@@ -50,20 +26,9 @@ start_redis() {
     redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
         --dir "$dir" >"$dir/redis.log" 2>&1 &
     rpid=$!
+    testlib_pids+=("$rpid")
 }
 start_redis
-endpoint="ipc://$dir/kvt.zmq"
-sock="$dir/status.sock"
-cat >"$dir/kvtierd.json" <<EOF
-{
-  "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
-  "ram": {"capacity_bytes": "64MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"},
-  "log": {"level": "info"}
-}
-EOF
-"$kvtierd" -c "$dir/kvtierd.json" 2>"$dir/kvtierd.log" >&2 &
-kpid=$!
-
 deadline=$((SECONDS + 10))
 tries=1
 until [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]]; do
@@ -75,11 +40,17 @@ until [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]]; do
     ((SECONDS < deadline)) || fail "redis-server not answering after 10 s"
     sleep 0.05
 done
-until curl -sf --max-time 5 --unix-socket "$sock" http://x/status >/dev/null 2>&1; do
-    kill -0 "$kpid" 2>/dev/null || fail "kvtierd exited before it was ready"
-    ((SECONDS < deadline)) || fail "kvtierd not ready after 10 s"
-    sleep 0.05
-done
+
+endpoint="ipc://$dir/kvt.zmq"
+sock="$dir/status.sock"
+cat >"$dir/kvtierd.json" <<EOF
+{
+  "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
+  "ram": {"capacity_bytes": "64MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"},
+  "log": {"level": "info"}
+}
+EOF
+testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
 
 chunks=8
 rounds=1
@@ -92,8 +63,8 @@ set -e
 ((rc == 0)) || fail "kvtier-bench --vs-redis exited $rc"
 
 out=$dir/bench.json
-check() { # description jq-filter (must print true)
-    [[ $(jq -e "$2" "$out" 2>/dev/null) == true ]] || fail "$1 ($2): $(jq -c "$3" "$out")"
+check() { # description jq-filter (must print true) jq-filter-to-show
+    expect_jq "$1" "$2" "$out" "$3"
 }
 for op in save load; do
     for col in kvtier_shm kvtier_frames redis zmq memcpy; do
@@ -124,14 +95,6 @@ rc=$?
 set -e
 ((rc == 2)) || fail "a non-loopback --vs-redis address: exit $rc, want 2"
 
-kill -TERM "$kpid"
-set +e
-wait "$kpid"
-rc=$?
-set -e
-kpid=
-((rc == 0)) || fail "kvtierd exit status after SIGTERM: $rc"
-if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/kvtierd.log" "$dir/bench.err"; then
-    fail "sanitizer report in the kvtierd or kvtier-bench output"
-fi
+testlib_stop_daemon
+testlib_no_sanitizer_report "$dir/bench.err"
 echo "bench_redis_smoke: ok (redis port $port)"

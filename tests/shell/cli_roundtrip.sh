@@ -22,18 +22,7 @@ cat >"$dir/kvtierd.json" <<EOF
   "log": {"level": "info"}
 }
 EOF
-
-"$kvtierd" -c "$dir/kvtierd.json" 2>"$dir/kvtierd.log" >&2 &
-pid=$!
-
-status() { curl -sf --max-time 5 --unix-socket "$sock" http://x/status; }
-
-deadline=$((SECONDS + 10))
-until status >/dev/null 2>&1; do
-    kill -0 "$pid" 2>/dev/null || fail "kvtierd exited before it was ready"
-    ((SECONDS < deadline)) || fail "kvtierd not ready after 10 s"
-    sleep 0.05
-done
+testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
 
 ctl() { # RANK ARGS...
     local rank=$1
@@ -108,14 +97,5 @@ expect_eq "ram.hits after the gets" "$(jq -e '.ram.hits' <<<"$st")" $((hits0 + 1
 expect_eq "ram.misses after the gets" "$(jq -e '.ram.misses' <<<"$st")" $((misses0 + 2))
 expect_eq "ram.used_bytes <= capacity" "$(jq -e ".ram.used_bytes <= $capacity" <<<"$st")" true
 
-kill -TERM "$pid"
-set +e
-wait "$pid"
-rc=$?
-set -e
-pid=
-expect_eq "kvtierd exit status after SIGTERM" "$rc" 0
-if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/kvtierd.log"; then
-    fail "sanitizer report in the kvtierd log"
-fi
+testlib_stop_daemon
 echo "cli_roundtrip: ok"

@@ -33,21 +33,11 @@ cat >"$dir/kvtierd.json" <<EOF
   }
 }
 EOF
+testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
 
-"$kvtierd" -c "$dir/kvtierd.json" 2>"$dir/kvtierd.log" >&2 &
-pid=$!
-
-status() { curl -sf --max-time 5 --unix-socket "$sock" http://x/status; }
 gates() { # MODEL: the gates object of its first namespace
     status | jq -e --arg m "$1" 'first(.namespaces[] | select(.model == $m)) | .gates'
 }
-
-deadline=$((SECONDS + 10))
-until status >/dev/null 2>&1; do
-    kill -0 "$pid" 2>/dev/null || fail "kvtierd exited before it was ready"
-    ((SECONDS < deadline)) || fail "kvtierd not ready after 10 s"
-    sleep 0.05
-done
 
 ctl() { # NS CHUNK_TOKENS WORLD RANK ARGS...
     local ns=$1 ct=$2 world=$3 rank=$4
@@ -140,14 +130,5 @@ expect_eq "cli7 payoff" "$(jq -c '.admission.payoff as $p |
 expect_eq "leased chunks (only the forced probe leased)" \
     "$(jq -c '.ram.leased_chunks' <<<"$st")" 4
 
-kill -TERM "$pid"
-set +e
-wait "$pid"
-rc=$?
-set -e
-pid=
-expect_eq "kvtierd exit status after SIGTERM" "$rc" 0
-if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/kvtierd.log"; then
-    fail "sanitizer report in the kvtierd log"
-fi
+testlib_stop_daemon
 echo "gates_cli: ok"
