@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# replay_smoke.sh KVTIERD KVTIER_REPLAY TRACE - kvtier-replay on the first 200 requests of the
-# Mooncake synthetic trace against a real kvtierd (memfd arena large enough that nothing is
-# evicted, 4 KiB per block), twice on one daemon: namespace `replay-off` (gates off) and
-# `replay-on` (admission and lookup skip enabled by a per-namespace override). Checked with jq:
+# replay_smoke.sh KVTIERD KVTIER_REPLAY KVTIER_TRACEGEN - kvtier-replay on a 200-request trace that
+# kvtier-tracegen writes at test time (shape conversations, seed 1), against a real kvtierd
+# (memfd arena large enough that nothing is evicted, 4 KiB per block), twice on one daemon:
+# namespace `replay-off` (gates off) and `replay-on` (admission and lookup skip enabled by a
+# per-namespace override). The trace itself is checked first: the same seed writes the same
+# bytes and another seed other bytes; every record has the four fields, ceil(input_length / 512)
+# hash_ids, ids numbered in the order of their first appearance, and each id always behind the
+# same id (prefix-chained). Then the replay, checked with jq:
 #   - every request is accounted for: answered + skipped lookups + requests without a whole
 #     block = 200, and the daemon's lookup_skip.lookups = the answered lookups;
 #   - verdicts = answered lookups with hit > 0 = probes_total; paid = aligned_large_hit;
@@ -14,19 +18,16 @@
 #     trace) is saved exactly once, nothing declined, and the daemon received exactly that many
 #     blocks x 4096 bytes;
 #   - gates on: stored + declined + exists = the blocks offered, bytes = stored x 4096.
-# kvtierd stops cleanly (exit 0, no sanitizer report). Exits 77 (skipped) when TRACE is absent.
+# kvtierd stops cleanly (exit 0, no sanitizer report).
 set -euo pipefail
 
-kvtierd=${1:?usage: replay_smoke.sh KVTIERD KVTIER_REPLAY TRACE}
-replay=${2:?usage: replay_smoke.sh KVTIERD KVTIER_REPLAY TRACE}
-trace=${3:?usage: replay_smoke.sh KVTIERD KVTIER_REPLAY TRACE}
-if [[ ! -r $trace ]]; then
-    echo "SKIP: no trace at $trace"
-    exit 77
-fi
+usage="usage: replay_smoke.sh KVTIERD KVTIER_REPLAY KVTIER_TRACEGEN"
+kvtierd=${1:?$usage}
+replay=${2:?$usage}
+tracegen=${3:?$usage}
 # shellcheck source=../lib/testlib.sh
 source "$(dirname "$0")/../lib/testlib.sh"
-testlib_init kvtreplay jq
+testlib_init kvtreplay jq curl cmp /usr/bin/python3
 
 requests=200
 chunk=4096
@@ -42,14 +43,32 @@ cat >"$dir/kvtierd.json" <<JSON
   }
 }
 JSON
-"$kvtierd" -c "$dir/kvtierd.json" 2>"$dir/kvtierd.log" >&2 &
-pid=$!
-deadline=$((SECONDS + 10))
-until [[ -S $sock ]]; do
-    kill -0 "$pid" 2>/dev/null || fail "kvtierd exited before it was ready"
-    ((SECONDS < deadline)) || fail "kvtierd not ready after 10 s"
-    sleep 0.05
-done
+testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
+
+trace=$dir/trace.jsonl
+/usr/bin/python3 "$tracegen" --requests "$requests" --seed 1 --output "$trace" ||
+    fail "kvtier-tracegen: exit $?"
+/usr/bin/python3 "$tracegen" --requests "$requests" --seed 1 >"$dir/again.jsonl"
+/usr/bin/python3 "$tracegen" --requests "$requests" --seed 2 >"$dir/other.jsonl"
+cmp -s "$dir/again.jsonl" "$trace" || fail "kvtier-tracegen --seed 1 wrote two different traces"
+! cmp -s "$dir/other.jsonl" "$trace" || fail "kvtier-tracegen --seed 2 wrote the trace of --seed 1"
+jq -s . "$trace" >"$dir/trace.json"
+expect_jq "trace: $requests records" "length == $requests" "$dir/trace.json" length
+expect_jq "trace: every record is timestamp, input_length, output_length, hash_ids" \
+    'all(.[]; keys_unsorted == ["timestamp", "input_length", "output_length", "hash_ids"])' \
+    "$dir/trace.json" '.[0]'
+expect_jq "trace: ceil(input_length / 512) hash_ids" \
+    'all(.[]; (.hash_ids | length) == ((.input_length + 511) / 512 | floor))' "$dir/trace.json" \
+    '[.[] | select((.hash_ids | length) != ((.input_length + 511) / 512 | floor))] | first'
+expect_jq "trace: ids numbered in the order of their first appearance" \
+    'reduce (.[] | .hash_ids[]) as $h ({next: 0, ok: true};
+        if $h < .next then . elif $h == .next then .next += 1 else .ok = false end) | .ok' \
+    "$dir/trace.json" 'map(.hash_ids) | first'
+expect_jq "trace: each id always behind the same id (prefix-chained)" \
+    '[.[] | .hash_ids | [-1] + . | [range(1; length) as $i | {id: .[$i], prev: .[$i - 1]}][]] |
+     group_by(.id) | all(map(.prev) | unique | length == 1)' "$dir/trace.json" length
+expect_jq "trace: some prefixes are shared" \
+    '[.[] | .hash_ids[0]] | (unique | length) < length' "$dir/trace.json" length
 
 distinct=$(head -n "$requests" "$trace" |
     jq -s '[.[] | .hash_ids[0:(.input_length / 512 | floor)][]] | unique | length')
@@ -62,10 +81,9 @@ replay_run() { # NS: the --json report on stdout
         { cat "$dir/$1.err" >&2; fail "kvtier-replay --ns $1: exit $?"; }
 }
 
-# check NAME JQ_EXPR: the expression must be true of the report
+# check NAME JQ_EXPR NS: the expression must be true of the report of NS
 check() {
-    jq -e "$2" "$dir/$3.json" >/dev/null ||
-        { jq . "$dir/$3.json" >&2; fail "$3: $1 ($2)"; }
+    expect_jq "$3: $1" "$2" "$dir/$3.json"
 }
 
 for ns in replay-off replay-on; do
@@ -97,10 +115,6 @@ check "gates on: enabled" ".admission.enabled == true and .lookup_skip.enabled =
 check "gates on: declines counted by the daemon" \
     "(.save_ops_declined > 0) == (.admission.skipped > 0)" replay-on
 
-kill -TERM "$pid"
-wait "$pid" || fail "kvtierd exit status $?"
-pid=
-! grep -q "runtime error\|AddressSanitizer\|LeakSanitizer" "$dir/kvtierd.log" ||
-    fail "sanitizer report in kvtierd.log"
+testlib_stop_daemon
 for ns in replay-off replay-on; do jq -c "{ns: \"$ns\", lookups_skipped, paid_total, probes_total, blocks_saved, blocks_declined, save_ops_declined, adm: .admission}" "$dir/$ns.json"; done
 echo "PASS: replay_smoke ($requests requests, $distinct distinct blocks)"
