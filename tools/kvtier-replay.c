@@ -15,7 +15,7 @@
  *      LRU of --hbm-blocks block ids), in tokens;
  *   2. lookup of the whole blocks with prompt_tokens = input_length, hbm_tokens = hbm. A lookup
  *      the daemon skipped was already counted as a verdict by the daemon, and a miss (hit 0) is
- *      no verdict; otherwise lmc and the verdict follow GATES.md section 1;
+ *      no verdict; otherwise lmc and the verdict follow docs/GATES.md section 1;
  *   3. a paid verdict loads the blocks [hbm, lmc) and checks every byte against the pattern
  *      derived from the block id;
  *   4. one save operation (op id = the request's index in the trace, parent = the previous

@@ -1,5 +1,5 @@
 /*
- * test_gates_daemon.c - the two gates of GATES.md end to end: the real kvtierd (started by the
+ * test_gates_daemon.c - the two gates of docs/GATES.md end to end: the real kvtierd (started by the
  * harness with gate settings in its config), driven through libkvtier, observed through GET
  * /status (namespaces[].gates, server.bytes_received / bytes_committed, ram.leased_chunks) and
  * the daemon's log.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gates_cli.sh KVTIERD KVTIERCTL - GATES.md admission scenario 3 and lookup-skip scenario 7
+# gates_cli.sh KVTIERD KVTIERCTL - docs/GATES.md admission scenario 3 and lookup-skip scenario 7
 # reproduced through kvtierctl (tally, put --op, lookup --prompt-tokens/--hbm-tokens) against a
 # real kvtierd, observed with curl + jq on GET /status and in the daemon's log.
 #

@@ -1,5 +1,5 @@
 /*
- * test_gates.c - unit tests of daemon/gates.c against ../shared/GATES.md.
+ * test_gates.c - unit tests of daemon/gates.c against docs/GATES.md.
  *
  * Every scenario of GATES.md section 4 is here with its exact expected result (admission 1-12,
  * lookup skip 1-7), plus the edges the contract pins: report_every crossings, tally re-baseline,
