@@ -903,14 +903,8 @@ START_TEST(test_bad_input_flood)
             kvt_msg_t m;
             harness_raw_msg_t r;
             kvt_frame_t hf[2];
-            memset(&m, 0, sizeof m);
-            m.hdr.type = KVT_MSG_HELLO;
-            m.hdr.req_id = rid;
-            m.u.hello.layout_fp = 0x99;
-            m.u.hello.chunk_tokens = 16;
-            m.u.hello.world = 1;
             hf[0].data = head;
-            hf[0].len = kvt_head_encode(head, sizeof head, &m);
+            hf[0].len = harness_raw_hello_head(head, 0x99, 0, 1, rid);
             hf[1].data = "raw2-model";
             hf[1].len = strlen("raw2-model");
             ck_assert_int_eq(harness_raw_send(raw2, hf, 2), 0);

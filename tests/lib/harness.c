@@ -482,6 +482,21 @@ size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint1
     return kvt_head_encode(buf, 128, &m);
 }
 
+size_t harness_raw_hello_head(uint8_t *buf, uint64_t fp, uint16_t rank, uint16_t world,
+                              uint64_t rid)
+{
+    kvt_msg_t m;
+
+    memset(&m, 0, sizeof m);
+    m.hdr.type = KVT_MSG_HELLO;
+    m.hdr.req_id = rid;
+    m.u.hello.layout_fp = fp;
+    m.u.hello.chunk_tokens = 16;
+    m.u.hello.rank = rank;
+    m.u.hello.world = world;
+    return kvt_head_encode(buf, 128, &m);
+}
+
 /* HELLO on a raw socket; returns the ns_id of HELLO_OK, or fails the test. */
 uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
                            uint64_t rid)
@@ -491,15 +506,8 @@ uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t ran
     harness_raw_msg_t r;
     kvt_frame_t f[2];
 
-    memset(&m, 0, sizeof m);
-    m.hdr.type = KVT_MSG_HELLO;
-    m.hdr.req_id = rid;
-    m.u.hello.layout_fp = fp;
-    m.u.hello.chunk_tokens = 16;
-    m.u.hello.rank = rank;
-    m.u.hello.world = world;
     f[0].data = head;
-    f[0].len = kvt_head_encode(head, sizeof head, &m);
+    f[0].len = harness_raw_hello_head(head, fp, rank, world, rid);
     f[1].data = model;
     f[1].len = strlen(model);
     ck_assert_int_eq(harness_raw_send(s, f, 2), 0);

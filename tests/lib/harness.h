@@ -131,6 +131,9 @@ void harness_raw_decode(const harness_raw_msg_t *m, kvt_msg_t *out);
 /* Encodes a head of type with req_id rid, ns_id ns and rank (where the type has one) into buf
  * (128 bytes); returns its size. */
 size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint16_t rank);
+/* Encodes the head of a HELLO (chunk_tokens 16) into buf (128 bytes); returns its size. */
+size_t harness_raw_hello_head(uint8_t *buf, uint64_t fp, uint16_t rank, uint16_t world,
+                              uint64_t rid);
 /* HELLO on a raw socket (chunk_tokens 16); returns the ns_id of HELLO_OK or fails the test. */
 uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
                            uint64_t rid);
