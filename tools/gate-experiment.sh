@@ -23,8 +23,7 @@ chunk=${CHUNK:-65536}
 step=${STEP:-8}
 # shellcheck source=../tests/lib/testlib.sh
 source "$(dirname "$0")/../tests/lib/testlib.sh"
-testlib_init kvtgx curl jq
-[[ -x $kvtierd && -x $kvtierctl ]] || fail "no $kvtierd or $kvtierctl"
+testlib_init kvtgx curl jq "$kvtierd" "$kvtierctl"
 
 head -c "$chunk" /dev/urandom >"$dir/chunk"
 capacity=$(((ops * (chunk + 4096) / 1048576 + 16) * 1048576))

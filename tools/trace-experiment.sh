@@ -27,8 +27,7 @@ hbm_large=${HBM_LARGE:-50000}
 hbm_small=${HBM_SMALL:-500}
 # shellcheck source=../tests/lib/testlib.sh
 source "$(dirname "$0")/../tests/lib/testlib.sh"
-testlib_init kvttx curl jq
-[[ -x $kvtierd && -x $replay ]] || fail "no $kvtierd or $replay"
+testlib_init kvttx curl jq "$kvtierd" "$replay"
 if [[ -n ${TRACE:-} ]]; then
     trace=$TRACE
     [[ -r $trace ]] || fail "no trace at $trace"

@@ -2,7 +2,8 @@
 # a scratch directory, a daemon started and stopped the same way everywhere, failure messages
 # with the logs' tails, assertions. Sourced, not run; bash only.
 #
-# testlib_init PREFIX TOOL...   checks that each TOOL is on PATH, makes a fresh directory $dir
+# testlib_init PREFIX TOOL...   checks that each TOOL is on PATH (or, given with a /, is an
+#                               executable file there), makes a fresh directory $dir
 #                               under /tmp and arms the exit trap: $pid and every process in
 #                               testlib_pids still running is SIGKILLed, $dir and every path in
 #                               testlib_files are removed.

@@ -42,17 +42,12 @@ grep -q 'disk tier is off' "$dir/bench.err" || fail "no 'disk tier is off' messa
 testlib_stop_daemon
 
 testlib_start_daemon "$kvtierd" "$dir/disk.json" "$dir/status.sock"
-set +e
 "$bench" -c "$dir/disk.json" --disk-dir "$dir/disk" --data bf16 --chunk-bytes 1MiB --chunks 64 \
-    --lookups 100 --prompt-chunks 32 --json >"$dir/bench.json" 2>"$dir/bench.err"
-rc=$?
-set -e
-((rc == 0)) || fail "kvtier-bench --disk-dir exited $rc"
+    --lookups 100 --prompt-chunks 32 --json >"$dir/bench.json" 2>"$dir/bench.err" ||
+    fail "kvtier-bench --disk-dir exited $?"
 
 out=$dir/bench.json
-check() { # description jq-filter (must print true) jq-filter-to-show
-    expect_jq "$1" "$2" "$out" "$3"
-}
+check() { expect_jq "$1" "$2" "$out" "$3"; } # description jq-filter jq-filter-to-show
 pos() { # description path: a number > 0
     check "$1" "$2 | type == \"number\" and . > 0" "$2"
 }

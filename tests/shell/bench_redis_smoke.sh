@@ -54,18 +54,12 @@ testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
 
 chunks=8
 rounds=1
-set +e
 "$bench" -c "$dir/kvtierd.json" --vs-redis "127.0.0.1:$port" --chunks $chunks --rounds $rounds \
     --chunk-bytes 256KiB --batch 4 --lookups 50 --prompt-chunks 32 --json \
-    >"$dir/bench.json" 2>"$dir/bench.err"
-rc=$?
-set -e
-((rc == 0)) || fail "kvtier-bench --vs-redis exited $rc"
+    >"$dir/bench.json" 2>"$dir/bench.err" || fail "kvtier-bench --vs-redis exited $?"
 
 out=$dir/bench.json
-check() { # description jq-filter (must print true) jq-filter-to-show
-    expect_jq "$1" "$2" "$out" "$3"
-}
+check() { expect_jq "$1" "$2" "$out" "$3"; } # description jq-filter jq-filter-to-show
 for op in save load; do
     for col in kvtier_shm kvtier_frames redis zmq memcpy; do
         check "$op GB/s of $col" ".compare.$op.$col | type == \"number\" and . > 0" ".compare.$op"
