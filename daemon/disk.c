@@ -162,7 +162,7 @@ struct disk {
     char dir[CONFIG_PATH_MAX];
     int lock_fd;
     codec_mode_t mode;
-    disk_fsync_t fsync;
+    config_fsync_t fsync;
     uint64_t capacity;
     uint64_t seg_bytes;
     uint64_t wb_bytes;
@@ -206,19 +206,6 @@ struct disk {
 
 static void kick(disk_t *d);
 static void maybe_done(disk_t *d);
-
-int disk_fsync_parse(const char *s, disk_fsync_t *out)
-{
-    if (strcmp(s, "none") == 0)
-        *out = DISK_FSYNC_NONE;
-    else if (strcmp(s, "segment") == 0)
-        *out = DISK_FSYNC_SEGMENT;
-    else if (strcmp(s, "record") == 0)
-        *out = DISK_FSYNC_RECORD;
-    else
-        return -1;
-    return 0;
-}
 
 static uint64_t round_block(uint64_t n)
 {
@@ -442,7 +429,7 @@ static void flush_work(uv_work_t *req)
         }
         done += (uint64_t)n;
     }
-    if (j->rc == 0 && d->fsync == DISK_FSYNC_RECORD && fdatasync(fd) != 0)
+    if (j->rc == 0 && d->fsync == CONFIG_FSYNC_RECORD && fdatasync(fd) != 0)
         j->rc = -errno;
     if (j->rc != 0) {
         if (ftruncate(fd, (off_t)j->start) != 0)
@@ -562,7 +549,7 @@ static void kick(disk_t *d)
     j->new_fd = -1;
     if (roll) {
         seg_t *old = d->active, *s;
-        if (old != NULL && d->fsync != DISK_FSYNC_NONE)
+        if (old != NULL && d->fsync != CONFIG_FSYNC_NONE)
             j->sync_fd = old->fd;
         s = seg_add(d, d->next_id, -1, 0);
         if (s == NULL) {
@@ -1032,11 +1019,8 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     d->seg_bytes = cfg->disk.segment_bytes;
     d->wb_bytes = cfg->disk.write_buffer_bytes;
     d->next_seq = 1;
-    if (codec_mode_parse(cfg->disk.compression, &d->mode) != 0 ||
-        disk_fsync_parse(cfg->disk.fsync, &d->fsync) != 0) {
-        free(d);
-        return -EINVAL;
-    }
+    d->mode = cfg->disk.compression;
+    d->fsync = cfg->disk.fsync;
     for (int i = 0; i < 2; i++) {
         d->wb[i].data = malloc(d->wb_bytes);
         d->wb[i].recs = calloc(DISK_WB_MAX_RECS, sizeof *d->wb[i].recs);
@@ -1094,7 +1078,7 @@ static void maybe_done(disk_t *d)
     drops_now(d);
     for (size_t i = 0; i < d->nsegs; i++) {
         seg_t *s = d->segs[i];
-        if (s->fd >= 0 && d->fsync != DISK_FSYNC_NONE)
+        if (s->fd >= 0 && d->fsync != CONFIG_FSYNC_NONE)
             fsync(s->fd);
     }
     log_info("disk_closed", "segments=%zu used_bytes=%" PRIu64 " records_written=%" PRIu64,
@@ -1173,7 +1157,7 @@ void disk_status(const disk_t *d, json_t *o)
     json_object_set_new(o, "bytes_read", jint(d->bytes_read));
     json_object_set_new(o, "raw_bytes_written", jint(d->raw_written));
     json_object_set_new(o, "stored_bytes_written", jint(d->stored_written));
-    json_object_set_new(o, "compression", json_string(d->cfg->disk.compression));
+    json_object_set_new(o, "compression", json_string(codec_mode_name(d->mode)));
     json_object_set_new(
         o, "compression_ratio",
         json_real(d->raw_written ? (double)d->stored_written / (double)d->raw_written : 1.0));

@@ -34,11 +34,6 @@
 
 typedef struct disk disk_t;
 
-typedef enum { DISK_FSYNC_NONE = 0, DISK_FSYNC_SEGMENT, DISK_FSYNC_RECORD } disk_fsync_t;
-
-/* "none" | "segment" | "record". Returns 0 or -1. */
-int disk_fsync_parse(const char *s, disk_fsync_t *out);
-
 /* Where a record lives on disk. */
 typedef struct {
     uint64_t seg;     /* segment id */

@@ -87,8 +87,8 @@ static void cfg_for(config_t *cfg)
     cfg->disk.capacity_bytes = 512 * 1024;
     cfg->disk.segment_bytes = 128 * 1024;
     cfg->disk.write_buffer_bytes = 128 * 1024;
-    snprintf(cfg->disk.compression, sizeof cfg->disk.compression, "off");
-    snprintf(cfg->disk.fsync, sizeof cfg->disk.fsync, "none");
+    cfg->disk.compression = CODEC_MODE_OFF;
+    cfg->disk.fsync = CONFIG_FSYNC_NONE;
 }
 
 static void setup(void)
@@ -262,7 +262,7 @@ START_TEST(test_recovery)
 
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     cfg_for(&cfg);
-    snprintf(cfg.disk.compression, sizeof cfg.disk.compression, "auto");
+    cfg.disk.compression = CODEC_MODE_AUTO;
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     for (int k = 0; k < 6; k++)
         append(&loop, d, k);
