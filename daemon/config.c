@@ -127,7 +127,8 @@ static int check_nonempty(const char *s, char *why, size_t whylen);
         .ddef = def                                                                                \
     }
 
-/* Every key, in the order config_dump() writes them. Gate defaults and ranges: GATES.md. */
+/* Every key, in the order config_dump() writes them. The gate rows are the only place the gate
+ * defaults are written (docs/GATES.md explains them; gates.c takes its settings from here). */
 static const config_key_t config_keys[] = {
     ROW_STR("server.endpoint", server.endpoint, "ipc:///run/kvtier/kvtier.zmq", check_endpoint),
     ROW_STR("server.status_socket", server.status_socket, "/run/kvtier/status.sock",
@@ -629,16 +630,17 @@ int config_load_string(const char *json, config_t *cfg, char *err, size_t errlen
     return config_load_json(root, &jerr, cfg, err, errlen);
 }
 
-void config_defaults(config_t *cfg)
+/* Writes the default of every row the walk has a base for (only the gate rows without a
+ * cfg_base). */
+static void write_defaults(const config_walk_t *w)
 {
-    config_walk_t w = {.cfg_base = (char *)cfg, .gates_base = (char *)&cfg->gates};
-    size_t i;
-
-    memset(cfg, 0, sizeof *cfg);
-    for (i = 0; i < CONFIG_NKEYS; i++) {
+    for (size_t i = 0; i < CONFIG_NKEYS; i++) {
         const config_key_t *k = &config_keys[i];
-        void *f = key_field(k, &w);
+        void *f;
 
+        if (!k->gate && w->cfg_base == NULL)
+            continue;
+        f = key_field(k, w);
         switch (k->type) {
         case KEY_STRING:
             snprintf(f, k->len, "%s", k->sdef);
@@ -663,7 +665,19 @@ void config_defaults(config_t *cfg)
         }
         }
     }
+}
+
+void config_defaults(config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    write_defaults(&(config_walk_t){.cfg_base = (char *)cfg, .gates_base = (char *)&cfg->gates});
     cfg->n_ns = 0;
+}
+
+void config_gates_defaults(gates_cfg_t *gates)
+{
+    memset(gates, 0, sizeof *gates);
+    write_defaults(&(config_walk_t){.cfg_base = NULL, .gates_base = (char *)gates});
 }
 
 const gates_cfg_t *config_gates_for(const config_t *cfg, const char *model)

@@ -78,6 +78,10 @@ typedef struct {
 /* Fills cfg with every default. */
 void config_defaults(config_t *cfg);
 
+/* Fills gates with the defaults of the gate keys (the "gates.*" rows), for a gates_t made
+ * without a configuration file (tests, tools). */
+void config_gates_defaults(gates_cfg_t *gates);
+
 /* Loads and validates the JSON file at path over the defaults. Returns 0, or -1 with a one-line
  * message naming the key (or the file and line for a JSON syntax error) in err. */
 int config_load(const char *path, config_t *cfg, char *err, size_t errlen);

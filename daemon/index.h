@@ -25,7 +25,7 @@
  *
  * The hash table is chained with a power-of-two bucket array that doubles when the load factor
  * passes 1 (a full rehash: the number of entries is bounded by capacity / chunk size, tens of
- * thousands on a large node, so the pause is short; see the closing note of the issue).
+ * thousands on a large node, so the pause is short: docs/ARCHITECTURE.md).
  *
  * Threads: loop thread only. Ownership: the index owns its entries; callers hold borrowed
  * pointers valid until the entry is removed.
