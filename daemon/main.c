@@ -14,7 +14,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "server.h"
-#include "status.h"
+#include "http.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -32,7 +32,7 @@
 typedef struct {
     uv_loop_t *loop;
     server_t *server;
-    status_server_t *status;
+    http_server_t *status;
     uv_signal_t sigterm;
     uv_signal_t sigint;
     int stopping;
@@ -74,7 +74,7 @@ static void signal_cb(uv_signal_t *h, int signum)
     d->stopping = 1;
     log_info("shutdown", "signal=%d", signum);
     server_close(&d->server);
-    status_server_close(&d->status);
+    http_server_close(&d->status);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
 }
@@ -104,8 +104,8 @@ static int run(const config_t *cfg)
         uv_run(&loop, UV_RUN_DEFAULT); /* finish closing whatever it had opened */
         goto out_ctx;
     }
-    if ((rc = status_server_new(&loop, cfg->server.status_socket, 0660, status_handler, &d,
-                                &d.status)) != 0) {
+    if ((rc = http_server_new(&loop, cfg->server.status_socket, 0660, status_handler, &d,
+                              &d.status)) != 0) {
         log_error("status_socket", "path=%s error=\"%s\"", cfg->server.status_socket,
                   uv_strerror(rc));
         server_close(&d.server);
