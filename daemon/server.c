@@ -462,7 +462,7 @@ static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, c
     locs = zmq_msg_data(&sv->out[k + 1]);
     memset(locs, 0, l->nhashes * KVT_LOC_BYTES);
     for (size_t i = 0; i < l->nhashes; i++) {
-        index_entry_t *e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
+        store_chunk_t *e = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
         kvt_wire_hash_t h;
         memcpy(&h, &l->hashes[i], sizeof h);
         if (e == NULL && store_has_disk(sv->store))
@@ -472,8 +472,8 @@ static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, c
             continue;
         }
         sv->status[i] = KVT_CHUNK_HIT;
-        kvt_put_u64(locs + i * KVT_LOC_BYTES, e->off);
-        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, e->len);
+        kvt_put_u64(locs + i * KVT_LOC_BYTES, store_chunk_off(e));
+        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, store_chunk_len(e));
     }
     part_bytes(&sv->out[k], sv->status, l->nhashes);
     send_parts(sv, k + 2);
@@ -505,7 +505,7 @@ static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
     }
     k = reply_head(sv, rid, &m);
     for (size_t i = 0; i < l->nhashes; i++) {
-        index_entry_t *e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
+        store_chunk_t *e = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
         zmq_msg_t *p = &sv->out[k + 1 + i];
         sv->status[i] = e != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
         if (e == NULL) {
@@ -513,10 +513,11 @@ static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
             continue;
         }
         /* Lend the arena bytes to ZeroMQ: pinned until it has sent them (zcref.h). */
-        if (zcref_msg_init(sv->zc, p, store_ptr(sv->store, e->off), e->len, e) == 0)
-            e->pins++;
+        void *bytes = store_ptr(sv->store, store_chunk_off(e));
+        if (zcref_msg_init(sv->zc, p, bytes, store_chunk_len(e), e) == 0)
+            store_pin(sv->store, e);
         else
-            part_bytes(p, store_ptr(sv->store, e->off), e->len);
+            part_bytes(p, bytes, store_chunk_len(e));
     }
     part_bytes(&sv->out[k], sv->status, l->nhashes);
     send_parts(sv, k + 1 + l->nhashes);
@@ -630,13 +631,14 @@ static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg
         e = store_find(sv->store, ns, l->rank, &l->hashes[i]);
         if (e != NULL && (e->flags & INDEX_F_RAM)) {
             /* RAM: lend the arena bytes to ZeroMQ under a pin, as do_load does */
-            e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
+            e = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
             pl->status[i] = KVT_CHUNK_HIT;
+            void *bytes = store_ptr(sv->store, store_chunk_off(e));
             if (sv->zc != NULL &&
-                zcref_msg_init(sv->zc, &pl->parts[i], store_ptr(sv->store, e->off), e->len, e) == 0)
-                e->pins++;
+                zcref_msg_init(sv->zc, &pl->parts[i], bytes, store_chunk_len(e), e) == 0)
+                store_pin(sv->store, e);
             else
-                part_bytes(&pl->parts[i], store_ptr(sv->store, e->off), e->len);
+                part_bytes(&pl->parts[i], bytes, store_chunk_len(e));
             continue;
         }
         rc = store_load_start(sv->store, ns, l->rank, &l->hashes[i], &p, &len, load_chunk_cb,
@@ -679,7 +681,7 @@ static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, co
     kvt_msg_t m = {.hdr = {.type = KVT_MSG_SAVE_RESERVE_OK,
                            .req_id = req->hdr.req_id,
                            .ns_id = req->hdr.ns_id}};
-    index_entry_t *prev;
+    store_chunk_t *prev;
     uint8_t *locs;
     bool full = false;
     size_t k, wanted;

@@ -11,8 +11,6 @@
  */
 #include "session.h"
 
-#include "index.h"
-
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +23,7 @@ typedef struct {
     uint32_t ns;
     kvt_wire_hash_t hash;
     uint64_t off, len;    /* HOLD_RESERVE: the extent */
-    index_entry_t *entry; /* HOLD_RESERVE: pinned predecessor or NULL; HOLD_PIN: the chunk */
+    store_chunk_t *chunk; /* HOLD_RESERVE: pinned predecessor or NULL; HOLD_PIN: the chunk */
     uint64_t deadline_ms;
 } hold_t;
 
@@ -87,11 +85,11 @@ static void hold_end(sessions_t *t, hold_t *h)
     if (h->kind == HOLD_RESERVE) {
         store_unreserve(t->store, h->off, h->len);
         t->reserved_bytes -= h->len;
-        if (h->entry != NULL)
-            store_unpin(t->store, h->entry);
+        if (h->chunk != NULL)
+            store_unpin(t->store, h->chunk);
     } else {
-        t->pinned_bytes -= h->entry->len;
-        store_unpin(t->store, h->entry); /* may free the entry */
+        t->pinned_bytes -= store_chunk_len(h->chunk);
+        store_unpin(t->store, h->chunk); /* may free the entry */
     }
 }
 
@@ -269,7 +267,7 @@ static long hold_find(session_t *s, hold_kind_t kind, uint32_t ns, uint16_t rank
 }
 
 int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, index_entry_t *keep,
+                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
                     uint64_t deadline_ms)
 {
     hold_t *x = hold_new(s);
@@ -282,10 +280,10 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
     memcpy(x->hash.b, h->b, KVT_HASH_BYTES);
     x->off = off;
     x->len = len;
-    x->entry = keep;
+    x->chunk = keep;
     x->deadline_ms = deadline_ms;
     if (keep != NULL)
-        keep->pins++;
+        store_pin(t->store, keep);
     t->reserved_bytes += len;
     return 0;
 }
@@ -301,15 +299,15 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     x = &s->holds[i];
     *off = x->off;
     *len = x->len;
-    if (x->entry != NULL)
-        store_unpin(t->store, x->entry);
+    if (x->chunk != NULL)
+        store_unpin(t->store, x->chunk);
     t->reserved_bytes -= x->len;
     hold_remove(s, (size_t)i);
     return 0;
 }
 
 int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
-                index_entry_t *e, uint64_t deadline_ms)
+                store_chunk_t *c, uint64_t deadline_ms)
 {
     hold_t *x = hold_new(s);
 
@@ -319,10 +317,10 @@ int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const k
     x->ns = ns;
     x->rank = rank;
     memcpy(x->hash.b, h->b, KVT_HASH_BYTES);
-    x->entry = e;
+    x->chunk = c;
     x->deadline_ms = deadline_ms;
-    e->pins++;
-    t->pinned_bytes += e->len;
+    store_pin(t->store, c);
+    t->pinned_bytes += store_chunk_len(c);
     return 0;
 }
 
@@ -360,7 +358,7 @@ json_t *sessions_status(const sessions_t *t, uint64_t now_ms, size_t limit)
             if (s->holds[i].kind == HOLD_RESERVE)
                 reserved += s->holds[i].len;
             else
-                pinned += s->holds[i].entry->len;
+                pinned += store_chunk_len(s->holds[i].chunk);
         }
         json_array_append_new(arr,
                               json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:I}", "id", hex,

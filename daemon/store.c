@@ -482,6 +482,12 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
     }
 }
 
+void store_pin(store_t *s, index_entry_t *e)
+{
+    (void)s;
+    e->pins++;
+}
+
 void store_unpin(store_t *s, index_entry_t *e)
 {
     if (--e->pins == 0 && tierless(e))
@@ -493,7 +499,7 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
     int rc;
 
     if (keep != NULL)
-        keep->pins++;
+        store_pin(s, keep);
     rc = alloc_evicting(s, len, now_ms, off);
     if (keep != NULL)
         store_unpin(s, keep);
@@ -541,7 +547,17 @@ index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank, const
     return index_find(s->ix, ns->id, ns_store_rank(ns, rank), &k);
 }
 
-index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+uint64_t store_chunk_off(const store_chunk_t *c)
+{
+    return c->off;
+}
+
+uint64_t store_chunk_len(const store_chunk_t *c)
+{
+    return c->len;
+}
+
+index_entry_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
     index_entry_t *e = store_find(s, ns, rank, h);
 
@@ -559,7 +575,7 @@ index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank, const
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len)
 {
-    index_entry_t *e = store_load_entry(s, ns, rank, h);
+    index_entry_t *e = store_load_ram(s, ns, rank, h);
 
     if (e != NULL) {
         *len = e->len;
@@ -934,7 +950,7 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
         s->dk.hits++;
         if (same && !(e->flags & INDEX_F_RAM) && !s->closing && e->len == len) {
             uint64_t off;
-            e->pins++;
+            store_pin(s, e);
             if (alloc_evicting(s, len, uv_now(s->loop), &off) == 0) {
                 memcpy(ram_ptr(s->ram, off), data, len);
                 s->stored_bytes += len;

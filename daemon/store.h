@@ -37,8 +37,17 @@
 #include "kvt_proto.h"
 #include "ns.h"
 
-struct index_entry;
 typedef struct store store_t;
+
+/*
+ * A stored chunk as every module but index.c and store.c sees it: an opaque handle (the index
+ * entry, whose layout is private to index.c and store.c). Only the store pins and frees chunks:
+ * a handle returned by a store call is borrowed until the next store call that can evict or
+ * drop (save, reserve, commit, load completion, unpin), unless the caller pins it with
+ * store_pin(); a pinned chunk is never evicted, reclaimed from disk nor freed, and its RAM
+ * bytes never move, until the matching store_unpin().
+ */
+typedef struct index_entry store_chunk_t;
 
 typedef struct {
     uint64_t hits;      /* chunks found by lookups and loads */
@@ -111,15 +120,18 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len);
 
-/* Same as store_load for a RAM-resident chunk, returning the entry (its off/len locate the
- * bytes in the arena). NULL for a chunk that is not stored (a miss is counted) or not in RAM
+/* Same as store_load for a RAM-resident chunk, returning its handle (store_chunk_off/len locate
+ * the bytes in the arena). NULL for a chunk that is not stored (a miss is counted) or not in RAM
  * (nothing counted: the caller goes on with store_load_start). */
-struct index_entry *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank,
-                                     const kvt_wire_hash_t *h);
+store_chunk_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
-/* The stored entry of a chunk, or NULL; no statistics, no touch. */
-struct index_entry *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
-                               const kvt_wire_hash_t *h);
+/* The stored chunk, in any tier, or NULL; no statistics, no touch. */
+store_chunk_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
+                          const kvt_wire_hash_t *h);
+
+/* Where a RAM-resident chunk's bytes are in the arena, and its payload bytes (any tier). */
+uint64_t store_chunk_off(const store_chunk_t *c);
+uint64_t store_chunk_len(const store_chunk_t *c);
 
 /*
  * Shared-memory saves. store_reserve allocates len bytes of the arena (evicting as a save
@@ -130,17 +142,19 @@ struct index_entry *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
  * the other chunks belong to the index afterwards. store_unreserve frees an extent that will
  * never be committed.
  */
-int store_reserve(store_t *s, uint64_t len, struct index_entry *keep, uint64_t now_ms,
-                  uint64_t *off);
+int store_reserve(store_t *s, uint64_t len, store_chunk_t *keep, uint64_t now_ms, uint64_t *off);
 void store_unreserve(store_t *s, uint64_t off, uint64_t len);
 void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                   const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
                   uint8_t *status);
 
-/* Drops one pin of e (taken with e->pins++ by whoever holds the entry across other store
- * calls). A chunk whose every copy went while it was pinned (a failed checksum) leaves the
- * index with its last pin. */
-void store_unpin(store_t *s, struct index_entry *e);
+/* Pins c (see store_chunk_t): the only way to hold a chunk across other store calls. Pins
+ * count; each store_pin() needs one store_unpin(). */
+void store_pin(store_t *s, store_chunk_t *c);
+
+/* Drops one pin of c. A chunk whose every copy went while it was pinned (a failed checksum, a
+ * failed disk write) leaves the index with its last pin: c may be freed by this call. */
+void store_unpin(store_t *s, store_chunk_t *c);
 
 /* The arena: base pointer of an offset, its file path ("" for a memfd) and its size. */
 void *store_ptr(const store_t *s, uint64_t off);
@@ -150,7 +164,7 @@ uint64_t store_arena_bytes(const store_t *s);
 const store_stats_t *store_stats(const store_t *s);
 
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
-void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg), void *arg);
+void store_foreach(const store_t *s, void (*fn)(const store_chunk_t *c, void *arg), void *arg);
 
 /* Adds the "ram" status fields to obj. */
 void store_status_ram(const store_t *s, uint64_t now_ms, json_t *obj);
