@@ -762,7 +762,10 @@ static void committed_cb(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t
         set_disk_loc(s, e, loc);
     } else if (!(e->flags & INDEX_F_RAM)) {
         s->dk.write_lost++;
-        drop(s, e);
+        /* tierless now; a pinned entry (the predecessor held by a reservation) goes when its
+         * last pin does (store_unpin), as after a failed checksum */
+        if (e->pins == 0)
+            drop(s, e);
     }
 }
 
