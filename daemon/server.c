@@ -31,7 +31,6 @@
 #include "server.h"
 
 #include "gates.h"
-#include "index.h"
 #include "hist.h"
 #include "kvt_proto.h"
 #include "log.h"
@@ -42,6 +41,7 @@
 #include "zcref.h"
 #include "zsock.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -124,9 +124,9 @@ struct server {
     uint64_t bytes_committed; /* payload bytes published through the shared arena */
     uint64_t replies_dropped;
     ns_timing_t ns_lookup_time[NS_MAX + 1];
-    int close_waits;        /* zcref and store closings still running */
-    bool deferred;          /* the request being handled replies later */
-    uint64_t loads_pending; /* pending-load contexts alive */
+    int close_waits;           /* zcref and store closings still running */
+    bool deferred;             /* the request being handled replies later */
+    uint64_t replies_deferred; /* deferred replies alive */
 };
 
 static void sweep_cb(uv_timer_t *t)
@@ -423,25 +423,87 @@ static bool shm_ok(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
     return false;
 }
 
-static void promoted_cb(void *arg, void *data, uint64_t len)
+/* --- deferred replies --- */
+
+/*
+ * A reply that is sent after the handler returned (a load waiting for disk reads). The handler
+ * takes it with defer() while it runs, fills parts (the reply's frames after the head) as its
+ * work completes, and ends it with deferred_reply(), which sends the head and the parts,
+ * records the request's latency and frees everything; deferred_drop() gives it up while the
+ * handler still runs (the handler then replies at once). While the server closes, a reply that
+ * completes is dropped (the socket is gone) and its parts are closed, returning their loans.
+ */
+typedef struct {
+    server_t *sv;
+    zmq_msg_t rid;
+    kvt_hdr_t hdr;
+    op_t op;
+    uint64_t t0;
+    size_t nparts;
+    zmq_msg_t parts[];
+} deferred_t;
+
+static deferred_t *defer(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *hdr, op_t op, uint64_t t0,
+                         size_t nparts)
 {
-    (void)arg;
-    (void)len;
-    free(data);
+    deferred_t *d = malloc(sizeof *d + nparts * sizeof d->parts[0]);
+
+    if (d == NULL)
+        return NULL;
+    d->sv = sv;
+    zmq_msg_init(&d->rid);
+    zmq_msg_copy(&d->rid, rid);
+    d->hdr = *hdr;
+    d->op = op;
+    d->t0 = t0;
+    d->nparts = nparts;
+    for (size_t i = 0; i < nparts; i++)
+        zmq_msg_init(&d->parts[i]);
+    sv->deferred = true;
+    sv->replies_deferred++;
+    return d;
 }
+
+static void deferred_free(deferred_t *d)
+{
+    for (size_t i = 0; i < d->nparts; i++)
+        zmq_msg_close(&d->parts[i]);
+    zmq_msg_close(&d->rid);
+    d->sv->replies_deferred--;
+    free(d);
+}
+
+/* Sends m (its req_id and ns_id are the request's) followed by the parts. */
+static void deferred_reply(deferred_t *d, kvt_msg_t *m)
+{
+    server_t *sv = d->sv;
+
+    if (sv->zs != NULL) {
+        size_t k;
+        m->hdr.req_id = d->hdr.req_id;
+        m->hdr.ns_id = d->hdr.ns_id;
+        k = reply_head(sv, &d->rid, m);
+        for (size_t i = 0; i < d->nparts; i++) {
+            zmq_msg_init(&sv->out[k + i]);
+            zmq_msg_move(&sv->out[k + i], &d->parts[i]);
+        }
+        send_parts(sv, k + d->nparts);
+        hist_record(&sv->op_hist[d->op], (uv_hrtime() - d->t0) / 1000);
+    }
+    deferred_free(d);
+}
+
+/* Gives up a reply taken by defer() in the running handler. */
+static void deferred_drop(deferred_t *d)
+{
+    d->sv->deferred = false;
+    deferred_free(d);
+}
+
+/* --- loads --- */
 
 /* A shared-memory load answers from RAM only: a chunk found only on disk (or in the disk
  * write buffer) is a miss now, and a disk read promotes it into RAM for the next load. */
-static void promote_in_background(server_t *sv, const ns_t *ns, uint16_t rank,
-                                  const kvt_wire_hash_t *h)
-{
-    const void *p;
-    uint64_t len;
-
-    store_load_start(sv->store, ns, rank, h, &p, &len, promoted_cb, NULL);
-}
-
-/* Shared-memory load: answer locations and pin the hits until released or hold_ms passes. */
 static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
 {
     const kvt_load_t *l = &req->u.load;
@@ -462,33 +524,74 @@ static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, c
     locs = zmq_msg_data(&sv->out[k + 1]);
     memset(locs, 0, l->nhashes * KVT_LOC_BYTES);
     for (size_t i = 0; i < l->nhashes; i++) {
-        store_chunk_t *e = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
+        store_chunk_t *c = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
         kvt_wire_hash_t h;
         memcpy(&h, &l->hashes[i], sizeof h);
-        if (e == NULL && store_has_disk(sv->store))
-            promote_in_background(sv, ns, l->rank, &l->hashes[i]);
-        if (e == NULL || session_pin(sv->sessions, ss, ns->id, l->rank, &h, e, deadline) != 0) {
+        if (c == NULL)
+            store_promote(sv->store, ns, l->rank, &l->hashes[i]);
+        if (c == NULL || session_pin(sv->sessions, ss, ns->id, l->rank, &h, c, deadline) != 0) {
             sv->status[i] = KVT_CHUNK_MISS;
             continue;
         }
         sv->status[i] = KVT_CHUNK_HIT;
-        kvt_put_u64(locs + i * KVT_LOC_BYTES, store_chunk_off(e));
-        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, store_chunk_len(e));
+        kvt_put_u64(locs + i * KVT_LOC_BYTES, store_chunk_off(c));
+        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, store_chunk_len(c));
     }
     part_bytes(&sv->out[k], sv->status, l->nhashes);
     send_parts(sv, k + 2);
 }
 
-static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req,
-                           uint64_t t0);
+static void free_buffer_cb(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
 
+/* Chunk i of a load becomes payload part 1 + i of the reply (part 0 is the status frame). Arena
+ * bytes are lent to ZeroMQ under the store's pin (zcref.h), returned when the frame was sent;
+ * an owned buffer becomes the frame without a copy. */
+static void load_chunk_cb(void *arg, size_t i, const store_loaded_t *c)
+{
+    deferred_t *d = arg;
+    server_t *sv = d->sv;
+    uint8_t *status = zmq_msg_data(&d->parts[0]);
+    zmq_msg_t *p = &d->parts[1 + i];
+
+    status[i] = KVT_CHUNK_HIT;
+    switch (c->kind) {
+    case STORE_LOADED_LENT:
+        if (sv->zc == NULL || zcref_msg_init(sv->zc, p, c->data, c->len, c->chunk) != 0) {
+            part_bytes(p, c->data, c->len);
+            store_unpin(sv->store, c->chunk);
+        }
+        break;
+    case STORE_LOADED_OWNED:
+        if (zmq_msg_init_data(p, c->data, c->len, free_buffer_cb, NULL) != 0) {
+            free(c->data);
+            zmq_msg_init(p);
+            status[i] = KVT_CHUNK_MISS;
+        }
+        break;
+    case STORE_LOADED_MISS:
+        status[i] = KVT_CHUNK_MISS;
+        break;
+    }
+}
+
+static void load_done_cb(void *arg)
+{
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK}};
+
+    deferred_reply(arg, &m);
+}
+
+/* Loads reply when their last chunk is in: at once when every chunk was in RAM or the write
+ * buffer, after the last disk read otherwise (the reply is deferred either way). */
 static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req,
                     uint64_t t0)
 {
     const kvt_load_t *l = &req->u.load;
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
-    size_t k;
+    deferred_t *d;
 
     if (l->rank >= ns->world) {
         reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
@@ -499,160 +602,21 @@ static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
         return;
     }
     session_set_path(ss, SESSION_PATH_FRAMES);
-    if (store_has_disk(sv->store)) {
-        do_load_tiered(sv, rid, ns, req, t0);
-        return;
-    }
-    k = reply_head(sv, rid, &m);
-    for (size_t i = 0; i < l->nhashes; i++) {
-        store_chunk_t *e = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
-        zmq_msg_t *p = &sv->out[k + 1 + i];
-        sv->status[i] = e != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
-        if (e == NULL) {
-            zmq_msg_init(p);
-            continue;
+    d = defer(sv, rid, &req->hdr, OP_LOAD, t0, 1 + l->nhashes);
+    if (d != NULL) {
+        zmq_msg_close(&d->parts[0]); /* becomes the status frame */
+        if (zmq_msg_init_size(&d->parts[0], l->nhashes) != 0) {
+            zmq_msg_init(&d->parts[0]);
+            deferred_drop(d);
+            d = NULL;
         }
-        /* Lend the arena bytes to ZeroMQ: pinned until it has sent them (zcref.h). */
-        void *bytes = store_ptr(sv->store, store_chunk_off(e));
-        if (zcref_msg_init(sv->zc, p, bytes, store_chunk_len(e), e) == 0)
-            store_pin(sv->store, e);
-        else
-            part_bytes(p, bytes, store_chunk_len(e));
     }
-    part_bytes(&sv->out[k], sv->status, l->nhashes);
-    send_parts(sv, k + 1 + l->nhashes);
-}
-
-/* --- loads that may wait for the disk tier --- */
-
-typedef struct pending_load pending_load_t;
-
-typedef struct {
-    pending_load_t *pl;
-    uint32_t i;
-} load_slot_t;
-
-struct pending_load {
-    server_t *sv;
-    zmq_msg_t rid;
-    kvt_hdr_t hdr;
-    uint64_t t0;
-    uint32_t n;
-    uint32_t outstanding;
-    uint8_t *status;
-    zmq_msg_t *parts;
-    load_slot_t *slots;
-};
-
-static void free_buffer_cb(void *data, void *hint)
-{
-    (void)hint;
-    free(data);
-}
-
-static void pending_load_finish(pending_load_t *pl)
-{
-    server_t *sv = pl->sv;
-
-    if (sv->zs != NULL) {
-        kvt_msg_t m = {
-            .hdr = {.type = KVT_MSG_LOAD_OK, .req_id = pl->hdr.req_id, .ns_id = pl->hdr.ns_id}};
-        size_t k = reply_head(sv, &pl->rid, &m);
-        part_bytes(&sv->out[k], pl->status, pl->n);
-        for (uint32_t i = 0; i < pl->n; i++) {
-            zmq_msg_init(&sv->out[k + 1 + i]);
-            zmq_msg_move(&sv->out[k + 1 + i], &pl->parts[i]);
-        }
-        send_parts(sv, k + 1 + pl->n);
-        hist_record(&sv->op_hist[OP_LOAD], (uv_hrtime() - pl->t0) / 1000);
-    }
-    for (uint32_t i = 0; i < pl->n; i++)
-        zmq_msg_close(&pl->parts[i]);
-    zmq_msg_close(&pl->rid);
-    sv->loads_pending--;
-    free(pl->status);
-    free(pl->parts);
-    free(pl->slots);
-    free(pl);
-}
-
-static void load_chunk_cb(void *arg, void *data, uint64_t len)
-{
-    load_slot_t *slot = arg;
-    pending_load_t *pl = slot->pl;
-
-    if (data != NULL &&
-        zmq_msg_init_data(&pl->parts[slot->i], data, len, free_buffer_cb, NULL) == 0) {
-        pl->status[slot->i] = KVT_CHUNK_HIT;
-    } else {
-        free(data);
-        zmq_msg_init(&pl->parts[slot->i]);
-        pl->status[slot->i] = KVT_CHUNK_MISS;
-    }
-    if (--pl->outstanding == 0)
-        pending_load_finish(pl);
-}
-
-static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req,
-                           uint64_t t0)
-{
-    const kvt_load_t *l = &req->u.load;
-    pending_load_t *pl = calloc(1, sizeof *pl);
-
-    if (pl != NULL) {
-        pl->status = calloc(l->nhashes ? l->nhashes : 1, 1);
-        pl->parts = calloc(l->nhashes ? l->nhashes : 1, sizeof *pl->parts);
-        pl->slots = calloc(l->nhashes ? l->nhashes : 1, sizeof *pl->slots);
-    }
-    if (pl == NULL || pl->status == NULL || pl->parts == NULL || pl->slots == NULL) {
-        if (pl != NULL) {
-            free(pl->status);
-            free(pl->parts);
-            free(pl->slots);
-            free(pl);
-        }
+    if (d == NULL || store_load_batch(sv->store, ns, l->rank, l->hashes, l->nhashes, load_chunk_cb,
+                                      load_done_cb, d) != 0) {
+        if (d != NULL)
+            deferred_drop(d);
         reply_error(sv, rid, &req->hdr, KVT_WIRE_EBUSY, "out of memory for a load");
-        return;
     }
-    pl->sv = sv;
-    pl->hdr = req->hdr;
-    pl->t0 = t0;
-    pl->n = (uint32_t)l->nhashes;
-    pl->outstanding = 1; /* held until every chunk was started */
-    zmq_msg_init(&pl->rid);
-    zmq_msg_copy(&pl->rid, rid);
-    sv->loads_pending++;
-    for (uint32_t i = 0; i < pl->n; i++) {
-        const void *p = NULL;
-        uint64_t len = 0;
-        store_load_rc_t rc;
-        index_entry_t *e;
-        pl->slots[i] = (load_slot_t){.pl = pl, .i = i};
-        e = store_find(sv->store, ns, l->rank, &l->hashes[i]);
-        if (e != NULL && (e->flags & INDEX_F_RAM)) {
-            /* RAM: lend the arena bytes to ZeroMQ under a pin, as do_load does */
-            e = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
-            pl->status[i] = KVT_CHUNK_HIT;
-            void *bytes = store_ptr(sv->store, store_chunk_off(e));
-            if (sv->zc != NULL &&
-                zcref_msg_init(sv->zc, &pl->parts[i], bytes, store_chunk_len(e), e) == 0)
-                store_pin(sv->store, e);
-            else
-                part_bytes(&pl->parts[i], bytes, store_chunk_len(e));
-            continue;
-        }
-        rc = store_load_start(sv->store, ns, l->rank, &l->hashes[i], &p, &len, load_chunk_cb,
-                              &pl->slots[i]);
-        if (rc == STORE_LOAD_PENDING) {
-            pl->outstanding++;
-            continue;
-        }
-        pl->status[i] = rc == STORE_LOAD_HIT ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
-        part_bytes(&pl->parts[i], p, rc == STORE_LOAD_HIT ? len : 0);
-    }
-    sv->deferred = true;
-    if (--pl->outstanding == 0)
-        pending_load_finish(pl);
 }
 
 static void do_arena(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
@@ -948,7 +912,8 @@ static void zc_release_cb(void *arg, void *obj)
  * closed already. */
 static void server_free(server_t *sv)
 {
-    sessions_destroy(&sv->sessions); /* reclaims holds: before the store goes */
+    assert(sv->replies_deferred == 0); /* store_close completed every pending load */
+    sessions_destroy(&sv->sessions);   /* reclaims holds: before the store goes */
     store_destroy(&sv->store);
     saveops_destroy(&sv->ops);
     ns_table_destroy(&sv->nst);

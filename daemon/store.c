@@ -593,11 +593,6 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
     return NULL;
 }
 
-void *store_ptr(const store_t *s, uint64_t off)
-{
-    return ram_ptr(s->ram, off);
-}
-
 const char *store_arena_path(const store_t *s)
 {
     return ram_path(s->ram);
@@ -930,9 +925,14 @@ void store_close(store_t *s, void (*done)(void *arg), void *arg)
     persist_step(s);
 }
 
+/* --- loads --- */
+
+/* A disk read finished: data (len bytes, owned by the callee: free() it) or NULL (miss). */
+typedef void (*store_read_cb)(void *arg, void *data, uint64_t len);
+
 typedef struct {
     store_t *s;
-    store_load_cb cb;
+    store_read_cb cb;
     void *arg;
     uint32_t ns;
     uint16_t rank;
@@ -979,9 +979,16 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
     free(c);
 }
 
-store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
-                                 const kvt_wire_hash_t *h, const void **data, uint64_t *len,
-                                 store_load_cb cb, void *arg)
+typedef enum { LOAD_MISS = 0, LOAD_HIT, LOAD_PENDING } load_rc_t;
+
+/*
+ * One chunk of a load. HIT: *data (borrowed, valid until the next store call) and *len, from
+ * RAM or the disk write buffer. PENDING: the chunk is on disk; cb(arg, ...) is called exactly
+ * once later on the loop (after it was verified and promoted into RAM, or with a miss when the
+ * record fails its checksum, vanished, or the store is closing). MISS: not stored.
+ */
+static load_rc_t load_start(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                            const void **data, uint64_t *len, store_read_cb cb, void *arg)
 {
     uint16_t r = ns_store_rank(ns, rank);
     kvt_wire_hash_t k;
@@ -992,7 +999,7 @@ store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
     e = index_find(s->ix, ns->id, r, &k);
     if (e != NULL && (e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
         *data = store_load(s, ns, rank, h, len);
-        return STORE_LOAD_HIT;
+        return LOAD_HIT;
     }
     if (e == NULL || !(e->flags & INDEX_F_DISK) || s->disk == NULL || s->closing)
         goto miss;
@@ -1012,13 +1019,120 @@ store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
         free(c);
         goto miss;
     }
-    return STORE_LOAD_PENDING;
+    return LOAD_PENDING;
 
 miss:
     s->st.misses++;
     if (s->disk != NULL)
         s->dk.misses++;
-    return STORE_LOAD_MISS;
+    return LOAD_MISS;
+}
+
+/* A batch of store_load_batch: held until every chunk was reported (one count for the start
+ * loop, one per pending read). */
+typedef struct load_batch load_batch_t;
+
+typedef struct {
+    load_batch_t *b;
+    size_t i;
+} batch_slot_t;
+
+struct load_batch {
+    store_chunk_cb chunk_cb;
+    store_batch_cb done_cb;
+    void *arg;
+    size_t outstanding;
+    batch_slot_t slots[]; /* one per chunk: the argument of its disk read */
+};
+
+static void batch_release(load_batch_t *b)
+{
+    if (--b->outstanding > 0)
+        return;
+    b->done_cb(b->arg);
+    free(b);
+}
+
+static void batch_report(load_batch_t *b, size_t i, store_loaded_kind_t kind, void *data,
+                         uint64_t len, store_chunk_t *chunk)
+{
+    store_loaded_t c = {.kind = kind, .data = data, .len = len, .chunk = chunk};
+
+    b->chunk_cb(b->arg, i, &c);
+}
+
+static void batch_read_cb(void *arg, void *data, uint64_t len)
+{
+    batch_slot_t *slot = arg;
+
+    if (data != NULL)
+        batch_report(slot->b, slot->i, STORE_LOADED_OWNED, data, len, NULL);
+    else
+        batch_report(slot->b, slot->i, STORE_LOADED_MISS, NULL, 0, NULL);
+    batch_release(slot->b);
+}
+
+int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                     store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg)
+{
+    load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
+
+    if (b == NULL)
+        return -ENOMEM;
+    b->chunk_cb = chunk_cb;
+    b->done_cb = done_cb;
+    b->arg = arg;
+    b->outstanding = 1; /* held until every chunk was started */
+    for (size_t i = 0; i < n; i++) {
+        const void *p = NULL;
+        uint64_t len = 0;
+        index_entry_t *e = store_find(s, ns, rank, &h[i]);
+        void *copy;
+
+        b->slots[i] = (batch_slot_t){.b = b, .i = i};
+        if (e != NULL && (e->flags & INDEX_F_RAM)) {
+            /* RAM: the arena bytes themselves, pinned for the callee */
+            e = store_load_ram(s, ns, rank, &h[i]);
+            store_pin(s, e);
+            batch_report(b, i, STORE_LOADED_LENT, ram_ptr(s->ram, e->off), e->len, e);
+            continue;
+        }
+        switch (load_start(s, ns, rank, &h[i], &p, &len, batch_read_cb, &b->slots[i])) {
+        case LOAD_PENDING:
+            b->outstanding++;
+            break;
+        case LOAD_HIT: /* the write buffer: borrowed until the next store call, so copied */
+            copy = malloc(len > 0 ? len : 1);
+            if (copy != NULL) {
+                memcpy(copy, p, len);
+                batch_report(b, i, STORE_LOADED_OWNED, copy, len, NULL);
+            } else {
+                batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
+            }
+            break;
+        case LOAD_MISS:
+            batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
+            break;
+        }
+    }
+    batch_release(b);
+    return 0;
+}
+
+static void promoted_cb(void *arg, void *data, uint64_t len)
+{
+    (void)arg;
+    (void)len;
+    free(data);
+}
+
+void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+{
+    const void *p;
+    uint64_t len;
+
+    if (s->disk != NULL)
+        load_start(s, ns, rank, h, &p, &len, promoted_cb, NULL);
 }
 
 void store_status_disk(const store_t *s, json_t *o)

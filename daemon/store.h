@@ -17,7 +17,7 @@
  * the disk-only entries it held; their stored successors become orphans (kept, since a later
  * save of the missing chunk makes them reachable again; cascading would throw away data that
  * is still valid). A load that finds a chunk only on disk is served by a thread-pool read and
- * promoted into RAM (store_load_start). Lookups count chunks in any tier, and leases cover
+ * promoted into RAM (store_load_batch). Lookups count chunks in any tier, and leases cover
  * disk-resident chunks: a segment holding a leased disk-only chunk is not reclaimed until the
  * lease expires (the reclaim takes the next oldest segment instead).
  *
@@ -72,27 +72,48 @@ int store_attach_disk(store_t *s, uv_loop_t *loop);
 /* The error that kept the disk tier from attaching (negative errno), or 0. */
 int store_disk_error(const store_t *s);
 
-/* Whether a disk tier is attached (loads may then complete later: store_load_start). */
+/* Whether a disk tier is attached (loads may then complete later: store_load_batch). */
 bool store_has_disk(const store_t *s);
 
 /* Stops the disk tier: cancels queued reads, lets running jobs finish, flushes the write buffer,
  * then calls done(arg) on the loop (at once without a disk tier). Then store_destroy(). */
 void store_close(store_t *s, void (*done)(void *arg), void *arg);
 
-/* A deferred load finished: data (len bytes, owned by the callee: free() it) or NULL (miss). */
-typedef void (*store_load_cb)(void *arg, void *data, uint64_t len);
-
-typedef enum { STORE_LOAD_MISS = 0, STORE_LOAD_HIT, STORE_LOAD_PENDING } store_load_rc_t;
-
 /*
- * One chunk of a load. HIT: *data (borrowed, valid until the next store call) and *len, from
- * RAM or the disk write buffer. PENDING: the chunk is on disk; cb(arg, ...) is called exactly
- * once later on the loop (after it was verified and promoted into RAM, or with a miss when the
- * record fails its checksum, vanished, or the store is closing). MISS: not stored.
+ * Loads. store_load_batch() looks up n chunks of one rank and reports each exactly once, in any
+ * order, through chunk_cb, then calls done_cb once: chunks in RAM and in the disk write buffer
+ * during the call, chunks only on disk when their thread-pool read finished (verified, and
+ * promoted into RAM), misses as soon as they are known. Every callback runs on the loop thread,
+ * and done_cb may run before store_load_batch returns (no chunk on disk). A hit carries bytes
+ * the callee owns from then on:
+ *   - STORE_LOADED_LENT: data is the chunk's arena bytes and chunk is pinned for the callee,
+ *     which may lend the bytes (to ZeroMQ) and must store_unpin(chunk) once nothing reads them;
+ *   - STORE_LOADED_OWNED: data is a malloc'd copy (a chunk read from disk or taken from the
+ *     write buffer) that the callee frees.
+ * A MISS carries nothing: not stored, a record that failed its checksum, or a read cancelled
+ * by store_close(). Hits and misses are counted as loads (ram.hits/misses, disk.hits/misses).
  */
-store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
-                                 const kvt_wire_hash_t *h, const void **data, uint64_t *len,
-                                 store_load_cb cb, void *arg);
+typedef enum { STORE_LOADED_MISS = 0, STORE_LOADED_LENT, STORE_LOADED_OWNED } store_loaded_kind_t;
+
+typedef struct {
+    store_loaded_kind_t kind;
+    void *data; /* LENT: arena bytes; OWNED: malloc'd; MISS: NULL */
+    uint64_t len;
+    store_chunk_t *chunk; /* LENT: the pinned chunk; else NULL */
+} store_loaded_t;
+
+typedef void (*store_chunk_cb)(void *arg, size_t i, const store_loaded_t *c);
+typedef void (*store_batch_cb)(void *arg);
+
+/* Returns 0 (the callbacks will run as above) or -ENOMEM (nothing was and nothing will be
+ * reported). h (borrowed for the call) may be unaligned. */
+int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                     store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg);
+
+/* A chunk found only on disk (or in the disk write buffer) is read back into RAM in the
+ * background, for the next load; nothing is reported. Without a disk tier, does nothing. (The
+ * shared-memory load path answers from RAM only and calls this for its misses.) */
+void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /* Prefix hit of one rank; leases the hit chunks when lease is true. */
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
@@ -115,14 +136,14 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
                 uint8_t *status);
 
 /* The stored bytes of one chunk from RAM or the disk write buffer (borrowed, valid until the
- * next store call), or NULL (not stored, or only on disk: see store_load_start). Counts a hit
+ * next store call), or NULL (not stored, or only on disk: see store_load_batch). Counts a hit
  * or a miss and touches the chunk. */
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len);
 
 /* Same as store_load for a RAM-resident chunk, returning its handle (store_chunk_off/len locate
  * the bytes in the arena). NULL for a chunk that is not stored (a miss is counted) or not in RAM
- * (nothing counted: the caller goes on with store_load_start). */
+ * (nothing counted: the caller may go on with store_promote). */
 store_chunk_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /* The stored chunk, in any tier, or NULL; no statistics, no touch. */
@@ -156,8 +177,7 @@ void store_pin(store_t *s, store_chunk_t *c);
  * failed disk write) leaves the index with its last pin: c may be freed by this call. */
 void store_unpin(store_t *s, store_chunk_t *c);
 
-/* The arena: base pointer of an offset, its file path ("" for a memfd) and its size. */
-void *store_ptr(const store_t *s, uint64_t off);
+/* The arena: its file path ("" for a memfd) and its size. */
 const char *store_arena_path(const store_t *s);
 uint64_t store_arena_bytes(const store_t *s);
 
