@@ -30,12 +30,12 @@
  */
 #include "server.h"
 
+#include "admission.h"
 #include "gates.h"
 #include "hist.h"
 #include "kvt_proto.h"
 #include "log.h"
 #include "ns.h"
-#include "saveops.h"
 #include "session.h"
 #include "store.h"
 #include "zcref.h"
@@ -51,8 +51,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define SAVEOPS_CAPACITY 65536u
-#define SAVEOPS_TTL_MS 60000u
 #define SWEEP_MS 1000u
 #define STATUS_SESSIONS_MAX 256 /* sessions listed in status, most recently active first */
 
@@ -102,7 +100,7 @@ struct server {
     uv_timer_t sweep;
     ns_table_t *nst;
     store_t *store;
-    saveops_t *ops;
+    admission_t *admission;
     kvt_limits_t lim;
     uint64_t start_ms;
 
@@ -343,25 +341,6 @@ static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *r
     send_parts(sv, k + 1);
 }
 
-/* The admission decision of a save operation, taken once and remembered for every rank. */
-static bool save_admitted(server_t *sv, ns_t *ns, const kvt_msg_t *req, uint64_t now)
-{
-    const kvt_save_t *s = &req->u.save;
-    saveops_key_t key = {.ns = ns->id, .count = (uint32_t)s->nhashes};
-    bool admit;
-
-    if (req->hdr.flags & KVT_SAVE_OPID) {
-        key.has_op_id = true;
-        key.op_id = s->op_id;
-    }
-    memcpy(&key.first, &s->hashes[0], sizeof key.first);
-    if (saveops_get(sv->ops, &key, now, &admit))
-        return admit;
-    admit = gates_admit(ns->gates);
-    saveops_put(sv->ops, &key, admit, now);
-    return admit;
-}
-
 static bool save_args_ok(server_t *sv, zmq_msg_t *rid, const ns_t *ns, const kvt_msg_t *req)
 {
     if (req->u.save.rank >= ns->world) {
@@ -380,10 +359,7 @@ static void do_save_begin(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_
     if (!save_args_ok(sv, rid, ns, req))
         return;
     wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
-    if (wanted > 0 && !save_admitted(sv, ns, req, uv_now(sv->loop)))
-        for (size_t i = 0; i < s->nhashes; i++)
-            if (sv->status[i] == KVT_CHUNK_WANTED)
-                sv->status[i] = KVT_CHUNK_DECLINED;
+    admission_decide(sv->admission, ns, req, uv_now(sv->loop), wanted, sv->status);
     reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_BEGIN_OK, sv->status, s->nhashes);
 }
 
@@ -392,6 +368,7 @@ static void do_save(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
     const kvt_save_t *s = &req->u.save;
     uint64_t now = uv_now(sv->loop);
     size_t sent = 0;
+    bool admit = true;
 
     if (!save_args_ok(sv, rid, ns, req))
         return;
@@ -400,16 +377,14 @@ static void do_save(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const
         sv->bytes_received += s->payloads[i].len;
         sent += s->payloads[i].len > 0;
     }
-    if (sent > 0 &&
-        store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status) > 0 &&
-        !save_admitted(sv, ns, req, now)) {
-        for (size_t i = 0; i < s->nhashes; i++)
-            if (sv->status[i] == KVT_CHUNK_WANTED)
-                sv->status[i] = KVT_CHUNK_DECLINED;
-    } else {
+    /* A client that skipped SAVE_BEGIN is decided here; a declined operation stores nothing. */
+    if (sent > 0) {
+        size_t wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
+        admit = admission_decide(sv->admission, ns, req, now, wanted, sv->status);
+    }
+    if (admit)
         store_save(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
                    s->hashes, s->nhashes, s->payloads, now, sv->status);
-    }
     reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
 }
 
@@ -654,10 +629,7 @@ static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, co
         return;
     session_set_path(ss, SESSION_PATH_SHM);
     wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
-    if (wanted > 0 && !save_admitted(sv, ns, req, now))
-        for (size_t i = 0; i < s->nhashes; i++)
-            if (sv->status[i] == KVT_CHUNK_WANTED)
-                sv->status[i] = KVT_CHUNK_DECLINED;
+    admission_decide(sv->admission, ns, req, now, wanted, sv->status);
     m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
     k = reply_head(sv, rid, &m);
     zmq_msg_init_size(&sv->out[k + 1], s->nhashes * KVT_LOC_BYTES);
@@ -915,7 +887,7 @@ static void server_free(server_t *sv)
     assert(sv->replies_deferred == 0); /* store_close completed every pending load */
     sessions_destroy(&sv->sessions);   /* reclaims holds: before the store goes */
     store_destroy(&sv->store);
-    saveops_destroy(&sv->ops);
+    admission_destroy(&sv->admission);
     ns_table_destroy(&sv->nst);
     free(sv->rank_hits);
     free(sv->offs);
@@ -948,9 +920,9 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     sv->offs = calloc(maxc, sizeof *sv->offs);
     sv->lens = calloc(maxc, sizeof *sv->lens);
     sv->nst = ns_table_new();
-    sv->ops = saveops_new(SAVEOPS_CAPACITY, SAVEOPS_TTL_MS);
+    sv->admission = admission_new();
     if (sv->out == NULL || sv->frames == NULL || sv->status == NULL || sv->rank_hits == NULL ||
-        sv->offs == NULL || sv->lens == NULL || sv->nst == NULL || sv->ops == NULL)
+        sv->offs == NULL || sv->lens == NULL || sv->nst == NULL || sv->admission == NULL)
         goto fail;
     rc = store_new(cfg, sv->nst, &sv->store);
     if (rc != 0) {
@@ -1077,13 +1049,14 @@ int server_status_json(server_t *sv, char **body, size_t *len)
     store_status_disk(sv->store, disk);
     for (int i = 0; i < ERR_COUNT; i++)
         json_object_set_new(errs, err_names[i], jint(sv->errors[i]));
-    server = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "clients",
-        (json_int_t)sessions_count(sv->sessions), "requests", (json_int_t)sv->requests,
-        "bytes_received", (json_int_t)sv->bytes_received, "bytes_sent", (json_int_t)sv->bytes_sent,
-        "bytes_committed", (json_int_t)sv->bytes_committed, "replies_dropped",
-        (json_int_t)sv->replies_dropped, "save_ops_remembered", (json_int_t)saveops_count(sv->ops),
-        "errors", errs, "sessions", sessions_status(sv->sessions, now, STATUS_SESSIONS_MAX));
+    server =
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "clients",
+                  (json_int_t)sessions_count(sv->sessions), "requests", (json_int_t)sv->requests,
+                  "bytes_received", (json_int_t)sv->bytes_received, "bytes_sent",
+                  (json_int_t)sv->bytes_sent, "bytes_committed", (json_int_t)sv->bytes_committed,
+                  "replies_dropped", (json_int_t)sv->replies_dropped, "save_ops_remembered",
+                  (json_int_t)admission_remembered(sv->admission), "errors", errs, "sessions",
+                  sessions_status(sv->sessions, now, STATUS_SESSIONS_MAX));
     for (int i = 0; i < OP_COUNT; i++) {
         const hist_t *h = &sv->op_hist[i];
         json_object_set_new(ops, op_names[i],
