@@ -14,6 +14,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "server.h"
+#include "stats.h"
 #include "http.h"
 
 #include <errno.h>
@@ -54,11 +55,11 @@ static int status_handler(void *arg, const char *path, char **body, size_t *len,
 
     if (strcmp(path, "/status") == 0) {
         *content_type = "application/json";
-        return server_status_json(d->server, body, len) == 0 ? 200 : 500;
+        return stats_status_json(d->server, body, len) == 0 ? 200 : 500;
     }
     if (strcmp(path, "/metrics") == 0) {
         *content_type = "text/plain; version=0.0.4";
-        return server_metrics_text(d->server, body, len) == 0 ? 200 : 500;
+        return stats_metrics_text(d->server, body, len) == 0 ? 200 : 500;
     }
     return 404;
 }

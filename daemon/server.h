@@ -89,10 +89,4 @@ typedef struct {
 
 void server_view(const server_t *sv, server_view_t *out);
 
-/* GET /status: a newly allocated JSON document (caller frees). Returns 0 or -ENOMEM. */
-int server_status_json(server_t *sv, char **body, size_t *len);
-
-/* GET /metrics: a newly allocated Prometheus text document (caller frees). */
-int server_metrics_text(server_t *sv, char **body, size_t *len);
-
 #endif /* KVT_SERVER_H */

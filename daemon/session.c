@@ -335,37 +335,31 @@ int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const
     return 1;
 }
 
-json_t *sessions_status(const sessions_t *t, uint64_t now_ms, size_t limit)
+size_t sessions_info(const sessions_t *t, uint64_t now_ms, session_info_t *out, size_t max)
 {
-    static const char *const paths[] = {"none", "frames", "shm"};
-    json_t *arr = json_array();
+    static const char digits[] = "0123456789abcdef";
     size_t n = 0;
 
-    for (const session_t *s = t->tail; s != NULL && n < limit; s = s->prev, n++) {
-        char hex[2 * SESSION_ID_MAX + 1];
-        json_t *nss = json_array();
-        uint64_t reserved = 0, pinned = 0;
+    for (const session_t *s = t->tail; s != NULL && n < max; s = s->prev, n++) {
+        session_info_t *o = &out[n];
 
         for (size_t i = 0; i < s->idlen; i++) {
-            static const char digits[] = "0123456789abcdef";
-            hex[2 * i] = digits[s->id[i] >> 4];
-            hex[2 * i + 1] = digits[s->id[i] & 15];
+            o->id[2 * i] = digits[s->id[i] >> 4];
+            o->id[2 * i + 1] = digits[s->id[i] & 15];
         }
-        hex[2 * s->idlen] = '\0';
-        for (int i = 0; i < s->nns; i++)
-            json_array_append_new(nss, json_integer(s->ns[i]));
+        o->id[2 * s->idlen] = '\0';
+        o->data_path = (session_path_t)s->path;
+        o->nnamespaces = (size_t)s->nns;
+        memcpy(o->namespaces, s->ns, (size_t)s->nns * sizeof s->ns[0]);
+        o->idle_ms = now_ms - s->last_ms;
+        o->age_ms = now_ms - s->created_ms;
+        o->reserved_bytes = o->pinned_bytes = 0;
         for (size_t i = 0; i < s->nholds; i++) {
             if (s->holds[i].kind == HOLD_RESERVE)
-                reserved += s->holds[i].len;
+                o->reserved_bytes += s->holds[i].len;
             else
-                pinned += store_chunk_len(s->holds[i].chunk);
+                o->pinned_bytes += store_chunk_len(s->holds[i].chunk);
         }
-        json_array_append_new(arr,
-                              json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:I}", "id", hex,
-                                        "data_path", paths[s->path], "namespaces", nss, "idle_ms",
-                                        (json_int_t)(now_ms - s->last_ms), "age_ms",
-                                        (json_int_t)(now_ms - s->created_ms), "reserved_bytes",
-                                        (json_int_t)reserved, "pinned_bytes", (json_int_t)pinned));
     }
-    return arr;
+    return n;
 }

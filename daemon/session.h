@@ -22,7 +22,6 @@
 #ifndef KVT_SESSION_H
 #define KVT_SESSION_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,7 +82,19 @@ int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const k
 int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                   const kvt_wire_hash_t *h);
 
-/* A JSON array describing up to limit sessions (most recently active first). */
-json_t *sessions_status(const sessions_t *t, uint64_t now_ms, size_t limit);
+/* One session as status shows it. */
+typedef struct {
+    char id[2 * SESSION_ID_MAX + 1]; /* the routing id in lowercase hex */
+    session_path_t data_path;
+    uint32_t namespaces[SESSION_NS_MAX]; /* the ids it declared */
+    size_t nnamespaces;
+    uint64_t idle_ms;        /* since its last request */
+    uint64_t age_ms;         /* since its first request */
+    uint64_t reserved_bytes; /* held by its reservations */
+    uint64_t pinned_bytes;   /* held by its load pins */
+} session_info_t;
+
+/* Describes up to max sessions into out[], most recently active first; returns how many. */
+size_t sessions_info(const sessions_t *t, uint64_t now_ms, session_info_t *out, size_t max);
 
 #endif /* KVT_SESSION_H */

@@ -43,21 +43,6 @@ typedef struct {
 } persist_key_t;
 
 typedef struct {
-    uint64_t chunks; /* entries with a disk copy */
-    uint64_t wbuf;   /* entries waiting in the write buffer */
-    uint64_t hits;
-    uint64_t misses;
-    uint64_t evictions;     /* entries dropped by segment reclaim */
-    uint64_t demoted;       /* RAM evictions written to disk */
-    uint64_t demoted_clean; /* RAM evictions whose disk copy already existed */
-    uint64_t refused;       /* RAM evictions the disk tier refused (dropped) */
-    uint64_t write_lost;    /* demoted chunks whose flush failed (dropped) */
-    uint64_t promoted;
-    uint64_t orphaned;        /* successors detached from a dropped chunk */
-    uint64_t recover_skipped; /* recovered records of conflicting namespaces */
-} store_disk_stats_t;
-
-typedef struct {
     uint32_t ns;
     uint16_t rank;
     kvt_wire_hash_t hash;
@@ -77,7 +62,7 @@ struct store {
     disk_t *disk;
     int disk_error;
     bool closing;
-    store_disk_stats_t dk;
+    store_disk_counts_t dk;
     relink_t *relink; /* recovery only */
     size_t nrelink, relinkcap;
     /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
@@ -625,26 +610,22 @@ static void count_leased(const index_entry_t *e, void *arg)
     lc->leased += index_leased(e, lc->now_ms);
 }
 
-void store_status_ram(const store_t *s, uint64_t now_ms, json_t *o)
+void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
 {
     struct lease_count lc = {.now_ms = now_ms};
 
     index_foreach(s->ix, count_leased, &lc);
-    json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)ram_capacity(s->ram)));
-    json_object_set_new(o, "used_bytes", json_integer((json_int_t)ram_used(s->ram)));
-    json_object_set_new(o, "resident_bytes", json_integer((json_int_t)ram_resident(s->ram)));
-    json_object_set_new(o, "stored_bytes", json_integer((json_int_t)s->stored_bytes));
-    json_object_set_new(o, "chunks", json_integer((json_int_t)s->ram_chunks));
-    json_object_set_new(o, "index_chunks", json_integer((json_int_t)index_count(s->ix)));
-    json_object_set_new(o, "hits", json_integer((json_int_t)s->st.hits));
-    json_object_set_new(o, "misses", json_integer((json_int_t)s->st.misses));
-    json_object_set_new(o, "evictions", json_integer((json_int_t)s->st.evictions));
-    json_object_set_new(o, "nospace", json_integer((json_int_t)s->st.nospace));
-    json_object_set_new(o, "leased_chunks", json_integer((json_int_t)lc.leased));
-    json_object_set_new(o, "free_runs", json_integer((json_int_t)ram_free_runs(s->ram)));
-    json_object_set_new(o, "largest_free_bytes",
-                        json_integer((json_int_t)ram_largest_free(s->ram)));
-    json_object_set_new(o, "arena_path", json_string(ram_path(s->ram)));
+    *out = (store_ram_stats_t){.capacity_bytes = ram_capacity(s->ram),
+                               .used_bytes = ram_used(s->ram),
+                               .resident_bytes = ram_resident(s->ram),
+                               .stored_bytes = s->stored_bytes,
+                               .chunks = s->ram_chunks,
+                               .index_chunks = index_count(s->ix),
+                               .counts = s->st,
+                               .leased_chunks = lc.leased,
+                               .free_runs = ram_free_runs(s->ram),
+                               .largest_free_bytes = ram_largest_free(s->ram),
+                               .arena_path = ram_path(s->ram)};
 }
 
 struct check_acc {
@@ -810,7 +791,7 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         free(s->relink);
         s->relink = NULL;
         s->nrelink = s->relinkcap = 0;
-        s->dk = (store_disk_stats_t){0};
+        s->dk = (store_disk_counts_t){0};
         return rc;
     }
     for (size_t i = 0; i < s->nrelink; i++) {
@@ -1135,28 +1116,14 @@ void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_has
         load_start(s, ns, rank, h, &p, &len, promoted_cb, NULL);
 }
 
-void store_status_disk(const store_t *s, json_t *o)
+void store_disk_stats(const store_t *s, store_disk_stats_t *out)
 {
-    json_object_set_new(o, "enabled", json_boolean(s->cfg->disk.enabled));
+    *out = (store_disk_stats_t){.enabled = s->cfg->disk.enabled, .counts = s->dk};
     if (s->disk == NULL) {
-        json_object_set_new(o, "state", json_string(s->cfg->disk.enabled ? "unavailable" : "off"));
-        json_object_set_new(o, "last_error",
-                            json_string(s->disk_error ? strerror(-s->disk_error) : ""));
-        json_object_set_new(o, "capacity_bytes", json_integer(0));
-        json_object_set_new(o, "used_bytes", json_integer(0));
-    } else {
-        disk_status(s->disk, o);
+        out->state = s->cfg->disk.enabled ? STORE_DISK_UNAVAILABLE : STORE_DISK_OFF;
+        out->error = s->disk_error;
+        return;
     }
-    json_object_set_new(o, "chunks", json_integer((json_int_t)s->dk.chunks));
-    json_object_set_new(o, "write_buffer_chunks", json_integer((json_int_t)s->dk.wbuf));
-    json_object_set_new(o, "hits", json_integer((json_int_t)s->dk.hits));
-    json_object_set_new(o, "misses", json_integer((json_int_t)s->dk.misses));
-    json_object_set_new(o, "evictions", json_integer((json_int_t)s->dk.evictions));
-    json_object_set_new(o, "demotions", json_integer((json_int_t)s->dk.demoted));
-    json_object_set_new(o, "demotions_clean", json_integer((json_int_t)s->dk.demoted_clean));
-    json_object_set_new(o, "demotions_refused", json_integer((json_int_t)s->dk.refused));
-    json_object_set_new(o, "writes_lost", json_integer((json_int_t)s->dk.write_lost));
-    json_object_set_new(o, "promotions", json_integer((json_int_t)s->dk.promoted));
-    json_object_set_new(o, "orphaned", json_integer((json_int_t)s->dk.orphaned));
-    json_object_set_new(o, "recovery_skipped", json_integer((json_int_t)s->dk.recover_skipped));
+    disk_stats(s->disk, &out->tier);
+    out->state = out->tier.degraded ? STORE_DISK_DEGRADED : STORE_DISK_OK;
 }

@@ -28,12 +28,12 @@
 #ifndef KVT_STORE_H
 #define KVT_STORE_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
 #include "config.h"
+#include "disk.h"
 #include "kvt_proto.h"
 #include "ns.h"
 
@@ -50,12 +50,59 @@ typedef struct store store_t;
 typedef struct index_entry store_chunk_t;
 
 typedef struct {
-    uint64_t hits;      /* chunks found by lookups and loads */
+    uint64_t hits;      /* chunks found by lookups and loads (in any tier) */
     uint64_t misses;    /* chunks asked by lookups and loads and not found */
-    uint64_t evictions; /* chunks evicted to make room */
+    uint64_t evictions; /* chunks evicted from RAM to make room */
     uint64_t nospace;   /* chunks refused for lack of evictable space */
     uint64_t stored;    /* chunks stored */
 } store_stats_t;
+
+/* The RAM tier as status shows it ("ram", beside the sessions' holds). */
+typedef struct {
+    uint64_t capacity_bytes; /* the arena's size */
+    uint64_t used_bytes;     /* allocated, rounded to allocation units; <= capacity */
+    uint64_t resident_bytes; /* backed by memory: the arena file's allocated blocks */
+    uint64_t stored_bytes;   /* payload bytes of the RAM-resident chunks */
+    uint64_t chunks;         /* RAM-resident chunks */
+    uint64_t index_chunks;   /* chunks in the index, any tier */
+    store_stats_t counts;
+    uint64_t leased_chunks;      /* chunks under an unexpired lookup lease */
+    uint64_t free_runs;          /* free extents of the arena */
+    uint64_t largest_free_bytes; /* the largest of them */
+    const char *arena_path;      /* borrowed from the store; "" for a memfd */
+} store_ram_stats_t;
+
+/* The store's counts of the disk tier. */
+typedef struct {
+    uint64_t chunks;          /* entries with a disk copy */
+    uint64_t wbuf;            /* entries waiting in the write buffer */
+    uint64_t hits;            /* load chunks served by the disk tier (write buffer or a read) */
+    uint64_t misses;          /* loads that missed RAM and that the disk could not serve */
+    uint64_t evictions;       /* entries dropped by segment reclaim */
+    uint64_t demoted;         /* RAM evictions written to disk */
+    uint64_t demoted_clean;   /* RAM evictions whose disk copy already existed */
+    uint64_t refused;         /* RAM evictions the disk tier refused (dropped) */
+    uint64_t write_lost;      /* demoted chunks whose flush failed (dropped) */
+    uint64_t promoted;        /* chunks read back into RAM */
+    uint64_t orphaned;        /* successors detached from a dropped chunk */
+    uint64_t recover_skipped; /* recovered records of conflicting namespaces */
+} store_disk_counts_t;
+
+typedef enum {
+    STORE_DISK_OFF = 0,     /* disk.enabled is false */
+    STORE_DISK_UNAVAILABLE, /* enabled, but the directory could not be opened or locked */
+    STORE_DISK_OK,
+    STORE_DISK_DEGRADED, /* a write failed: demotions are refused until the retry */
+} store_disk_state_t;
+
+/* The disk tier as status shows it ("disk"). */
+typedef struct {
+    bool enabled; /* disk.enabled */
+    store_disk_state_t state;
+    int error;         /* UNAVAILABLE: the negative errno of the attach, else 0 */
+    disk_stats_t tier; /* OK, DEGRADED: the disk tier's figures; else zero */
+    store_disk_counts_t counts;
+} store_disk_stats_t;
 
 /* Creates the RAM arena per cfg->ram. Returns 0 or a negative errno. */
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out);
@@ -186,11 +233,11 @@ const store_stats_t *store_stats(const store_t *s);
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
 void store_foreach(const store_t *s, void (*fn)(const store_chunk_t *c, void *arg), void *arg);
 
-/* Adds the "ram" status fields to obj. */
-void store_status_ram(const store_t *s, uint64_t now_ms, json_t *obj);
+/* The RAM tier's figures at now_ms (leases expire by time). O(chunks): for status. */
+void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out);
 
-/* Adds the "disk" status fields to obj (enabled false, state "off" without a disk tier). */
-void store_status_disk(const store_t *s, json_t *obj);
+/* The disk tier's figures (state OFF without a disk tier). */
+void store_disk_stats(const store_t *s, store_disk_stats_t *out);
 
 /* Structural self-check of index and accounting, for tests. Returns 0 or -1. */
 int store_check(const store_t *s);

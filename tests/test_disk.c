@@ -202,7 +202,7 @@ START_TEST(test_reclaim_accounting)
     uv_loop_t loop;
     config_t cfg;
     disk_t *d;
-    json_t *st = json_object();
+    disk_stats_t st;
 
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     cfg_for(&cfg);
@@ -232,13 +232,12 @@ START_TEST(test_reclaim_accounting)
     ck_assert_int_eq(F.nreclaimed, 11);
     ck_assert(F.live[2] && F.live[3]);
     ck_assert(!F.live[0] && !F.live[4]);
-    disk_status(d, st);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "segments")), 4);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "used_bytes")), 4 * 122880);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "reclaimed_segments")), 11);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "records_written")), 30);
+    disk_stats(d, &st);
+    ck_assert_int_eq(st.segments, 4);
+    ck_assert_int_eq(st.used_bytes, 4 * 122880);
+    ck_assert_int_eq(st.reclaimed_segments, 11);
+    ck_assert_int_eq(st.records_written, 30);
     ck_assert_uint_eq(dir_bytes(), 4 * 2 * 60096);
-    json_decref(st);
     /* a live chunk reads back byte-exact; a reclaimed segment is stale */
     ck_assert_int_eq(read_chunk(&loop, d, 29), 0);
     ck_assert_int_eq(read_chunk(&loop, d, 2), 0);
@@ -257,7 +256,7 @@ START_TEST(test_recovery)
     config_t cfg;
     disk_t *d;
     char path[128];
-    json_t *st = json_object(), *rec;
+    disk_stats_t st;
     int fd;
 
     ck_assert_int_eq(uv_loop_init(&loop), 0);
@@ -295,13 +294,11 @@ START_TEST(test_recovery)
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     ck_assert_int_eq(F.recovered, 4); /* 1, 2, 3, 4 */
     ck_assert(!F.live[0] && F.live[1] && F.live[4] && !F.live[5]);
-    disk_status(d, st);
-    rec = json_object_get(st, "recovery");
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "records")), 4);
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "checksum_drops")), 1);
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "torn_bytes")), 96 + 100);
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "bad_files")), 1);
-    json_decref(st);
+    disk_stats(d, &st);
+    ck_assert_int_eq(st.recovery.records, 4);
+    ck_assert_int_eq(st.recovery.checksum_drops, 1);
+    ck_assert_int_eq(st.recovery.torn_bytes, 96 + 100);
+    ck_assert_int_eq(st.recovery.bad_files, 1);
     ck_assert_int_eq(read_chunk(&loop, d, 4), 0);
     /* new writes go to a new segment after the largest id found */
     append(&loop, d, 6);
@@ -336,10 +333,9 @@ START_TEST(test_read_detects_corruption)
     ck_assert_int_eq(read_chunk(&loop, d, 1), -EBADMSG);
     ck_assert_ptr_null(F.read_data);
     {
-        json_t *st = json_object();
-        disk_status(d, st);
-        ck_assert_int_eq(json_integer_value(json_object_get(st, "checksum_drops")), 1);
-        json_decref(st);
+        disk_stats_t st;
+        disk_stats(d, &st);
+        ck_assert_int_eq(st.checksum_drops, 1);
     }
     close_disk(&loop, &d);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
