@@ -44,7 +44,6 @@ static void do_hello(server_t *sv, const server_req_t *r)
 {
     session_t *s = r->session;
     const kvt_msg_t *req = r->m;
-
     const kvt_hello_t *h = &req->u.hello;
     bool replicated = (req->hdr.flags & KVT_HELLO_REPLICATED) != 0;
     char model[KVT_MODEL_MAX + 1];
@@ -112,7 +111,6 @@ static void do_lookup(server_t *sv, const server_req_t *r)
 {
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_lookup_t *l = &req->u.lookup;
     bool all = l->rank == KVT_RANK_ALL;
     bool lease = (req->hdr.flags & KVT_LOOKUP_LEASE) != 0;
@@ -167,7 +165,6 @@ static bool save_args_ok(server_t *sv, const server_req_t *r)
 {
     const ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     if (req->u.save.rank >= ns->world) {
         server__reply_error(sv, r, KVT_WIRE_EINVAL, "rank %u >= world %u", req->u.save.rank,
                             ns->world);
@@ -180,7 +177,6 @@ static void do_save_begin(server_t *sv, const server_req_t *r)
 {
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_save_t *s = &req->u.save;
     size_t wanted;
 
@@ -196,7 +192,6 @@ static void do_save(server_t *sv, const server_req_t *r)
     session_t *ss = r->session;
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_save_t *s = &req->u.save;
     uint64_t now = uv_now(sv->loop);
     size_t sent = 0;
@@ -223,7 +218,6 @@ static void do_save(server_t *sv, const server_req_t *r)
 static bool shm_ok(server_t *sv, const server_req_t *r)
 {
     const kvt_msg_t *req = r->m;
-
     if (store_arena_path(sv->store)[0] != '\0')
         return true;
     server__reply_error(sv, r, KVT_WIRE_EUNSUPP,
@@ -239,7 +233,6 @@ static void do_load_shm(server_t *sv, const server_req_t *r)
     session_t *ss = r->session;
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_load_t *l = &req->u.load;
     uint64_t deadline = uv_now(sv->loop) + sv->cfg->ram.shm_hold_ms;
     kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK,
@@ -326,7 +319,6 @@ static void do_load(server_t *sv, const server_req_t *r)
     session_t *ss = r->session;
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_load_t *l = &req->u.load;
     server_deferred_t *d;
 
@@ -359,7 +351,6 @@ static void do_load(server_t *sv, const server_req_t *r)
 static void do_arena(server_t *sv, const server_req_t *r)
 {
     const kvt_msg_t *req = r->m;
-
     kvt_msg_t m = {.hdr = {.type = KVT_MSG_ARENA_OK, .req_id = req->hdr.req_id}};
     const char *path = store_arena_path(sv->store);
     size_t k;
@@ -382,7 +373,6 @@ static void do_reserve(server_t *sv, const server_req_t *r)
     session_t *ss = r->session;
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_save_t *s = &req->u.save;
     uint64_t now = uv_now(sv->loop), deadline = now + sv->cfg->ram.shm_hold_ms;
     kvt_msg_t m = {.hdr = {.type = KVT_MSG_SAVE_RESERVE_OK,
@@ -446,7 +436,6 @@ static void do_commit(server_t *sv, const server_req_t *r)
     session_t *ss = r->session;
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_save_t *s = &req->u.save;
     size_t bad = SIZE_MAX;
 
@@ -489,7 +478,6 @@ static void do_release(server_t *sv, const server_req_t *r)
     session_t *ss = r->session;
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_release_t *rel = &req->u.release;
     kvt_msg_t m = {
         .hdr = {.type = KVT_MSG_RELEASE_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
@@ -506,7 +494,6 @@ static void do_tally(server_t *sv, const server_req_t *r)
 {
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
-
     const kvt_tally_t *t = &req->u.tally;
     gates_reason_t reasons[GATES_REASON_MAX];
     kvt_msg_t m = {

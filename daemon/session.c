@@ -266,24 +266,33 @@ static long hold_find(session_t *s, hold_kind_t kind, uint32_t ns, uint16_t rank
     return -1;
 }
 
-int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
-                    uint64_t deadline_ms)
+/* A new hold of s for chunk (ns, rank, h) until deadline_ms, pinning chunk when not NULL; NULL
+ * on allocation failure (nothing held). */
+static hold_t *hold_add(sessions_t *t, session_t *s, hold_kind_t kind, uint32_t ns, uint16_t rank,
+                        const kvt_wire_hash_t *h, store_chunk_t *chunk, uint64_t deadline_ms)
 {
     hold_t *x = hold_new(s);
 
     if (x == NULL)
-        return -ENOMEM;
-    x->kind = HOLD_RESERVE;
-    x->ns = ns;
-    x->rank = rank;
+        return NULL;
+    *x = (hold_t){
+        .kind = (uint8_t)kind, .ns = ns, .rank = rank, .chunk = chunk, .deadline_ms = deadline_ms};
     memcpy(x->hash.b, h->b, KVT_HASH_BYTES);
+    if (chunk != NULL)
+        store_pin(t->store, chunk);
+    return x;
+}
+
+int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
+                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
+                    uint64_t deadline_ms)
+{
+    hold_t *x = hold_add(t, s, HOLD_RESERVE, ns, rank, h, keep, deadline_ms);
+
+    if (x == NULL)
+        return -ENOMEM;
     x->off = off;
     x->len = len;
-    x->chunk = keep;
-    x->deadline_ms = deadline_ms;
-    if (keep != NULL)
-        store_pin(t->store, keep);
     t->reserved_bytes += len;
     return 0;
 }
@@ -309,17 +318,8 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
 int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                 store_chunk_t *c, uint64_t deadline_ms)
 {
-    hold_t *x = hold_new(s);
-
-    if (x == NULL)
+    if (hold_add(t, s, HOLD_PIN, ns, rank, h, c, deadline_ms) == NULL)
         return -ENOMEM;
-    x->kind = HOLD_PIN;
-    x->ns = ns;
-    x->rank = rank;
-    memcpy(x->hash.b, h->b, KVT_HASH_BYTES);
-    x->chunk = c;
-    x->deadline_ms = deadline_ms;
-    store_pin(t->store, c);
     t->pinned_bytes += store_chunk_len(c);
     return 0;
 }

@@ -214,6 +214,20 @@ struct stats_field {
         .nfields = NFIELDS(list)                                                                   \
     }
 
+/* The row of one array or map element that is an object of the rows in list. */
+#define ELEM(list, h)                                                                              \
+    {                                                                                              \
+        .type = T_OBJECT, .kind = INFO, .help = h, .fields = list, .nfields = NFIELDS(list)        \
+    }
+/* The accessor of a collection: the count member cnt and the first element arr of struct st. */
+#define ITEMS(name, st, arr, cnt)                                                                  \
+    static size_t name(const void *base, const void **first)                                       \
+    {                                                                                              \
+        const st *x = base;                                                                        \
+        *first = x->arr;                                                                           \
+        return (size_t)x->cnt;                                                                     \
+    }
+
 static const char *const disk_state_words[] = {"off", "unavailable", "ok", "degraded", NULL};
 static const char *const data_path_words[] = {"none", "frames", "shm", NULL};
 
@@ -391,13 +405,7 @@ static const stats_field_t error_fields[] = {
     ERR("unsupported", SERVER_ERR_UNSUPPORTED), ERR("busy", SERVER_ERR_BUSY),
 };
 
-static size_t session_namespaces(const void *base, const void **first)
-{
-    const session_info_t *s = base;
-
-    *first = s->namespaces;
-    return s->nnamespaces;
-}
+ITEMS(session_namespaces, session_info_t, namespaces, nnamespaces)
 
 static const stats_field_t session_ns_elem = {
     .type = T_U32, .kind = INFO, .help = "A namespace id the session declared."};
@@ -423,19 +431,9 @@ static const stats_field_t session_fields[] = {
         "Bytes of chunks its shared-memory loads pinned."),
 };
 
-static const stats_field_t session_elem = {.type = T_OBJECT,
-                                           .kind = INFO,
-                                           .help = "One session.",
-                                           .fields = session_fields,
-                                           .nfields = NFIELDS(session_fields)};
+static const stats_field_t session_elem = ELEM(session_fields, "One session.");
 
-static size_t doc_sessions(const void *base, const void **first)
-{
-    const stats_doc_t *d = base;
-
-    *first = d->sessions;
-    return d->nsessions;
-}
+ITEMS(doc_sessions, stats_doc_t, sessions, nsessions)
 
 static const stats_field_t server_fields[] = {
     NUMM(D, "clients", T_U32, clients, GAUGE, NULL, "Sessions remembered.", "kvtier_clients", NULL),
@@ -472,19 +470,10 @@ static const stats_field_t op_fields[] = {
     NUM(stats_op_t, "max_us", T_U64, max_us, GAUGE, "microseconds", "Longest service time."),
 };
 
-static const stats_field_t op_elem = {.type = T_OBJECT,
-                                      .kind = INFO,
-                                      .help = "One request type: daemon service time per request.",
-                                      .fields = op_fields,
-                                      .nfields = NFIELDS(op_fields)};
+static const stats_field_t op_elem =
+    ELEM(op_fields, "One request type: daemon service time per request.");
 
-static size_t doc_ops(const void *base, const void **first)
-{
-    const stats_doc_t *d = base;
-
-    *first = d->ops;
-    return d->nops;
-}
+ITEMS(doc_ops, stats_doc_t, ops, nops)
 
 static const char *op_key(const void *elem)
 {
@@ -498,13 +487,7 @@ static void op_labels(const void *elem, char *buf, size_t cap)
 
 #define N stats_ns_t
 
-static size_t ns_reasons(const void *base, const void **first)
-{
-    const stats_ns_t *n = base;
-
-    *first = n->gates.reasons;
-    return (size_t)n->gates.nreasons;
-}
+ITEMS(ns_reasons, stats_ns_t, gates.reasons, gates.nreasons)
 
 static const char *reason_key(const void *elem)
 {
@@ -589,19 +572,9 @@ static const stats_field_t ns_fields[] = {
     OBJ("gates", gates_fields, "The namespace's gates."),
 };
 
-static const stats_field_t ns_elem = {.type = T_OBJECT,
-                                      .kind = INFO,
-                                      .help = "One namespace.",
-                                      .fields = ns_fields,
-                                      .nfields = NFIELDS(ns_fields)};
+static const stats_field_t ns_elem = ELEM(ns_fields, "One namespace.");
 
-static size_t doc_namespaces(const void *base, const void **first)
-{
-    const stats_doc_t *d = base;
-
-    *first = d->namespaces;
-    return d->nnamespaces;
-}
+ITEMS(doc_namespaces, stats_doc_t, namespaces, nnamespaces)
 
 static void ns_labels(const void *elem, char *buf, size_t cap)
 {

@@ -432,6 +432,26 @@ static index_entry_t *chain_existing(store_t *s, const ns_t *ns, uint16_t r,
     return e;
 }
 
+/* The first step of placing chunk h of a chain (save and commit): a chunk stored already is
+ * EXISTS (touched; the chain continues from it), one without bytes is SKIPPED (a gap: its
+ * successors are orphans). Returns true, with its hash in *k, when the chunk is to be placed;
+ * false with *status set otherwise. */
+static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_hash_t *h,
+                       bool has_bytes, chain_t *c, kvt_wire_hash_t *k, uint8_t *status)
+{
+    memcpy(k, h, sizeof *k); /* the hash list may be unaligned in the frame */
+    if (chain_existing(s, ns, r, k, c) != NULL) {
+        *status = KVT_CHUNK_EXISTS;
+        return false;
+    }
+    if (!has_bytes) {
+        *status = KVT_CHUNK_SKIPPED;
+        chain_gap(c);
+        return false;
+    }
+    return true;
+}
+
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                 const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
                 uint8_t *status)
@@ -445,16 +465,8 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
         uint64_t off;
         int rc;
 
-        memcpy(&k, &h[i], sizeof k);
-        if (chain_existing(s, ns, r, &k, &c) != NULL) {
-            status[i] = KVT_CHUNK_EXISTS;
+        if (!chain_next(s, ns, r, &h[i], payloads[i].len > 0, &c, &k, &status[i]))
             continue;
-        }
-        if (payloads[i].len == 0) {
-            status[i] = KVT_CHUNK_SKIPPED;
-            chain_gap(&c);
-            continue;
-        }
         rc = c.full ? -ENOSPC : store_reserve(s, payloads[i].len, c.prev, now_ms, &off);
         if (rc != 0) {
             status[i] = KVT_CHUNK_NOSPACE;
@@ -507,17 +519,10 @@ void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pa
     for (size_t i = 0; i < n; i++) {
         kvt_wire_hash_t k;
 
-        memcpy(&k, &h[i], sizeof k);
-        if (chain_existing(s, ns, r, &k, &c) != NULL) {
-            /* another client stored it meanwhile: the reservation is not needed */
-            if (off[i] != UINT64_MAX)
+        if (!chain_next(s, ns, r, &h[i], off[i] != UINT64_MAX, &c, &k, &status[i])) {
+            /* stored by another client meanwhile: the reservation is not needed */
+            if (status[i] == KVT_CHUNK_EXISTS && off[i] != UINT64_MAX)
                 ram_free(s->ram, off[i], len[i]);
-            status[i] = KVT_CHUNK_EXISTS;
-            continue;
-        }
-        if (off[i] == UINT64_MAX) {
-            status[i] = KVT_CHUNK_SKIPPED;
-            chain_gap(&c);
             continue;
         }
         status[i] = place(s, ns, r, &k, off[i], len[i], &c);
