@@ -1,8 +1,9 @@
 /*
  * main.c - kvtierd entry point: arguments, configuration, wiring, signals, shutdown.
  *
- * Wiring only: the loop owns the server (ZeroMQ intake, store, gates) and the status server;
- * main connects the status paths to the server's documents. Shutdown on SIGTERM/SIGINT: stop
+ * Wiring only: the loop owns the server (ZeroMQ intake, requests, store, gates) and the HTTP
+ * server of the status socket (http.c); main answers its GET /status and /metrics with the
+ * documents of stats.c. Shutdown on SIGTERM/SIGINT: stop
  * intake (close the ROUTER and the status socket), let the loop run the close callbacks,
  * terminate the ZeroMQ context, and check that uv_loop_close() returns 0 - the proof that no
  * handle was leaked. A second signal during shutdown exits at once.

@@ -3,8 +3,13 @@
  *
  * Design notes:
  *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena (or written
- *     there by a shared-memory client); a load hands out the entry, whose arena bytes the server
- *     lends to its reply frame under a pin.
+ *     there by a shared-memory client); a load (store_load_batch) hands out the arena bytes of
+ *     a RAM chunk pinned, for the caller to lend to its reply frame, and chunks read from disk
+ *     as buffers the caller owns.
+ *   - Lifetime: only this file pins and frees entries (store_pin/store_unpin). A pinned entry
+ *     is never evicted, reclaimed from disk nor removed; one whose every copy is lost while it
+ *     is pinned (a failed checksum, a failed flush) stays "tierless" (absent for lookups) and
+ *     leaves the index with its last pin.
  *   - During a save the predecessor of the chunk being placed is pinned, so eviction made for
  *     chunk i can never take chunk i-1 and turn chunk i into an orphan.
  *   - Eviction scans at most STORE_VICTIM_SCAN leaves from the cold end per victim, so a large
@@ -18,6 +23,7 @@
  *     the index - any tier - or not); disk.hits counts load chunks served from the disk tier
  *     (write buffer or a verified read), disk.misses loads that missed RAM and that the disk
  *     could not serve (absent, failed checksum, cancelled).
+ *   - Status: plain structs (store_ram_stats, store_disk_stats); stats.c renders them.
  * Threads: loop thread only.
  */
 #include "store.h"
@@ -556,7 +562,7 @@ index_entry_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const k
         return NULL;
     }
     if (!(e->flags & INDEX_F_RAM))
-        return NULL; /* in the write buffer or on disk: store_load_start() counts it */
+        return NULL; /* in the write buffer or on disk: load_start() counts it */
     index_touch(s->ix, e);
     s->st.hits++;
     return e;

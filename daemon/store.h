@@ -1,6 +1,8 @@
 /*
  * store.h - chunk storage semantics: lookup, save, load and eviction over the index and the
- * RAM arena. The server decodes requests and calls these; the store never sees a socket.
+ * RAM arena, and the disk tier below them. The request handlers (requests.c) call these; the
+ * store never sees a socket. It owns every chunk's lifetime: other modules hold chunks as
+ * opaque handles (store_chunk_t) and pin them only through store_pin().
  *
  * Prefix semantics: a lookup counts leading hashes present, contiguous from the first. Saves
  * link each chunk to its predecessor (the previous hash of the same save, or the declared
