@@ -827,11 +827,6 @@ int store_disk_error(const store_t *s)
     return s->disk_error;
 }
 
-bool store_has_disk(const store_t *s)
-{
-    return s->disk != NULL;
-}
-
 static void persist_step_cb(uv_timer_t *t);
 
 static void persist_closed_cb(uv_handle_t *h)

@@ -121,9 +121,6 @@ int store_attach_disk(store_t *s, uv_loop_t *loop);
 /* The error that kept the disk tier from attaching (negative errno), or 0. */
 int store_disk_error(const store_t *s);
 
-/* Whether a disk tier is attached (loads may then complete later: store_load_batch). */
-bool store_has_disk(const store_t *s);
-
 /* Stops the disk tier: cancels queued reads, lets running jobs finish, flushes the write buffer,
  * then calls done(arg) on the loop (at once without a disk tier). Then store_destroy(). */
 void store_close(store_t *s, void (*done)(void *arg), void *arg);
