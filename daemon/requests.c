@@ -284,6 +284,7 @@ static void load_chunk_cb(void *arg, size_t i, const store_loaded_t *c)
     uint8_t *status = zmq_msg_data(&d->parts[0]);
     zmq_msg_t *p = &d->parts[1 + i];
 
+    zmq_msg_close(p); /* empty since server__defer(): initialised again below */
     status[i] = KVT_CHUNK_HIT;
     switch (c->kind) {
     case STORE_LOADED_LENT:
@@ -300,6 +301,7 @@ static void load_chunk_cb(void *arg, size_t i, const store_loaded_t *c)
         }
         break;
     case STORE_LOADED_MISS:
+        zmq_msg_init(p);
         status[i] = KVT_CHUNK_MISS;
         break;
     }
