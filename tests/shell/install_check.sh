@@ -17,6 +17,14 @@ libdir=$(dirname "$(find "$prefix" -name 'kvtier.pc' | head -n1)")
 [ -n "$libdir" ] || { echo "kvtier.pc not installed" >&2; exit 1; }
 ls "$libdir"/../libkvtier.so.0 "$libdir"/../libkvtier.a > /dev/null
 
+# one version: the installed header's KVT_VERSION_* is what kvtier.pc and kvtierd say
+hv=$(awk '/^#define KVT_VERSION_(MAJOR|MINOR|PATCH) /{v = v sep $3; sep = "."} END{print v}' \
+    "$prefix/include/kvtier.h")
+pv=$(PKG_CONFIG_PATH="$libdir" pkg-config --modversion kvtier)
+dv=$("$prefix/sbin/kvtierd" --version)
+[ "$hv" = "$pv" ] && [ "kvtierd $hv" = "$dv" ] ||
+    { echo "versions differ: kvtier.h $hv, kvtier.pc $pv, $dv" >&2; exit 1; }
+
 unit="$prefix/lib/systemd/system/kvtierd.service"
 grep -q "^ExecStart=$prefix/sbin/kvtierd -c $prefix/etc/kvtier/kvtierd.json$" "$unit" ||
     { echo "unit ExecStart not rewritten to the prefix" >&2; exit 1; }

@@ -115,7 +115,7 @@ START_TEST(test_round_trips)
                 buf[i] = (uint8_t)rng();
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
             for (size_t e = 0; e < 3; e++)
-                for (codec_mode_t m = CODEC_MODE_OFF; m <= CODEC_MODE_AUTO; m++) {
+                for (codec_mode_t m = CODEC_MODE_AUTO; m <= CODEC_MODE_OFF; m++) {
                     uint8_t codec;
                     size_t stored;
                     round_trip(m, elems[e], buf, sizes[s], &codec, &stored);

@@ -114,11 +114,11 @@ END_TEST
 
 START_TEST(test_log_level_names)
 {
-    ck_assert_str_eq(config_log_level_name(LOG_DEBUG), "debug");
-    ck_assert_str_eq(config_log_level_name(LOG_INFO), "info");
-    ck_assert_str_eq(config_log_level_name(LOG_WARN), "warn");
-    ck_assert_str_eq(config_log_level_name(LOG_ERROR), "error");
-    ck_assert_str_eq(config_log_level_name((config_log_level_t)4), "unknown");
+    ck_assert_str_eq(log_level_name(LOG_DEBUG), "debug");
+    ck_assert_str_eq(log_level_name(LOG_INFO), "info");
+    ck_assert_str_eq(log_level_name(LOG_WARN), "warn");
+    ck_assert_str_eq(log_level_name(LOG_ERROR), "error");
+    ck_assert_str_eq(log_level_name((log_level_t)4), "unknown");
 }
 END_TEST
 
@@ -423,9 +423,9 @@ START_TEST(test_disk_keys)
     ck_assert_str_eq(def.disk.dir, "/var/lib/kvtier/disk");
     ck_assert_uint_eq(def.disk.capacity_bytes, 64ULL << 30);
     ck_assert_uint_eq(def.disk.segment_bytes, 256ULL << 20);
-    ck_assert_str_eq(def.disk.compression, "auto");
+    ck_assert_int_eq(def.disk.compression, CODEC_MODE_AUTO);
     ck_assert(def.disk.compression_threshold == 0.9);
-    ck_assert_str_eq(def.disk.fsync, "segment");
+    ck_assert_int_eq(def.disk.fsync, CONFIG_FSYNC_SEGMENT);
     ck_assert_uint_eq(def.disk.max_reads_in_flight, 8);
     ck_assert_uint_eq(def.disk.write_buffer_bytes, 80ULL << 20);
 
@@ -438,9 +438,9 @@ START_TEST(test_disk_keys)
     ck_assert_uint_eq(c->disk.capacity_bytes, 8ULL << 20);
     ck_assert_uint_eq(c->disk.segment_bytes, 1ULL << 20);
     ck_assert_uint_eq(c->disk.write_buffer_bytes, 512ULL << 10);
-    ck_assert_str_eq(c->disk.compression, "lz4");
+    ck_assert_int_eq(c->disk.compression, CODEC_MODE_LZ4);
     ck_assert(c->disk.compression_threshold == 1.0);
-    ck_assert_str_eq(c->disk.fsync, "record");
+    ck_assert_int_eq(c->disk.fsync, CONFIG_FSYNC_RECORD);
     ck_assert_uint_eq(c->disk.max_reads_in_flight, 1);
     free(c);
 

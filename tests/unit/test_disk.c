@@ -88,8 +88,8 @@ static void cfg_for(config_t *cfg)
     cfg->disk.capacity_bytes = 512 * 1024;
     cfg->disk.segment_bytes = 128 * 1024;
     cfg->disk.write_buffer_bytes = 128 * 1024;
-    snprintf(cfg->disk.compression, sizeof cfg->disk.compression, "off");
-    snprintf(cfg->disk.fsync, sizeof cfg->disk.fsync, "none");
+    cfg->disk.compression = CODEC_MODE_OFF;
+    cfg->disk.fsync = CONFIG_FSYNC_NONE;
 }
 
 static void setup(void)
@@ -203,7 +203,7 @@ START_TEST(test_reclaim_accounting)
     uv_loop_t loop;
     config_t cfg;
     disk_t *d;
-    json_t *st = json_object();
+    disk_stats_t st;
 
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     cfg_for(&cfg);
@@ -233,13 +233,12 @@ START_TEST(test_reclaim_accounting)
     ck_assert_int_eq(F.nreclaimed, 11);
     ck_assert(F.live[2] && F.live[3]);
     ck_assert(!F.live[0] && !F.live[4]);
-    disk_status(d, st);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "segments")), 4);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "used_bytes")), 4 * 122880);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "reclaimed_segments")), 11);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "records_written")), 30);
+    disk_stats(d, &st);
+    ck_assert_int_eq(st.segments, 4);
+    ck_assert_int_eq(st.used_bytes, 4 * 122880);
+    ck_assert_int_eq(st.reclaimed_segments, 11);
+    ck_assert_int_eq(st.records_written, 30);
     ck_assert_uint_eq(dir_bytes(), 4 * 2 * 60096);
-    json_decref(st);
     /* a live chunk reads back byte-exact; a reclaimed segment is stale */
     ck_assert_int_eq(read_chunk(&loop, d, 29), 0);
     ck_assert_int_eq(read_chunk(&loop, d, 2), 0);
@@ -258,12 +257,12 @@ START_TEST(test_recovery)
     config_t cfg;
     disk_t *d;
     char path[128];
-    json_t *st = json_object(), *rec;
+    disk_stats_t st;
     int fd;
 
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     cfg_for(&cfg);
-    snprintf(cfg.disk.compression, sizeof cfg.disk.compression, "auto");
+    cfg.disk.compression = CODEC_MODE_AUTO;
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     for (int k = 0; k < 6; k++)
         append(&loop, d, k);
@@ -296,13 +295,11 @@ START_TEST(test_recovery)
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     ck_assert_int_eq(F.recovered, 4); /* 1, 2, 3, 4 */
     ck_assert(!F.live[0] && F.live[1] && F.live[4] && !F.live[5]);
-    disk_status(d, st);
-    rec = json_object_get(st, "recovery");
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "records")), 4);
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "checksum_drops")), 1);
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "torn_bytes")), 96 + 100);
-    ck_assert_int_eq(json_integer_value(json_object_get(rec, "bad_files")), 1);
-    json_decref(st);
+    disk_stats(d, &st);
+    ck_assert_int_eq(st.recovery.records, 4);
+    ck_assert_int_eq(st.recovery.checksum_drops, 1);
+    ck_assert_int_eq(st.recovery.torn_bytes, 96 + 100);
+    ck_assert_int_eq(st.recovery.bad_files, 1);
     ck_assert_int_eq(read_chunk(&loop, d, 4), 0);
     /* new writes go to a new segment after the largest id found */
     append(&loop, d, 6);
@@ -337,10 +334,9 @@ START_TEST(test_read_detects_corruption)
     ck_assert_int_eq(read_chunk(&loop, d, 1), -EBADMSG);
     ck_assert_ptr_null(F.read_data);
     {
-        json_t *st = json_object();
-        disk_status(d, st);
-        ck_assert_int_eq(json_integer_value(json_object_get(st, "checksum_drops")), 1);
-        json_decref(st);
+        disk_stats_t st;
+        disk_stats(d, &st);
+        ck_assert_int_eq(st.checksum_drops, 1);
     }
     close_disk(&loop, &d);
     ck_assert_int_eq(uv_loop_close(&loop), 0);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "gates.h"
 
 /* --- helpers --- */
@@ -39,7 +40,7 @@ static gates_cfg_t admission_cfg(bool enabled, uint64_t warmup, double floor_, d
 {
     gates_cfg_t c;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     c.admission.enabled = enabled;
     c.admission.warmup = warmup;
     c.admission.floor = floor_;
@@ -102,7 +103,7 @@ START_TEST(test_defaults)
     gates_cfg_t c;
 
     memset(&c, 0xa5, sizeof c);
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     ck_assert(!c.admission.enabled);
     ck_assert(c.admission.target == 0.10);
     ck_assert(c.admission.floor == 0.25);
@@ -126,7 +127,7 @@ START_TEST(test_adm8_fresh)
     gates_t *g;
     gates_state_t st;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     c.admission.warmup = 7;
     g = new_gates(&c);
     ck_assert_uint_eq(gates_cfg(g)->admission.warmup, 7);
@@ -365,7 +366,7 @@ START_TEST(test_batch_operation_order)
     gates_cfg_t c;
     gates_t *g;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     g = new_gates(&c);
     gates_fold_batch(g, 5, 6);
     ck_assert(state_of(g).payoff == ref_batch(1.0, 0.0625, 5, 6));
@@ -400,7 +401,7 @@ START_TEST(test_adm12_tallies)
     gates_t *g, *ref;
     double p = 1.0;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     g = new_gates(&c);
     ref = new_gates(&c);
 
@@ -456,7 +457,7 @@ START_TEST(test_tally_rebaseline_paid)
     gates_t *g;
     double p = 1.0;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     g = new_gates(&c);
     gates_tally(g, 1, 5, 30, NULL, 0);
     p = ref_batch(p, 0.0625, 5, 30);
@@ -479,7 +480,7 @@ START_TEST(test_report_every)
     gates_cfg_t c;
     gates_t *g;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     g = new_gates(&c);
     ck_assert(!gates_fold_batch(g, 0, 255)); /* 255 */
     ck_assert(gates_fold_batch(g, 0, 1));    /* 256 */
@@ -512,7 +513,7 @@ START_TEST(test_reasons_two_engines)
     gates_reason_t a[2], b[2];
     gates_state_t st;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     g = new_gates(&c);
     a[0] = reason("hbm_satisfies_after_alloc", 3);
     a[1] = reason("too_small", 1);
@@ -593,7 +594,7 @@ START_TEST(test_reasons_table_full)
     gates_state_t st;
     char name[32];
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     g = new_gates(&c);
     for (int i = 0; i < GATES_REASON_MAX + 1; i++) {
         snprintf(name, sizeof name, "reason_%d", i);
@@ -616,7 +617,7 @@ START_TEST(test_engine_table_overflow)
     gates_t *g;
     gates_reason_t r = reason("too_small", 1);
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     g = new_gates(&c);
     for (uint64_t id = 1; id <= GATES_ENGINE_MAX; id++)
         gates_tally(g, id, 0, 1, &r, 1);
@@ -711,7 +712,7 @@ static gates_t *skip_gates(bool enabled)
 {
     gates_cfg_t c;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     c.lookup_skip.enabled = enabled;
     return new_gates(&c);
 }
@@ -897,7 +898,7 @@ START_TEST(test_skip_signed)
     gates_cfg_t c;
     gates_t *g;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     c.lookup_skip.enabled = true;
     c.lookup_skip.probe_every = 1000;
     g = new_gates(&c);
@@ -928,7 +929,7 @@ START_TEST(test_skip_settings)
     gates_cfg_t c;
     gates_t *g;
 
-    gates_cfg_defaults(&c);
+    config_gates_defaults(&c);
     c.lookup_skip.enabled = true;
     c.lookup_skip.min_lookups = 2;
     c.lookup_skip.cut = 0.5;

@@ -1,5 +1,5 @@
 /*
- * test_status.c - the status HTTP server (daemon/status.c) and its request-head parser.
+ * test_status.c - the status HTTP server (daemon/http.c) and its request-head parser.
  *
  * Server tests run a real libuv loop in the test's thread with a status server on a socket in a
  * fresh temporary directory, and a client thread that connects with plain AF_UNIX sockets,
@@ -25,7 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "status.h"
+#include "http.h"
 
 #define STATUS_JSON "{\"ok\":true}\n"
 #define BIG_LEN (1u << 20)
@@ -41,7 +41,7 @@ typedef struct harness harness_t;
 struct harness {
     uv_loop_t loop;
     uv_async_t done;
-    status_server_t *srv;
+    http_server_t *srv;
     char dir[64];
     char path[96];
     pthread_t thread;
@@ -197,7 +197,7 @@ static void done_cb(uv_async_t *a)
 {
     harness_t *h = a->data;
 
-    status_server_close(&h->srv);
+    http_server_close(&h->srv);
     ck_assert_ptr_null(h->srv);
     uv_close((uv_handle_t *)&h->done, NULL);
 }
@@ -214,7 +214,7 @@ static void harness_init(harness_t *h)
 static void harness_start(harness_t *h, void (*client)(harness_t *))
 {
     if (h->srv == NULL)
-        ck_assert_int_eq(status_server_new(&h->loop, h->path, 0660, test_handler, h, &h->srv), 0);
+        ck_assert_int_eq(http_server_new(&h->loop, h->path, 0660, test_handler, h, &h->srv), 0);
     ck_assert_ptr_nonnull(h->srv);
     ck_assert_int_eq(uv_async_init(&h->loop, &h->done, done_cb), 0);
     h->done.data = h;
@@ -252,9 +252,9 @@ START_TEST(test_parse_complete)
     static const char lf_head[] = "HEAD /metrics HTTP/1.0\nUser-Agent: t\n\nBODY";
     static const char mixed[] = "PUT /a%20b HTTP/1.9\r\nX: y\n\r\n";
     static const char bare[] = "GET / HTTP/1.0\r\n\r\n";
-    status_request_t req;
+    http_request_t req;
 
-    ck_assert_int_eq(status_parse_request(full_head, strlen(full_head), &req), STATUS_PARSE_DONE);
+    ck_assert_int_eq(http_parse_request(full_head, strlen(full_head), &req), HTTP_PARSE_DONE);
     ck_assert_uint_eq(req.head_len, strlen(full_head));
     ck_assert_uint_eq(req.method_len, 3);
     ck_assert_int_eq(memcmp(req.method, "GET", 3), 0);
@@ -262,20 +262,20 @@ START_TEST(test_parse_complete)
     ck_assert_uint_eq(req.path_len, 7); /* "/status" */
     ck_assert_int_eq(req.version_minor, 1);
 
-    ck_assert_int_eq(status_parse_request(lf_head, strlen(lf_head), &req), STATUS_PARSE_DONE);
+    ck_assert_int_eq(http_parse_request(lf_head, strlen(lf_head), &req), HTTP_PARSE_DONE);
     ck_assert_uint_eq(req.head_len, strlen(lf_head) - 4); /* "BODY" is not part of the head */
     ck_assert_uint_eq(req.method_len, 4);
     ck_assert_int_eq(memcmp(req.path, "/metrics", 8), 0);
     ck_assert_uint_eq(req.path_len, 8);
     ck_assert_int_eq(req.version_minor, 0);
 
-    ck_assert_int_eq(status_parse_request(mixed, strlen(mixed), &req), STATUS_PARSE_DONE);
+    ck_assert_int_eq(http_parse_request(mixed, strlen(mixed), &req), HTTP_PARSE_DONE);
     ck_assert_uint_eq(req.head_len, strlen(mixed));
     ck_assert_uint_eq(req.method_len, 3);
     ck_assert_uint_eq(req.path_len, 6); /* "/a%20b": no decoding */
     ck_assert_int_eq(req.version_minor, 9);
 
-    ck_assert_int_eq(status_parse_request(bare, strlen(bare), &req), STATUS_PARSE_DONE);
+    ck_assert_int_eq(http_parse_request(bare, strlen(bare), &req), HTTP_PARSE_DONE);
     ck_assert_uint_eq(req.head_len, strlen(bare));
     ck_assert_uint_eq(req.path_len, 1);
 }
@@ -284,15 +284,15 @@ END_TEST
 START_TEST(test_parse_need_more)
 {
     static const char lf_head[] = "GET /x HTTP/1.0\nA: b\n\n";
-    status_request_t req;
+    http_request_t req;
     size_t i;
 
     /* Every proper prefix of a valid head, including the empty one, asks for more. */
     for (i = 0; i < strlen(full_head); i++)
-        ck_assert_int_eq(status_parse_request(full_head, i, &req), STATUS_PARSE_MORE);
+        ck_assert_int_eq(http_parse_request(full_head, i, &req), HTTP_PARSE_MORE);
     for (i = 0; i < strlen(lf_head); i++)
-        ck_assert_int_eq(status_parse_request(lf_head, i, &req), STATUS_PARSE_MORE);
-    ck_assert_int_eq(status_parse_request(lf_head, strlen(lf_head), &req), STATUS_PARSE_DONE);
+        ck_assert_int_eq(http_parse_request(lf_head, i, &req), HTTP_PARSE_MORE);
+    ck_assert_int_eq(http_parse_request(lf_head, strlen(lf_head), &req), HTTP_PARSE_DONE);
     ck_assert_uint_eq(req.head_len, strlen(lf_head));
 }
 END_TEST
@@ -320,16 +320,16 @@ START_TEST(test_parse_invalid)
         "GET / HTTP/1.0\r\nA: b\r\n\rX",
     };
     static const char nul[] = "GE\0T / HTTP/1.0\r\n\r\n";
-    status_request_t req;
+    http_request_t req;
     size_t i;
 
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        ck_assert_msg(status_parse_request(bad[i], strlen(bad[i]), &req) == STATUS_PARSE_BAD,
+        ck_assert_msg(http_parse_request(bad[i], strlen(bad[i]), &req) == HTTP_PARSE_BAD,
                       "not rejected: case %zu", i);
-    ck_assert_int_eq(status_parse_request(nul, sizeof nul - 1, &req), STATUS_PARSE_BAD);
+    ck_assert_int_eq(http_parse_request(nul, sizeof nul - 1, &req), HTTP_PARSE_BAD);
     /* Known bad before the line ends: no need to wait for more bytes. */
-    ck_assert_int_eq(status_parse_request("GET x", 5, &req), STATUS_PARSE_BAD);
-    ck_assert_int_eq(status_parse_request("GET / HTTX", 10, &req), STATUS_PARSE_BAD);
+    ck_assert_int_eq(http_parse_request("GET x", 5, &req), HTTP_PARSE_BAD);
+    ck_assert_int_eq(http_parse_request("GET / HTTX", 10, &req), HTTP_PARSE_BAD);
 }
 END_TEST
 
@@ -423,13 +423,13 @@ static void client_sizes(harness_t *h)
 {
     char *head;
 
-    head = make_head(STATUS_HEAD_MAX);
+    head = make_head(HTTP_HEAD_MAX);
     h->rep[0] = client_request(h, head);
     free(head);
-    head = make_head(STATUS_HEAD_MAX + 1);
+    head = make_head(HTTP_HEAD_MAX + 1);
     h->rep[1] = client_request(h, head);
     free(head);
-    head = make_head(3 * STATUS_HEAD_MAX);
+    head = make_head(3 * HTTP_HEAD_MAX);
     h->rep[2] = client_request(h, head);
     free(head);
 }
@@ -498,7 +498,7 @@ START_TEST(test_socket_mode)
 
     harness_init(&h);
     umask(022);
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
     ck_assert_int_eq(lstat(h.path, &st), 0);
     ck_assert(S_ISSOCK(st.st_mode));
     ck_assert_uint_eq(st.st_mode & 07777, 0660);
@@ -517,11 +517,11 @@ static void client_one(harness_t *h)
 START_TEST(test_second_server_addrinuse)
 {
     harness_t h;
-    status_server_t *second = (status_server_t *)&h;
+    http_server_t *second = (http_server_t *)&h;
 
     harness_init(&h);
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0660, test_handler, &h, &second),
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &second),
                      -EADDRINUSE);
     ck_assert_ptr_null(second);
     /* The first server still owns the path and answers (the probe's connection included). */
@@ -550,7 +550,7 @@ START_TEST(test_stale_socket_replaced)
     ck_assert_int_eq(close(fd), 0);
     ck_assert_int_eq(lstat(h.path, &st), 0);
 
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0600, test_handler, &h, &h.srv), 0);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0600, test_handler, &h, &h.srv), 0);
     ck_assert_int_eq(lstat(h.path, &st), 0);
     ck_assert_uint_eq(st.st_mode & 07777, 0600);
     harness_start(&h, client_one);
@@ -563,7 +563,7 @@ END_TEST
 START_TEST(test_other_file_left_alone)
 {
     harness_t h;
-    status_server_t *s = (status_server_t *)&h;
+    http_server_t *s = (http_server_t *)&h;
     char longpath[200], buf[8];
     int fd;
 
@@ -572,7 +572,7 @@ START_TEST(test_other_file_left_alone)
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(write(fd, "keep", 4), 4);
     ck_assert_int_eq(close(fd), 0);
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0660, test_handler, &h, &s), -EADDRINUSE);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &s), -EADDRINUSE);
     ck_assert_ptr_null(s);
     fd = open(h.path, O_RDONLY);
     ck_assert_int_ge(fd, 0);
@@ -584,9 +584,8 @@ START_TEST(test_other_file_left_alone)
     memset(longpath, 'p', sizeof longpath - 1);
     longpath[0] = '/';
     longpath[sizeof longpath - 1] = '\0';
-    ck_assert_int_eq(status_server_new(&h.loop, longpath, 0660, test_handler, &h, &s),
-                     -ENAMETOOLONG);
-    ck_assert_int_eq(status_server_new(&h.loop, "", 0660, test_handler, &h, &s), -EINVAL);
+    ck_assert_int_eq(http_server_new(&h.loop, longpath, 0660, test_handler, &h, &s), -ENAMETOOLONG);
+    ck_assert_int_eq(http_server_new(&h.loop, "", 0660, test_handler, &h, &s), -EINVAL);
     /* No handle was left behind by the failures. */
     ck_assert_int_eq(uv_loop_close(&h.loop), 0);
     ck_assert_int_eq(rmdir(h.dir), 0);
@@ -616,8 +615,8 @@ START_TEST(test_idle_timeout)
     harness_t h;
 
     harness_init(&h);
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
-    status_server_set_timeout(h.srv, 50);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    http_server_set_timeout(h.srv, 50);
     harness_start(&h, client_timeout);
     harness_finish(&h);
     ck_assert_ptr_nonnull(h.rep[0].data);
@@ -673,12 +672,12 @@ static void client_limit(harness_t *h)
 {
     static const char partial[] = "GET /status HTTP/1.0\r\n";
     static const char full[] = "GET /status HTTP/1.0\r\n\r\n";
-    int held[STATUS_CONN_MAX];
+    int held[HTTP_CONN_MAX];
     int extra[3];
     unsigned i;
     int tries;
 
-    for (i = 0; i < STATUS_CONN_MAX; i++) {
+    for (i = 0; i < HTTP_CONN_MAX; i++) {
         held[i] = client_connect(h->path);
         if (held[i] >= 0)
             client_send(held[i], partial, strlen(partial));
@@ -704,7 +703,7 @@ static void client_limit(harness_t *h)
         client_send(held[0], "\r\n", 2);
         h->rep[0] = client_read_all(held[0]);
     }
-    for (i = 0; i < STATUS_CONN_MAX; i++)
+    for (i = 0; i < HTTP_CONN_MAX; i++)
         if (held[i] >= 0)
             close(held[i]);
     /* Slots come back once the server has seen the closes: poll until a request is answered. */
@@ -726,11 +725,11 @@ START_TEST(test_connection_limit)
     harness_t h;
 
     harness_init(&h);
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
-    status_server_set_timeout(h.srv, 600000);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    http_server_set_timeout(h.srv, 600000);
     harness_start(&h, client_limit);
     harness_finish(&h);
-    ck_assert_int_eq(h.n[0], STATUS_CONN_MAX);
+    ck_assert_int_eq(h.n[0], HTTP_CONN_MAX);
     ck_assert_int_eq(h.n[1], 3);
     ck_assert_ptr_nonnull(h.rep[0].data);
     ck_assert_str_eq(h.rep[0].data, RESP_STATUS);
@@ -771,8 +770,8 @@ START_TEST(test_close_with_open_connections)
     harness_t h;
 
     harness_init(&h);
-    ck_assert_int_eq(status_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
-    status_server_set_timeout(h.srv, 600000);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    http_server_set_timeout(h.srv, 600000);
     harness_start(&h, client_close_while_open);
     harness_finish(&h);
     ck_assert_str_eq(h.rep[0].data, RESP_STATUS);

@@ -1,8 +1,8 @@
 /*
- * status.c - the operators' HTTP/1.0 server on a Unix socket (see status.h).
+ * http.c - the operators' HTTP/1.0 server on a Unix socket (see http.h).
  *
- * Design: one request per connection. A connection reads into a fixed STATUS_HEAD_MAX buffer
- * inside its own struct and re-runs the pure head parser (status_parse_request) over the whole
+ * Design: one request per connection. A connection reads into a fixed HTTP_HEAD_MAX buffer
+ * inside its own struct and re-runs the pure head parser (http_parse_request) over the whole
  * buffer after every read; the head is small, so this costs less than keeping parser state.
  * When the head is complete (or known bad, or too large) the connection stops reading, builds
  * the answer (the handler's body for GET/HEAD, a short text otherwise), writes header and body
@@ -10,20 +10,23 @@
  * whole exchange, so a silent or slow peer cannot hold a slot.
  *
  * The listening socket is created with socket/bind/chmod/listen before it is handed to libuv
- * (uv_pipe_open), so that every failure in status_server_new before the libuv handle exists is
+ * (uv_pipe_open), so that every failure in http_server_new before the libuv handle exists is
  * undone at once, without a loop iteration; the path length is checked instead of being
  * truncated. A socket file left at the path is removed only after a connect to it is refused.
  *
- * Bounds: at most STATUS_CONN_MAX connection structs exist (open or closing). Beyond that, or
+ * Bounds: at most HTTP_CONN_MAX connection structs exist (open or closing). Beyond that, or
  * when calloc fails, the pending connection is accepted into the server's one spare handle and
  * closed at once. While the spare is still closing, the connection waits in the listener (libuv
  * stops polling it until uv_accept) and is taken when the spare's close callback runs.
+ *
+ * Log events keep the names they had when this file was status.c ("status_accept_failed", ...):
+ * operators grep for them.
  *
  * Threads: the loop thread only. Invariants: handles are freed only in their close callbacks; a
  * connection is freed after both its pipe and its timer have closed; the server is freed when it
  * is closing and its listener, spare and every connection have closed.
  */
-#include "status.h"
+#include "http.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -36,34 +39,34 @@
 
 #include "log.h"
 
-#define STATUS_BACKLOG 128
-#define STATUS_CTYPE_MAX 128 /* longest content type a handler may return */
+#define HTTP_BACKLOG 128
+#define HTTP_CTYPE_MAX 128 /* longest content type a handler may return */
 
-typedef struct status_conn status_conn_t;
+typedef struct http_conn http_conn_t;
 
-struct status_conn {
+struct http_conn {
     uv_pipe_t pipe;
     uv_timer_t timer;
     uv_write_t wreq;
-    status_server_t *srv;
-    status_conn_t *prev, *next; /* the server's list of connections */
-    int open_handles;           /* handles not yet through their close callback */
+    http_server_t *srv;
+    http_conn_t *prev, *next; /* the server's list of connections */
+    int open_handles;         /* handles not yet through their close callback */
     int closing;
     char *body; /* owned response body from the handler, or NULL */
     size_t len; /* bytes in head */
-    char hdr[STATUS_CTYPE_MAX + 160];
-    char head[STATUS_HEAD_MAX];
+    char hdr[HTTP_CTYPE_MAX + 160];
+    char head[HTTP_HEAD_MAX];
 };
 
-struct status_server {
+struct http_server {
     uv_loop_t *loop;
     uv_pipe_t listener;
     uv_pipe_t spare; /* accepts a connection only to close it */
-    status_handler_cb cb;
+    http_handler_cb cb;
     void *arg;
     char *path;
     unsigned timeout_ms;
-    status_conn_t *conns;
+    http_conn_t *conns;
     unsigned nconns; /* connection structs alive, open or closing */
     int listener_open;
     int spare_busy;     /* spare is closing */
@@ -71,11 +74,11 @@ struct status_server {
     int closing;
 };
 
-static void status_accept(status_server_t *s);
+static void http_accept(http_server_t *s);
 
 /* ---- request head parser ---- */
 
-static int status_is_tchar(unsigned char ch)
+static int http_is_tchar(unsigned char ch)
 {
     if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))
         return 1;
@@ -83,85 +86,85 @@ static int status_is_tchar(unsigned char ch)
 }
 
 /* A line end (CRLF or LF) at *i: advances *i past it. */
-static status_parse_result_t status_parse_eol(const char *buf, size_t len, size_t *i)
+static http_parse_result_t http_parse_eol(const char *buf, size_t len, size_t *i)
 {
     if (*i < len && buf[*i] == '\r')
         (*i)++;
     if (*i == len)
-        return STATUS_PARSE_MORE;
+        return HTTP_PARSE_MORE;
     if (buf[*i] != '\n')
-        return STATUS_PARSE_BAD;
+        return HTTP_PARSE_BAD;
     (*i)++;
-    return STATUS_PARSE_DONE;
+    return HTTP_PARSE_DONE;
 }
 
-status_parse_result_t status_parse_request(const char *buf, size_t len, status_request_t *req)
+http_parse_result_t http_parse_request(const char *buf, size_t len, http_request_t *req)
 {
     static const char proto[] = "HTTP/1.";
-    status_parse_result_t r;
+    http_parse_result_t r;
     const char *query = NULL, *nl;
     size_t i = 0, k;
 
     memset(req, 0, sizeof *req);
     req->method = buf;
-    while (i < len && status_is_tchar((unsigned char)buf[i]))
+    while (i < len && http_is_tchar((unsigned char)buf[i]))
         i++;
     if (i == len)
-        return STATUS_PARSE_MORE;
+        return HTTP_PARSE_MORE;
     if (i == 0 || buf[i] != ' ')
-        return STATUS_PARSE_BAD;
+        return HTTP_PARSE_BAD;
     req->method_len = i++;
 
     if (i == len)
-        return STATUS_PARSE_MORE;
+        return HTTP_PARSE_MORE;
     if (buf[i] != '/')
-        return STATUS_PARSE_BAD;
+        return HTTP_PARSE_BAD;
     req->path = buf + i;
     for (; i < len && (unsigned char)buf[i] > ' ' && (unsigned char)buf[i] < 0x7f; i++)
         if (buf[i] == '?' && query == NULL)
             query = buf + i;
     if (i == len)
-        return STATUS_PARSE_MORE;
+        return HTTP_PARSE_MORE;
     if (buf[i] != ' ')
-        return STATUS_PARSE_BAD;
+        return HTTP_PARSE_BAD;
     req->path_len = (size_t)((query != NULL ? query : buf + i) - req->path);
     i++;
 
     for (k = 0; k < sizeof proto - 1; k++, i++) {
         if (i == len)
-            return STATUS_PARSE_MORE;
+            return HTTP_PARSE_MORE;
         if (buf[i] != proto[k])
-            return STATUS_PARSE_BAD;
+            return HTTP_PARSE_BAD;
     }
     if (i == len)
-        return STATUS_PARSE_MORE;
+        return HTTP_PARSE_MORE;
     if (buf[i] < '0' || buf[i] > '9')
-        return STATUS_PARSE_BAD;
+        return HTTP_PARSE_BAD;
     req->version_minor = buf[i++] - '0';
-    r = status_parse_eol(buf, len, &i);
-    if (r != STATUS_PARSE_DONE)
+    r = http_parse_eol(buf, len, &i);
+    if (r != HTTP_PARSE_DONE)
         return r;
 
     /* Header lines are skipped unread up to the empty line. */
     for (;;) {
         if (i == len)
-            return STATUS_PARSE_MORE;
+            return HTTP_PARSE_MORE;
         if (buf[i] == '\r' || buf[i] == '\n') {
-            r = status_parse_eol(buf, len, &i);
-            if (r == STATUS_PARSE_DONE)
+            r = http_parse_eol(buf, len, &i);
+            if (r == HTTP_PARSE_DONE)
                 req->head_len = i;
             return r;
         }
         nl = memchr(buf + i, '\n', len - i);
         if (nl == NULL)
-            return STATUS_PARSE_MORE;
+            return HTTP_PARSE_MORE;
         i = (size_t)(nl - buf) + 1;
     }
 }
 
 /* ---- lifetime ---- */
 
-static void status_maybe_free(status_server_t *s)
+static void http_maybe_free(http_server_t *s)
 {
     if (!s->closing || s->listener_open || s->spare_busy || s->nconns > 0)
         return;
@@ -169,33 +172,33 @@ static void status_maybe_free(status_server_t *s)
     free(s);
 }
 
-static void status_listener_close_cb(uv_handle_t *h)
+static void http_listener_close_cb(uv_handle_t *h)
 {
-    status_server_t *s = h->data;
+    http_server_t *s = h->data;
 
     s->listener_open = 0;
-    status_maybe_free(s);
+    http_maybe_free(s);
 }
 
-static void status_spare_close_cb(uv_handle_t *h)
+static void http_spare_close_cb(uv_handle_t *h)
 {
-    status_server_t *s = h->data;
+    http_server_t *s = h->data;
 
     s->spare_busy = 0;
     if (s->closing) {
-        status_maybe_free(s);
+        http_maybe_free(s);
         return;
     }
     if (s->accept_pending) {
         s->accept_pending = 0;
-        status_accept(s);
+        http_accept(s);
     }
 }
 
-static void status_conn_close_cb(uv_handle_t *h)
+static void http_conn_close_cb(uv_handle_t *h)
 {
-    status_conn_t *c = h->data;
-    status_server_t *s = c->srv;
+    http_conn_t *c = h->data;
+    http_server_t *s = c->srv;
 
     if (--c->open_handles > 0)
         return;
@@ -208,21 +211,21 @@ static void status_conn_close_cb(uv_handle_t *h)
     s->nconns--;
     free(c->body);
     free(c);
-    status_maybe_free(s);
+    http_maybe_free(s);
 }
 
-static void status_conn_close(status_conn_t *c)
+static void http_conn_close(http_conn_t *c)
 {
     if (c->closing)
         return;
     c->closing = 1;
-    uv_close((uv_handle_t *)&c->pipe, status_conn_close_cb);
-    uv_close((uv_handle_t *)&c->timer, status_conn_close_cb);
+    uv_close((uv_handle_t *)&c->pipe, http_conn_close_cb);
+    uv_close((uv_handle_t *)&c->timer, http_conn_close_cb);
 }
 
 /* ---- responses ---- */
 
-static const char *status_reason(int code)
+static const char *http_reason(int code)
 {
     switch (code) {
     case 200:
@@ -240,15 +243,15 @@ static const char *status_reason(int code)
     }
 }
 
-static void status_write_cb(uv_write_t *req, int status)
+static void http_write_cb(uv_write_t *req, int status)
 {
-    status_conn_close(req->data);
+    http_conn_close(req->data);
 }
 
 /* Writes the response (the body only when send_body) and closes the connection once written.
  * body is borrowed: it is a literal or c->body. */
-static void status_respond(status_conn_t *c, int code, const char *ctype, const char *body,
-                           size_t len, int send_body)
+static void http_respond(http_conn_t *c, int code, const char *ctype, const char *body, size_t len,
+                         int send_body)
 {
     uv_buf_t bufs[2];
     unsigned nbufs = 1;
@@ -258,23 +261,23 @@ static void status_respond(status_conn_t *c, int code, const char *ctype, const 
     n = snprintf(c->hdr, sizeof c->hdr,
                  "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
                  "Connection: close\r\n\r\n",
-                 code, status_reason(code), ctype, len, code == 405 ? "Allow: GET, HEAD\r\n" : "");
+                 code, http_reason(code), ctype, len, code == 405 ? "Allow: GET, HEAD\r\n" : "");
     if (n < 0 || (size_t)n >= sizeof c->hdr) {
-        status_conn_close(c); /* unreachable: ctype is at most STATUS_CTYPE_MAX long */
+        http_conn_close(c); /* unreachable: ctype is at most HTTP_CTYPE_MAX long */
         return;
     }
     bufs[0] = uv_buf_init(c->hdr, (unsigned)n);
     if (send_body && len > 0)
         bufs[nbufs++] = uv_buf_init((char *)body, (unsigned)len);
     c->wreq.data = c;
-    err = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, bufs, nbufs, status_write_cb);
+    err = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, bufs, nbufs, http_write_cb);
     if (err < 0) {
         log_warn("status_write_failed", "error=%s", uv_strerror(err));
-        status_conn_close(c);
+        http_conn_close(c);
     }
 }
 
-static void status_respond_text(status_conn_t *c, int code, int send_body)
+static void http_respond_text(http_conn_t *c, int code, int send_body)
 {
     const char *text;
 
@@ -296,12 +299,12 @@ static void status_respond_text(status_conn_t *c, int code, int send_body)
         text = "internal error\n";
         break;
     }
-    status_respond(c, code, "text/plain", text, strlen(text), send_body);
+    http_respond(c, code, "text/plain", text, strlen(text), send_body);
 }
 
-static void status_serve(status_conn_t *c, const status_request_t *req)
+static void http_serve(http_conn_t *c, const http_request_t *req)
 {
-    status_server_t *s = c->srv;
+    http_server_t *s = c->srv;
     const char *ctype = NULL;
     char *body = NULL, *path;
     size_t len = 0;
@@ -309,7 +312,7 @@ static void status_serve(status_conn_t *c, const status_request_t *req)
 
     head = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
     if (!head && !(req->method_len == 3 && memcmp(req->method, "GET", 3) == 0)) {
-        status_respond_text(c, 405, 1);
+        http_respond_text(c, 405, 1);
         return;
     }
     /* The byte after the path (' ' or '?') is in c->head and already parsed: terminate there. */
@@ -321,65 +324,65 @@ static void status_serve(status_conn_t *c, const status_request_t *req)
         len = 0;
     if (code == 200 && ctype == NULL)
         ctype = "application/octet-stream";
-    if (code == 200 && (strlen(ctype) > STATUS_CTYPE_MAX || len > UINT32_MAX)) {
+    if (code == 200 && (strlen(ctype) > HTTP_CTYPE_MAX || len > UINT32_MAX)) {
         log_error("status_handler_bad_response", "path=%s ctype_len=%zu len=%zu", path,
                   strlen(ctype), len);
         code = 500;
     }
     if (code == 200)
-        status_respond(c, 200, ctype, body, len, !head);
+        http_respond(c, 200, ctype, body, len, !head);
     else
-        status_respond_text(c, code == 404 ? 404 : 500, !head);
+        http_respond_text(c, code == 404 ? 404 : 500, !head);
 }
 
 /* ---- connections ---- */
 
-static void status_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void http_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    status_conn_t *c = h->data;
+    http_conn_t *c = h->data;
 
     /* Reading stops before the head buffer is full, so this is never empty. */
-    *buf = uv_buf_init(c->head + c->len, (unsigned)(STATUS_HEAD_MAX - c->len));
+    *buf = uv_buf_init(c->head + c->len, (unsigned)(HTTP_HEAD_MAX - c->len));
 }
 
-static void status_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+static void http_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
-    status_conn_t *c = st->data;
-    status_request_t req;
+    http_conn_t *c = st->data;
+    http_request_t req;
 
     if (nread == 0)
         return;
     if (nread < 0) { /* EOF or error before a whole head: nobody to answer */
-        status_conn_close(c);
+        http_conn_close(c);
         return;
     }
     c->len += (size_t)nread;
-    switch (status_parse_request(c->head, c->len, &req)) {
-    case STATUS_PARSE_DONE:
-        status_serve(c, &req);
+    switch (http_parse_request(c->head, c->len, &req)) {
+    case HTTP_PARSE_DONE:
+        http_serve(c, &req);
         break;
-    case STATUS_PARSE_BAD:
-        status_respond_text(c, 400, 1);
+    case HTTP_PARSE_BAD:
+        http_respond_text(c, 400, 1);
         break;
-    case STATUS_PARSE_MORE:
-        if (c->len == STATUS_HEAD_MAX)
-            status_respond_text(c, 431, 1);
+    case HTTP_PARSE_MORE:
+        if (c->len == HTTP_HEAD_MAX)
+            http_respond_text(c, 431, 1);
         break;
     }
 }
 
-static void status_timeout_cb(uv_timer_t *t)
+static void http_timeout_cb(uv_timer_t *t)
 {
-    status_conn_close(t->data);
+    http_conn_close(t->data);
 }
 
 /* Accepts the pending connection into the spare handle and closes it. */
-static void status_refuse(status_server_t *s)
+static void http_refuse(http_server_t *s)
 {
     int err;
 
     if (s->spare_busy) {
-        s->accept_pending = 1; /* taken in status_spare_close_cb */
+        s->accept_pending = 1; /* taken in http_spare_close_cb */
         return;
     }
     uv_pipe_init(s->loop, &s->spare, 0);
@@ -390,18 +393,18 @@ static void status_refuse(status_server_t *s)
         log_warn("status_accept_failed", "error=%s", uv_strerror(err));
     else
         log_debug("status_refused", "connections=%u", s->nconns);
-    uv_close((uv_handle_t *)&s->spare, status_spare_close_cb);
+    uv_close((uv_handle_t *)&s->spare, http_spare_close_cb);
 }
 
-static void status_accept(status_server_t *s)
+static void http_accept(http_server_t *s)
 {
-    status_conn_t *c = NULL;
+    http_conn_t *c = NULL;
     int err;
 
-    if (s->nconns < STATUS_CONN_MAX)
+    if (s->nconns < HTTP_CONN_MAX)
         c = calloc(1, sizeof *c);
     if (c == NULL) {
-        status_refuse(s);
+        http_refuse(s);
         return;
     }
     c->srv = s;
@@ -418,30 +421,30 @@ static void status_accept(status_server_t *s)
 
     err = uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->pipe);
     if (err == 0)
-        err = uv_timer_start(&c->timer, status_timeout_cb, s->timeout_ms, 0);
+        err = uv_timer_start(&c->timer, http_timeout_cb, s->timeout_ms, 0);
     if (err == 0)
-        err = uv_read_start((uv_stream_t *)&c->pipe, status_alloc_cb, status_read_cb);
+        err = uv_read_start((uv_stream_t *)&c->pipe, http_alloc_cb, http_read_cb);
     if (err < 0) {
         log_warn("status_accept_failed", "error=%s", uv_strerror(err));
-        status_conn_close(c);
+        http_conn_close(c);
     }
 }
 
-static void status_connection_cb(uv_stream_t *listener, int status)
+static void http_connection_cb(uv_stream_t *listener, int status)
 {
-    status_server_t *s = listener->data;
+    http_server_t *s = listener->data;
 
     if (status < 0) {
         log_warn("status_accept_failed", "error=%s", uv_strerror(status));
         return;
     }
-    status_accept(s);
+    http_accept(s);
 }
 
 /* ---- server ---- */
 
 /* Removes a socket file at sa's path that nobody listens on. */
-static int status_clear_stale(const struct sockaddr_un *sa)
+static int http_clear_stale(const struct sockaddr_un *sa)
 {
     struct stat st;
     int fd, rc, err;
@@ -468,11 +471,11 @@ static int status_clear_stale(const struct sockaddr_un *sa)
     return 0;
 }
 
-int status_server_new(uv_loop_t *loop, const char *path, unsigned mode, status_handler_cb cb,
-                      void *arg, status_server_t **out)
+int http_server_new(uv_loop_t *loop, const char *path, unsigned mode, http_handler_cb cb, void *arg,
+                    http_server_t **out)
 {
     struct sockaddr_un sa;
-    status_server_t *s;
+    http_server_t *s;
     int fd, err;
 
     *out = NULL;
@@ -495,9 +498,9 @@ int status_server_new(uv_loop_t *loop, const char *path, unsigned mode, status_h
     s->loop = loop;
     s->cb = cb;
     s->arg = arg;
-    s->timeout_ms = STATUS_TIMEOUT_MS;
+    s->timeout_ms = HTTP_TIMEOUT_MS;
 
-    err = status_clear_stale(&sa);
+    err = http_clear_stale(&sa);
     if (err < 0)
         goto fail_stale;
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -510,7 +513,7 @@ int status_server_new(uv_loop_t *loop, const char *path, unsigned mode, status_h
         goto fail_bind;
     }
     /* Before listen: nobody can connect while the mode is still the umask's. */
-    if (chmod(path, mode) < 0 || listen(fd, STATUS_BACKLOG) < 0) {
+    if (chmod(path, mode) < 0 || listen(fd, HTTP_BACKLOG) < 0) {
         err = -errno;
         goto fail_listen;
     }
@@ -522,12 +525,12 @@ int status_server_new(uv_loop_t *loop, const char *path, unsigned mode, status_h
     if (err < 0)
         close(fd);
     if (err == 0)
-        err = uv_listen((uv_stream_t *)&s->listener, STATUS_BACKLOG, status_connection_cb);
+        err = uv_listen((uv_stream_t *)&s->listener, HTTP_BACKLOG, http_connection_cb);
     if (err < 0) {
-        /* The handle exists: its memory goes in the close callback (see status.h). */
+        /* The handle exists: its memory goes in the close callback (see http.h). */
         unlink(path);
         s->closing = 1;
-        uv_close((uv_handle_t *)&s->listener, status_listener_close_cb);
+        uv_close((uv_handle_t *)&s->listener, http_listener_close_cb);
         return err;
     }
     *out = s;
@@ -545,23 +548,23 @@ fail_path:
     return err;
 }
 
-void status_server_set_timeout(status_server_t *s, unsigned ms)
+void http_server_set_timeout(http_server_t *s, unsigned ms)
 {
-    s->timeout_ms = ms > 0 ? ms : STATUS_TIMEOUT_MS;
+    s->timeout_ms = ms > 0 ? ms : HTTP_TIMEOUT_MS;
 }
 
-void status_server_close(status_server_t **sp)
+void http_server_close(http_server_t **sp)
 {
-    status_server_t *s = sp != NULL ? *sp : NULL;
-    status_conn_t *c;
+    http_server_t *s = sp != NULL ? *sp : NULL;
+    http_conn_t *c;
 
     if (s == NULL)
         return;
     *sp = NULL;
     s->closing = 1;
-    uv_close((uv_handle_t *)&s->listener, status_listener_close_cb);
+    uv_close((uv_handle_t *)&s->listener, http_listener_close_cb);
     for (c = s->conns; c != NULL; c = c->next)
-        status_conn_close(c);
+        http_conn_close(c);
     if (unlink(s->path) < 0 && errno != ENOENT)
         log_warn("status_unlink_failed", "path=%s error=%s", s->path, strerror(errno));
 }
