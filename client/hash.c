@@ -20,26 +20,15 @@
 
 #include <string.h>
 
+#include "kvt_proto.h" /* kvt_put_u32/u64: the little-endian helpers of the wire protocol */
 #include "kvtier.h"
-
-static void put_le32(uint8_t *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-}
 
 static void fp_string(XXH3_state_t *st, const char *s)
 {
     uint8_t len[8];
     size_t n = s != NULL ? strlen(s) : 0;
 
-    put_le64(len, (uint64_t)n);
+    kvt_put_u64(len, (uint64_t)n);
     XXH3_64bits_update(st, len, sizeof len);
     if (n > 0)
         XXH3_64bits_update(st, s, n);
@@ -55,13 +44,13 @@ uint64_t kvt_ns_fingerprint(const kvt_ns_desc_t *ns)
     XXH3_INITSTATE(&st);
     XXH3_64bits_reset(&st);
     fp_string(&st, ns->dtype);
-    put_le32(fixed, ns->chunk_tokens);
-    put_le32(fixed + 4, ns->num_layers);
-    put_le32(fixed + 8, ns->num_kv_heads);
-    put_le32(fixed + 12, ns->head_dim);
-    put_le32(fixed + 16, ns->world_size);
+    kvt_put_u32(fixed, ns->chunk_tokens);
+    kvt_put_u32(fixed + 4, ns->num_layers);
+    kvt_put_u32(fixed + 8, ns->num_kv_heads);
+    kvt_put_u32(fixed + 12, ns->head_dim);
+    kvt_put_u32(fixed + 16, ns->world_size);
     fixed[20] = ns->mla != 0;
-    put_le64(fixed + 21, ns->hash_seed);
+    kvt_put_u64(fixed + 21, ns->hash_seed);
     XXH3_64bits_update(&st, fixed, sizeof fixed);
     fp_string(&st, ns->tenant);
     return XXH3_64bits_digest(&st);
@@ -78,7 +67,7 @@ static void chain_tokens(XXH3_state_t *st, const uint32_t *tok, size_t n)
     while (n > 0) {
         size_t k = n < 256 ? n : 256;
         for (size_t i = 0; i < k; i++)
-            put_le32(buf + 4 * i, tok[i]);
+            kvt_put_u32(buf + 4 * i, tok[i]);
         XXH3_128bits_update(st, buf, 4 * k);
         tok += k;
         n -= k;

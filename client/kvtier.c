@@ -309,19 +309,29 @@ static int call_once(kvt_client_t *c, kvt_msg_t *req, const kvt_frame_t *frames,
     }
 }
 
+/* Protocol 2 HELLO: frames [head, model, revision]. A daemon that speaks only protocol 1 answers
+ * EVERSION; the message then says what to do. */
 static int hello(kvt_client_t *c, int64_t deadline)
 {
+    static const char old_daemon[] =
+        "kvtierd speaks protocol 1; this libkvtier needs protocol 2 (upgrade kvtierd)";
     kvt_msg_t req = {0}, rep;
-    kvt_frame_t model = {.data = c->model, .len = c->model_len};
+    kvt_frame_t frames[2] = {{.data = c->model, .len = c->model_len}, {.data = NULL, .len = 0}};
     int rc;
 
+    req.hdr.version = 2;
     req.hdr.type = KVT_MSG_HELLO;
     req.hdr.flags = c->mla ? KVT_HELLO_REPLICATED : 0;
     req.u.hello.layout_fp = c->layout_fp;
     req.u.hello.chunk_tokens = c->chunk_tokens;
     req.u.hello.rank = c->rank;
     req.u.hello.world = c->world;
-    rc = call_once(c, &req, &model, 1, KVT_MSG_HELLO_OK, deadline, &rep);
+    req.u.hello.features = 0;
+    rc = call_once(c, &req, frames, 2, KVT_MSG_HELLO_OK, deadline, &rep);
+    if (rc == KVT_EVERSION) {
+        memcpy(c->last_error, old_daemon, sizeof old_daemon);
+        return rc;
+    }
     if (rc != 0)
         return rc;
     if (rep.u.hello_ok.max_chunks == 0 || rep.u.hello_ok.max_chunk_bytes == 0)

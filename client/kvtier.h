@@ -26,6 +26,7 @@ extern "C" {
 #define KVT_API
 #endif
 
+/* The version of libkvtier and kvtierd: written only here (CMakeLists.txt reads it). */
 #define KVT_VERSION_MAJOR 0
 #define KVT_VERSION_MINOR 1
 #define KVT_VERSION_PATCH 0

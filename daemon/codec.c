@@ -15,17 +15,22 @@
 
 #include "record.h"
 
+const char *const codec_mode_words[] = {"auto", "lz4", "off", NULL};
+
 int codec_mode_parse(const char *s, codec_mode_t *mode)
 {
-    if (strcmp(s, "off") == 0)
-        *mode = CODEC_MODE_OFF;
-    else if (strcmp(s, "lz4") == 0)
-        *mode = CODEC_MODE_LZ4;
-    else if (strcmp(s, "auto") == 0)
-        *mode = CODEC_MODE_AUTO;
-    else
-        return -1;
-    return 0;
+    for (int i = 0; codec_mode_words[i] != NULL; i++) {
+        if (strcmp(s, codec_mode_words[i]) == 0) {
+            *mode = (codec_mode_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *codec_mode_name(codec_mode_t mode)
+{
+    return (unsigned)mode <= CODEC_MODE_OFF ? codec_mode_words[mode] : "unknown";
 }
 
 void codec_shuffle(void *dst, const void *src, size_t n, unsigned elem)

@@ -22,12 +22,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { CODEC_MODE_OFF = 0, CODEC_MODE_LZ4, CODEC_MODE_AUTO } codec_mode_t;
+/* Values in the order of their configuration words (codec_mode_words): auto, lz4, off. */
+typedef enum { CODEC_MODE_AUTO = 0, CODEC_MODE_LZ4, CODEC_MODE_OFF } codec_mode_t;
+
+/* The words of the modes ("auto", "lz4", "off"), indexed by codec_mode_t, NULL-terminated: the
+ * one list that the "disk.compression" key, its messages and the status use. */
+extern const char *const codec_mode_words[];
 
 #define CODEC_SAMPLE_BYTES (64u * 1024u)
 
 /* "off" | "lz4" | "auto" -> mode. Returns 0 or -1. */
 int codec_mode_parse(const char *s, codec_mode_t *mode);
+
+/* The word of a mode, or "unknown". */
+const char *codec_mode_name(codec_mode_t mode);
 
 /* dst[n] = the planes of src[n] for elements of elem bytes (1: a plain copy). */
 void codec_shuffle(void *dst, const void *src, size_t n, unsigned elem);

@@ -6,7 +6,11 @@
  * gates_cfg_t for the "gates.*" rows), its range and its default. config_defaults() writes the
  * defaults from the rows, the loader walks the JSON objects and resolves every key against the
  * rows (a path that is neither a row nor the prefix of one is an unknown key), and config_dump()
- * rebuilds the JSON tree from the rows. Adding a key means adding one row.
+ * rebuilds the JSON tree from the rows. Adding a key means adding one row. A key that takes one
+ * of a few words (log.level, disk.compression, disk.fsync) is a KEY_WORD row pointing at the one
+ * word list of its enum (log_level_words in log.h, codec_mode_words in codec.h,
+ * config_fsync_words here): that list parses, validates, names the choices in the error message
+ * and dumps, and the field holds the enum, so the disk tier never parses a word again.
  *
  * Gate rows are stored relative to a gates_cfg_t so the same rows serve the global "gates"
  * object (applied to cfg->gates) and each "namespaces": {"<model>": {"gates": ...}} entry
@@ -51,7 +55,7 @@ typedef enum {
     KEY_U64,
     KEY_SIZE,
     KEY_DOUBLE,
-    KEY_LEVEL,
+    KEY_WORD, /* one of a word list; the field is an enum holding the word's index */
 } config_key_type_t;
 
 /* Extra check of a string value: 0, or -1 with the reason (without the key path) in why. */
@@ -68,17 +72,16 @@ typedef struct {
     double dmin; /* KEY_DOUBLE: range, dmax inclusive */
     double dmax;
     bool dmin_open;   /* KEY_DOUBLE: dmin itself is excluded */
-    uint64_t udef;    /* default of KEY_BOOL, KEY_U32, KEY_U64, KEY_SIZE, KEY_LEVEL */
+    uint64_t udef;    /* default of KEY_BOOL, KEY_U32, KEY_U64, KEY_SIZE, KEY_WORD */
     double ddef;      /* default of KEY_DOUBLE */
     const char *sdef; /* default of KEY_STRING */
     config_check_fn check;
+    const char *const *words; /* KEY_WORD: the accepted words (NULL-terminated), by enum value */
 } config_key_t;
 
 static int check_endpoint(const char *s, char *why, size_t whylen);
 static int check_status_socket(const char *s, char *why, size_t whylen);
 static int check_nonempty(const char *s, char *why, size_t whylen);
-static int check_compression(const char *s, char *why, size_t whylen);
-static int check_fsync(const char *s, char *why, size_t whylen);
 
 #define CFG_FIELD(m) .off = offsetof(config_t, m)
 #define GATE_FIELD(m) .gate = true, .off = offsetof(gates_cfg_t, m)
@@ -105,13 +108,9 @@ static int check_fsync(const char *s, char *why, size_t whylen);
         .path = p, .type = KEY_DOUBLE, CFG_FIELD(m), .dmin = lo, .dmax = hi, .dmin_open = open,    \
         .ddef = def                                                                                \
     }
-#define ROW_LEVEL(p, m, def)                                                                       \
+#define ROW_WORD(p, m, list, def)                                                                  \
     {                                                                                              \
-        .path = p, .type = KEY_LEVEL, CFG_FIELD(m), .udef = def                                    \
-    }
-#define ROW_BOOL(p, m, def)                                                                        \
-    {                                                                                              \
-        .path = p, .type = KEY_BOOL, CFG_FIELD(m), .udef = def                                     \
+        .path = p, .type = KEY_WORD, CFG_FIELD(m), .words = list, .udef = def                      \
     }
 #define ROW_GBOOL(p, m, def)                                                                       \
     {                                                                                              \
@@ -128,7 +127,8 @@ static int check_fsync(const char *s, char *why, size_t whylen);
         .ddef = def                                                                                \
     }
 
-/* Every key, in the order config_dump() writes them. Gate defaults and ranges: GATES.md. */
+/* Every key, in the order config_dump() writes them. The gate rows are the only place the gate
+ * defaults are written (docs/GATES.md explains them; gates.c takes its settings from here). */
 static const config_key_t config_keys[] = {
     ROW_STR("server.endpoint", server.endpoint, "ipc:///run/kvtier/kvtier.zmq", check_endpoint),
     ROW_STR("server.status_socket", server.status_socket, "/run/kvtier/status.sock",
@@ -136,6 +136,7 @@ static const config_key_t config_keys[] = {
     ROW_U32("server.max_chunks_per_request", server.max_chunks_per_request, 1, 65536, 4096),
     ROW_U32("server.max_clients", server.max_clients, 1, 1000000, 4096),
     ROW_U32("server.client_idle_ms", server.client_idle_ms, 1000, 86400000, 600000),
+    ROW_U32("server.max_in_flight", server.max_in_flight, 1, 65536, 256),
     ROW_SIZE("ram.capacity_bytes", ram.capacity_bytes, MIB, 16 * TIB, 8 * GIB),
     ROW_STR("ram.arena_path", ram.arena_path, "/dev/shm/kvtier.arena", NULL),
     ROW_SIZE("ram.max_chunk_bytes", ram.max_chunk_bytes, 1, GIB, 64 * MIB),
@@ -147,12 +148,12 @@ static const config_key_t config_keys[] = {
     ROW_STR("disk.dir", disk.dir, "/var/lib/kvtier/disk", check_nonempty),
     ROW_SIZE("disk.capacity_bytes", disk.capacity_bytes, 2 * MIB, 1024 * TIB, 64 * GIB),
     ROW_SIZE("disk.segment_bytes", disk.segment_bytes, MIB, 4 * GIB, 256 * MIB),
-    ROW_STR("disk.compression", disk.compression, "auto", check_compression),
+    ROW_WORD("disk.compression", disk.compression, codec_mode_words, CODEC_MODE_AUTO),
     ROW_DBL("disk.compression_threshold", disk.compression_threshold, true, 0.0, 1.0, 0.9),
-    ROW_STR("disk.fsync", disk.fsync, "segment", check_fsync),
+    ROW_WORD("disk.fsync", disk.fsync, config_fsync_words, CONFIG_FSYNC_SEGMENT),
     ROW_U32("disk.max_reads_in_flight", disk.max_reads_in_flight, 1, 1024, 8),
     ROW_SIZE("disk.write_buffer_bytes", disk.write_buffer_bytes, 64 * KIB, 4 * GIB, 80 * MIB),
-    ROW_LEVEL("log.level", log.level, LOG_INFO),
+    ROW_WORD("log.level", log.level, log_level_words, LOG_INFO),
     ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
     ROW_GDBL("gates.admission.target", admission.target, false, 0.0, 1.0, 0.10),
     ROW_GDBL("gates.admission.floor", admission.floor, false, 0.0, 1.0, 0.25),
@@ -170,7 +171,12 @@ static const config_key_t config_keys[] = {
 
 #define CONFIG_NKEYS (sizeof config_keys / sizeof config_keys[0])
 
-static const char *const level_names[] = {"debug", "info", "warn", "error"};
+const char *const config_fsync_words[] = {"none", "segment", "record", NULL};
+
+/* KEY_WORD fields are enums stored as int. */
+_Static_assert(sizeof(log_level_t) == sizeof(int), "log_level_t is an int-sized enum");
+_Static_assert(sizeof(codec_mode_t) == sizeof(int), "codec_mode_t is an int-sized enum");
+_Static_assert(sizeof(config_fsync_t) == sizeof(int), "config_fsync_t is an int-sized enum");
 
 /* Where a walk writes: a whole config_t (global keys) or one namespace's gates_cfg_t. */
 typedef struct {
@@ -218,27 +224,6 @@ static int check_status_socket(const char *s, char *why, size_t whylen)
 static int check_nonempty(const char *s, char *why, size_t whylen)
 {
     return s[0] == '\0' ? errf(why, whylen, "must not be empty") : 0;
-}
-
-static int check_compression(const char *s, char *why, size_t whylen)
-{
-    if (strcmp(s, "auto") == 0 || strcmp(s, "lz4") == 0 || strcmp(s, "off") == 0)
-        return 0;
-    return errf(why, whylen, "must be one of auto, lz4, off, got \"%s\"", s);
-}
-
-static int check_fsync(const char *s, char *why, size_t whylen)
-{
-    if (strcmp(s, "none") == 0 || strcmp(s, "segment") == 0 || strcmp(s, "record") == 0)
-        return 0;
-    return errf(why, whylen, "must be one of none, segment, record, got \"%s\"", s);
-}
-
-const char *config_log_level_name(config_log_level_t l)
-{
-    if ((unsigned)l < sizeof level_names / sizeof level_names[0])
-        return level_names[l];
-    return "unknown";
 }
 
 int config_parse_size(const char *s, uint64_t *out)
@@ -375,23 +360,25 @@ static int key_apply_string(const config_key_t *k, const config_walk_t *w, const
     return 0;
 }
 
-static int key_apply_level(const config_key_t *k, const config_walk_t *w, const char *path,
-                           json_t *val)
+static int key_apply_word(const config_key_t *k, const config_walk_t *w, const char *path,
+                          json_t *val)
 {
+    char list[128];
+    size_t n = 0;
     const char *s;
-    size_t i;
 
     if (!json_is_string(val))
         return errf(w->err, w->errlen, "%s%s: expected string", w->shown, path);
     s = json_string_value(val);
-    for (i = 0; i < sizeof level_names / sizeof level_names[0]; i++) {
-        if (strcmp(s, level_names[i]) == 0) {
-            *(config_log_level_t *)key_field(k, w) = (config_log_level_t)i;
+    for (int i = 0; k->words[i] != NULL; i++) {
+        if (strcmp(s, k->words[i]) == 0) {
+            memcpy(key_field(k, w), &i, sizeof i);
             return 0;
         }
+        n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s",
+                              i > 0 ? ", " : "", k->words[i]);
     }
-    return errf(w->err, w->errlen, "%s%s: must be one of debug, info, warn, error, got \"%s\"",
-                w->shown, path, s);
+    return errf(w->err, w->errlen, "%s%s: must be one of %s, got \"%s\"", w->shown, path, list, s);
 }
 
 static int key_apply_double(const config_key_t *k, const config_walk_t *w, const char *path,
@@ -459,8 +446,8 @@ static int key_apply(const config_key_t *k, const config_walk_t *w, const char *
         return key_apply_uint(k, w, path, val);
     case KEY_DOUBLE:
         return key_apply_double(k, w, path, val);
-    case KEY_LEVEL:
-        return key_apply_level(k, w, path, val);
+    case KEY_WORD:
+        return key_apply_word(k, w, path, val);
     }
     return errf(w->err, w->errlen, "%s%s: internal error: bad key type", w->shown, path);
 }
@@ -644,16 +631,17 @@ int config_load_string(const char *json, config_t *cfg, char *err, size_t errlen
     return config_load_json(root, &jerr, cfg, err, errlen);
 }
 
-void config_defaults(config_t *cfg)
+/* Writes the default of every row the walk has a base for (only the gate rows without a
+ * cfg_base). */
+static void write_defaults(const config_walk_t *w)
 {
-    config_walk_t w = {.cfg_base = (char *)cfg, .gates_base = (char *)&cfg->gates};
-    size_t i;
-
-    memset(cfg, 0, sizeof *cfg);
-    for (i = 0; i < CONFIG_NKEYS; i++) {
+    for (size_t i = 0; i < CONFIG_NKEYS; i++) {
         const config_key_t *k = &config_keys[i];
-        void *f = key_field(k, &w);
+        void *f;
 
+        if (!k->gate && w->cfg_base == NULL)
+            continue;
+        f = key_field(k, w);
         switch (k->type) {
         case KEY_STRING:
             snprintf(f, k->len, "%s", k->sdef);
@@ -671,12 +659,26 @@ void config_defaults(config_t *cfg)
         case KEY_DOUBLE:
             *(double *)f = k->ddef;
             break;
-        case KEY_LEVEL:
-            *(config_log_level_t *)f = (config_log_level_t)k->udef;
+        case KEY_WORD: {
+            int v = (int)k->udef;
+            memcpy(f, &v, sizeof v);
             break;
         }
+        }
     }
+}
+
+void config_defaults(config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    write_defaults(&(config_walk_t){.cfg_base = (char *)cfg, .gates_base = (char *)&cfg->gates});
     cfg->n_ns = 0;
+}
+
+void config_gates_defaults(gates_cfg_t *gates)
+{
+    memset(gates, 0, sizeof *gates);
+    write_defaults(&(config_walk_t){.cfg_base = NULL, .gates_base = (char *)gates});
 }
 
 const gates_cfg_t *config_gates_for(const config_t *cfg, const char *model)
@@ -709,8 +711,11 @@ static json_t *dump_value(const config_key_t *k, const config_walk_t *w)
         return json_integer((json_int_t) * (const uint64_t *)f);
     case KEY_DOUBLE:
         return json_real(*(const double *)f);
-    case KEY_LEVEL:
-        return json_string(config_log_level_name(*(const config_log_level_t *)f));
+    case KEY_WORD: {
+        int v;
+        memcpy(&v, f, sizeof v);
+        return json_string(k->words[v]);
+    }
     }
     return NULL;
 }

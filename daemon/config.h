@@ -20,12 +20,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
 #include "gates.h"
+#include "log.h"
 
 #define CONFIG_PATH_MAX 256
 #define CONFIG_NS_OVERRIDES_MAX 64
 
-typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } config_log_level_t;
+/* disk.fsync: when segment files are synced. */
+typedef enum { CONFIG_FSYNC_NONE = 0, CONFIG_FSYNC_SEGMENT, CONFIG_FSYNC_RECORD } config_fsync_t;
+
+/* The words of disk.fsync, indexed by config_fsync_t, NULL-terminated. */
+extern const char *const config_fsync_words[];
 
 typedef struct {
     char name[256];    /* namespace model name */
@@ -39,6 +45,8 @@ typedef struct {
         uint32_t max_chunks_per_request;     /* hashes per request, 1..65536 (4096) */
         uint32_t max_clients;                /* sessions remembered, 1..1000000 (4096) */
         uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
+        uint32_t max_in_flight;              /* requests a connection may have outstanding,
+                                                1..65536 (256), announced in HELLO_OK */
     } server;
     struct {
         uint64_t capacity_bytes;          /* hard limit of the arena */
@@ -55,14 +63,14 @@ typedef struct {
         char dir[CONFIG_PATH_MAX];    /* segment directory, created if missing */
         uint64_t capacity_bytes;      /* hard limit of the segment files, >= 2 segments */
         uint64_t segment_bytes;       /* size of one segment file */
-        char compression[8];          /* "auto" | "lz4" | "off" */
+        codec_mode_t compression;     /* "auto" | "lz4" | "off" (codec_mode_words) */
         double compression_threshold; /* auto keeps lz4 when stored/raw <= this (0.9) */
-        char fsync[16];               /* "none" | "segment" | "record" */
+        config_fsync_t fsync;         /* "none" | "segment" | "record" */
         uint32_t max_reads_in_flight; /* disk reads on the thread pool at once (8) */
         uint64_t write_buffer_bytes;  /* one of the two write buffers */
     } disk;
     struct {
-        config_log_level_t level;
+        log_level_t level;
     } log;
     gates_cfg_t gates; /* global gate defaults */
     int n_ns;
@@ -71,6 +79,10 @@ typedef struct {
 
 /* Fills cfg with every default. */
 void config_defaults(config_t *cfg);
+
+/* Fills gates with the defaults of the gate keys (the "gates.*" rows), for a gates_t made
+ * without a configuration file (tests, tools). */
+void config_gates_defaults(gates_cfg_t *gates);
 
 /* Loads and validates the JSON file at path over the defaults. Returns 0, or -1 with a one-line
  * message naming the key (or the file and line for a JSON syntax error) in err. */
@@ -89,7 +101,5 @@ char *config_dump(const config_t *cfg);
 /* Parses a byte size ("4096", "512MiB", "8GiB", "1TiB", also KB/MB/GB as powers of 1000).
  * Returns 0 or -1. */
 int config_parse_size(const char *s, uint64_t *out);
-
-const char *config_log_level_name(config_log_level_t l);
 
 #endif /* KVT_CONFIG_H */

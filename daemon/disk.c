@@ -144,16 +144,6 @@ struct read_job {
     read_job_t *next;
 };
 
-typedef struct {
-    uint64_t ms;
-    uint64_t segments;
-    uint64_t records;
-    uint64_t checksum_drops;
-    uint64_t torn_bytes;
-    uint64_t bad_headers;
-    uint64_t bad_files;
-} recovery_t;
-
 struct disk {
     uv_loop_t *loop;
     const config_t *cfg;
@@ -162,7 +152,7 @@ struct disk {
     char dir[CONFIG_PATH_MAX];
     int lock_fd;
     codec_mode_t mode;
-    disk_fsync_t fsync;
+    config_fsync_t fsync;
     uint64_t capacity;
     uint64_t seg_bytes;
     uint64_t wb_bytes;
@@ -201,24 +191,11 @@ struct disk {
     uint64_t records_written, records_compressed, records_read;
     uint64_t flushes_raw; /* auto mode: batches written uncompressed to keep up */
     uint64_t checksum_drops, read_errors, write_errors, reclaimed_segments, busy_reclaims;
-    recovery_t rec;
+    disk_recovery_stats_t rec;
 };
 
 static void kick(disk_t *d);
 static void maybe_done(disk_t *d);
-
-int disk_fsync_parse(const char *s, disk_fsync_t *out)
-{
-    if (strcmp(s, "none") == 0)
-        *out = DISK_FSYNC_NONE;
-    else if (strcmp(s, "segment") == 0)
-        *out = DISK_FSYNC_SEGMENT;
-    else if (strcmp(s, "record") == 0)
-        *out = DISK_FSYNC_RECORD;
-    else
-        return -1;
-    return 0;
-}
 
 static uint64_t round_block(uint64_t n)
 {
@@ -442,7 +419,7 @@ static void flush_work(uv_work_t *req)
         }
         done += (uint64_t)n;
     }
-    if (j->rc == 0 && d->fsync == DISK_FSYNC_RECORD && fdatasync(fd) != 0)
+    if (j->rc == 0 && d->fsync == CONFIG_FSYNC_RECORD && fdatasync(fd) != 0)
         j->rc = -errno;
     if (j->rc != 0) {
         if (ftruncate(fd, (off_t)j->start) != 0)
@@ -562,7 +539,7 @@ static void kick(disk_t *d)
     j->new_fd = -1;
     if (roll) {
         seg_t *old = d->active, *s;
-        if (old != NULL && d->fsync != DISK_FSYNC_NONE)
+        if (old != NULL && d->fsync != CONFIG_FSYNC_NONE)
             j->sync_fd = old->fd;
         s = seg_add(d, d->next_id, -1, 0);
         if (s == NULL) {
@@ -1032,11 +1009,8 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     d->seg_bytes = cfg->disk.segment_bytes;
     d->wb_bytes = cfg->disk.write_buffer_bytes;
     d->next_seq = 1;
-    if (codec_mode_parse(cfg->disk.compression, &d->mode) != 0 ||
-        disk_fsync_parse(cfg->disk.fsync, &d->fsync) != 0) {
-        free(d);
-        return -EINVAL;
-    }
+    d->mode = cfg->disk.compression;
+    d->fsync = cfg->disk.fsync;
     for (int i = 0; i < 2; i++) {
         d->wb[i].data = malloc(d->wb_bytes);
         d->wb[i].recs = calloc(DISK_WB_MAX_RECS, sizeof *d->wb[i].recs);
@@ -1094,7 +1068,7 @@ static void maybe_done(disk_t *d)
     drops_now(d);
     for (size_t i = 0; i < d->nsegs; i++) {
         seg_t *s = d->segs[i];
-        if (s->fd >= 0 && d->fsync != DISK_FSYNC_NONE)
+        if (s->fd >= 0 && d->fsync != CONFIG_FSYNC_NONE)
             fsync(s->fd);
     }
     log_info("disk_closed", "segments=%zu used_bytes=%" PRIu64 " records_written=%" PRIu64,
@@ -1154,53 +1128,37 @@ void disk_destroy(disk_t **pd)
 
 /* --- status --- */
 
-static json_t *jint(uint64_t v)
+void disk_stats(const disk_t *d, disk_stats_t *out)
 {
-    return json_integer((json_int_t)v);
-}
-
-void disk_status(const disk_t *d, json_t *o)
-{
-    json_t *rec = json_object();
-
-    json_object_set_new(o, "state", json_string(d->state == DISK_OK ? "ok" : "degraded"));
-    json_object_set_new(o, "dir", json_string(d->dir));
-    json_object_set_new(o, "capacity_bytes", jint(d->capacity));
-    json_object_set_new(o, "used_bytes", jint(d->used));
-    json_object_set_new(o, "segments", jint(d->nsegs));
-    json_object_set_new(o, "segment_bytes", jint(d->seg_bytes));
-    json_object_set_new(o, "bytes_written", jint(d->bytes_written));
-    json_object_set_new(o, "bytes_read", jint(d->bytes_read));
-    json_object_set_new(o, "raw_bytes_written", jint(d->raw_written));
-    json_object_set_new(o, "stored_bytes_written", jint(d->stored_written));
-    json_object_set_new(o, "compression", json_string(d->cfg->disk.compression));
-    json_object_set_new(
-        o, "compression_ratio",
-        json_real(d->raw_written ? (double)d->stored_written / (double)d->raw_written : 1.0));
-    json_object_set_new(o, "records_written", jint(d->records_written));
-    json_object_set_new(o, "records_compressed", jint(d->records_compressed));
-    json_object_set_new(o, "flushes_raw", jint(d->flushes_raw));
-    json_object_set_new(o, "records_read", jint(d->records_read));
-    json_object_set_new(o, "checksum_drops", jint(d->checksum_drops));
-    json_object_set_new(o, "read_errors", jint(d->read_errors));
-    json_object_set_new(o, "write_errors", jint(d->write_errors));
-    json_object_set_new(o, "last_error",
-                        json_string(d->last_error ? strerror(-d->last_error) : ""));
-    json_object_set_new(o, "reclaimed_segments", jint(d->reclaimed_segments));
-    json_object_set_new(o, "reclaims_deferred_by_leases", jint(d->busy_reclaims));
-    json_object_set_new(o, "reads_in_flight", jint(d->reads_running));
-    json_object_set_new(o, "reads_queued", jint(d->reads_queued));
-    json_object_set_new(
-        o, "write_buffer_bytes",
-        jint((d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0)));
-    json_object_set_new(rec, "ms", jint(d->rec.ms));
-    json_object_set_new(rec, "segments", jint(d->rec.segments));
-    json_object_set_new(rec, "records", jint(d->rec.records));
-    json_object_set_new(rec, "checksum_drops", jint(d->rec.checksum_drops));
-    json_object_set_new(rec, "bad_headers", jint(d->rec.bad_headers));
-    json_object_set_new(rec, "torn_bytes", jint(d->rec.torn_bytes));
-    json_object_set_new(rec, "bad_files", jint(d->rec.bad_files));
-    json_object_set_new(o, "recovery", rec);
+    *out = (disk_stats_t){
+        .degraded = d->state == DISK_DEGRADED,
+        .dir = d->dir,
+        .compression = d->mode,
+        .capacity_bytes = d->capacity,
+        .used_bytes = d->used,
+        .segments = d->nsegs,
+        .segment_bytes = d->seg_bytes,
+        .bytes_written = d->bytes_written,
+        .bytes_read = d->bytes_read,
+        .raw_bytes_written = d->raw_written,
+        .stored_bytes_written = d->stored_written,
+        .compression_ratio =
+            d->raw_written ? (double)d->stored_written / (double)d->raw_written : 1.0,
+        .records_written = d->records_written,
+        .records_compressed = d->records_compressed,
+        .flushes_raw = d->flushes_raw,
+        .records_read = d->records_read,
+        .checksum_drops = d->checksum_drops,
+        .read_errors = d->read_errors,
+        .write_errors = d->write_errors,
+        .last_error = d->last_error,
+        .reclaimed_segments = d->reclaimed_segments,
+        .busy_reclaims = d->busy_reclaims,
+        .reads_in_flight = d->reads_running,
+        .reads_queued = d->reads_queued,
+        .write_buffer_bytes = (d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0),
+        .recovery = d->rec,
+    };
 }
 
 int disk_check(const disk_t *d)

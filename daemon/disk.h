@@ -24,20 +24,15 @@
 #ifndef KVT_DISK_H
 #define KVT_DISK_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
+#include "codec.h"
 #include "config.h"
 #include "record.h"
 
 typedef struct disk disk_t;
-
-typedef enum { DISK_FSYNC_NONE = 0, DISK_FSYNC_SEGMENT, DISK_FSYNC_RECORD } disk_fsync_t;
-
-/* "none" | "segment" | "record". Returns 0 or -1. */
-int disk_fsync_parse(const char *s, disk_fsync_t *out);
 
 /* Where a record lives on disk. */
 typedef struct {
@@ -112,9 +107,48 @@ void **disk_seg_user(disk_t *d, uint64_t seg);
 
 bool disk_degraded(const disk_t *d);
 
-/* Adds the disk tier's own status fields to obj (state, capacity_bytes, used_bytes, segments,
- * bytes written/read, compression, checksum drops, recovery figures, ...). */
-void disk_status(const disk_t *d, json_t *obj);
+/* What recovery found at start (disk_open). */
+typedef struct {
+    uint64_t ms;             /* time it took */
+    uint64_t segments;       /* segment files scanned */
+    uint64_t records;        /* valid records found */
+    uint64_t checksum_drops; /* records dropped for a failed checksum */
+    uint64_t bad_headers;    /* scans ended by a header that does not decode */
+    uint64_t torn_bytes;     /* bytes truncated off segment tails */
+    uint64_t bad_files;      /* files that could not be opened or read */
+} disk_recovery_stats_t;
+
+/* The disk tier's own figures (status "disk", with the store's counters beside them). */
+typedef struct {
+    bool degraded;            /* a write failed and the retry time has not passed */
+    const char *dir;          /* the segment directory (borrowed from the disk tier) */
+    codec_mode_t compression; /* disk.compression */
+    uint64_t capacity_bytes;
+    uint64_t used_bytes; /* segment files rounded to 4 KiB plus the flush in flight */
+    uint64_t segments;
+    uint64_t segment_bytes;
+    uint64_t bytes_written; /* headers and payloads */
+    uint64_t bytes_read;
+    uint64_t raw_bytes_written;    /* chunk bytes before compression */
+    uint64_t stored_bytes_written; /* the same after compression */
+    double compression_ratio;      /* stored / raw, 1.0 before any write */
+    uint64_t records_written;
+    uint64_t records_compressed;
+    uint64_t flushes_raw; /* auto mode: batches written raw to keep up */
+    uint64_t records_read;
+    uint64_t checksum_drops;
+    uint64_t read_errors;
+    uint64_t write_errors;
+    int last_error; /* negative errno of the last failed write, or 0 */
+    uint64_t reclaimed_segments;
+    uint64_t busy_reclaims; /* reclaims that took a later segment: the oldest held leases */
+    uint64_t reads_in_flight;
+    uint64_t reads_queued;
+    uint64_t write_buffer_bytes; /* bytes in the filling and the flushing buffer */
+    disk_recovery_stats_t recovery;
+} disk_stats_t;
+
+void disk_stats(const disk_t *d, disk_stats_t *out);
 
 /* Structural check for tests: used bytes == sum of segment sizes <= capacity. 0 or -1. */
 int disk_check(const disk_t *d);

@@ -1,5 +1,5 @@
 /*
- * gates.c - save admission and lookup skip of one namespace (see gates.h, ../shared/GATES.md).
+ * gates.c - save admission and lookup skip of one namespace (see gates.h, docs/GATES.md).
  *
  * Design. Two small estimators and two decisions, all counting events (never time):
  *   - admission: `payoff` is an exponential moving average of verdict payoffs, folded one at a
@@ -60,24 +60,6 @@ struct gates {
     uint64_t tick;
     gates_engine_t engines[GATES_ENGINE_MAX];
 };
-
-void gates_cfg_defaults(gates_cfg_t *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    cfg->admission.enabled = false;
-    cfg->admission.target = 0.10;
-    cfg->admission.floor = 0.25;
-    cfg->admission.alpha = 0.0625;
-    cfg->admission.warmup = 64;
-    cfg->admission.report_every = 256;
-    cfg->lookup_skip.enabled = false;
-    cfg->lookup_skip.min_load_tokens = 8192;
-    cfg->lookup_skip.cut = 0.01;
-    cfg->lookup_skip.min_lookups = 64;
-    cfg->lookup_skip.probe_every = 32;
-    cfg->lookup_skip.alpha = 0.015625;
-    cfg->lookup_skip.report_every = 256;
-}
 
 gates_t *gates_new(const gates_cfg_t *cfg)
 {

@@ -1,5 +1,5 @@
 /*
- * gates.h - the save-admission and lookup-skip gates of one namespace (../shared/GATES.md).
+ * gates.h - the save-admission and lookup-skip gates of one namespace (docs/GATES.md).
  *
  * Pure state machines: no I/O, no clock, no allocation after gates_new. The formulas are
  * evaluated exactly as GATES.md writes them, in IEEE-754 double, because tests compare exact
@@ -14,36 +14,37 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define GATES_REASON_MAX 16
-#define GATES_REASON_NAME_MAX 48
+#include "kvt_proto.h" /* the tally's limits: a namespace counts the reasons a tally can carry */
+
+#define GATES_REASON_MAX KVT_REASON_MAX           /* reason names a namespace counts */
+#define GATES_REASON_NAME_MAX KVT_REASON_NAME_MAX /* bytes of a reason name */
 #define GATES_ENGINE_MAX 256 /* engine instances remembered per namespace (LRU beyond) */
 
+/* The settings of the gates (docs/GATES.md names them). Their defaults and ranges are the
+ * "gates.*" rows of config.c, the one table of the configuration (config_gates_defaults()). */
 typedef struct {
-    bool enabled;          /* false */
-    double target;         /* 0.10, in [0,1] */
-    double floor;          /* 0.25, in [0,1] */
-    double alpha;          /* 1/16, in (0,1] */
-    uint64_t warmup;       /* 64 */
-    uint64_t report_every; /* 256, >= 1 */
+    bool enabled;          /* the gate declines operations (else shadow mode) */
+    double target;         /* payoff at which every operation is admitted */
+    double floor;          /* the least share of operations admitted */
+    double alpha;          /* weight of one verdict in the payoff average */
+    uint64_t warmup;       /* verdicts folded before the gate decides */
+    uint64_t report_every; /* verdicts between two "admission" log lines */
 } gates_admission_cfg_t;
 
 typedef struct {
-    bool enabled;             /* false */
-    uint64_t min_load_tokens; /* 8192 */
-    double cut;               /* 0.01, in [0,1] */
-    uint64_t min_lookups;     /* 64 */
-    uint64_t probe_every;     /* 32, >= 1 */
-    double alpha;             /* 1/64, in (0,1] */
-    uint64_t report_every;    /* 256, >= 1 */
+    bool enabled;             /* the gate skips lookups (else shadow mode) */
+    uint64_t min_load_tokens; /* a load shorter than this cannot pay off */
+    double cut;               /* actionable rate above which the tier is load-bearing */
+    uint64_t min_lookups;     /* lookups observed before load-bearing is judged */
+    uint64_t probe_every;     /* one skippable lookup in this many is answered */
+    double alpha;             /* weight of one lookup in the actionable-rate average */
+    uint64_t report_every;    /* lookups between two "lookup_skip" log lines */
 } gates_skip_cfg_t;
 
 typedef struct {
     gates_admission_cfg_t admission;
     gates_skip_cfg_t lookup_skip;
 } gates_cfg_t;
-
-/* Fills cfg with the defaults of GATES.md. */
-void gates_cfg_defaults(gates_cfg_t *cfg);
 
 typedef struct {
     char name[GATES_REASON_NAME_MAX + 1];

@@ -25,7 +25,11 @@
  *
  * The hash table is chained with a power-of-two bucket array that doubles when the load factor
  * passes 1 (a full rehash: the number of entries is bounded by capacity / chunk size, tens of
- * thousands on a large node, so the pause is short; see the closing note of the issue).
+ * thousands on a large node, so the pause is short: docs/ARCHITECTURE.md).
+ *
+ * The layout of index_entry_t is private to index.c and store.c, the only files (with the
+ * index's unit tests) that include this header: every other module holds a chunk as the store's
+ * opaque handle, store_chunk_t (store.h), and pins it through the store.
  *
  * Threads: loop thread only. Ownership: the index owns its entries; callers hold borrowed
  * pointers valid until the entry is removed.

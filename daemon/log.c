@@ -3,28 +3,47 @@
  *
  * The line is formatted into a stack buffer and written with a single write(2); a line longer
  * than the buffer is truncated and ends with "...". Logging never allocates and never fails the
- * caller.
+ * caller. The level words are the table log_level_words (one list: config.c parses with it).
  */
 #include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static config_log_level_t log_level = LOG_INFO;
+const char *const log_level_words[] = {"debug", "info", "warn", "error", NULL};
 
-void log_set_level(config_log_level_t level)
+static log_level_t log_level = LOG_INFO;
+
+const char *log_level_name(log_level_t level)
+{
+    return (unsigned)level <= LOG_ERROR ? log_level_words[level] : "unknown";
+}
+
+int log_level_parse(const char *s, log_level_t *out)
+{
+    for (int i = 0; log_level_words[i] != NULL; i++) {
+        if (strcmp(s, log_level_words[i]) == 0) {
+            *out = (log_level_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void log_set_level(log_level_t level)
 {
     log_level = level;
 }
 
-int log_enabled(config_log_level_t level)
+int log_enabled(log_level_t level)
 {
     return level >= log_level;
 }
 
-void log_write(config_log_level_t level, const char *event, const char *fmt, ...)
+void log_write(log_level_t level, const char *event, const char *fmt, ...)
 {
     char line[1024];
     struct timespec ts;
@@ -39,7 +58,7 @@ void log_write(config_log_level_t level, const char *event, const char *fmt, ...
     gmtime_r(&ts.tv_sec, &tm);
     n = strftime(line, sizeof line, "ts=%Y-%m-%dT%H:%M:%S", &tm);
     k = snprintf(line + n, sizeof line - n, ".%03ldZ level=%s event=%s ", ts.tv_nsec / 1000000,
-                 config_log_level_name(level), event);
+                 log_level_name(level), event);
     if (k > 0 && (size_t)k < sizeof line - n)
         n += (size_t)k;
     va_start(ap, fmt);

@@ -1,21 +1,34 @@
 /*
- * log.h - one-line, key=value event logging to stderr.
+ * log.h - one-line, key=value event logging to stderr, and the log levels.
  *
  * Every line reads "ts=<RFC 3339 UTC> level=<level> event=<name> key=value ...". Callers pass
  * the event name and the key=value rest as a printf format. Lines are written with one write(2)
  * so that concurrent writers (the thread pool, later) never interleave within a line.
+ *
+ * The level type and its words ("debug", "info", "warn", "error") live here, at the bottom of
+ * the daemon: config.c parses the "log.level" key with log_level_parse(), and nothing in this
+ * module depends on the configuration.
  *
  * Threads: any thread. The level is set once at start-up before other threads exist.
  */
 #ifndef KVT_LOG_H
 #define KVT_LOG_H
 
-#include "config.h"
+typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
 
-void log_set_level(config_log_level_t level);
-int log_enabled(config_log_level_t level);
+/* The words of the levels, indexed by log_level_t, NULL-terminated. */
+extern const char *const log_level_words[];
 
-void log_write(config_log_level_t level, const char *event, const char *fmt, ...)
+/* The word of a level, or "unknown" for a value that is none. */
+const char *log_level_name(log_level_t level);
+
+/* Parses a level word: 0 and *out, or -1 when s is none of log_level_words. */
+int log_level_parse(const char *s, log_level_t *out);
+
+void log_set_level(log_level_t level);
+int log_enabled(log_level_t level);
+
+void log_write(log_level_t level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #define log_debug(ev, ...) log_write(LOG_DEBUG, ev, __VA_ARGS__)

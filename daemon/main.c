@@ -1,8 +1,9 @@
 /*
  * main.c - kvtierd entry point: arguments, configuration, wiring, signals, shutdown.
  *
- * Wiring only: the loop owns the server (ZeroMQ intake, store, gates) and the status server;
- * main connects the status paths to the server's documents. Shutdown on SIGTERM/SIGINT: stop
+ * Wiring only: the loop owns the server (ZeroMQ intake, requests, store, gates) and the HTTP
+ * server of the status socket (http.c); main answers its GET /status and /metrics with the
+ * documents of stats.c. Shutdown on SIGTERM/SIGINT: stop
  * intake (close the ROUTER and the status socket), let the loop run the close callbacks,
  * terminate the ZeroMQ context, and check that uv_loop_close() returns 0 - the proof that no
  * handle was leaked. A second signal during shutdown exits at once.
@@ -14,7 +15,8 @@
 #include "fsutil.h"
 #include "log.h"
 #include "server.h"
-#include "status.h"
+#include "stats.h"
+#include "http.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -32,7 +34,7 @@
 typedef struct {
     uv_loop_t *loop;
     server_t *server;
-    status_server_t *status;
+    http_server_t *status;
     uv_signal_t sigterm;
     uv_signal_t sigint;
     int stopping;
@@ -54,11 +56,11 @@ static int status_handler(void *arg, const char *path, char **body, size_t *len,
 
     if (strcmp(path, "/status") == 0) {
         *content_type = "application/json";
-        return server_status_json(d->server, body, len) == 0 ? 200 : 500;
+        return stats_status_json(d->server, body, len) == 0 ? 200 : 500;
     }
     if (strcmp(path, "/metrics") == 0) {
         *content_type = "text/plain; version=0.0.4";
-        return server_metrics_text(d->server, body, len) == 0 ? 200 : 500;
+        return stats_metrics_text(d->server, body, len) == 0 ? 200 : 500;
     }
     return 404;
 }
@@ -74,7 +76,7 @@ static void signal_cb(uv_signal_t *h, int signum)
     d->stopping = 1;
     log_info("shutdown", "signal=%d", signum);
     server_close(&d->server);
-    status_server_close(&d->status);
+    http_server_close(&d->status);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
 }
@@ -104,8 +106,8 @@ static int run(const config_t *cfg)
         uv_run(&loop, UV_RUN_DEFAULT); /* finish closing whatever it had opened */
         goto out_ctx;
     }
-    if ((rc = status_server_new(&loop, cfg->server.status_socket, 0660, status_handler, &d,
-                                &d.status)) != 0) {
+    if ((rc = http_server_new(&loop, cfg->server.status_socket, 0660, status_handler, &d,
+                              &d.status)) != 0) {
         log_error("status_socket", "path=%s error=\"%s\"", cfg->server.status_socket,
                   uv_strerror(rc));
         server_close(&d.server);

@@ -2,9 +2,9 @@
  * ns.c - namespace table (see ns.h).
  *
  * A flat array indexed by id - 1: declarations are rare (one per client connect) and the
- * number of namespaces is small, so a linear search by (model, fingerprint) is the simplest
- * thing that is fast enough; lookups by id on the request path are O(1).
- * Threads: loop thread only.
+ * number of namespaces is small, so a linear search by (model, revision, fingerprint) is the
+ * simplest thing that is fast enough; lookups by id on the request path are O(1). Threads: loop
+ * thread only.
  */
 #include "ns.h"
 
@@ -36,20 +36,25 @@ void ns_table_destroy(ns_table_t **pt)
     *pt = NULL;
 }
 
-int ns_declare(ns_table_t *t, const char *model, size_t model_len, uint64_t fingerprint,
-               uint16_t world, bool replicated, uint32_t chunk_tokens, const gates_cfg_t *gates_cfg,
-               ns_t **out)
+static bool same_name(const char *have, const char *name, size_t len)
+{
+    return strlen(have) == len && (len == 0 || memcmp(have, name, len) == 0);
+}
+
+int ns_declare(ns_table_t *t, const ns_ident_t *id, const gates_cfg_t *gates_cfg, ns_t **out)
 {
     ns_t *ns;
 
-    if (model_len == 0 || model_len >= sizeof ns->model)
+    if (id->model_len == 0 || id->model_len >= sizeof ns->model ||
+        id->revision_len >= sizeof ns->revision)
         return -EINVAL;
     for (uint32_t i = 0; i < t->n; i++) {
         ns = t->ns[i];
-        if (ns->fingerprint != fingerprint || strlen(ns->model) != model_len ||
-            memcmp(ns->model, model, model_len) != 0)
+        if (ns->fingerprint != id->fingerprint || !same_name(ns->model, id->model, id->model_len) ||
+            !same_name(ns->revision, id->revision, id->revision_len))
             continue;
-        if (ns->world != world || ns->replicated != replicated || ns->chunk_tokens != chunk_tokens)
+        if (ns->world != id->world || ns->replicated != id->replicated ||
+            ns->chunk_tokens != id->chunk_tokens)
             return -EEXIST;
         *out = ns;
         return 0;
@@ -64,11 +69,13 @@ int ns_declare(ns_table_t *t, const char *model, size_t model_len, uint64_t fing
         free(ns);
         return -ENOMEM;
     }
-    memcpy(ns->model, model, model_len);
-    ns->fingerprint = fingerprint;
-    ns->world = world;
-    ns->replicated = replicated;
-    ns->chunk_tokens = chunk_tokens;
+    memcpy(ns->model, id->model, id->model_len);
+    if (id->revision_len > 0)
+        memcpy(ns->revision, id->revision, id->revision_len);
+    ns->fingerprint = id->fingerprint;
+    ns->world = id->world;
+    ns->replicated = id->replicated;
+    ns->chunk_tokens = id->chunk_tokens;
     ns->id = t->n + 1;
     t->ns[t->n++] = ns;
     *out = ns;

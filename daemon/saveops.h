@@ -1,6 +1,7 @@
 /*
  * saveops.h - remembers the admission decision of recent save operations, so that every rank
- * presenting the same operation gets the answer the first rank got (GATES.md section 2).
+ * presenting the same operation gets the answer the first rank got (docs/GATES.md section 2).
+ * The table of admission.c, which names the operations and decides them.
  *
  * An operation is keyed by (namespace, client op id) when the client names it, else by
  * (namespace, first chunk hash, chunk count). Entries live for a bounded time (ttl_ms) in a

@@ -1,133 +1,36 @@
 /*
- * server.c - request intake and dispatch (see server.h).
+ * server.c - request intake, dispatch, replies and lifecycle (see server.h; the handlers are in
+ * requests.c, what both share in server_internal.h).
  *
  * Flow: zsock delivers one multipart message [routing id, head, frames...]; the head is decoded
- * by the pure protocol module; the session of the routing id is found or created; the request
- * is executed against the store and the namespace's gates, synchronously on the loop thread
- * (everything here is memory work); one reply is sent. Decode errors are answered with ERROR
- * carrying the request id whenever the head got that far, and counted by class.
+ * by the pure protocol module; the row of its type is found in the operation table
+ * (server__ops); the session of the routing id is found or created and, for the rows that need
+ * one, the namespace the session declared; the row's handler runs and replies once, at once or
+ * through a deferred reply. Decode errors are answered with ERROR carrying the request id
+ * whenever the head got that far, and counted by class. The service time of every request is
+ * recorded per row when its reply is sent.
  *
- * Gates (GATES.md): the admission decision is taken once per save operation at SAVE_BEGIN (or
- * at SAVE_DATA for a client that skipped SAVE_BEGIN) and remembered in saveops so every rank of
- * the operation gets the same answer; an operation whose chunks all exist gets no decision and
- * consumes no credit. SAVE_DATA of a declined operation stores nothing. Lookups that carry
- * prompt info go through the lookup-skip gate and feed its estimator.
- *
- * Load replies lend the arena bytes of RAM-resident chunks to ZeroMQ instead of copying them
- * (zcref.h): the chunk is pinned until ZeroMQ has sent the frame and handed it back, so no
- * eviction can change bytes a queued reply still references. Shared-memory clients (ARENA,
- * SAVE_RESERVE / SAVE_COMMIT, LOAD with KVT_LOAD_SHM, RELEASE) move no chunk bytes through the
- * socket at all; what they hold in the arena is tracked per session (session.h).
- *
- * Loads with a disk tier (do_load_tiered): chunks in RAM are lent as above, chunks in the disk
- * write buffer are copied into their frames at once; chunks only on disk are read on the thread
- * pool, and the request waits in a pending-load context (routing id, head, per-chunk frames and
- * status) until its last read completed; the read's buffer becomes the frame without a copy. The
- * load's latency is recorded when the reply is sent. While the server closes, completed contexts
- * are freed without a reply (the socket is gone).
+ * Replies are built in one scratch array of parts (sv->out) and sent as one multipart message;
+ * a deferred reply keeps its own parts until it is sent, or dropped while the server closes.
+ * Shutdown stops intake (the ROUTER closes with linger 0, returning the loans of unsent
+ * replies), then waits for the zero-copy loans (zcref) and for the store to drain before the
+ * store, the sessions and the rest are freed.
  *
  * Threads: loop thread only.
  */
-#include "server.h"
+#include "server_internal.h"
 
-#include "gates.h"
-#include "index.h"
-#include "hist.h"
-#include "kvt_proto.h"
 #include "log.h"
-#include "ns.h"
-#include "saveops.h"
-#include "session.h"
-#include "store.h"
-#include "zcref.h"
-#include "zsock.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <zmq.h>
 
-#define SAVEOPS_CAPACITY 65536u
-#define SAVEOPS_TTL_MS 60000u
 #define SWEEP_MS 1000u
-#define STATUS_SESSIONS_MAX 256 /* sessions listed in status, most recently active first */
-
-typedef enum {
-    OP_HELLO,
-    OP_LOOKUP,
-    OP_SAVE_BEGIN,
-    OP_SAVE,
-    OP_LOAD,
-    OP_TALLY,
-    OP_ARENA,
-    OP_RESERVE,
-    OP_COMMIT,
-    OP_RELEASE,
-    OP_COUNT
-} op_t;
-
-static const char *const op_names[OP_COUNT] = {"hello",  "lookup", "save_begin", "save",
-                                               "load",   "tally",  "arena",      "reserve",
-                                               "commit", "release"};
-
-typedef enum {
-    ERR_MALFORMED,
-    ERR_VERSION,
-    ERR_UNKNOWN_NS,
-    ERR_TOO_BIG,
-    ERR_INVALID,
-    ERR_CONFLICT,
-    ERR_UNSUPPORTED,
-    ERR_BUSY,
-    ERR_COUNT
-} err_class_t;
-
-static const char *const err_names[ERR_COUNT] = {"malformed", "version",  "unknown_ns",  "too_big",
-                                                 "invalid",   "conflict", "unsupported", "busy"};
-
-typedef struct {
-    uint64_t sum_us;
-    uint64_t count;
-} ns_timing_t;
-
-struct server {
-    uv_loop_t *loop;
-    const config_t *cfg;
-    zsock_t *zs;
-    zcref_t *zc; /* chunks lent to ZeroMQ by load replies (pinned until returned) */
-    uv_timer_t sweep;
-    ns_table_t *nst;
-    store_t *store;
-    saveops_t *ops;
-    kvt_limits_t lim;
-    uint64_t start_ms;
-
-    sessions_t *sessions;
-
-    zmq_msg_t *out;      /* reply parts scratch: max_chunks + 3 */
-    kvt_frame_t *frames; /* request frame views: max_chunks + 2 */
-    uint8_t *status;     /* per-chunk status scratch */
-    uint32_t *rank_hits; /* KVT_WORLD_MAX */
-    uint64_t *offs;      /* per-chunk extent scratch: max_chunks */
-    uint64_t *lens;
-    uint64_t sweep_ms;
-
-    hist_t op_hist[OP_COUNT];
-    uint64_t errors[ERR_COUNT];
-    uint64_t requests;
-    uint64_t bytes_received;
-    uint64_t bytes_sent;
-    uint64_t bytes_committed; /* payload bytes published through the shared arena */
-    uint64_t replies_dropped;
-    ns_timing_t ns_lookup_time[NS_MAX + 1];
-    int close_waits;        /* zcref and store closings still running */
-    bool deferred;          /* the request being handled replies later */
-    uint64_t loads_pending; /* pending-load contexts alive */
-};
 
 static void sweep_cb(uv_timer_t *t)
 {
@@ -138,40 +41,44 @@ static void sweep_cb(uv_timer_t *t)
 
 /* --- replies --- */
 
-static err_class_t err_class(int code)
+static server_err_t err_class(int code)
 {
     switch (code) {
     case KVT_WIRE_EVERSION:
-        return ERR_VERSION;
+        return SERVER_ERR_VERSION;
     case KVT_WIRE_ENONS:
-        return ERR_UNKNOWN_NS;
+        return SERVER_ERR_UNKNOWN_NS;
     case KVT_WIRE_ETOOBIG:
-        return ERR_TOO_BIG;
+        return SERVER_ERR_TOO_BIG;
     case KVT_WIRE_EINVAL:
-        return ERR_INVALID;
+        return SERVER_ERR_INVALID;
     case KVT_WIRE_ECONFLICT:
-        return ERR_CONFLICT;
+        return SERVER_ERR_CONFLICT;
     case KVT_WIRE_EUNSUPP:
-        return ERR_UNSUPPORTED;
+        return SERVER_ERR_UNSUPPORTED;
     case KVT_WIRE_EBUSY:
-        return ERR_BUSY;
+        return SERVER_ERR_BUSY;
     default:
-        return ERR_MALFORMED;
+        return SERVER_ERR_MALFORMED;
     }
 }
 
-static void send_parts(server_t *sv, size_t n)
+uint32_t server__arena_gen(const server_t *sv)
 {
-    for (size_t i = 1; i < n; i++)
-        sv->bytes_sent += zmq_msg_size(&sv->out[i]);
-    if (zsock_send(sv->zs, sv->out, n) != 0)
-        sv->replies_dropped++;
+    return store_arena_path(sv->store)[0] != '\0' ? 1 : 0;
 }
 
-/* Starts a reply: part 0 = routing id, part 1 = the head of m. Returns 2 (parts used). */
-static size_t reply_head(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *m)
+void server__send(server_t *sv, size_t n)
 {
-    size_t hn = kvt_head_size(m->hdr.type);
+    for (size_t i = 1; i < n; i++)
+        sv->counters.bytes_sent += zmq_msg_size(&sv->out[i]);
+    if (zsock_send(sv->zs, sv->out, n) != 0)
+        sv->counters.replies_dropped++;
+}
+
+size_t server__reply_head(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *m)
+{
+    size_t hn = kvt_head_size_v(m->hdr.type, m->hdr.version);
 
     zmq_msg_init(&sv->out[0]);
     zmq_msg_copy(&sv->out[0], rid);
@@ -180,688 +87,155 @@ static size_t reply_head(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *m)
     return 2;
 }
 
-static void part_bytes(zmq_msg_t *p, const void *data, size_t len)
+void server__part_bytes(zmq_msg_t *p, const void *data, size_t len)
 {
     zmq_msg_init_size(p, len);
     if (len > 0)
         memcpy(zmq_msg_data(p), data, len);
 }
 
+static void reply_verror(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int code,
+                         const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+
+static void reply_verror(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int code,
+                         const char *fmt, va_list ap)
+{
+    kvt_msg_t m = server__reply_to(req, KVT_MSG_ERROR);
+    char text[KVT_ERRTEXT_MAX + 1];
+    int n = vsnprintf(text, sizeof text, fmt, ap);
+    size_t k;
+
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof text)
+        n = sizeof text - 1;
+    sv->counters.errors[err_class(code)]++;
+    log_debug("request_error", "type=%s req=%" PRIu64 " code=%d text=\"%s\"",
+              kvt_msg_type_name(req->type), req->req_id, code, text);
+    m.u.error.code = code;
+    k = server__reply_head(sv, rid, &m);
+    server__part_bytes(&sv->out[k++], text, (size_t)n);
+    server__send(sv, k);
+}
+
+/* An error of intake, before a handler runs. */
 static void reply_error(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int code,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 static void reply_error(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int code,
                         const char *fmt, ...)
 {
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_ERROR, .req_id = req->req_id, .ns_id = req->ns_id}};
-    char text[KVT_ERRTEXT_MAX + 1];
     va_list ap;
-    int n;
-    size_t k;
 
     va_start(ap, fmt);
-    n = vsnprintf(text, sizeof text, fmt, ap);
+    reply_verror(sv, rid, req, code, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        n = 0;
-    if ((size_t)n >= sizeof text)
-        n = sizeof text - 1;
-    sv->errors[err_class(code)]++;
-    log_debug("request_error", "type=%s req=%" PRIu64 " code=%d text=\"%s\"",
-              kvt_msg_type_name(req->type), req->req_id, code, text);
-    m.u.error.code = code;
-    k = reply_head(sv, rid, &m);
-    part_bytes(&sv->out[k++], text, (size_t)n);
-    send_parts(sv, k);
 }
 
-static void reply_status(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, int type,
-                         const uint8_t *status, size_t n)
+void server__reply_error(server_t *sv, const server_req_t *r, int code, const char *fmt, ...)
 {
-    kvt_msg_t m = {.hdr = {.type = (uint8_t)type, .req_id = req->req_id, .ns_id = req->ns_id}};
-    size_t k = reply_head(sv, rid, &m);
+    va_list ap;
 
-    part_bytes(&sv->out[k++], status, n);
-    send_parts(sv, k);
+    va_start(ap, fmt);
+    reply_verror(sv, r->rid, &r->m->hdr, code, fmt, ap);
+    va_end(ap);
 }
 
-/* --- requests --- */
-
-static void do_hello(server_t *sv, zmq_msg_t *rid, session_t *s, const kvt_msg_t *req)
+void server__reply_status(server_t *sv, const server_req_t *r, int type, const uint8_t *status,
+                          size_t n)
 {
-    const kvt_hello_t *h = &req->u.hello;
-    bool replicated = (req->hdr.flags & KVT_HELLO_REPLICATED) != 0;
-    char model[KVT_MODEL_MAX + 1];
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_HELLO_OK, .req_id = req->hdr.req_id}};
-    ns_t *ns;
-    int rc;
+    kvt_msg_t m = server__reply_to(&r->m->hdr, type);
+    size_t k = server__reply_head(sv, r->rid, &m);
 
-    if (h->world == 0 || h->world > KVT_WORLD_MAX || h->rank >= h->world || h->chunk_tokens == 0) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL,
-                    "hello: need 1 <= world <= %d, rank < world, chunk_tokens > 0 (got world %u "
-                    "rank %u chunk_tokens %u)",
-                    KVT_WORLD_MAX, h->world, h->rank, h->chunk_tokens);
-        return;
-    }
-    memcpy(model, h->model, h->model_len);
-    model[h->model_len] = '\0';
-    rc = ns_declare(sv->nst, h->model, h->model_len, h->layout_fp, h->world, replicated,
-                    h->chunk_tokens, config_gates_for(sv->cfg, model), &ns);
-    if (rc == -EEXIST) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_ECONFLICT,
-                    "namespace %s/%016" PRIx64 " exists with another world, replication or "
-                    "chunk size",
-                    model, h->layout_fp);
-        return;
-    }
-    if (rc != 0 || session_declare(s, ns->id) != 0) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EBUSY, "too many namespaces");
-        return;
-    }
-    if (ns->chunks == 0 && ns->bytes == 0)
-        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u", model, h->layout_fp,
-                  ns->id, h->world, h->rank);
-    m.u.hello_ok.ns_id = ns->id;
-    m.u.hello_ok.lease_ms = sv->cfg->ram.lease_ms;
-    m.u.hello_ok.max_chunk_bytes = sv->cfg->ram.max_chunk_bytes;
-    m.u.hello_ok.max_chunks = sv->cfg->server.max_chunks_per_request;
-    m.u.hello_ok.daemon_version =
-        (uint32_t)(KVT_VERSION_MAJOR_D << 16 | KVT_VERSION_MINOR_D << 8 | KVT_VERSION_PATCH_D);
-    send_parts(sv, reply_head(sv, rid, &m));
+    server__part_bytes(&sv->out[k++], status, n);
+    server__send(sv, k);
 }
 
-static void log_skip_report(const ns_t *ns)
-{
-    gates_state_t st;
+/* --- deferred replies --- */
 
-    gates_state(ns->gates, &st);
-    log_info("lookup_skip",
-             "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
-             " forced_probes=%" PRIu64 " would_skip=%" PRIu64,
-             ns->model, st.lookups, st.act_ema, st.load_bearing, st.skips, st.forced_probes,
-             st.would_skip);
+static void record_latency(server_t *sv, size_t op_index, uint64_t t0)
+{
+    hist_record(&sv->counters.op_latency[op_index], (uv_hrtime() - t0) / 1000);
 }
 
-static void log_admission_report(const ns_t *ns)
+server_deferred_t *server__defer(server_t *sv, const server_req_t *r, size_t nparts)
 {
-    gates_state_t st;
+    server_deferred_t *d = malloc(sizeof *d + nparts * sizeof d->parts[0]);
 
-    gates_state(ns->gates, &st);
-    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64 " skipped=%" PRIu64,
-             ns->model, st.probes, st.payoff, st.saved, st.skipped);
+    if (d == NULL)
+        return NULL;
+    d->sv = sv;
+    zmq_msg_init(&d->rid);
+    zmq_msg_copy(&d->rid, r->rid);
+    d->hdr = r->m->hdr;
+    d->op_index = r->op_index;
+    d->t0 = r->t0;
+    d->nparts = nparts;
+    for (size_t i = 0; i < nparts; i++)
+        zmq_msg_init(&d->parts[i]);
+    sv->deferred = true;
+    sv->replies_deferred++;
+    return d;
 }
 
-static void do_lookup(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
+static void deferred_free(server_deferred_t *d)
 {
-    const kvt_lookup_t *l = &req->u.lookup;
-    bool all = l->rank == KVT_RANK_ALL;
-    bool lease = (req->hdr.flags & KVT_LOOKUP_LEASE) != 0;
-    bool prompt = (req->hdr.flags & KVT_LOOKUP_PROMPT) != 0;
-    uint64_t now = uv_now(sv->loop);
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_LOOKUP_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
-    size_t k, nranks = 0;
-    uint32_t hit;
-
-    if (!all && l->rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
-        return;
-    }
-    if (prompt &&
-        gates_lookup_decide(ns->gates, l->prompt_tokens, l->hbm_tokens) == GATES_LOOKUP_SKIP) {
-        if (gates_admission_report_due(ns->gates))
-            log_admission_report(ns);
-        /* hit 0 without looking, no lease; an all-ranks answer still has one hit per rank */
-        m.hdr.flags = KVT_LOOKUPR_SKIPPED;
-        hit = 0;
-        if (all) {
-            nranks = ns->world;
-            memset(sv->rank_hits, 0, nranks * sizeof *sv->rank_hits);
-        }
-    } else if (all) {
-        hit = store_lookup_all(sv->store, ns, l->hashes, l->nhashes, lease, now, sv->rank_hits);
-        nranks = ns->world;
-    } else {
-        hit = store_lookup(sv->store, ns, l->rank, l->hashes, l->nhashes, lease, now);
-    }
-    if (prompt && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED)) {
-        uint64_t tokens = (uint64_t)hit * ns->chunk_tokens;
-        if (gates_lookup_observe(ns->gates,
-                                 gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
-                                 l->hbm_tokens))
-            log_skip_report(ns);
-    }
-    m.u.lookup_ok.hit = hit;
-    if (lease && hit > 0) {
-        m.hdr.flags |= KVT_LOOKUPR_LEASED;
-        m.u.lookup_ok.lease_ms = sv->cfg->ram.lease_ms;
-    }
-    k = reply_head(sv, rid, &m);
-    zmq_msg_init_size(&sv->out[k], nranks * 4);
-    for (size_t r = 0; r < nranks; r++)
-        kvt_put_u32((uint8_t *)zmq_msg_data(&sv->out[k]) + 4 * r, sv->rank_hits[r]);
-    send_parts(sv, k + 1);
+    for (size_t i = 0; i < d->nparts; i++)
+        zmq_msg_close(&d->parts[i]);
+    zmq_msg_close(&d->rid);
+    d->sv->replies_deferred--;
+    free(d);
 }
 
-/* The admission decision of a save operation, taken once and remembered for every rank. */
-static bool save_admitted(server_t *sv, ns_t *ns, const kvt_msg_t *req, uint64_t now)
+void server__deferred_reply(server_deferred_t *d, kvt_msg_t *m)
 {
-    const kvt_save_t *s = &req->u.save;
-    saveops_key_t key = {.ns = ns->id, .count = (uint32_t)s->nhashes};
-    bool admit;
-
-    if (req->hdr.flags & KVT_SAVE_OPID) {
-        key.has_op_id = true;
-        key.op_id = s->op_id;
-    }
-    memcpy(&key.first, &s->hashes[0], sizeof key.first);
-    if (saveops_get(sv->ops, &key, now, &admit))
-        return admit;
-    admit = gates_admit(ns->gates);
-    saveops_put(sv->ops, &key, admit, now);
-    return admit;
-}
-
-static bool save_args_ok(server_t *sv, zmq_msg_t *rid, const ns_t *ns, const kvt_msg_t *req)
-{
-    if (req->u.save.rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", req->u.save.rank,
-                    ns->world);
-        return false;
-    }
-    return true;
-}
-
-static void do_save_begin(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
-{
-    const kvt_save_t *s = &req->u.save;
-    size_t wanted;
-
-    if (!save_args_ok(sv, rid, ns, req))
-        return;
-    wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
-    if (wanted > 0 && !save_admitted(sv, ns, req, uv_now(sv->loop)))
-        for (size_t i = 0; i < s->nhashes; i++)
-            if (sv->status[i] == KVT_CHUNK_WANTED)
-                sv->status[i] = KVT_CHUNK_DECLINED;
-    reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_BEGIN_OK, sv->status, s->nhashes);
-}
-
-static void do_save(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
-{
-    const kvt_save_t *s = &req->u.save;
-    uint64_t now = uv_now(sv->loop);
-    size_t sent = 0;
-
-    if (!save_args_ok(sv, rid, ns, req))
-        return;
-    session_set_path(ss, SESSION_PATH_FRAMES);
-    for (size_t i = 0; i < s->nhashes; i++) {
-        sv->bytes_received += s->payloads[i].len;
-        sent += s->payloads[i].len > 0;
-    }
-    if (sent > 0 &&
-        store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status) > 0 &&
-        !save_admitted(sv, ns, req, now)) {
-        for (size_t i = 0; i < s->nhashes; i++)
-            if (sv->status[i] == KVT_CHUNK_WANTED)
-                sv->status[i] = KVT_CHUNK_DECLINED;
-    } else {
-        store_save(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
-                   s->hashes, s->nhashes, s->payloads, now, sv->status);
-    }
-    reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
-}
-
-static bool shm_ok(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
-{
-    if (store_arena_path(sv->store)[0] != '\0')
-        return true;
-    reply_error(sv, rid, &req->hdr, KVT_WIRE_EUNSUPP,
-                "%s: the arena is not shared (ram.arena_path is empty)",
-                kvt_msg_type_name(req->hdr.type));
-    return false;
-}
-
-static void promoted_cb(void *arg, void *data, uint64_t len)
-{
-    (void)arg;
-    (void)len;
-    free(data);
-}
-
-/* A shared-memory load answers from RAM only: a chunk found only on disk (or in the disk
- * write buffer) is a miss now, and a disk read promotes it into RAM for the next load. */
-static void promote_in_background(server_t *sv, const ns_t *ns, uint16_t rank,
-                                  const kvt_wire_hash_t *h)
-{
-    const void *p;
-    uint64_t len;
-
-    store_load_start(sv->store, ns, rank, h, &p, &len, promoted_cb, NULL);
-}
-
-/* Shared-memory load: answer locations and pin the hits until released or hold_ms passes. */
-static void do_load_shm(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
-{
-    const kvt_load_t *l = &req->u.load;
-    uint64_t deadline = uv_now(sv->loop) + sv->cfg->ram.shm_hold_ms;
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK,
-                           .flags = KVT_LOADR_SHM,
-                           .req_id = req->hdr.req_id,
-                           .ns_id = req->hdr.ns_id}};
-    uint8_t *locs;
-    size_t k;
-
-    if (!shm_ok(sv, rid, req))
-        return;
-    session_set_path(ss, SESSION_PATH_SHM);
-    m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
-    k = reply_head(sv, rid, &m);
-    zmq_msg_init_size(&sv->out[k + 1], l->nhashes * KVT_LOC_BYTES);
-    locs = zmq_msg_data(&sv->out[k + 1]);
-    memset(locs, 0, l->nhashes * KVT_LOC_BYTES);
-    for (size_t i = 0; i < l->nhashes; i++) {
-        index_entry_t *e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
-        kvt_wire_hash_t h;
-        memcpy(&h, &l->hashes[i], sizeof h);
-        if (e == NULL && store_has_disk(sv->store))
-            promote_in_background(sv, ns, l->rank, &l->hashes[i]);
-        if (e == NULL || session_pin(sv->sessions, ss, ns->id, l->rank, &h, e, deadline) != 0) {
-            sv->status[i] = KVT_CHUNK_MISS;
-            continue;
-        }
-        sv->status[i] = KVT_CHUNK_HIT;
-        kvt_put_u64(locs + i * KVT_LOC_BYTES, e->off);
-        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, e->len);
-    }
-    part_bytes(&sv->out[k], sv->status, l->nhashes);
-    send_parts(sv, k + 2);
-}
-
-static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req,
-                           uint64_t t0);
-
-static void do_load(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req,
-                    uint64_t t0)
-{
-    const kvt_load_t *l = &req->u.load;
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_LOAD_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
-    size_t k;
-
-    if (l->rank >= ns->world) {
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
-        return;
-    }
-    if (req->hdr.flags & KVT_LOAD_SHM) {
-        do_load_shm(sv, rid, ss, ns, req);
-        return;
-    }
-    session_set_path(ss, SESSION_PATH_FRAMES);
-    if (store_has_disk(sv->store)) {
-        do_load_tiered(sv, rid, ns, req, t0);
-        return;
-    }
-    k = reply_head(sv, rid, &m);
-    for (size_t i = 0; i < l->nhashes; i++) {
-        index_entry_t *e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
-        zmq_msg_t *p = &sv->out[k + 1 + i];
-        sv->status[i] = e != NULL ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
-        if (e == NULL) {
-            zmq_msg_init(p);
-            continue;
-        }
-        /* Lend the arena bytes to ZeroMQ: pinned until it has sent them (zcref.h). */
-        if (zcref_msg_init(sv->zc, p, store_ptr(sv->store, e->off), e->len, e) == 0)
-            e->pins++;
-        else
-            part_bytes(p, store_ptr(sv->store, e->off), e->len);
-    }
-    part_bytes(&sv->out[k], sv->status, l->nhashes);
-    send_parts(sv, k + 1 + l->nhashes);
-}
-
-/* --- loads that may wait for the disk tier --- */
-
-typedef struct pending_load pending_load_t;
-
-typedef struct {
-    pending_load_t *pl;
-    uint32_t i;
-} load_slot_t;
-
-struct pending_load {
-    server_t *sv;
-    zmq_msg_t rid;
-    kvt_hdr_t hdr;
-    uint64_t t0;
-    uint32_t n;
-    uint32_t outstanding;
-    uint8_t *status;
-    zmq_msg_t *parts;
-    load_slot_t *slots;
-};
-
-static void free_buffer_cb(void *data, void *hint)
-{
-    (void)hint;
-    free(data);
-}
-
-static void pending_load_finish(pending_load_t *pl)
-{
-    server_t *sv = pl->sv;
+    server_t *sv = d->sv;
 
     if (sv->zs != NULL) {
-        kvt_msg_t m = {
-            .hdr = {.type = KVT_MSG_LOAD_OK, .req_id = pl->hdr.req_id, .ns_id = pl->hdr.ns_id}};
-        size_t k = reply_head(sv, &pl->rid, &m);
-        part_bytes(&sv->out[k], pl->status, pl->n);
-        for (uint32_t i = 0; i < pl->n; i++) {
-            zmq_msg_init(&sv->out[k + 1 + i]);
-            zmq_msg_move(&sv->out[k + 1 + i], &pl->parts[i]);
+        size_t k;
+        m->hdr.version = d->hdr.version;
+        m->hdr.req_id = d->hdr.req_id;
+        m->hdr.ns_id = d->hdr.ns_id;
+        k = server__reply_head(sv, &d->rid, m);
+        for (size_t i = 0; i < d->nparts; i++) {
+            zmq_msg_init(&sv->out[k + i]);
+            zmq_msg_move(&sv->out[k + i], &d->parts[i]);
         }
-        send_parts(sv, k + 1 + pl->n);
-        hist_record(&sv->op_hist[OP_LOAD], (uv_hrtime() - pl->t0) / 1000);
+        server__send(sv, k + d->nparts);
+        record_latency(sv, d->op_index, d->t0);
     }
-    for (uint32_t i = 0; i < pl->n; i++)
-        zmq_msg_close(&pl->parts[i]);
-    zmq_msg_close(&pl->rid);
-    sv->loads_pending--;
-    free(pl->status);
-    free(pl->parts);
-    free(pl->slots);
-    free(pl);
+    deferred_free(d);
 }
 
-static void load_chunk_cb(void *arg, void *data, uint64_t len)
+void server__deferred_drop(server_deferred_t *d)
 {
-    load_slot_t *slot = arg;
-    pending_load_t *pl = slot->pl;
-
-    if (data != NULL &&
-        zmq_msg_init_data(&pl->parts[slot->i], data, len, free_buffer_cb, NULL) == 0) {
-        pl->status[slot->i] = KVT_CHUNK_HIT;
-    } else {
-        free(data);
-        zmq_msg_init(&pl->parts[slot->i]);
-        pl->status[slot->i] = KVT_CHUNK_MISS;
-    }
-    if (--pl->outstanding == 0)
-        pending_load_finish(pl);
+    d->sv->deferred = false;
+    deferred_free(d);
 }
 
-static void do_load_tiered(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req,
-                           uint64_t t0)
-{
-    const kvt_load_t *l = &req->u.load;
-    pending_load_t *pl = calloc(1, sizeof *pl);
+/* --- intake --- */
 
-    if (pl != NULL) {
-        pl->status = calloc(l->nhashes ? l->nhashes : 1, 1);
-        pl->parts = calloc(l->nhashes ? l->nhashes : 1, sizeof *pl->parts);
-        pl->slots = calloc(l->nhashes ? l->nhashes : 1, sizeof *pl->slots);
-    }
-    if (pl == NULL || pl->status == NULL || pl->parts == NULL || pl->slots == NULL) {
-        if (pl != NULL) {
-            free(pl->status);
-            free(pl->parts);
-            free(pl->slots);
-            free(pl);
+static const server_op_t *op_find(int type, size_t *index)
+{
+    for (size_t i = 0; i < server__nops; i++) {
+        if (server__ops[i].type == type) {
+            *index = i;
+            return &server__ops[i];
         }
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EBUSY, "out of memory for a load");
-        return;
     }
-    pl->sv = sv;
-    pl->hdr = req->hdr;
-    pl->t0 = t0;
-    pl->n = (uint32_t)l->nhashes;
-    pl->outstanding = 1; /* held until every chunk was started */
-    zmq_msg_init(&pl->rid);
-    zmq_msg_copy(&pl->rid, rid);
-    sv->loads_pending++;
-    for (uint32_t i = 0; i < pl->n; i++) {
-        const void *p = NULL;
-        uint64_t len = 0;
-        store_load_rc_t rc;
-        index_entry_t *e;
-        pl->slots[i] = (load_slot_t){.pl = pl, .i = i};
-        e = store_find(sv->store, ns, l->rank, &l->hashes[i]);
-        if (e != NULL && (e->flags & INDEX_F_RAM)) {
-            /* RAM: lend the arena bytes to ZeroMQ under a pin, as do_load does */
-            e = store_load_entry(sv->store, ns, l->rank, &l->hashes[i]);
-            pl->status[i] = KVT_CHUNK_HIT;
-            if (sv->zc != NULL &&
-                zcref_msg_init(sv->zc, &pl->parts[i], store_ptr(sv->store, e->off), e->len, e) == 0)
-                e->pins++;
-            else
-                part_bytes(&pl->parts[i], store_ptr(sv->store, e->off), e->len);
-            continue;
-        }
-        rc = store_load_start(sv->store, ns, l->rank, &l->hashes[i], &p, &len, load_chunk_cb,
-                              &pl->slots[i]);
-        if (rc == STORE_LOAD_PENDING) {
-            pl->outstanding++;
-            continue;
-        }
-        pl->status[i] = rc == STORE_LOAD_HIT ? KVT_CHUNK_HIT : KVT_CHUNK_MISS;
-        part_bytes(&pl->parts[i], p, rc == STORE_LOAD_HIT ? len : 0);
-    }
-    sv->deferred = true;
-    if (--pl->outstanding == 0)
-        pending_load_finish(pl);
-}
-
-static void do_arena(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *req)
-{
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_ARENA_OK, .req_id = req->hdr.req_id}};
-    const char *path = store_arena_path(sv->store);
-    size_t k;
-
-    m.hdr.flags = sv->cfg->ram.prefault ? KVT_ARENA_PREFAULTED : 0;
-    m.u.arena_ok.arena_bytes = store_arena_bytes(sv->store);
-    m.u.arena_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
-    k = reply_head(sv, rid, &m);
-    part_bytes(&sv->out[k++], path, strlen(path));
-    send_parts(sv, k);
-}
-
-/*
- * Shared-memory save, step 1: like SAVE_BEGIN, and each wanted chunk gets an arena extent held
- * by the session until committed or hold_ms passes. The stored predecessor of each reserved
- * chunk is pinned with it, so the chain the client is writing cannot lose its head meanwhile.
- */
-static void do_reserve(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
-{
-    const kvt_save_t *s = &req->u.save;
-    uint64_t now = uv_now(sv->loop), deadline = now + sv->cfg->ram.shm_hold_ms;
-    kvt_msg_t m = {.hdr = {.type = KVT_MSG_SAVE_RESERVE_OK,
-                           .req_id = req->hdr.req_id,
-                           .ns_id = req->hdr.ns_id}};
-    index_entry_t *prev;
-    uint8_t *locs;
-    bool full = false;
-    size_t k, wanted;
-
-    if (!save_args_ok(sv, rid, ns, req) || !shm_ok(sv, rid, req))
-        return;
-    session_set_path(ss, SESSION_PATH_SHM);
-    wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
-    if (wanted > 0 && !save_admitted(sv, ns, req, now))
-        for (size_t i = 0; i < s->nhashes; i++)
-            if (sv->status[i] == KVT_CHUNK_WANTED)
-                sv->status[i] = KVT_CHUNK_DECLINED;
-    m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
-    k = reply_head(sv, rid, &m);
-    zmq_msg_init_size(&sv->out[k + 1], s->nhashes * KVT_LOC_BYTES);
-    locs = zmq_msg_data(&sv->out[k + 1]);
-    memset(locs, 0, s->nhashes * KVT_LOC_BYTES);
-    prev =
-        (req->hdr.flags & KVT_SAVE_PARENT) ? store_find(sv->store, ns, s->rank, &s->parent) : NULL;
-    for (size_t i = 0; i < s->nhashes; i++) {
-        uint64_t len = kvt_get_u64(s->lengths + 8 * i), off;
-        kvt_wire_hash_t h;
-
-        memcpy(&h, &s->hashes[i], sizeof h);
-        if (sv->status[i] != KVT_CHUNK_WANTED) {
-            prev =
-                sv->status[i] == KVT_CHUNK_EXISTS ? store_find(sv->store, ns, s->rank, &h) : NULL;
-            continue;
-        }
-        if (full || store_reserve(sv->store, len, prev, now, &off) != 0) {
-            sv->status[i] = KVT_CHUNK_NOSPACE;
-            full = true;
-            continue;
-        }
-        if (session_reserve(sv->sessions, ss, ns->id, s->rank, &h, off, len, prev, deadline) != 0) {
-            store_unreserve(sv->store, off, len);
-            sv->status[i] = KVT_CHUNK_NOSPACE;
-            full = true;
-            continue;
-        }
-        kvt_put_u64(locs + i * KVT_LOC_BYTES, off);
-        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, len);
-        prev = NULL; /* its predecessor is this reservation, not a stored chunk */
-    }
-    part_bytes(&sv->out[k], sv->status, s->nhashes);
-    send_parts(sv, k + 2);
-}
-
-/*
- * Shared-memory save, step 2: the client wrote its reserved extents; publish them in chain
- * order. Every location the client names must be exactly one of this session's reservations
- * for that chunk: anything else is refused (EINVAL) and the named reservations are reclaimed,
- * so nothing outside a reserved range is ever published. A chunk whose reservation expired
- * is SKIPPED (not stored).
- */
-static void do_commit(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
-{
-    const kvt_save_t *s = &req->u.save;
-    size_t bad = SIZE_MAX;
-
-    if (!save_args_ok(sv, rid, ns, req))
-        return;
-    session_set_path(ss, SESSION_PATH_SHM);
-    for (size_t i = 0; i < s->nhashes; i++) {
-        uint64_t off = kvt_get_u64(s->locs + i * KVT_LOC_BYTES);
-        uint64_t len = kvt_get_u64(s->locs + i * KVT_LOC_BYTES + 8);
-        kvt_wire_hash_t h;
-
-        sv->offs[i] = UINT64_MAX;
-        if (len == 0)
-            continue; /* not written by the client (exists, declined, nospace) */
-        memcpy(&h, &s->hashes[i], sizeof h);
-        if (session_take_reservation(sv->sessions, ss, ns->id, s->rank, &h, &sv->offs[i],
-                                     &sv->lens[i]) != 0)
-            continue; /* expired and reclaimed: not stored */
-        if ((sv->offs[i] != off || sv->lens[i] != len) && bad == SIZE_MAX)
-            bad = i;
-    }
-    if (bad != SIZE_MAX) {
-        for (size_t i = 0; i < s->nhashes; i++)
-            if (sv->offs[i] != UINT64_MAX)
-                store_unreserve(sv->store, sv->offs[i], sv->lens[i]);
-        reply_error(sv, rid, &req->hdr, KVT_WIRE_EINVAL,
-                    "commit of chunk %zu names a range that was not reserved for it", bad);
-        return;
-    }
-    store_commit(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
-                 s->hashes, s->nhashes, sv->offs, sv->lens, sv->status);
-    for (size_t i = 0; i < s->nhashes; i++)
-        if (sv->status[i] == KVT_CHUNK_STORED)
-            sv->bytes_committed += sv->lens[i];
-    reply_status(sv, rid, &req->hdr, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
-}
-
-static void do_release(server_t *sv, zmq_msg_t *rid, session_t *ss, ns_t *ns, const kvt_msg_t *req)
-{
-    const kvt_release_t *r = &req->u.release;
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_RELEASE_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
-
-    for (size_t i = 0; i < r->nhashes; i++) {
-        kvt_wire_hash_t h;
-        memcpy(&h, &r->hashes[i], sizeof h);
-        m.u.release_ok.released += (uint32_t)session_unpin(sv->sessions, ss, ns->id, r->rank, &h);
-    }
-    send_parts(sv, reply_head(sv, rid, &m));
-}
-
-static void do_tally(server_t *sv, zmq_msg_t *rid, ns_t *ns, const kvt_msg_t *req)
-{
-    const kvt_tally_t *t = &req->u.tally;
-    gates_reason_t reasons[GATES_REASON_MAX];
-    kvt_msg_t m = {
-        .hdr = {.type = KVT_MSG_TALLY_OK, .req_id = req->hdr.req_id, .ns_id = req->hdr.ns_id}};
-    const gates_cfg_t *gc = gates_cfg(ns->gates);
-    gates_state_t st;
-    size_t off = 0, nl;
-    const char *name;
-    uint64_t count;
-    int nr = 0;
-
-    while (kvt_reason_next(t->reasons, t->reasons_len, &off, &name, &nl, &count) > 0 &&
-           nr < GATES_REASON_MAX) {
-        memcpy(reasons[nr].name, name, nl);
-        reasons[nr].name[nl] = '\0';
-        reasons[nr].count = count;
-        nr++;
-    }
-    if (gates_tally(ns->gates, t->engine_id, t->paid_total, t->probes_total, reasons, nr))
-        log_admission_report(ns);
-    gates_state(ns->gates, &st);
-    m.u.tally_ok.payoff = st.payoff;
-    m.u.tally_ok.share = st.share;
-    m.u.tally_ok.act_ema = st.act_ema;
-    m.u.tally_ok.probes = st.probes;
-    m.u.tally_ok.lookups = st.lookups;
-    m.u.tally_ok.gate_flags = (uint16_t)((gc->admission.enabled ? KVT_GATE_ADMISSION_ON : 0) |
-                                         (gc->lookup_skip.enabled ? KVT_GATE_SKIP_ON : 0) |
-                                         (st.load_bearing ? KVT_GATE_LOAD_BEARING : 0));
-    send_parts(sv, reply_head(sv, rid, &m));
-}
-
-static op_t op_of(int type)
-{
-    switch (type) {
-    case KVT_MSG_HELLO:
-        return OP_HELLO;
-    case KVT_MSG_LOOKUP:
-        return OP_LOOKUP;
-    case KVT_MSG_SAVE_BEGIN:
-        return OP_SAVE_BEGIN;
-    case KVT_MSG_SAVE_DATA:
-        return OP_SAVE;
-    case KVT_MSG_LOAD:
-        return OP_LOAD;
-    case KVT_MSG_TALLY:
-        return OP_TALLY;
-    case KVT_MSG_ARENA:
-        return OP_ARENA;
-    case KVT_MSG_SAVE_RESERVE:
-        return OP_RESERVE;
-    case KVT_MSG_SAVE_COMMIT:
-        return OP_COMMIT;
-    case KVT_MSG_RELEASE:
-        return OP_RELEASE;
-    default:
-        return OP_COUNT;
-    }
+    return NULL;
 }
 
 static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
 {
     server_t *sv = arg;
     zmq_msg_t *rid = &parts[0];
-    uint64_t t0 = uv_hrtime(), now = uv_now(sv->loop);
+    uint64_t now = uv_now(sv->loop);
+    server_req_t r = {.rid = rid, .t0 = uv_hrtime()};
     kvt_msg_t req;
-    session_t *s;
-    ns_t *ns;
-    op_t op;
     int rc;
 
-    sv->requests++;
+    sv->counters.requests++;
     sv->deferred = false;
     for (size_t i = 1; i < nparts; i++) {
         sv->frames[i - 1].data = zmq_msg_data(&parts[i]);
@@ -875,62 +249,34 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
                     kvt_wire_strerror(rc), truncated ? " (too many frames)" : "");
         return;
     }
-    op = op_of(req.hdr.type);
-    if (op == OP_COUNT) {
+    r.m = &req;
+    r.op = op_find(req.hdr.type, &r.op_index);
+    if (r.op == NULL) {
         reply_error(sv, rid, &req.hdr, KVT_WIRE_EUNSUPP, "%s is not a request",
                     kvt_msg_type_name(req.hdr.type));
         return;
     }
-    s = sessions_get(sv->sessions, zmq_msg_data(rid), zmq_msg_size(rid), now);
-    if (s == NULL) {
+    r.session = sessions_get(sv->sessions, zmq_msg_data(rid), zmq_msg_size(rid), now);
+    if (r.session == NULL) {
         reply_error(sv, rid, &req.hdr, KVT_WIRE_EBUSY, "out of memory for sessions");
         return;
     }
-    if (op == OP_HELLO) {
-        do_hello(sv, rid, s, &req);
-    } else if (op == OP_ARENA) {
-        do_arena(sv, rid, &req);
-    } else {
-        ns = session_has(s, req.hdr.ns_id) ? ns_get(sv->nst, req.hdr.ns_id) : NULL;
-        if (ns == NULL) {
+    if (r.op->needs_ns) {
+        r.ns = session_has(r.session, req.hdr.ns_id) ? ns_get(sv->nst, req.hdr.ns_id) : NULL;
+        if (r.ns == NULL) {
             reply_error(sv, rid, &req.hdr, KVT_WIRE_ENONS,
                         "namespace %u was not declared by this client (send hello first)",
                         req.hdr.ns_id);
             return;
         }
-        switch (op) {
-        case OP_LOOKUP:
-            do_lookup(sv, rid, ns, &req);
-            break;
-        case OP_SAVE_BEGIN:
-            do_save_begin(sv, rid, ns, &req);
-            break;
-        case OP_SAVE:
-            do_save(sv, rid, s, ns, &req);
-            break;
-        case OP_LOAD:
-            do_load(sv, rid, s, ns, &req, t0);
-            break;
-        case OP_RESERVE:
-            do_reserve(sv, rid, s, ns, &req);
-            break;
-        case OP_COMMIT:
-            do_commit(sv, rid, s, ns, &req);
-            break;
-        case OP_RELEASE:
-            do_release(sv, rid, s, ns, &req);
-            break;
-        default:
-            do_tally(sv, rid, ns, &req);
-            break;
-        }
-        if (op == OP_LOOKUP) {
-            sv->ns_lookup_time[ns->id].sum_us += (uv_hrtime() - t0) / 1000;
-            sv->ns_lookup_time[ns->id].count++;
-        }
+    }
+    r.op->handler(sv, &r);
+    if (r.op->ns_timed) {
+        sv->counters.ns_lookup[r.ns->id].sum_us += (uv_hrtime() - r.t0) / 1000;
+        sv->counters.ns_lookup[r.ns->id].count++;
     }
     if (!sv->deferred)
-        hist_record(&sv->op_hist[op], (uv_hrtime() - t0) / 1000);
+        record_latency(sv, r.op_index, r.t0);
 }
 
 /* --- lifecycle --- */
@@ -946,9 +292,10 @@ static void zc_release_cb(void *arg, void *obj)
  * closed already. */
 static void server_free(server_t *sv)
 {
-    sessions_destroy(&sv->sessions); /* reclaims holds: before the store goes */
+    assert(sv->replies_deferred == 0); /* store_close completed every pending load */
+    sessions_destroy(&sv->sessions);   /* reclaims holds: before the store goes */
     store_destroy(&sv->store);
-    saveops_destroy(&sv->ops);
+    admission_destroy(&sv->admission);
     ns_table_destroy(&sv->nst);
     free(sv->rank_hits);
     free(sv->offs);
@@ -956,6 +303,7 @@ static void server_free(server_t *sv)
     free(sv->status);
     free(sv->frames);
     free(sv->out);
+    free(sv->counters.op_latency);
     free(sv);
 }
 
@@ -972,8 +320,7 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     sv->start_ms = uv_now(loop);
     sv->lim.max_hashes = maxc;
     sv->lim.max_payload_bytes = cfg->ram.max_chunk_bytes;
-    for (int i = 0; i < OP_COUNT; i++)
-        hist_init(&sv->op_hist[i]);
+    sv->counters.op_latency = calloc(server__nops, sizeof *sv->counters.op_latency);
     sv->out = calloc(maxc + 3, sizeof *sv->out);
     sv->frames = calloc(maxc + 2, sizeof *sv->frames);
     sv->status = calloc(maxc, 1);
@@ -981,9 +328,10 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     sv->offs = calloc(maxc, sizeof *sv->offs);
     sv->lens = calloc(maxc, sizeof *sv->lens);
     sv->nst = ns_table_new();
-    sv->ops = saveops_new(SAVEOPS_CAPACITY, SAVEOPS_TTL_MS);
-    if (sv->out == NULL || sv->frames == NULL || sv->status == NULL || sv->rank_hits == NULL ||
-        sv->offs == NULL || sv->lens == NULL || sv->nst == NULL || sv->ops == NULL)
+    sv->admission = admission_new();
+    if (sv->counters.op_latency == NULL || sv->out == NULL || sv->frames == NULL ||
+        sv->status == NULL || sv->rank_hits == NULL || sv->offs == NULL || sv->lens == NULL ||
+        sv->nst == NULL || sv->admission == NULL)
         goto fail;
     rc = store_new(cfg, sv->nst, &sv->store);
     if (rc != 0) {
@@ -1063,193 +411,26 @@ void server_close(server_t **psv)
     *psv = NULL;
 }
 
-/* --- status --- */
+/* --- what stats.c reads --- */
 
-static json_t *jint(uint64_t v)
+size_t server_op_count(void)
 {
-    return json_integer((json_int_t)v);
+    return server__nops;
 }
 
-static json_t *gates_json(const ns_t *ns, const server_t *sv)
+const char *server_op_name(size_t i)
 {
-    const gates_cfg_t *c = gates_cfg(ns->gates);
-    const ns_timing_t *lt = &sv->ns_lookup_time[ns->id];
-    gates_state_t st;
-    json_t *adm, *skip, *reasons = json_object();
-
-    gates_state(ns->gates, &st);
-    for (int i = 0; i < st.nreasons; i++)
-        json_object_set_new(reasons, st.reasons[i].name, jint(st.reasons[i].count));
-    adm =
-        json_pack("{s:b, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:I, s:o}", "enabled",
-                  c->admission.enabled, "target", c->admission.target, "floor", c->admission.floor,
-                  "alpha", c->admission.alpha, "warmup", (json_int_t)c->admission.warmup, "probes",
-                  (json_int_t)st.probes, "payoff", st.payoff, "share", st.share, "saved",
-                  (json_int_t)st.saved, "skipped", (json_int_t)st.skipped, "save_share",
-                  st.save_share, "would_decline", (json_int_t)st.would_decline, "reasons", reasons);
-    skip = json_pack("{s:b, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:f}", "enabled",
-                     c->lookup_skip.enabled, "min_load_tokens",
-                     (json_int_t)c->lookup_skip.min_load_tokens, "lookups", (json_int_t)st.lookups,
-                     "act_ema", st.act_ema, "load_bearing", st.load_bearing, "skips",
-                     (json_int_t)st.skips, "forced_probes", (json_int_t)st.forced_probes,
-                     "would_skip", (json_int_t)st.would_skip, "mean_lookup_us",
-                     lt->count ? (double)lt->sum_us / (double)lt->count : 0.0);
-    return json_pack("{s:o, s:o}", "admission", adm, "lookup_skip", skip);
+    return i < server__nops ? server__ops[i].name : NULL;
 }
 
-int server_status_json(server_t *sv, char **body, size_t *len)
+void server_view(const server_t *sv, server_view_t *out)
 {
-    uint64_t now = uv_now(sv->loop);
-    json_t *root = json_object(), *ram = json_object(), *ops = json_object();
-    json_t *errs = json_object(), *nss = json_array(), *server, *disk;
-
-    store_status_ram(sv->store, now, ram);
-    json_object_set_new(ram, "reserved_bytes", jint(sessions_reserved_bytes(sv->sessions)));
-    json_object_set_new(ram, "pinned_bytes", jint(sessions_pinned_bytes(sv->sessions)));
-    disk = json_object();
-    store_status_disk(sv->store, disk);
-    for (int i = 0; i < ERR_COUNT; i++)
-        json_object_set_new(errs, err_names[i], jint(sv->errors[i]));
-    server = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "clients",
-        (json_int_t)sessions_count(sv->sessions), "requests", (json_int_t)sv->requests,
-        "bytes_received", (json_int_t)sv->bytes_received, "bytes_sent", (json_int_t)sv->bytes_sent,
-        "bytes_committed", (json_int_t)sv->bytes_committed, "replies_dropped",
-        (json_int_t)sv->replies_dropped, "save_ops_remembered", (json_int_t)saveops_count(sv->ops),
-        "errors", errs, "sessions", sessions_status(sv->sessions, now, STATUS_SESSIONS_MAX));
-    for (int i = 0; i < OP_COUNT; i++) {
-        const hist_t *h = &sv->op_hist[i];
-        json_object_set_new(ops, op_names[i],
-                            json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)hist_count(h),
-                                      "p50_us", (json_int_t)hist_percentile(h, 50.0), "p99_us",
-                                      (json_int_t)hist_percentile(h, 99.0), "max_us",
-                                      (json_int_t)hist_max(h)));
-    }
-    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
-        const ns_t *ns = ns_get(sv->nst, id);
-        char fp[17];
-        snprintf(fp, sizeof fp, "%016" PRIx64, ns->fingerprint);
-        json_array_append_new(nss, json_pack("{s:i, s:s, s:s, s:i, s:b, s:I, s:I, s:I, s:o}", "id",
-                                             (int)ns->id, "model", ns->model, "fingerprint", fp,
-                                             "world", (int)ns->world, "replicated", ns->replicated,
-                                             "chunk_tokens", (json_int_t)ns->chunk_tokens, "chunks",
-                                             (json_int_t)ns->chunks, "bytes", (json_int_t)ns->bytes,
-                                             "gates", gates_json(ns, sv)));
-    }
-    json_object_set_new(root, "version", json_string(KVT_VERSION_STRING));
-    json_object_set_new(root, "uptime_s", json_real((double)(now - sv->start_ms) / 1000.0));
-    json_object_set_new(root, "pid", json_integer(getpid()));
-    json_object_set_new(root, "endpoint", json_string(sv->cfg->server.endpoint));
-    json_object_set_new(root, "ram", ram);
-    json_object_set_new(root, "disk", disk);
-    json_object_set_new(root, "server", server);
-    json_object_set_new(root, "ops", ops);
-    json_object_set_new(root, "namespaces", nss);
-    /* 17 significant digits: every double (payoff, act_ema, ...) reads back exactly */
-    *body = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-    json_decref(root);
-    if (*body == NULL)
-        return -ENOMEM;
-    *len = strlen(*body);
-    return 0;
-}
-
-/* Appends to a growing buffer; on allocation failure the document is dropped at the end. */
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool failed;
-} textbuf_t;
-
-static void tb_printf(textbuf_t *tb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void tb_printf(textbuf_t *tb, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    if (tb->failed)
-        return;
-    for (;;) {
-        va_start(ap, fmt);
-        n = vsnprintf(tb->buf + tb->len, tb->cap - tb->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            tb->failed = true;
-            return;
-        }
-        if ((size_t)n < tb->cap - tb->len) {
-            tb->len += (size_t)n;
-            return;
-        }
-        size_t ncap = (tb->cap + (size_t)n + 1) * 2;
-        char *nb = realloc(tb->buf, ncap);
-        if (nb == NULL) {
-            tb->failed = true;
-            return;
-        }
-        tb->buf = nb;
-        tb->cap = ncap;
-    }
-}
-
-int server_metrics_text(server_t *sv, char **body, size_t *len)
-{
-    textbuf_t tb = {0};
-    json_t *ram = json_object();
-    const char *key;
-    json_t *v;
-
-    tb.cap = 4096;
-    tb.buf = malloc(tb.cap);
-    if (tb.buf == NULL || ram == NULL) {
-        free(tb.buf);
-        json_decref(ram);
-        return -ENOMEM;
-    }
-    tb.buf[0] = '\0';
-    store_status_ram(sv->store, uv_now(sv->loop), ram);
-    json_object_foreach(ram, key, v)
-    {
-        if (json_is_integer(v))
-            tb_printf(&tb, "kvtier_ram_%s %" JSON_INTEGER_FORMAT "\n", key, json_integer_value(v));
-    }
-    json_decref(ram);
-    tb_printf(&tb,
-              "kvtier_clients %u\nkvtier_requests_total %" PRIu64
-              "\nkvtier_bytes_received_total %" PRIu64 "\nkvtier_bytes_sent_total %" PRIu64 "\n",
-              sessions_count(sv->sessions), sv->requests, sv->bytes_received, sv->bytes_sent);
-    for (int i = 0; i < ERR_COUNT; i++)
-        tb_printf(&tb, "kvtier_errors_total{class=\"%s\"} %" PRIu64 "\n", err_names[i],
-                  sv->errors[i]);
-    for (int i = 0; i < OP_COUNT; i++) {
-        const hist_t *h = &sv->op_hist[i];
-        tb_printf(&tb, "kvtier_op_total{op=\"%s\"} %" PRIu64 "\n", op_names[i], hist_count(h));
-        tb_printf(&tb, "kvtier_op_latency_us{op=\"%s\",quantile=\"0.5\"} %" PRIu64 "\n",
-                  op_names[i], hist_percentile(h, 50.0));
-        tb_printf(&tb, "kvtier_op_latency_us{op=\"%s\",quantile=\"0.99\"} %" PRIu64 "\n",
-                  op_names[i], hist_percentile(h, 99.0));
-    }
-    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
-        const ns_t *ns = ns_get(sv->nst, id);
-        gates_state_t st;
-        gates_state(ns->gates, &st);
-        tb_printf(&tb, "kvtier_ns_chunks{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n", ns->model, ns->id,
-                  ns->chunks);
-        tb_printf(&tb, "kvtier_ns_bytes{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n", ns->model, ns->id,
-                  ns->bytes);
-        tb_printf(&tb, "kvtier_gate_payoff{ns=\"%s\",id=\"%u\"} %.6f\n", ns->model, ns->id,
-                  st.payoff);
-        tb_printf(&tb, "kvtier_gate_saves_skipped_total{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n",
-                  ns->model, ns->id, st.skipped);
-        tb_printf(&tb, "kvtier_gate_lookups_skipped_total{ns=\"%s\",id=\"%u\"} %" PRIu64 "\n",
-                  ns->model, ns->id, st.skips);
-    }
-    if (tb.failed) {
-        free(tb.buf);
-        return -ENOMEM;
-    }
-    *body = tb.buf;
-    *len = tb.len;
-    return 0;
+    *out = (server_view_t){.now_ms = uv_now(sv->loop),
+                           .start_ms = sv->start_ms,
+                           .cfg = sv->cfg,
+                           .store = sv->store,
+                           .sessions = sv->sessions,
+                           .namespaces = sv->nst,
+                           .admission = sv->admission,
+                           .counters = &sv->counters};
 }

@@ -11,8 +11,6 @@
  */
 #include "session.h"
 
-#include "index.h"
-
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +23,7 @@ typedef struct {
     uint32_t ns;
     kvt_wire_hash_t hash;
     uint64_t off, len;    /* HOLD_RESERVE: the extent */
-    index_entry_t *entry; /* HOLD_RESERVE: pinned predecessor or NULL; HOLD_PIN: the chunk */
+    store_chunk_t *chunk; /* HOLD_RESERVE: pinned predecessor or NULL; HOLD_PIN: the chunk */
     uint64_t deadline_ms;
 } hold_t;
 
@@ -87,11 +85,11 @@ static void hold_end(sessions_t *t, hold_t *h)
     if (h->kind == HOLD_RESERVE) {
         store_unreserve(t->store, h->off, h->len);
         t->reserved_bytes -= h->len;
-        if (h->entry != NULL)
-            store_unpin(t->store, h->entry);
+        if (h->chunk != NULL)
+            store_unpin(t->store, h->chunk);
     } else {
-        t->pinned_bytes -= h->entry->len;
-        store_unpin(t->store, h->entry); /* may free the entry */
+        t->pinned_bytes -= store_chunk_len(h->chunk);
+        store_unpin(t->store, h->chunk); /* may free the entry */
     }
 }
 
@@ -268,24 +266,33 @@ static long hold_find(session_t *s, hold_kind_t kind, uint32_t ns, uint16_t rank
     return -1;
 }
 
-int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, index_entry_t *keep,
-                    uint64_t deadline_ms)
+/* A new hold of s for chunk (ns, rank, h) until deadline_ms, pinning chunk when not NULL; NULL
+ * on allocation failure (nothing held). */
+static hold_t *hold_add(sessions_t *t, session_t *s, hold_kind_t kind, uint32_t ns, uint16_t rank,
+                        const kvt_wire_hash_t *h, store_chunk_t *chunk, uint64_t deadline_ms)
 {
     hold_t *x = hold_new(s);
 
     if (x == NULL)
-        return -ENOMEM;
-    x->kind = HOLD_RESERVE;
-    x->ns = ns;
-    x->rank = rank;
+        return NULL;
+    *x = (hold_t){
+        .kind = (uint8_t)kind, .ns = ns, .rank = rank, .chunk = chunk, .deadline_ms = deadline_ms};
     memcpy(x->hash.b, h->b, KVT_HASH_BYTES);
+    if (chunk != NULL)
+        store_pin(t->store, chunk);
+    return x;
+}
+
+int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
+                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
+                    uint64_t deadline_ms)
+{
+    hold_t *x = hold_add(t, s, HOLD_RESERVE, ns, rank, h, keep, deadline_ms);
+
+    if (x == NULL)
+        return -ENOMEM;
     x->off = off;
     x->len = len;
-    x->entry = keep;
-    x->deadline_ms = deadline_ms;
-    if (keep != NULL)
-        keep->pins++;
     t->reserved_bytes += len;
     return 0;
 }
@@ -301,28 +308,19 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     x = &s->holds[i];
     *off = x->off;
     *len = x->len;
-    if (x->entry != NULL)
-        store_unpin(t->store, x->entry);
+    if (x->chunk != NULL)
+        store_unpin(t->store, x->chunk);
     t->reserved_bytes -= x->len;
     hold_remove(s, (size_t)i);
     return 0;
 }
 
 int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
-                index_entry_t *e, uint64_t deadline_ms)
+                store_chunk_t *c, uint64_t deadline_ms)
 {
-    hold_t *x = hold_new(s);
-
-    if (x == NULL)
+    if (hold_add(t, s, HOLD_PIN, ns, rank, h, c, deadline_ms) == NULL)
         return -ENOMEM;
-    x->kind = HOLD_PIN;
-    x->ns = ns;
-    x->rank = rank;
-    memcpy(x->hash.b, h->b, KVT_HASH_BYTES);
-    x->entry = e;
-    x->deadline_ms = deadline_ms;
-    e->pins++;
-    t->pinned_bytes += e->len;
+    t->pinned_bytes += store_chunk_len(c);
     return 0;
 }
 
@@ -337,37 +335,31 @@ int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const
     return 1;
 }
 
-json_t *sessions_status(const sessions_t *t, uint64_t now_ms, size_t limit)
+size_t sessions_info(const sessions_t *t, uint64_t now_ms, session_info_t *out, size_t max)
 {
-    static const char *const paths[] = {"none", "frames", "shm"};
-    json_t *arr = json_array();
+    static const char digits[] = "0123456789abcdef";
     size_t n = 0;
 
-    for (const session_t *s = t->tail; s != NULL && n < limit; s = s->prev, n++) {
-        char hex[2 * SESSION_ID_MAX + 1];
-        json_t *nss = json_array();
-        uint64_t reserved = 0, pinned = 0;
+    for (const session_t *s = t->tail; s != NULL && n < max; s = s->prev, n++) {
+        session_info_t *o = &out[n];
 
         for (size_t i = 0; i < s->idlen; i++) {
-            static const char digits[] = "0123456789abcdef";
-            hex[2 * i] = digits[s->id[i] >> 4];
-            hex[2 * i + 1] = digits[s->id[i] & 15];
+            o->id[2 * i] = digits[s->id[i] >> 4];
+            o->id[2 * i + 1] = digits[s->id[i] & 15];
         }
-        hex[2 * s->idlen] = '\0';
-        for (int i = 0; i < s->nns; i++)
-            json_array_append_new(nss, json_integer(s->ns[i]));
+        o->id[2 * s->idlen] = '\0';
+        o->data_path = (session_path_t)s->path;
+        o->nnamespaces = (size_t)s->nns;
+        memcpy(o->namespaces, s->ns, (size_t)s->nns * sizeof s->ns[0]);
+        o->idle_ms = now_ms - s->last_ms;
+        o->age_ms = now_ms - s->created_ms;
+        o->reserved_bytes = o->pinned_bytes = 0;
         for (size_t i = 0; i < s->nholds; i++) {
             if (s->holds[i].kind == HOLD_RESERVE)
-                reserved += s->holds[i].len;
+                o->reserved_bytes += s->holds[i].len;
             else
-                pinned += s->holds[i].entry->len;
+                o->pinned_bytes += store_chunk_len(s->holds[i].chunk);
         }
-        json_array_append_new(arr,
-                              json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:I}", "id", hex,
-                                        "data_path", paths[s->path], "namespaces", nss, "idle_ms",
-                                        (json_int_t)(now_ms - s->last_ms), "age_ms",
-                                        (json_int_t)(now_ms - s->created_ms), "reserved_bytes",
-                                        (json_int_t)reserved, "pinned_bytes", (json_int_t)pinned));
     }
-    return arr;
+    return n;
 }

@@ -22,7 +22,6 @@
 #ifndef KVT_SESSION_H
 #define KVT_SESSION_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,9 +64,9 @@ bool session_has(const session_t *s, uint32_t ns);
 void session_set_path(session_t *s, session_path_t path);
 
 /* Holds a reservation of (off, len) for chunk (ns, rank, hash) until deadline_ms; keep (may be
- * NULL) is pinned until the reservation ends. 0 or -ENOMEM (nothing is held then). */
+ * NULL) is pinned (store_pin) until the reservation ends. 0 or -ENOMEM (nothing is held then). */
 int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, struct index_entry *keep,
+                    const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
                     uint64_t deadline_ms);
 
 /* Ends s's reservation for (ns, rank, hash) and returns its extent, now owned by the caller:
@@ -75,15 +74,27 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
 int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                              const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len);
 
-/* Pins stored entry e for s until deadline_ms (a load pin). 0 or -ENOMEM. */
+/* Pins stored chunk c for s until deadline_ms (a load pin, store_pin). 0 or -ENOMEM. */
 int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
-                struct index_entry *e, uint64_t deadline_ms);
+                store_chunk_t *c, uint64_t deadline_ms);
 
 /* Drops s's load pin of (ns, rank, hash): 1 when one was dropped, 0 when none was held. */
 int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                   const kvt_wire_hash_t *h);
 
-/* A JSON array describing up to limit sessions (most recently active first). */
-json_t *sessions_status(const sessions_t *t, uint64_t now_ms, size_t limit);
+/* One session as status shows it. */
+typedef struct {
+    char id[2 * SESSION_ID_MAX + 1]; /* the routing id in lowercase hex */
+    session_path_t data_path;
+    uint32_t namespaces[SESSION_NS_MAX]; /* the ids it declared */
+    size_t nnamespaces;
+    uint64_t idle_ms;        /* since its last request */
+    uint64_t age_ms;         /* since its first request */
+    uint64_t reserved_bytes; /* held by its reservations */
+    uint64_t pinned_bytes;   /* held by its load pins */
+} session_info_t;
+
+/* Describes up to max sessions into out[], most recently active first; returns how many. */
+size_t sessions_info(const sessions_t *t, uint64_t now_ms, session_info_t *out, size_t max);
 
 #endif /* KVT_SESSION_H */

@@ -3,8 +3,13 @@
  *
  * Design notes:
  *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena (or written
- *     there by a shared-memory client); a load hands out the entry, whose arena bytes the server
- *     lends to its reply frame under a pin.
+ *     there by a shared-memory client); a load (store_load_batch) hands out the arena bytes of
+ *     a RAM chunk pinned, for the caller to lend to its reply frame, and chunks read from disk
+ *     as buffers the caller owns.
+ *   - Lifetime: only this file pins and frees entries (store_pin/store_unpin). A pinned entry
+ *     is never evicted, reclaimed from disk nor removed; one whose every copy is lost while it
+ *     is pinned (a failed checksum, a failed flush) stays "tierless" (absent for lookups) and
+ *     leaves the index with its last pin.
  *   - During a save the predecessor of the chunk being placed is pinned, so eviction made for
  *     chunk i can never take chunk i-1 and turn chunk i into an orphan.
  *   - Eviction scans at most STORE_VICTIM_SCAN leaves from the cold end per victim, so a large
@@ -18,6 +23,7 @@
  *     the index - any tier - or not); disk.hits counts load chunks served from the disk tier
  *     (write buffer or a verified read), disk.misses loads that missed RAM and that the disk
  *     could not serve (absent, failed checksum, cancelled).
+ *   - Status: plain structs (store_ram_stats, store_disk_stats); stats.c renders them.
  * Threads: loop thread only.
  */
 #include "store.h"
@@ -43,21 +49,6 @@ typedef struct {
 } persist_key_t;
 
 typedef struct {
-    uint64_t chunks; /* entries with a disk copy */
-    uint64_t wbuf;   /* entries waiting in the write buffer */
-    uint64_t hits;
-    uint64_t misses;
-    uint64_t evictions;     /* entries dropped by segment reclaim */
-    uint64_t demoted;       /* RAM evictions written to disk */
-    uint64_t demoted_clean; /* RAM evictions whose disk copy already existed */
-    uint64_t refused;       /* RAM evictions the disk tier refused (dropped) */
-    uint64_t write_lost;    /* demoted chunks whose flush failed (dropped) */
-    uint64_t promoted;
-    uint64_t orphaned;        /* successors detached from a dropped chunk */
-    uint64_t recover_skipped; /* recovered records of conflicting namespaces */
-} store_disk_stats_t;
-
-typedef struct {
     uint32_t ns;
     uint16_t rank;
     kvt_wire_hash_t hash;
@@ -77,7 +68,7 @@ struct store {
     disk_t *disk;
     int disk_error;
     bool closing;
-    store_disk_stats_t dk;
+    store_disk_counts_t dk;
     relink_t *relink; /* recovery only */
     size_t nrelink, relinkcap;
     /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
@@ -447,6 +438,26 @@ static index_entry_t *chain_existing(store_t *s, const ns_t *ns, uint16_t r,
     return e;
 }
 
+/* The first step of placing chunk h of a chain (save and commit): a chunk stored already is
+ * EXISTS (touched; the chain continues from it), one without bytes is SKIPPED (a gap: its
+ * successors are orphans). Returns true, with its hash in *k, when the chunk is to be placed;
+ * false with *status set otherwise. */
+static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_hash_t *h,
+                       bool has_bytes, chain_t *c, kvt_wire_hash_t *k, uint8_t *status)
+{
+    memcpy(k, h, sizeof *k); /* the hash list may be unaligned in the frame */
+    if (chain_existing(s, ns, r, k, c) != NULL) {
+        *status = KVT_CHUNK_EXISTS;
+        return false;
+    }
+    if (!has_bytes) {
+        *status = KVT_CHUNK_SKIPPED;
+        chain_gap(c);
+        return false;
+    }
+    return true;
+}
+
 void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                 const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
                 uint8_t *status)
@@ -460,16 +471,8 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
         uint64_t off;
         int rc;
 
-        memcpy(&k, &h[i], sizeof k);
-        if (chain_existing(s, ns, r, &k, &c) != NULL) {
-            status[i] = KVT_CHUNK_EXISTS;
+        if (!chain_next(s, ns, r, &h[i], payloads[i].len > 0, &c, &k, &status[i]))
             continue;
-        }
-        if (payloads[i].len == 0) {
-            status[i] = KVT_CHUNK_SKIPPED;
-            chain_gap(&c);
-            continue;
-        }
         rc = c.full ? -ENOSPC : store_reserve(s, payloads[i].len, c.prev, now_ms, &off);
         if (rc != 0) {
             status[i] = KVT_CHUNK_NOSPACE;
@@ -480,6 +483,12 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
         memcpy(ram_ptr(s->ram, off), payloads[i].data, payloads[i].len);
         status[i] = place(s, ns, r, &k, off, payloads[i].len, &c);
     }
+}
+
+void store_pin(store_t *s, index_entry_t *e)
+{
+    (void)s;
+    e->pins++;
 }
 
 void store_unpin(store_t *s, index_entry_t *e)
@@ -493,7 +502,7 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
     int rc;
 
     if (keep != NULL)
-        keep->pins++;
+        store_pin(s, keep);
     rc = alloc_evicting(s, len, now_ms, off);
     if (keep != NULL)
         store_unpin(s, keep);
@@ -516,17 +525,10 @@ void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pa
     for (size_t i = 0; i < n; i++) {
         kvt_wire_hash_t k;
 
-        memcpy(&k, &h[i], sizeof k);
-        if (chain_existing(s, ns, r, &k, &c) != NULL) {
-            /* another client stored it meanwhile: the reservation is not needed */
-            if (off[i] != UINT64_MAX)
+        if (!chain_next(s, ns, r, &h[i], off[i] != UINT64_MAX, &c, &k, &status[i])) {
+            /* stored by another client meanwhile: the reservation is not needed */
+            if (status[i] == KVT_CHUNK_EXISTS && off[i] != UINT64_MAX)
                 ram_free(s->ram, off[i], len[i]);
-            status[i] = KVT_CHUNK_EXISTS;
-            continue;
-        }
-        if (off[i] == UINT64_MAX) {
-            status[i] = KVT_CHUNK_SKIPPED;
-            chain_gap(&c);
             continue;
         }
         status[i] = place(s, ns, r, &k, off[i], len[i], &c);
@@ -541,7 +543,17 @@ index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank, const
     return index_find(s->ix, ns->id, ns_store_rank(ns, rank), &k);
 }
 
-index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+uint64_t store_chunk_off(const store_chunk_t *c)
+{
+    return c->off;
+}
+
+uint64_t store_chunk_len(const store_chunk_t *c)
+{
+    return c->len;
+}
+
+index_entry_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
     index_entry_t *e = store_find(s, ns, rank, h);
 
@@ -550,7 +562,7 @@ index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank, const
         return NULL;
     }
     if (!(e->flags & INDEX_F_RAM))
-        return NULL; /* in the write buffer or on disk: store_load_start() counts it */
+        return NULL; /* in the write buffer or on disk: load_start() counts it */
     index_touch(s->ix, e);
     s->st.hits++;
     return e;
@@ -559,7 +571,7 @@ index_entry_t *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank, const
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len)
 {
-    index_entry_t *e = store_load_entry(s, ns, rank, h);
+    index_entry_t *e = store_load_ram(s, ns, rank, h);
 
     if (e != NULL) {
         *len = e->len;
@@ -575,11 +587,6 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
     if (e != NULL)
         s->st.misses++;
     return NULL;
-}
-
-void *store_ptr(const store_t *s, uint64_t off)
-{
-    return ram_ptr(s->ram, off);
 }
 
 const char *store_arena_path(const store_t *s)
@@ -614,26 +621,22 @@ static void count_leased(const index_entry_t *e, void *arg)
     lc->leased += index_leased(e, lc->now_ms);
 }
 
-void store_status_ram(const store_t *s, uint64_t now_ms, json_t *o)
+void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
 {
     struct lease_count lc = {.now_ms = now_ms};
 
     index_foreach(s->ix, count_leased, &lc);
-    json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)ram_capacity(s->ram)));
-    json_object_set_new(o, "used_bytes", json_integer((json_int_t)ram_used(s->ram)));
-    json_object_set_new(o, "resident_bytes", json_integer((json_int_t)ram_resident(s->ram)));
-    json_object_set_new(o, "stored_bytes", json_integer((json_int_t)s->stored_bytes));
-    json_object_set_new(o, "chunks", json_integer((json_int_t)s->ram_chunks));
-    json_object_set_new(o, "index_chunks", json_integer((json_int_t)index_count(s->ix)));
-    json_object_set_new(o, "hits", json_integer((json_int_t)s->st.hits));
-    json_object_set_new(o, "misses", json_integer((json_int_t)s->st.misses));
-    json_object_set_new(o, "evictions", json_integer((json_int_t)s->st.evictions));
-    json_object_set_new(o, "nospace", json_integer((json_int_t)s->st.nospace));
-    json_object_set_new(o, "leased_chunks", json_integer((json_int_t)lc.leased));
-    json_object_set_new(o, "free_runs", json_integer((json_int_t)ram_free_runs(s->ram)));
-    json_object_set_new(o, "largest_free_bytes",
-                        json_integer((json_int_t)ram_largest_free(s->ram)));
-    json_object_set_new(o, "arena_path", json_string(ram_path(s->ram)));
+    *out = (store_ram_stats_t){.capacity_bytes = ram_capacity(s->ram),
+                               .used_bytes = ram_used(s->ram),
+                               .resident_bytes = ram_resident(s->ram),
+                               .stored_bytes = s->stored_bytes,
+                               .chunks = s->ram_chunks,
+                               .index_chunks = index_count(s->ix),
+                               .counts = s->st,
+                               .leased_chunks = lc.leased,
+                               .free_runs = ram_free_runs(s->ram),
+                               .largest_free_bytes = ram_largest_free(s->ram),
+                               .arena_path = ram_path(s->ram)};
 }
 
 struct check_acc {
@@ -685,10 +688,14 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
     kvt_wire_hash_t h;
     index_entry_t *e;
     ns_t *ns;
+    ns_ident_t id = {.model = m->model,
+                     .model_len = m->model_len,
+                     .fingerprint = m->fingerprint,
+                     .world = m->world,
+                     .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
+                     .chunk_tokens = m->chunk_tokens};
 
-    if (ns_declare(s->nst, m->model, m->model_len, m->fingerprint, m->world,
-                   (m->flags & RECORD_F_REPLICATED) != 0, m->chunk_tokens,
-                   config_gates_for(s->cfg, m->model), &ns) != 0 ||
+    if (ns_declare(s->nst, &id, config_gates_for(s->cfg, m->model), &ns) != 0 ||
         (ns->replicated && m->rank != 0)) {
         s->dk.recover_skipped++;
         return;
@@ -746,7 +753,10 @@ static void committed_cb(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t
         set_disk_loc(s, e, loc);
     } else if (!(e->flags & INDEX_F_RAM)) {
         s->dk.write_lost++;
-        drop(s, e);
+        /* tierless now; a pinned entry (the predecessor held by a reservation) goes when its
+         * last pin does (store_unpin), as after a failed checksum */
+        if (e->pins == 0)
+            drop(s, e);
     }
 }
 
@@ -796,7 +806,7 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         free(s->relink);
         s->relink = NULL;
         s->nrelink = s->relinkcap = 0;
-        s->dk = (store_disk_stats_t){0};
+        s->dk = (store_disk_counts_t){0};
         return rc;
     }
     for (size_t i = 0; i < s->nrelink; i++) {
@@ -819,11 +829,6 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
 int store_disk_error(const store_t *s)
 {
     return s->disk_error;
-}
-
-bool store_has_disk(const store_t *s)
-{
-    return s->disk != NULL;
 }
 
 static void persist_step_cb(uv_timer_t *t);
@@ -911,9 +916,14 @@ void store_close(store_t *s, void (*done)(void *arg), void *arg)
     persist_step(s);
 }
 
+/* --- loads --- */
+
+/* A disk read finished: data (len bytes, owned by the callee: free() it) or NULL (miss). */
+typedef void (*store_read_cb)(void *arg, void *data, uint64_t len);
+
 typedef struct {
     store_t *s;
-    store_load_cb cb;
+    store_read_cb cb;
     void *arg;
     uint32_t ns;
     uint16_t rank;
@@ -934,7 +944,7 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
         s->dk.hits++;
         if (same && !(e->flags & INDEX_F_RAM) && !s->closing && e->len == len) {
             uint64_t off;
-            e->pins++;
+            store_pin(s, e);
             if (alloc_evicting(s, len, uv_now(s->loop), &off) == 0) {
                 memcpy(ram_ptr(s->ram, off), data, len);
                 s->stored_bytes += len;
@@ -960,9 +970,16 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
     free(c);
 }
 
-store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
-                                 const kvt_wire_hash_t *h, const void **data, uint64_t *len,
-                                 store_load_cb cb, void *arg)
+typedef enum { LOAD_MISS = 0, LOAD_HIT, LOAD_PENDING } load_rc_t;
+
+/*
+ * One chunk of a load. HIT: *data (borrowed, valid until the next store call) and *len, from
+ * RAM or the disk write buffer. PENDING: the chunk is on disk; cb(arg, ...) is called exactly
+ * once later on the loop (after it was verified and promoted into RAM, or with a miss when the
+ * record fails its checksum, vanished, or the store is closing). MISS: not stored.
+ */
+static load_rc_t load_start(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                            const void **data, uint64_t *len, store_read_cb cb, void *arg)
 {
     uint16_t r = ns_store_rank(ns, rank);
     kvt_wire_hash_t k;
@@ -973,7 +990,7 @@ store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
     e = index_find(s->ix, ns->id, r, &k);
     if (e != NULL && (e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
         *data = store_load(s, ns, rank, h, len);
-        return STORE_LOAD_HIT;
+        return LOAD_HIT;
     }
     if (e == NULL || !(e->flags & INDEX_F_DISK) || s->disk == NULL || s->closing)
         goto miss;
@@ -993,37 +1010,130 @@ store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
         free(c);
         goto miss;
     }
-    return STORE_LOAD_PENDING;
+    return LOAD_PENDING;
 
 miss:
     s->st.misses++;
     if (s->disk != NULL)
         s->dk.misses++;
-    return STORE_LOAD_MISS;
+    return LOAD_MISS;
 }
 
-void store_status_disk(const store_t *s, json_t *o)
+/* A batch of store_load_batch: held until every chunk was reported (one count for the start
+ * loop, one per pending read). */
+typedef struct load_batch load_batch_t;
+
+typedef struct {
+    load_batch_t *b;
+    size_t i;
+} batch_slot_t;
+
+struct load_batch {
+    store_chunk_cb chunk_cb;
+    store_batch_cb done_cb;
+    void *arg;
+    size_t outstanding;
+    batch_slot_t slots[]; /* one per chunk: the argument of its disk read */
+};
+
+static void batch_release(load_batch_t *b)
 {
-    json_object_set_new(o, "enabled", json_boolean(s->cfg->disk.enabled));
-    if (s->disk == NULL) {
-        json_object_set_new(o, "state", json_string(s->cfg->disk.enabled ? "unavailable" : "off"));
-        json_object_set_new(o, "last_error",
-                            json_string(s->disk_error ? strerror(-s->disk_error) : ""));
-        json_object_set_new(o, "capacity_bytes", json_integer(0));
-        json_object_set_new(o, "used_bytes", json_integer(0));
-    } else {
-        disk_status(s->disk, o);
+    if (--b->outstanding > 0)
+        return;
+    b->done_cb(b->arg);
+    free(b);
+}
+
+static void batch_report(load_batch_t *b, size_t i, store_loaded_kind_t kind, void *data,
+                         uint64_t len, store_chunk_t *chunk)
+{
+    store_loaded_t c = {.kind = kind, .data = data, .len = len, .chunk = chunk};
+
+    b->chunk_cb(b->arg, i, &c);
+}
+
+static void batch_read_cb(void *arg, void *data, uint64_t len)
+{
+    batch_slot_t *slot = arg;
+
+    if (data != NULL)
+        batch_report(slot->b, slot->i, STORE_LOADED_OWNED, data, len, NULL);
+    else
+        batch_report(slot->b, slot->i, STORE_LOADED_MISS, NULL, 0, NULL);
+    batch_release(slot->b);
+}
+
+int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                     store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg)
+{
+    load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
+
+    if (b == NULL)
+        return -ENOMEM;
+    b->chunk_cb = chunk_cb;
+    b->done_cb = done_cb;
+    b->arg = arg;
+    b->outstanding = 1; /* held until every chunk was started */
+    for (size_t i = 0; i < n; i++) {
+        const void *p = NULL;
+        uint64_t len = 0;
+        index_entry_t *e = store_find(s, ns, rank, &h[i]);
+        void *copy;
+
+        b->slots[i] = (batch_slot_t){.b = b, .i = i};
+        if (e != NULL && (e->flags & INDEX_F_RAM)) {
+            /* RAM: the arena bytes themselves, pinned for the callee */
+            e = store_load_ram(s, ns, rank, &h[i]);
+            store_pin(s, e);
+            batch_report(b, i, STORE_LOADED_LENT, ram_ptr(s->ram, e->off), e->len, e);
+            continue;
+        }
+        switch (load_start(s, ns, rank, &h[i], &p, &len, batch_read_cb, &b->slots[i])) {
+        case LOAD_PENDING:
+            b->outstanding++;
+            break;
+        case LOAD_HIT: /* the write buffer: borrowed until the next store call, so copied */
+            copy = malloc(len > 0 ? len : 1);
+            if (copy != NULL) {
+                memcpy(copy, p, len);
+                batch_report(b, i, STORE_LOADED_OWNED, copy, len, NULL);
+            } else {
+                batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
+            }
+            break;
+        case LOAD_MISS:
+            batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
+            break;
+        }
     }
-    json_object_set_new(o, "chunks", json_integer((json_int_t)s->dk.chunks));
-    json_object_set_new(o, "write_buffer_chunks", json_integer((json_int_t)s->dk.wbuf));
-    json_object_set_new(o, "hits", json_integer((json_int_t)s->dk.hits));
-    json_object_set_new(o, "misses", json_integer((json_int_t)s->dk.misses));
-    json_object_set_new(o, "evictions", json_integer((json_int_t)s->dk.evictions));
-    json_object_set_new(o, "demotions", json_integer((json_int_t)s->dk.demoted));
-    json_object_set_new(o, "demotions_clean", json_integer((json_int_t)s->dk.demoted_clean));
-    json_object_set_new(o, "demotions_refused", json_integer((json_int_t)s->dk.refused));
-    json_object_set_new(o, "writes_lost", json_integer((json_int_t)s->dk.write_lost));
-    json_object_set_new(o, "promotions", json_integer((json_int_t)s->dk.promoted));
-    json_object_set_new(o, "orphaned", json_integer((json_int_t)s->dk.orphaned));
-    json_object_set_new(o, "recovery_skipped", json_integer((json_int_t)s->dk.recover_skipped));
+    batch_release(b);
+    return 0;
+}
+
+static void promoted_cb(void *arg, void *data, uint64_t len)
+{
+    (void)arg;
+    (void)len;
+    free(data);
+}
+
+void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+{
+    const void *p;
+    uint64_t len;
+
+    if (s->disk != NULL)
+        load_start(s, ns, rank, h, &p, &len, promoted_cb, NULL);
+}
+
+void store_disk_stats(const store_t *s, store_disk_stats_t *out)
+{
+    *out = (store_disk_stats_t){.enabled = s->cfg->disk.enabled, .counts = s->dk};
+    if (s->disk == NULL) {
+        out->state = s->cfg->disk.enabled ? STORE_DISK_UNAVAILABLE : STORE_DISK_OFF;
+        out->error = s->disk_error;
+        return;
+    }
+    disk_stats(s->disk, &out->tier);
+    out->state = out->tier.degraded ? STORE_DISK_DEGRADED : STORE_DISK_OK;
 }

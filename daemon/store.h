@@ -1,6 +1,8 @@
 /*
  * store.h - chunk storage semantics: lookup, save, load and eviction over the index and the
- * RAM arena. The server decodes requests and calls these; the store never sees a socket.
+ * RAM arena, and the disk tier below them. The request handlers (requests.c) call these; the
+ * store never sees a socket. It owns every chunk's lifetime: other modules hold chunks as
+ * opaque handles (store_chunk_t) and pin them only through store_pin().
  *
  * Prefix semantics: a lookup counts leading hashes present, contiguous from the first. Saves
  * link each chunk to its predecessor (the previous hash of the same save, or the declared
@@ -17,7 +19,7 @@
  * the disk-only entries it held; their stored successors become orphans (kept, since a later
  * save of the missing chunk makes them reachable again; cascading would throw away data that
  * is still valid). A load that finds a chunk only on disk is served by a thread-pool read and
- * promoted into RAM (store_load_start). Lookups count chunks in any tier, and leases cover
+ * promoted into RAM (store_load_batch). Lookups count chunks in any tier, and leases cover
  * disk-resident chunks: a segment holding a leased disk-only chunk is not reclaimed until the
  * lease expires (the reclaim takes the next oldest segment instead).
  *
@@ -28,25 +30,81 @@
 #ifndef KVT_STORE_H
 #define KVT_STORE_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
 #include "config.h"
+#include "disk.h"
 #include "kvt_proto.h"
 #include "ns.h"
 
-struct index_entry;
 typedef struct store store_t;
 
+/*
+ * A stored chunk as every module but index.c and store.c sees it: an opaque handle (the index
+ * entry, whose layout is private to index.c and store.c). Only the store pins and frees chunks:
+ * a handle returned by a store call is borrowed until the next store call that can evict or
+ * drop (save, reserve, commit, load completion, unpin), unless the caller pins it with
+ * store_pin(); a pinned chunk is never evicted, reclaimed from disk nor freed, and its RAM
+ * bytes never move, until the matching store_unpin().
+ */
+typedef struct index_entry store_chunk_t;
+
 typedef struct {
-    uint64_t hits;      /* chunks found by lookups and loads */
+    uint64_t hits;      /* chunks found by lookups and loads (in any tier) */
     uint64_t misses;    /* chunks asked by lookups and loads and not found */
-    uint64_t evictions; /* chunks evicted to make room */
+    uint64_t evictions; /* chunks evicted from RAM to make room */
     uint64_t nospace;   /* chunks refused for lack of evictable space */
     uint64_t stored;    /* chunks stored */
 } store_stats_t;
+
+/* The RAM tier as status shows it ("ram", beside the sessions' holds). */
+typedef struct {
+    uint64_t capacity_bytes; /* the arena's size */
+    uint64_t used_bytes;     /* allocated, rounded to allocation units; <= capacity */
+    uint64_t resident_bytes; /* backed by memory: the arena file's allocated blocks */
+    uint64_t stored_bytes;   /* payload bytes of the RAM-resident chunks */
+    uint64_t chunks;         /* RAM-resident chunks */
+    uint64_t index_chunks;   /* chunks in the index, any tier */
+    store_stats_t counts;
+    uint64_t leased_chunks;      /* chunks under an unexpired lookup lease */
+    uint64_t free_runs;          /* free extents of the arena */
+    uint64_t largest_free_bytes; /* the largest of them */
+    const char *arena_path;      /* borrowed from the store; "" for a memfd */
+} store_ram_stats_t;
+
+/* The store's counts of the disk tier. */
+typedef struct {
+    uint64_t chunks;          /* entries with a disk copy */
+    uint64_t wbuf;            /* entries waiting in the write buffer */
+    uint64_t hits;            /* load chunks served by the disk tier (write buffer or a read) */
+    uint64_t misses;          /* loads that missed RAM and that the disk could not serve */
+    uint64_t evictions;       /* entries dropped by segment reclaim */
+    uint64_t demoted;         /* RAM evictions written to disk */
+    uint64_t demoted_clean;   /* RAM evictions whose disk copy already existed */
+    uint64_t refused;         /* RAM evictions the disk tier refused (dropped) */
+    uint64_t write_lost;      /* demoted chunks whose flush failed (dropped) */
+    uint64_t promoted;        /* chunks read back into RAM */
+    uint64_t orphaned;        /* successors detached from a dropped chunk */
+    uint64_t recover_skipped; /* recovered records of conflicting namespaces */
+} store_disk_counts_t;
+
+typedef enum {
+    STORE_DISK_OFF = 0,     /* disk.enabled is false */
+    STORE_DISK_UNAVAILABLE, /* enabled, but the directory could not be opened or locked */
+    STORE_DISK_OK,
+    STORE_DISK_DEGRADED, /* a write failed: demotions are refused until the retry */
+} store_disk_state_t;
+
+/* The disk tier as status shows it ("disk"). */
+typedef struct {
+    bool enabled; /* disk.enabled */
+    store_disk_state_t state;
+    int error;         /* UNAVAILABLE: the negative errno of the attach, else 0 */
+    disk_stats_t tier; /* OK, DEGRADED: the disk tier's figures; else zero */
+    store_disk_counts_t counts;
+} store_disk_stats_t;
 
 /* Creates the RAM arena per cfg->ram. Returns 0 or a negative errno. */
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out);
@@ -63,27 +121,45 @@ int store_attach_disk(store_t *s, uv_loop_t *loop);
 /* The error that kept the disk tier from attaching (negative errno), or 0. */
 int store_disk_error(const store_t *s);
 
-/* Whether a disk tier is attached (loads may then complete later: store_load_start). */
-bool store_has_disk(const store_t *s);
-
 /* Stops the disk tier: cancels queued reads, lets running jobs finish, flushes the write buffer,
  * then calls done(arg) on the loop (at once without a disk tier). Then store_destroy(). */
 void store_close(store_t *s, void (*done)(void *arg), void *arg);
 
-/* A deferred load finished: data (len bytes, owned by the callee: free() it) or NULL (miss). */
-typedef void (*store_load_cb)(void *arg, void *data, uint64_t len);
-
-typedef enum { STORE_LOAD_MISS = 0, STORE_LOAD_HIT, STORE_LOAD_PENDING } store_load_rc_t;
-
 /*
- * One chunk of a load. HIT: *data (borrowed, valid until the next store call) and *len, from
- * RAM or the disk write buffer. PENDING: the chunk is on disk; cb(arg, ...) is called exactly
- * once later on the loop (after it was verified and promoted into RAM, or with a miss when the
- * record fails its checksum, vanished, or the store is closing). MISS: not stored.
+ * Loads. store_load_batch() looks up n chunks of one rank and reports each exactly once, in any
+ * order, through chunk_cb, then calls done_cb once: chunks in RAM and in the disk write buffer
+ * during the call, chunks only on disk when their thread-pool read finished (verified, and
+ * promoted into RAM), misses as soon as they are known. Every callback runs on the loop thread,
+ * and done_cb may run before store_load_batch returns (no chunk on disk). A hit carries bytes
+ * the callee owns from then on:
+ *   - STORE_LOADED_LENT: data is the chunk's arena bytes and chunk is pinned for the callee,
+ *     which may lend the bytes (to ZeroMQ) and must store_unpin(chunk) once nothing reads them;
+ *   - STORE_LOADED_OWNED: data is a malloc'd copy (a chunk read from disk or taken from the
+ *     write buffer) that the callee frees.
+ * A MISS carries nothing: not stored, a record that failed its checksum, or a read cancelled
+ * by store_close(). Hits and misses are counted as loads (ram.hits/misses, disk.hits/misses).
  */
-store_load_rc_t store_load_start(store_t *s, const ns_t *ns, uint16_t rank,
-                                 const kvt_wire_hash_t *h, const void **data, uint64_t *len,
-                                 store_load_cb cb, void *arg);
+typedef enum { STORE_LOADED_MISS = 0, STORE_LOADED_LENT, STORE_LOADED_OWNED } store_loaded_kind_t;
+
+typedef struct {
+    store_loaded_kind_t kind;
+    void *data; /* LENT: arena bytes; OWNED: malloc'd; MISS: NULL */
+    uint64_t len;
+    store_chunk_t *chunk; /* LENT: the pinned chunk; else NULL */
+} store_loaded_t;
+
+typedef void (*store_chunk_cb)(void *arg, size_t i, const store_loaded_t *c);
+typedef void (*store_batch_cb)(void *arg);
+
+/* Returns 0 (the callbacks will run as above) or -ENOMEM (nothing was and nothing will be
+ * reported). h (borrowed for the call) may be unaligned. */
+int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                     store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg);
+
+/* A chunk found only on disk (or in the disk write buffer) is read back into RAM in the
+ * background, for the next load; nothing is reported. Without a disk tier, does nothing. (The
+ * shared-memory load path answers from RAM only and calls this for its misses.) */
+void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /* Prefix hit of one rank; leases the hit chunks when lease is true. */
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
@@ -106,20 +182,23 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
                 uint8_t *status);
 
 /* The stored bytes of one chunk from RAM or the disk write buffer (borrowed, valid until the
- * next store call), or NULL (not stored, or only on disk: see store_load_start). Counts a hit
+ * next store call), or NULL (not stored, or only on disk: see store_load_batch). Counts a hit
  * or a miss and touches the chunk. */
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len);
 
-/* Same as store_load for a RAM-resident chunk, returning the entry (its off/len locate the
- * bytes in the arena). NULL for a chunk that is not stored (a miss is counted) or not in RAM
- * (nothing counted: the caller goes on with store_load_start). */
-struct index_entry *store_load_entry(store_t *s, const ns_t *ns, uint16_t rank,
-                                     const kvt_wire_hash_t *h);
+/* Same as store_load for a RAM-resident chunk, returning its handle (store_chunk_off/len locate
+ * the bytes in the arena). NULL for a chunk that is not stored (a miss is counted) or not in RAM
+ * (nothing counted: the caller may go on with store_promote). */
+store_chunk_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
-/* The stored entry of a chunk, or NULL; no statistics, no touch. */
-struct index_entry *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
-                               const kvt_wire_hash_t *h);
+/* The stored chunk, in any tier, or NULL; no statistics, no touch. */
+store_chunk_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
+                          const kvt_wire_hash_t *h);
+
+/* Where a RAM-resident chunk's bytes are in the arena, and its payload bytes (any tier). */
+uint64_t store_chunk_off(const store_chunk_t *c);
+uint64_t store_chunk_len(const store_chunk_t *c);
 
 /*
  * Shared-memory saves. store_reserve allocates len bytes of the arena (evicting as a save
@@ -130,33 +209,34 @@ struct index_entry *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
  * the other chunks belong to the index afterwards. store_unreserve frees an extent that will
  * never be committed.
  */
-int store_reserve(store_t *s, uint64_t len, struct index_entry *keep, uint64_t now_ms,
-                  uint64_t *off);
+int store_reserve(store_t *s, uint64_t len, store_chunk_t *keep, uint64_t now_ms, uint64_t *off);
 void store_unreserve(store_t *s, uint64_t off, uint64_t len);
 void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                   const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
                   uint8_t *status);
 
-/* Drops one pin of e (taken with e->pins++ by whoever holds the entry across other store
- * calls). A chunk whose every copy went while it was pinned (a failed checksum) leaves the
- * index with its last pin. */
-void store_unpin(store_t *s, struct index_entry *e);
+/* Pins c (see store_chunk_t): the only way to hold a chunk across other store calls. Pins
+ * count; each store_pin() needs one store_unpin(). */
+void store_pin(store_t *s, store_chunk_t *c);
 
-/* The arena: base pointer of an offset, its file path ("" for a memfd) and its size. */
-void *store_ptr(const store_t *s, uint64_t off);
+/* Drops one pin of c. A chunk whose every copy went while it was pinned (a failed checksum, a
+ * failed disk write) leaves the index with its last pin: c may be freed by this call. */
+void store_unpin(store_t *s, store_chunk_t *c);
+
+/* The arena: its file path ("" for a memfd) and its size. */
 const char *store_arena_path(const store_t *s);
 uint64_t store_arena_bytes(const store_t *s);
 
 const store_stats_t *store_stats(const store_t *s);
 
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
-void store_foreach(const store_t *s, void (*fn)(const struct index_entry *e, void *arg), void *arg);
+void store_foreach(const store_t *s, void (*fn)(const store_chunk_t *c, void *arg), void *arg);
 
-/* Adds the "ram" status fields to obj. */
-void store_status_ram(const store_t *s, uint64_t now_ms, json_t *obj);
+/* The RAM tier's figures at now_ms (leases expire by time). O(chunks): for status. */
+void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out);
 
-/* Adds the "disk" status fields to obj (enabled false, state "off" without a disk tier). */
-void store_status_disk(const store_t *s, json_t *obj);
+/* The disk tier's figures (state OFF without a disk tier). */
+void store_disk_stats(const store_t *s, store_disk_stats_t *out);
 
 /* Structural self-check of index and accounting, for tests. Returns 0 or -1. */
 int store_check(const store_t *s);

@@ -4,8 +4,8 @@
  * A load reply can send a chunk straight from the arena (zmq_msg_init_data) instead of copying
  * it into a new frame. ZeroMQ then reads the bytes from its own I/O thread whenever it gets to
  * them and calls the frame's free function there. The lender must keep the bytes unchanged until
- * then: the server pins the chunk (index pins) before lending it, and unpins it when zcref hands
- * the object back.
+ * then: the chunk comes pinned from the store (store_load_batch), and the server unpins it when
+ * zcref hands the object back.
  *
  * The free function runs on a ZeroMQ thread, which must touch nothing the loop owns: it only
  * pushes the lent object on a lock-free list (C11 atomics). The loop drains that list after

@@ -1,13 +1,15 @@
 /*
  * kvt_proto.c - encode and decode of kvtier protocol heads (see kvt_proto.h, PROTOCOL.md).
  *
- * Design: one table gives, per message type, the size of frame 0 and the frame count rule;
+ * Design: one table gives, per message type, its name and the size of frame 0 (the frame count
+ * rule is in the decoder, per type);
  * encode and decode are straight-line field copies through explicit little-endian helpers, so
  * the code is independent of host byte order and alignment. Every length read from the wire is
  * checked against the frame it describes before it is used. No allocation, no I/O, no state.
  */
 #include "kvt_proto.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 static uint16_t get_u16(const uint8_t *b)
@@ -46,48 +48,48 @@ static void put_f64(uint8_t *b, double d)
     put_u64(b, u);
 }
 
-/* Bytes of the type-specific body that follows the common header in frame 0, in protocol
- * version v (1 or 2). */
+/* Per message type: its name (for logs; NULL for a value that is no type) and the bytes of the
+ * type-specific body that follows the common header in frame 0, in protocol 1 and protocol 2
+ * (0 in the second column: the same as in protocol 1). */
+static const struct {
+    const char *name;
+    int body;
+    int body_v2;
+} msg_types[KVT_MSG_ERROR + 1] = {
+    [KVT_MSG_HELLO] = {"hello", 16, 32},
+    [KVT_MSG_HELLO_OK] = {"hello_ok", 24, 48},
+    [KVT_MSG_LOOKUP] = {"lookup", 24},
+    [KVT_MSG_LOOKUP_OK] = {"lookup_ok", 8},
+    [KVT_MSG_SAVE_BEGIN] = {"save_begin", 32},
+    [KVT_MSG_SAVE_BEGIN_OK] = {"save_begin_ok", 0},
+    [KVT_MSG_SAVE_DATA] = {"save_data", 32},
+    [KVT_MSG_SAVE_OK] = {"save_ok", 0},
+    [KVT_MSG_LOAD] = {"load", 8},
+    [KVT_MSG_LOAD_OK] = {"load_ok", 8},
+    [KVT_MSG_TALLY] = {"tally", 24, 56},
+    [KVT_MSG_TALLY_OK] = {"tally_ok", 48, 96},
+    [KVT_MSG_ARENA] = {"arena", 0},
+    [KVT_MSG_ARENA_OK] = {"arena_ok", 16},
+    [KVT_MSG_SAVE_RESERVE] = {"save_reserve", 32},
+    [KVT_MSG_SAVE_RESERVE_OK] = {"save_reserve_ok", 8},
+    [KVT_MSG_SAVE_COMMIT] = {"save_commit", 32},
+    [KVT_MSG_RELEASE] = {"release", 8},
+    [KVT_MSG_RELEASE_OK] = {"release_ok", 8},
+    [KVT_MSG_ERROR] = {"error", 8},
+};
+
+static bool msg_type_known(int type)
+{
+    return type >= 0 && type <= KVT_MSG_ERROR && msg_types[type].name != NULL;
+}
+
+/* Bytes of the type-specific body that follows the common header in frame 0 in protocol v, or
+ * -1. */
 static int body_size(int type, int v)
 {
-    switch (type) {
-    case KVT_MSG_HELLO:
-        return v >= 2 ? 32 : 16;
-    case KVT_MSG_HELLO_OK:
-        return v >= 2 ? 48 : 24;
-    case KVT_MSG_LOOKUP:
-        return 24;
-    case KVT_MSG_LOOKUP_OK:
-        return 8;
-    case KVT_MSG_SAVE_BEGIN:
-    case KVT_MSG_SAVE_DATA:
-    case KVT_MSG_SAVE_RESERVE:
-    case KVT_MSG_SAVE_COMMIT:
-        return 32;
-    case KVT_MSG_ARENA:
-        return 0;
-    case KVT_MSG_ARENA_OK:
-        return 16;
-    case KVT_MSG_SAVE_RESERVE_OK:
-    case KVT_MSG_RELEASE:
-    case KVT_MSG_RELEASE_OK:
-        return 8;
-    case KVT_MSG_SAVE_BEGIN_OK:
-    case KVT_MSG_SAVE_OK:
-        return 0;
-    case KVT_MSG_LOAD_OK:
-        return 8;
-    case KVT_MSG_LOAD:
-        return 8;
-    case KVT_MSG_TALLY:
-        return v >= 2 ? 56 : 24;
-    case KVT_MSG_TALLY_OK:
-        return v >= 2 ? 96 : 48;
-    case KVT_MSG_ERROR:
-        return 8;
-    default:
+    if (!msg_type_known(type))
         return -1;
-    }
+    return v >= 2 && msg_types[type].body_v2 != 0 ? msg_types[type].body_v2 : msg_types[type].body;
 }
 
 static int version_of(int version)
@@ -560,100 +562,38 @@ int kvt_reason_next(const uint8_t *buf, size_t len, size_t *off, const char **na
 
 const char *kvt_msg_type_name(int type)
 {
-    switch (type) {
-    case KVT_MSG_HELLO:
-        return "hello";
-    case KVT_MSG_HELLO_OK:
-        return "hello_ok";
-    case KVT_MSG_LOOKUP:
-        return "lookup";
-    case KVT_MSG_LOOKUP_OK:
-        return "lookup_ok";
-    case KVT_MSG_SAVE_BEGIN:
-        return "save_begin";
-    case KVT_MSG_SAVE_BEGIN_OK:
-        return "save_begin_ok";
-    case KVT_MSG_SAVE_DATA:
-        return "save_data";
-    case KVT_MSG_SAVE_OK:
-        return "save_ok";
-    case KVT_MSG_LOAD:
-        return "load";
-    case KVT_MSG_LOAD_OK:
-        return "load_ok";
-    case KVT_MSG_TALLY:
-        return "tally";
-    case KVT_MSG_TALLY_OK:
-        return "tally_ok";
-    case KVT_MSG_ARENA:
-        return "arena";
-    case KVT_MSG_ARENA_OK:
-        return "arena_ok";
-    case KVT_MSG_SAVE_RESERVE:
-        return "save_reserve";
-    case KVT_MSG_SAVE_RESERVE_OK:
-        return "save_reserve_ok";
-    case KVT_MSG_SAVE_COMMIT:
-        return "save_commit";
-    case KVT_MSG_RELEASE:
-        return "release";
-    case KVT_MSG_RELEASE_OK:
-        return "release_ok";
-    case KVT_MSG_ERROR:
-        return "error";
-    default:
-        return "unknown";
-    }
+    return msg_type_known(type) ? msg_types[type].name : "unknown";
 }
 
 const char *kvt_chunk_status_name(int status)
 {
-    switch (status) {
-    case KVT_CHUNK_WANTED:
-        return "wanted";
-    case KVT_CHUNK_STORED:
-        return "stored";
-    case KVT_CHUNK_EXISTS:
-        return "exists";
-    case KVT_CHUNK_NOSPACE:
-        return "nospace";
-    case KVT_CHUNK_DECLINED:
-        return "declined";
-    case KVT_CHUNK_SKIPPED:
-        return "skipped";
-    case KVT_CHUNK_HIT:
-        return "hit";
-    case KVT_CHUNK_MISS:
-        return "miss";
-    default:
-        return "unknown";
-    }
+    static const char *const names[] = {
+        [KVT_CHUNK_WANTED] = "wanted",     [KVT_CHUNK_STORED] = "stored",
+        [KVT_CHUNK_EXISTS] = "exists",     [KVT_CHUNK_NOSPACE] = "nospace",
+        [KVT_CHUNK_DECLINED] = "declined", [KVT_CHUNK_SKIPPED] = "skipped",
+        [KVT_CHUNK_HIT] = "hit",           [KVT_CHUNK_MISS] = "miss",
+    };
+
+    return status >= 0 && (size_t)status < sizeof names / sizeof names[0] ? names[status]
+                                                                          : "unknown";
 }
 
 const char *kvt_wire_strerror(int code)
 {
-    switch (code) {
-    case KVT_WIRE_OK:
-        return "ok";
-    case KVT_WIRE_EPROTO:
-        return "malformed message";
-    case KVT_WIRE_EVERSION:
-        return "unsupported protocol version";
-    case KVT_WIRE_ENONS:
-        return "namespace not declared by this client";
-    case KVT_WIRE_ETOOBIG:
-        return "payload or list exceeds the daemon's limits";
-    case KVT_WIRE_EINVAL:
-        return "invalid argument";
-    case KVT_WIRE_ECONFLICT:
-        return "namespace declared with a different layout";
-    case KVT_WIRE_EBUSY:
-        return "daemon busy or shutting down";
-    case KVT_WIRE_EUNSUPP:
-        return "unknown message type";
-    case KVT_WIRE_ESTALE:
-        return "shared-memory request of another arena generation";
-    default:
-        return "unknown error";
-    }
+    /* indexed by -code */
+    static const char *const texts[] = {
+        [-KVT_WIRE_OK] = "ok",
+        [-KVT_WIRE_EPROTO] = "malformed message",
+        [-KVT_WIRE_EVERSION] = "unsupported protocol version",
+        [-KVT_WIRE_ENONS] = "namespace not declared by this client",
+        [-KVT_WIRE_ETOOBIG] = "payload or list exceeds the daemon's limits",
+        [-KVT_WIRE_EINVAL] = "invalid argument",
+        [-KVT_WIRE_ECONFLICT] = "namespace declared with a different layout",
+        [-KVT_WIRE_EBUSY] = "daemon busy or shutting down",
+        [-KVT_WIRE_EUNSUPP] = "unknown message type",
+        [-KVT_WIRE_ESTALE] = "shared-memory request of another arena generation",
+    };
+
+    return code <= 0 && code > -(int)(sizeof texts / sizeof texts[0]) ? texts[-code]
+                                                                      : "unknown error";
 }

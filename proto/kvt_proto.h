@@ -104,8 +104,8 @@ typedef enum {
 #define KVT_LOOKUP_LEASE 0x1u  /* pin the hits for the daemon's lease time */
 #define KVT_LOOKUP_PROMPT 0x2u /* prompt_tokens / hbm_tokens are meaningful (lookup-skip gate) */
 /* LOOKUP_OK flags */
-#define KVT_LOOKUPR_SKIPPED 0x1u /* the lookup-skip gate answered without looking */
-#define KVT_LOOKUPR_LEASED 0x2u  /* the hits are pinned until lease_ms from now */
+#define KVT_LOOKUPR_SKIPPED 0x1u      /* the lookup-skip gate answered without looking */
+#define KVT_LOOKUPR_LEASED 0x2u       /* the hits are pinned until lease_ms from now */
 #define KVT_LOOKUPR_LEASE_CAPPED 0x4u /* a lease was asked but not granted: a lease bound */
 /* LOAD flags / LOAD_OK flags */
 #define KVT_LOAD_SHM 0x1u  /* answer with arena locations under a load pin, not with bytes */
@@ -249,7 +249,7 @@ typedef struct {
     uint64_t probes_total;
     uint64_t served_tokens_total; /* protocol 2 (KVT_TALLY_TOKENS): tokens loaded and used */
     uint64_t lookup_tokens_total; /* protocol 2 (KVT_TALLY_TOKENS): prompt tokens looked up */
-    const uint8_t *reasons; /* borrowed encoded records */
+    const uint8_t *reasons;       /* borrowed encoded records */
     size_t reasons_len;
 } kvt_tally_t;
 
@@ -331,9 +331,9 @@ size_t kvt_head_encode(void *buf, size_t cap, const kvt_msg_t *m);
  * which). Pure: no allocation; out borrows frames (frames itself must outlive out when out
  * refers to payload frames). Returns 0 or a negative kvt_wire_err_t: KVT_WIRE_EPROTO for any
  * malformed size or count, KVT_WIRE_EVERSION for a version outside
- * KVT_PROTO_VERSION_MIN..KVT_PROTO_VERSION, KVT_WIRE_EUNSUPP for an unknown type, KVT_WIRE_ETOOBIG when a list or a
- * payload exceeds lim. On error, out->hdr is filled as far as it could be decoded (type,
- * flags, req_id and ns_id are valid whenever frame 0 held the common header with the right
+ * KVT_PROTO_VERSION_MIN..KVT_PROTO_VERSION, KVT_WIRE_EUNSUPP for an unknown type, KVT_WIRE_ETOOBIG
+ * when a list or a payload exceeds lim. On error, out->hdr is filled as far as it could be decoded
+ * (type, flags, req_id and ns_id are valid whenever frame 0 held the common header with the right
  * magic; all zero otherwise) so that the error can be answered. Status bytes are checked to be
  * known values, not to be the ones a given reply type may carry: that is the reader's job.
  */

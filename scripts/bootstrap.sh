@@ -7,9 +7,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-# libhiredis-dev: kvtier-bench --vs-redis; redis-server (with redis-cli): its ctest smoke test.
+# libhiredis-dev: kvtier-bench --vs-redis; redis-server (with redis-cli): its ctest smoke test;
+# python3: tools/kvtier-tracegen (the replay smoke test generates its trace with it).
 packages="build-essential cmake pkg-config git curl libuv1-dev libzmq3-dev liblz4-dev
-libjansson-dev libxxhash-dev check libsubunit-dev jq libhiredis-dev redis-server"
+libjansson-dev libxxhash-dev check libsubunit-dev jq libhiredis-dev redis-server python3"
 
 missing=""
 for p in $packages; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gate-experiment.sh [KVTIERD [KVTIERCTL]] - bytes the daemon receives with the save-admission
-# gate off and on, for a useless tier and a useful one (GATES.md section 2). Not a test.
+# gate off and on, for a useless tier and a useful one (docs/GATES.md section 2). Not a test.
 #
 # For each workload and each gate setting, a fresh kvtierd (memfd arena, default gate settings:
 # target 0.10, floor 0.25, alpha 1/16, warmup 64; `gates.admission.enabled` false or true) gets
@@ -12,36 +12,23 @@
 # The table shows server.bytes_received (payload that crossed the socket) from GET /status.
 #
 # Environment: OPS (400), CHUNK (65536), STEP (8). Needs curl and jq. Run from the top of a
-# build tree: `tools/gate-experiment.sh build/daemon/kvtierd build/client/kvtierctl`.
+# build tree: `tools/gate-experiment.sh build/daemon/kvtierd build/tools/kvtierctl`. The daemon
+# is started and stopped as the shell tests do it (tests/lib/testlib.sh).
 set -euo pipefail
 
 kvtierd=${1:-build/daemon/kvtierd}
-kvtierctl=${2:-build/client/kvtierctl}
+kvtierctl=${2:-build/tools/kvtierctl}
 ops=${OPS:-400}
 chunk=${CHUNK:-65536}
 step=${STEP:-8}
-for tool in curl jq; do
-    command -v "$tool" >/dev/null || { echo "gate-experiment: $tool is required" >&2; exit 1; }
-done
-[[ -x $kvtierd && -x $kvtierctl ]] || { echo "gate-experiment: no $kvtierd or $kvtierctl" >&2; exit 1; }
-
-dir=$(mktemp -d /tmp/kvtgx-XXXXXX)
-pid=
-cleanup() {
-    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-die() { echo "gate-experiment: $*" >&2; [[ -f $dir/kvtierd.log ]] && tail -n 20 "$dir/kvtierd.log" >&2; exit 1; }
+# shellcheck source=../tests/lib/testlib.sh
+source "$(dirname "$0")/../tests/lib/testlib.sh"
+testlib_init kvtgx curl jq "$kvtierd" "$kvtierctl"
 
 head -c "$chunk" /dev/urandom >"$dir/chunk"
 capacity=$(((ops * (chunk + 4096) / 1048576 + 16) * 1048576))
 sock="$dir/status.sock"
 endpoint="ipc://$dir/kvt.zmq"
-status() { curl -sf --max-time 5 --unix-socket "$sock" http://x/status; }
 ctl() { "$kvtierctl" -e "$endpoint" -s "$sock" --ns experiment "$@"; }
 
 # run WORKLOAD GATES(true|false): prints one table row
@@ -53,31 +40,23 @@ run() {
  "log": {"level": "warn"},
  "gates": {"admission": {"enabled": $enabled}}}
 EOF
-    "$kvtierd" -c "$dir/kvtierd.json" 2>"$dir/kvtierd.log" >&2 &
-    pid=$!
-    local deadline=$((SECONDS + 10))
-    until status >/dev/null 2>&1; do
-        kill -0 "$pid" 2>/dev/null || die "kvtierd exited before it was ready"
-        ((SECONDS < deadline)) || die "kvtierd not ready after 10 s"
-        sleep 0.05
-    done
+    : >"$dir/kvtierd.log"
+    testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
     for ((k = 0; k < ops; k++)); do
         if ((k > 0 && k % step == 0)); then
             [[ $workload == useful ]] && paid=$((k / 2))
-            ctl tally "$paid" "$k" >/dev/null || die "tally $paid $k"
+            ctl tally "$paid" "$k" >/dev/null || fail "tally $paid $k"
         fi
         out=$(ctl put --op "$((k + 1))" "$(printf '%032x' $((k + 1)))" "$dir/chunk") ||
-            die "put $k"
+            fail "put $k"
         case $out in
         stored) stored=$((stored + 1)) ;;
         declined) declined=$((declined + 1)) ;;
-        *) die "put $k: $out" ;;
+        *) fail "put $k: $out" ;;
         esac
     done
     st=$(status)
-    kill -TERM "$pid"
-    wait "$pid" || die "kvtierd exit status $?"
-    pid=
+    testlib_stop_daemon
     jq -r --arg w "$workload" --arg g "$([[ $enabled == true ]] && echo on || echo off)" \
         --argjson s "$stored" --argjson d "$declined" --argjson n "$ops" '
         (.namespaces[0].gates.admission) as $a |

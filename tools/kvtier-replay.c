@@ -15,7 +15,7 @@
  *      LRU of --hbm-blocks block ids), in tokens;
  *   2. lookup of the whole blocks with prompt_tokens = input_length, hbm_tokens = hbm. A lookup
  *      the daemon skipped was already counted as a verdict by the daemon, and a miss (hit 0) is
- *      no verdict; otherwise lmc and the verdict follow GATES.md section 1;
+ *      no verdict; otherwise lmc and the verdict follow docs/GATES.md section 1;
  *   3. a paid verdict loads the blocks [hbm, lmc) and checks every byte against the pattern
  *      derived from the block id;
  *   4. one save operation (op id = the request's index in the trace, parent = the previous
@@ -24,8 +24,8 @@
  *      after its extensions;
  *   6. every 8 requests (and once at the end) the cumulative totals and per-reason counts go to
  *      the daemon with kvt_tally.
- * The daemon's status (GET /status on the status socket) is read before and after the replay:
- * bytes moved into the tier are the deltas of server.bytes_received and bytes_committed.
+ * The daemon's status (GET /status on the status socket, tool.h) is read before and after the
+ * replay: bytes moved into the tier are the deltas of server.bytes_received and bytes_committed.
  *
  * Threads: single-threaded. Exit: 0 ok, 1 a load returned wrong bytes, 2 usage, 3 error.
  *
@@ -34,26 +34,21 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "kvtier.h"
+#include "tool.h"
 
 #define RP_BLOCK_TOKENS 512u
 #define RP_TALLY_EVERY 8
 #define RP_DEFAULT_SALT UINT64_C(0x7265706c61790001)
-#define RP_STATUS_MAX (16u << 20)
 
-enum { EXIT_VERIFY = 1, EXIT_USAGE = 2, EXIT_FAIL = 3 };
+enum { EXIT_VERIFY = 1, EXIT_USAGE = TOOL_EXIT_USAGE, EXIT_FAIL = 3 };
 
 enum { V_HBM, V_UNALIGNED, V_SMALL, V_PAID, V_COUNT };
 static const char *const verdict_names[V_COUNT] = {
@@ -111,8 +106,6 @@ typedef struct {
     uint64_t blocks_nospace, tallies;
 } rp_stats_t;
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 static const char usage_text[] =
     "usage: kvtier-replay [-c CONFIG | -e ENDPOINT -s STATUS_SOCKET] --trace FILE\n"
     "                     [--requests N] [--hbm-blocks N] [--chunk-bytes N]\n"
@@ -122,42 +115,10 @@ static const char usage_text[] =
     "--engine-id 1, --ns replay, --timeout 10000. Exit: 0 ok, 1 a load returned wrong bytes,\n"
     "2 usage, 3 error.\n";
 
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("kvtier-replay: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fputs(usage_text, stderr);
-    return EXIT_USAGE;
-}
-
 static int fail_kvt(const char *what, const kvt_client_t *c, int err)
 {
-    const char *text = c != NULL ? kvt_last_error(c) : "";
-
-    fprintf(stderr, "kvtier-replay: %s: %s%s%s%s\n", what, kvt_strerror(err), text[0] ? " (" : "",
-            text, text[0] ? ")" : "");
+    tool_kvt_error(what, NULL, c, err);
     return EXIT_FAIL;
-}
-
-static int opt_u64(const char *name, const char *val, uint64_t min, uint64_t max, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (val == NULL)
-        return usage_error("%s needs a value", name);
-    errno = 0;
-    v = strtoull(val, &end, 0);
-    if (val[0] < '0' || val[0] > '9' || errno != 0 || *end != '\0' || v < min || v > max)
-        return usage_error("%s: expected an integer in %" PRIu64 "..%" PRIu64 ", got '%s'", name,
-                           min, max, val);
-    *out = v;
-    return 0;
 }
 
 static int parse_args(rp_opts_t *o, int argc, char **argv)
@@ -179,7 +140,7 @@ static int parse_args(rp_opts_t *o, int argc, char **argv)
         if (strcmp(a, "-c") == 0 || strcmp(a, "-e") == 0 || strcmp(a, "-s") == 0 ||
             strcmp(a, "--trace") == 0 || strcmp(a, "--ns") == 0) {
             if (v == NULL || v[0] == '\0')
-                return usage_error("%s needs a value", a);
+                return tool_usage_error("%s needs a value", a);
             if (strcmp(a, "-c") == 0)
                 o->config = v;
             else if (strcmp(a, "-e") == 0)
@@ -193,159 +154,65 @@ static int parse_args(rp_opts_t *o, int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--requests") == 0)
-            rc = opt_u64(a, v, 1, UINT32_MAX, &o->requests);
+            rc = tool_opt_u64(a, v, 1, UINT32_MAX, &o->requests);
         else if (strcmp(a, "--hbm-blocks") == 0)
-            rc = opt_u64(a, v, 0, UINT32_MAX / 2, &o->hbm_blocks);
+            rc = tool_opt_u64(a, v, 0, UINT32_MAX / 2, &o->hbm_blocks);
         else if (strcmp(a, "--chunk-bytes") == 0)
-            rc = opt_u64(a, v, 8, 64u << 20, &o->chunk_bytes);
+            rc = tool_opt_u64(a, v, 8, 64u << 20, &o->chunk_bytes);
         else if (strcmp(a, "--min-load-tokens") == 0)
-            rc = opt_u64(a, v, 0, UINT32_MAX, &o->min_load_tokens);
+            rc = tool_opt_u64(a, v, 0, UINT32_MAX, &o->min_load_tokens);
         else if (strcmp(a, "--engine-id") == 0)
-            rc = opt_u64(a, v, 0, UINT64_MAX, &o->engine_id);
+            rc = tool_opt_u64(a, v, 0, UINT64_MAX, &o->engine_id);
         else if (strcmp(a, "--salt") == 0)
-            rc = opt_u64(a, v, 0, UINT64_MAX, &o->salt);
+            rc = tool_opt_u64(a, v, 0, UINT64_MAX, &o->salt);
         else if (strcmp(a, "--timeout") == 0) {
-            rc = opt_u64(a, v, 1, 3600 * 1000, &n);
+            rc = tool_opt_u64(a, v, 1, 3600 * 1000, &n);
             o->timeout_ms = (int)n;
         } else
-            return usage_error("unknown option '%s'", a);
+            return tool_usage_error("unknown option '%s'", a);
         if (rc != 0)
             return rc;
     }
     if (o->trace == NULL)
-        return usage_error("--trace FILE is required");
+        return tool_usage_error("--trace FILE is required");
     if (o->chunk_bytes % 8 != 0)
-        return usage_error("--chunk-bytes must be a multiple of 8");
+        return tool_usage_error("--chunk-bytes must be a multiple of 8");
     return 0;
 }
 
 /* Reads server.endpoint and server.status_socket from the daemon's config when not given. */
 static int resolve_endpoints(rp_opts_t *o)
 {
-    json_error_t jerr;
-    json_t *root, *ep, *ss;
-    int rc = 0;
-
     if (o->endpoint != NULL && o->status_socket != NULL)
         return 0;
     if (o->config == NULL)
-        return usage_error("give -c CONFIG or both -e ENDPOINT and -s STATUS_SOCKET");
-    root = json_load_file(o->config, 0, &jerr);
-    if (root == NULL) {
-        fprintf(stderr, "kvtier-replay: config %s: line %d: %s\n", o->config, jerr.line, jerr.text);
+        return tool_usage_error("give -c CONFIG or both -e ENDPOINT and -s STATUS_SOCKET");
+    if (tool_config_endpoints(o->config, &o->config_endpoint, &o->config_status) != 0)
+        return EXIT_FAIL;
+    if ((o->endpoint == NULL && o->config_endpoint == NULL) ||
+        (o->status_socket == NULL && o->config_status == NULL)) {
+        tool_error("config %s: server.endpoint and server.status_socket must be strings",
+                   o->config);
         return EXIT_FAIL;
     }
-    ep = json_object_get(json_object_get(root, "server"), "endpoint");
-    ss = json_object_get(json_object_get(root, "server"), "status_socket");
-    if ((o->endpoint == NULL && !json_is_string(ep)) ||
-        (o->status_socket == NULL && !json_is_string(ss))) {
-        fprintf(stderr,
-                "kvtier-replay: config %s: server.endpoint and server.status_socket "
-                "must be strings\n",
-                o->config);
-        rc = EXIT_FAIL;
-        goto out;
-    }
-    if (o->endpoint == NULL) {
-        o->config_endpoint = strdup(json_string_value(ep));
+    if (o->endpoint == NULL)
         o->endpoint = o->config_endpoint;
-    }
-    if (o->status_socket == NULL) {
-        o->config_status = strdup(json_string_value(ss));
+    if (o->status_socket == NULL)
         o->status_socket = o->config_status;
-    }
-    if (o->endpoint == NULL || o->status_socket == NULL) {
-        fprintf(stderr, "kvtier-replay: out of memory\n");
-        rc = EXIT_FAIL;
-    }
-out:
-    json_decref(root);
-    return rc;
+    return 0;
 }
 
-/*
- * GET /status over the Unix socket at path (HTTP/1.0, blocking with SO_RCVTIMEO/SO_SNDTIMEO).
- * Returns the parsed document (owned) or NULL after a message.
- */
+/* GET /status: the parsed document (owned), or NULL after a message. */
 static json_t *status_get(const char *path, int timeout_ms)
 {
-    static const char req[] = "GET /status HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-    size_t cap = 1 << 16, n = 0, sent = 0;
-    char *buf = NULL, *body;
     json_t *doc = NULL;
-    json_error_t jerr;
-    const char *what = "connect";
-    int fd, code = 0;
 
-    if (strlen(path) >= sizeof sa.sun_path) {
-        fprintf(stderr, "kvtier-replay: status socket path too long: %s\n", path);
-        return NULL;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        goto fail_sys;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
-        goto fail_sys;
-    what = "send";
-    while (sent < sizeof req - 1) {
-        ssize_t w = send(fd, req + sent, sizeof req - 1 - sent, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            goto fail_sys;
-        sent += (size_t)w;
-    }
-    what = "receive";
-    buf = malloc(cap);
-    if (buf == NULL)
-        goto fail_sys;
-    for (;;) {
-        ssize_t r;
-        if (n + 1 == cap) {
-            char *nb = cap >= RP_STATUS_MAX ? NULL : realloc(buf, cap * 2);
-            if (nb == NULL) {
-                errno = cap >= RP_STATUS_MAX ? EFBIG : ENOMEM;
-                goto fail_sys;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        r = recv(fd, buf + n, cap - n - 1, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            goto fail_sys;
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    buf[n] = '\0';
-    body = strstr(buf, "\r\n\r\n");
-    if (sscanf(buf, "HTTP/%*d.%*d %d", &code) != 1 || code != 200 || body == NULL) {
-        fprintf(stderr, "kvtier-replay: status %s: bad reply (HTTP %d)\n", path, code);
-        goto out;
-    }
-    doc = json_loads(body + 4, 0, &jerr);
-    if (doc == NULL)
-        fprintf(stderr, "kvtier-replay: status %s: %s\n", path, jerr.text);
-    goto out;
-fail_sys:
-    fprintf(stderr, "kvtier-replay: status %s: %s: %s\n", path, what, strerror(errno));
-out:
-    free(buf);
-    if (fd >= 0)
-        close(fd);
-    return doc;
+    return tool_status_get(path, timeout_ms, &doc, NULL) == 0 ? doc : NULL;
 }
 
-static uint64_t jint(const json_t *obj, const char *a, const char *b)
+static uint64_t jint(const json_t *obj, const char *dotted)
 {
-    const json_t *v = json_object_get(json_object_get(obj, a), b);
+    const json_t *v = tool_json_path(obj, dotted);
 
     return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
 }
@@ -353,8 +220,8 @@ static uint64_t jint(const json_t *obj, const char *a, const char *b)
 /* The bytes moved into the tier so far: frames payload + shared-arena commits. */
 static uint64_t status_bytes_in(const json_t *st, uint64_t *received, uint64_t *committed)
 {
-    *received = jint(st, "server", "bytes_received");
-    *committed = jint(st, "server", "bytes_committed");
+    *received = jint(st, "server.bytes_received");
+    *committed = jint(st, "server.bytes_committed");
     return *received + *committed;
 }
 
@@ -420,7 +287,7 @@ static int trace_load(const char *path, uint64_t max, rp_trace_t *t)
 
     memset(t, 0, sizeof *t);
     if (f == NULL) {
-        fprintf(stderr, "kvtier-replay: trace %s: %s\n", path, strerror(errno));
+        tool_error("trace %s: %s", path, strerror(errno));
         return EXIT_FAIL;
     }
     while ((max == 0 || t->nreqs < max) && (len = getline(&line, &linecap, f)) >= 0) {
@@ -435,7 +302,7 @@ static int trace_load(const char *path, uint64_t max, rp_trace_t *t)
         il = json_object_get(o, "input_length");
         if (o == NULL || !json_is_array(ids) || !json_is_integer(il) ||
             json_integer_value(il) < 0) {
-            fprintf(stderr, "kvtier-replay: trace %s:%zu: not a trace record\n", path, lineno);
+            tool_error("trace %s:%zu: not a trace record", path, lineno);
             json_decref(o);
             goto out;
         }
@@ -443,9 +310,9 @@ static int trace_load(const char *path, uint64_t max, rp_trace_t *t)
         if (nwhole > json_array_size(ids) || nwhole > UINT32_MAX ||
             grow(&t->reqs, &reqcap, t->nreqs + 1, sizeof *t->reqs) != 0 ||
             grow(&raw, &blkcap, t->nblocks + nwhole, sizeof *raw) != 0) {
-            fprintf(stderr, "kvtier-replay: trace %s:%zu: %s\n", path, lineno,
-                    nwhole > json_array_size(ids) ? "fewer hash_ids than whole blocks"
-                                                  : "out of memory");
+            tool_error("trace %s:%zu: %s", path, lineno,
+                       nwhole > json_array_size(ids) ? "fewer hash_ids than whole blocks"
+                                                     : "out of memory");
             json_decref(o);
             goto out;
         }
@@ -455,7 +322,7 @@ static int trace_load(const char *path, uint64_t max, rp_trace_t *t)
         for (size_t i = 0; i < nwhole; i++) {
             json_t *id = json_array_get(ids, i);
             if (!json_is_integer(id) || json_integer_value(id) < 0) {
-                fprintf(stderr, "kvtier-replay: trace %s:%zu: bad hash id\n", path, lineno);
+                tool_error("trace %s:%zu: bad hash id", path, lineno);
                 json_decref(o);
                 goto out;
             }
@@ -468,17 +335,17 @@ static int trace_load(const char *path, uint64_t max, rp_trace_t *t)
         json_decref(o);
     }
     if (ferror(f)) {
-        fprintf(stderr, "kvtier-replay: trace %s: read error\n", path);
+        tool_error("trace %s: read error", path);
         goto out;
     }
     if (t->nreqs == 0) {
-        fprintf(stderr, "kvtier-replay: trace %s: no requests\n", path);
+        tool_error("trace %s: no requests", path);
         goto out;
     }
     t->ids = malloc((t->nblocks ? t->nblocks : 1) * sizeof *t->ids);
     t->blocks = malloc((t->nblocks ? t->nblocks : 1) * sizeof *t->blocks);
     if (t->ids == NULL || t->blocks == NULL) {
-        fprintf(stderr, "kvtier-replay: out of memory\n");
+        tool_error("out of memory");
         goto out;
     }
     if (t->nblocks > 0)
@@ -615,7 +482,7 @@ static int replay_load(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t,
         uint64_t id = t->ids[t->blocks[r->first + from + i]];
         block_fill(id, o->salt, b->expect, o->chunk_bytes);
         if (b->got[i] != o->chunk_bytes || memcmp(b->bufs[i], b->expect, o->chunk_bytes) != 0) {
-            fprintf(stderr, "kvtier-replay: block %" PRIu64 " loaded with wrong bytes\n", id);
+            tool_error("block %" PRIu64 " loaded with wrong bytes", id);
             s->load_mismatch++;
             continue;
         }
@@ -809,6 +676,7 @@ int main(int argc, char **argv)
     struct timespec t0, t1;
     int rc;
 
+    tool_init("kvtier-replay", usage_text);
     if ((rc = parse_args(&o, argc, argv)) != 0)
         return rc;
     if ((rc = resolve_endpoints(&o)) != 0)
@@ -844,10 +712,8 @@ int main(int argc, char **argv)
         }
     }
     if (kvt_server_info(c, &info) == 0 && t.max_blocks > info.max_chunks) {
-        fprintf(stderr,
-                "kvtier-replay: a request has %" PRIu32 " blocks, the daemon takes %" PRIu32
-                " per call\n",
-                t.max_blocks, info.max_chunks);
+        tool_error("a request has %" PRIu32 " blocks, the daemon takes %" PRIu32 " per call",
+                   t.max_blocks, info.max_chunks);
         rc = EXIT_FAIL;
         goto out;
     }
@@ -884,7 +750,7 @@ int main(int argc, char **argv)
     rc = s.load_mismatch > 0 ? EXIT_VERIFY : 0;
     goto out;
 fail_nomem:
-    fprintf(stderr, "kvtier-replay: out of memory\n");
+    tool_error("out of memory");
     rc = EXIT_FAIL;
 out:
     json_decref(rep);

@@ -1,0 +1,84 @@
+/*
+ * http.h - a tiny HTTP/1.0 server on a Unix socket for operators. It knows HTTP, not the
+ * documents: main.c hands it the handler that answers GET /status and /metrics.
+ *
+ * The server runs on the daemon's libuv loop. It reads one request head per connection (at
+ * most HTTP_HEAD_MAX bytes), answers it and closes the connection ("Connection: close").
+ * GET and HEAD go to the handler; other methods get 405, a malformed head 400, a head larger
+ * than HTTP_HEAD_MAX 431. A connection that has not completed its exchange within the
+ * timeout (HTTP_TIMEOUT_MS by default) is closed. At most HTTP_CONN_MAX connections are
+ * served at once; beyond that a new connection is accepted and closed at once.
+ *
+ * Writes to a peer that has gone away raise SIGPIPE: the process must ignore SIGPIPE (the
+ * daemon does at start-up).
+ *
+ * Threads: every function and the handler run on the loop thread.
+ */
+#ifndef KVT_HTTP_H
+#define KVT_HTTP_H
+
+#include <stddef.h>
+
+#include <uv.h>
+
+#define HTTP_HEAD_MAX 8192u  /* bytes of request head read at most */
+#define HTTP_CONN_MAX 64u    /* connections served at once */
+#define HTTP_TIMEOUT_MS 5000 /* a connection's time to send its request and get the answer */
+
+typedef struct http_server http_server_t;
+
+/* Builds a response for path (NUL-terminated, without the query string; borrowed for the call).
+ * Returns 200 with *body an owned malloc'd buffer of *len bytes (the server frees it; NULL with
+ * *len 0 is an empty body) and *content_type a string that outlives the response (a literal),
+ * or 404. *body is NULL on entry and whatever it points to on return is freed by the server;
+ * any other return value is answered 500. Called on the loop thread for GET and HEAD (the body
+ * of a HEAD response is dropped); the handler must not close the server. */
+typedef int (*http_handler_cb)(void *arg, const char *path, char **body, size_t *len,
+                               const char **content_type);
+
+/* Creates the server listening on the Unix socket at path with file mode `mode` (e.g. 0660).
+ * A socket file already at path is removed first only when nothing accepts connections on it
+ * (a leftover of a dead process); when a live server answers, returns -EADDRINUSE and leaves it
+ * alone. Any other kind of file at path is left alone and gives -EADDRINUSE from bind. Returns
+ * 0 and *out, or a negative errno / libuv error code (-ENAMETOOLONG for a path that does not
+ * fit sockaddr_un, -ENOMEM). The loop is borrowed and must outlive the server; cb and arg are
+ * borrowed until http_server_close. Failures up to and including bind/chmod/listen leave
+ * nothing behind; a failure of uv_pipe_open or uv_listen after that (not expected on Linux)
+ * frees the server in a close callback, so run the loop before uv_loop_close(). */
+int http_server_new(uv_loop_t *loop, const char *path, unsigned mode, http_handler_cb cb, void *arg,
+                    http_server_t **out);
+
+/* Sets the timeout for connections accepted from now on (0 = HTTP_TIMEOUT_MS). For tests. */
+void http_server_set_timeout(http_server_t *s, unsigned ms);
+
+/* Stops listening, closes every connection (responses not yet written are dropped), unlinks
+ * the socket path and sets *s to NULL; NULL and *s == NULL are accepted. The handles and the
+ * server's memory are freed in their close callbacks: the loop must run afterwards (after which
+ * nothing of the server remains and uv_loop_close() can return 0). */
+void http_server_close(http_server_t **s);
+
+/* Request-head parsing: a pure function (no I/O, no allocation), exposed for tests and fuzzing. */
+
+typedef enum {
+    HTTP_PARSE_DONE, /* a complete head: *req is filled */
+    HTTP_PARSE_MORE, /* a valid prefix of a head: read more bytes */
+    HTTP_PARSE_BAD,  /* no continuation can make it a valid head */
+} http_parse_result_t;
+
+typedef struct http_request {
+    const char *method; /* points into the parsed buffer; not NUL-terminated */
+    size_t method_len;
+    const char *path; /* the request target up to '?' (the query is not part of it) */
+    size_t path_len;
+    int version_minor; /* x in HTTP/1.x */
+    size_t head_len;   /* bytes up to and including the blank line that ends the head */
+} http_request_t;
+
+/* Parses an HTTP/1.x request head in buf[0..len): the request line
+ * `METHOD SP /target SP HTTP/1.x` ending with CRLF or LF, then header lines that are skipped
+ * unread, up to an empty line (CRLF or LF). METHOD is an RFC 9110 token; the target starts with
+ * '/' and holds visible ASCII only. Bytes after the head are not looked at. Borrows buf;
+ * req may be written partly when the result is not HTTP_PARSE_DONE. */
+http_parse_result_t http_parse_request(const char *buf, size_t len, http_request_t *req);
+
+#endif /* KVT_HTTP_H */

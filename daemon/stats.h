@@ -1,0 +1,36 @@
+/*
+ * stats.h - the status documents: GET /status (JSON) and GET /metrics (Prometheus text), both
+ * rendered from one table of fields over plain stats structs.
+ *
+ * The engines expose their figures as plain structs (store_ram_stats_t, store_disk_stats_t with
+ * disk_stats_t, session_info_t, gates_state_t, server_counters_t) and know nothing of JSON or
+ * Prometheus; this module takes one snapshot of them through server_view() and renders it.
+ * Every field of the documents is one row of a table in stats.c: its JSON key, where it is in
+ * the snapshot, its type and, for numbers, whether it is a counter or a gauge, its unit and a
+ * help text; a row that has a Prometheus family today names it (and its fixed labels). /metrics
+ * is a walk of the same tables that prints the rows with a family, so the two documents cannot
+ * disagree and a new status field is one row (plus its struct member in the engine).
+ *
+ * The JSON keys, their order and the metric families are an interface operators script against
+ * (tests/test_status_keys.c pins them). The families keep their historical names here; the
+ * table carries kind, unit and help so that they can be renamed to the exposition conventions
+ * (and every numeric field exported) in one place.
+ *
+ * Threads: loop thread only (the documents read loop-owned state). Ownership: the returned
+ * document is a malloc'd buffer owned by the caller.
+ */
+#ifndef KVT_STATS_H
+#define KVT_STATS_H
+
+#include <stddef.h>
+
+#include "server.h"
+
+/* GET /status: *body (malloc'd, *len bytes, NUL-terminated) is the JSON document. 0 or
+ * -ENOMEM. */
+int stats_status_json(const server_t *sv, char **body, size_t *len);
+
+/* GET /metrics: *body (malloc'd, *len bytes) is the Prometheus text. 0 or -ENOMEM. */
+int stats_metrics_text(const server_t *sv, char **body, size_t *len);
+
+#endif /* KVT_STATS_H */

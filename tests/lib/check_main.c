@@ -1,0 +1,54 @@
+/*
+ * check_main.c - main() of every Check test program (see check_main.h): the run's scratch
+ * directory, the suite of check_program, one SRunner, the exit status.
+ *
+ * Design: every test program used to write this main itself, with small differences (CK_NORMAL
+ * or CK_ENV, a scratch root or not); there is now one. CK_ENV is the one kept: without the
+ * environment variables it prints what CK_NORMAL prints.
+ *
+ * Threads: single-threaded (the parent of Check's forked tests).
+ */
+#include "check_main.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static char scratch_dir[64];
+
+const char *check_scratch_dir(void)
+{
+    return scratch_dir;
+}
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+int check_rmtree(const char *path)
+{
+    return nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    SRunner *sr;
+    int failed, n;
+
+    if (check_program.scratch != NULL) {
+        n = snprintf(scratch_dir, sizeof scratch_dir, "/tmp/%s-XXXXXX", check_program.scratch);
+        if (n <= 0 || (size_t)n >= sizeof scratch_dir || mkdtemp(scratch_dir) == NULL) {
+            perror("mkdtemp");
+            return 1;
+        }
+    }
+    sr = srunner_create(check_program.suite());
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (scratch_dir[0] != '\0')
+        check_rmtree(scratch_dir);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

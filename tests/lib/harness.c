@@ -1,0 +1,522 @@
+/*
+ * harness.c - starts, queries and stops the real kvtierd for integration tests (see harness.h).
+ *
+ * Design: the config is built as a jansson object so that a test's extra JSON is deep-merged
+ * over it (json_object_update_recursive) and the file is always valid JSON. The daemon is
+ * fork+exec'd with stdout and stderr in <dir>/kvtierd.log and PR_SET_PDEATHSIG(SIGKILL), so it
+ * dies with the test process even when a failed assertion _exit()s the test. Readiness and
+ * every state change are observed by polling GET /status on the Unix socket with a deadline
+ * (the programs' HTTP client, tools/tool.h); the only sleeps are the short pauses between polls.
+ *
+ * Threads: none of its own; call from the test's thread.
+ * Invariants: every path built here is shorter than 108 bytes (sun_path); a harness_t owns its
+ * directory and its daemon process until harness_stop()/harness_free().
+ */
+#include "harness.h"
+#include "check_main.h"
+#include "tool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef KVTIERD_PATH
+#error "KVTIERD_PATH must name the kvtierd binary"
+#endif
+
+#define POLL_PAUSE_MS 20
+#define HTTP_IO_TIMEOUT_MS 3000
+#define LOG_EXCERPT 1500
+
+int64_t harness_now_ms(void)
+{
+    return tool_now_ms();
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Reads the whole log into a malloc'd NUL-terminated string ("" if unreadable). */
+static char *read_log(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0) {
+        if (f != NULL)
+            fclose(f);
+        return strdup("");
+    }
+    buf = malloc((size_t)n + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return strdup("");
+    }
+    n = (long)fread(buf, 1, (size_t)n, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The last LOG_EXCERPT bytes of a log, for failure messages. */
+static const char *log_tail(const char *log)
+{
+    size_t n = strlen(log);
+    return n > LOG_EXCERPT ? log + n - LOG_EXCERPT : log;
+}
+
+static int write_config(harness_t *h, const char *extra_json)
+{
+    json_t *cfg, *extra;
+    json_error_t jerr;
+    int rc;
+
+    cfg = json_pack("{s:{s:s, s:s}, s:{s:I, s:s, s:I, s:i}, s:{s:s}}", "server", "endpoint",
+                    h->endpoint, "status_socket", h->status_path, "ram", "capacity_bytes",
+                    (json_int_t)h->capacity_bytes, "arena_path", "", "max_chunk_bytes",
+                    (json_int_t)h->max_chunk_bytes, "lease_ms", (int)h->lease_ms, "log", "level",
+                    "info");
+    ck_assert_ptr_nonnull(cfg);
+    if (extra_json != NULL) {
+        extra = json_loads(extra_json, 0, &jerr);
+        ck_assert_msg(extra != NULL && json_is_object(extra), "extra_json is not an object: %s",
+                      jerr.text);
+        ck_assert_int_eq(json_object_update_recursive(cfg, extra), 0);
+        json_decref(extra);
+    }
+    rc = json_dump_file(cfg, h->config_path, JSON_INDENT(2));
+    json_decref(cfg);
+    return rc;
+}
+
+static void exec_daemon(const harness_t *h, pid_t parent)
+{
+    sigset_t none;
+    int fd;
+
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        _exit(126);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    fd = open(h->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+        _exit(126);
+    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0)
+        dup2(fd, STDIN_FILENO);
+    execl(KVTIERD_PATH, "kvtierd", "-c", h->config_path, (char *)NULL);
+    _exit(127);
+}
+
+harness_t *harness_start(const harness_opts_t *opts)
+{
+    harness_opts_t o = {0};
+    harness_t *h;
+    int64_t deadline;
+    pid_t parent = getpid();
+    int n;
+
+    if (opts != NULL)
+        o = *opts;
+    h = calloc(1, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    h->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : 4u << 20;
+    h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
+    h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
+
+    n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
+                 check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");
+    ck_assert(n > 0 && (size_t)n < sizeof h->dir);
+    ck_assert_msg(mkdtemp(h->dir) != NULL, "mkdtemp %s: %s", h->dir, strerror(errno));
+    snprintf(h->endpoint, sizeof h->endpoint, "ipc://%s/kvt.zmq", h->dir);
+    snprintf(h->status_path, sizeof h->status_path, "%s/status.sock", h->dir);
+    snprintf(h->config_path, sizeof h->config_path, "%s/kvtierd.json", h->dir);
+    n = snprintf(h->log_path, sizeof h->log_path, "%s/kvtierd.log", h->dir);
+    ck_assert(n > 0 && (size_t)n < sizeof h->log_path);
+    ck_assert_int_eq(write_config(h, o.extra_json), 0);
+
+    h->pid = fork();
+    ck_assert_msg(h->pid >= 0, "fork: %s", strerror(errno));
+    if (h->pid == 0)
+        exec_daemon(h, parent);
+
+    deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
+    for (;;) {
+        json_t *st;
+        int wst;
+
+        if (waitpid(h->pid, &wst, WNOHANG) == h->pid) {
+            char *log = read_log(h->log_path);
+            h->pid = 0;
+            ck_abort_msg("kvtierd exited before it was ready (status 0x%x); log:\n%s", wst,
+                         log_tail(log));
+        }
+        st = harness_status(h);
+        if (st != NULL) {
+            json_decref(st);
+            break;
+        }
+        if (harness_now_ms() > deadline) {
+            char *log = read_log(h->log_path);
+            kill(h->pid, SIGKILL);
+            waitpid(h->pid, NULL, 0);
+            ck_abort_msg("kvtierd not ready after %d ms; log:\n%s", HARNESS_DEADLINE_MS,
+                         log_tail(log));
+        }
+        pause_ms(POLL_PAUSE_MS);
+    }
+    return h;
+}
+
+static void check_log_clean(const harness_t *h)
+{
+    static const char *const bad[] = {"AddressSanitizer", "LeakSanitizer", "runtime error:"};
+    char *log = read_log(h->log_path);
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *p = strstr(log, bad[i]);
+        ck_assert_msg(p == NULL, "kvtierd log holds a sanitizer report (%s):\n%.*s", bad[i],
+                      LOG_EXCERPT, p != NULL ? (p > log + 200 ? p - 200 : log) : "");
+    }
+    free(log);
+}
+
+void harness_stop(harness_t **hp)
+{
+    harness_t *h = *hp;
+    int64_t deadline;
+    int wst = 0;
+    pid_t r;
+
+    if (h == NULL)
+        return;
+    ck_assert_msg(h->pid > 0, "harness_stop on a daemon that is not running");
+    ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
+    deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
+    while ((r = waitpid(h->pid, &wst, WNOHANG)) == 0 && harness_now_ms() < deadline)
+        pause_ms(POLL_PAUSE_MS);
+    if (r == 0) {
+        char *log = read_log(h->log_path);
+        kill(h->pid, SIGKILL);
+        waitpid(h->pid, NULL, 0);
+        ck_abort_msg("kvtierd did not exit within %d ms of SIGTERM; log:\n%s", HARNESS_DEADLINE_MS,
+                     log_tail(log));
+    }
+    h->pid = 0;
+    check_log_clean(h);
+    if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+        char *log = read_log(h->log_path);
+        ck_abort_msg("kvtierd exit: %s %d (want exit 0); log:\n%s",
+                     WIFEXITED(wst) ? "status" : "signal",
+                     WIFEXITED(wst) ? WEXITSTATUS(wst) : WTERMSIG(wst), log_tail(log));
+    }
+    harness_free(hp);
+}
+
+void harness_kill9(harness_t *h)
+{
+    ck_assert_msg(h->pid > 0, "harness_kill9 on a daemon that is not running");
+    ck_assert_int_eq(kill(h->pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(h->pid, NULL, 0), h->pid);
+    h->pid = 0;
+}
+
+void harness_free(harness_t **hp)
+{
+    harness_t *h = *hp;
+
+    if (h == NULL)
+        return;
+    if (h->pid > 0) {
+        kill(h->pid, SIGKILL);
+        waitpid(h->pid, NULL, 0);
+    }
+    check_rmtree(h->dir);
+    free(h);
+    *hp = NULL;
+}
+
+int harness_http(const char *sock_path, const char *method, const char *path, int *code,
+                 char *content_type, size_t ct_cap, char **body)
+{
+    tool_http_reply_t r;
+
+    if (tool_http_request(sock_path, method, path, HTTP_IO_TIMEOUT_MS, &r) != 0)
+        return -1;
+    *code = r.code;
+    if (content_type != NULL && ct_cap > 0)
+        snprintf(content_type, ct_cap, "%s", r.content_type);
+    *body = r.body;
+    return 0;
+}
+
+json_t *harness_status(const harness_t *h)
+{
+    json_error_t jerr;
+    json_t *st;
+    char *body = NULL;
+    int code = 0;
+
+    if (harness_http(h->status_path, "GET", "/status", &code, NULL, 0, &body) != 0)
+        return NULL;
+    if (code != 200) {
+        free(body);
+        return NULL;
+    }
+    st = json_loads(body, 0, &jerr);
+    ck_assert_msg(st != NULL && json_is_object(st), "GET /status body is not a JSON object: %s",
+                  jerr.text);
+    free(body);
+    return st;
+}
+
+int64_t harness_jint(json_t *status, const char *dotted)
+{
+    json_t *v = tool_json_path(status, dotted);
+
+    ck_assert_msg(json_is_integer(v), "status.%s is missing or not an integer", dotted);
+    return (int64_t)json_integer_value(v);
+}
+
+int64_t harness_stat(const harness_t *h, const char *dotted)
+{
+    json_t *st = harness_status(h);
+    int64_t v;
+
+    ck_assert_msg(st != NULL, "GET /status did not answer");
+    v = harness_jint(st, dotted);
+    json_decref(st);
+    return v;
+}
+
+json_t *harness_wait_status(const harness_t *h, harness_pred_fn pred, void *arg, int timeout_ms)
+{
+    int64_t deadline = harness_now_ms() + timeout_ms;
+
+    for (;;) {
+        json_t *st = harness_status(h);
+        if (st != NULL && pred(st, arg))
+            return st;
+        json_decref(st);
+        if (harness_now_ms() > deadline)
+            return NULL;
+        pause_ms(POLL_PAUSE_MS);
+    }
+}
+
+int harness_pred_int_eq(json_t *status, void *arg)
+{
+    const harness_int_eq_t *e = arg;
+    json_t *v = tool_json_path(status, e->path);
+
+    return json_is_integer(v) && json_integer_value(v) == e->value;
+}
+
+kvt_ns_desc_t harness_ns_desc(const char *model, uint32_t world, int mla, uint32_t num_layers)
+{
+    kvt_ns_desc_t d = {
+        .model = model,
+        .dtype = "bf16",
+        .chunk_tokens = 16,
+        .num_layers = num_layers,
+        .num_kv_heads = 8,
+        .head_dim = 128,
+        .world_size = world,
+        .mla = mla,
+        .hash_seed = 0,
+        .tenant = NULL,
+    };
+    return d;
+}
+
+kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t world, int mla,
+                             uint32_t rank)
+{
+    kvt_ns_desc_t d = harness_ns_desc(model, world, mla, 32);
+    kvt_connect_opts_t o = {.timeout_ms = 5000};
+    kvt_client_t *c = NULL;
+    int rc = kvt_connect(h->endpoint, &d, rank, &o, &c);
+
+    ck_assert_msg(rc == 0, "kvt_connect(%s, %s, rank %u/%u): %s", h->endpoint, model, rank, world,
+                  kvt_strerror(rc));
+    ck_assert_ptr_nonnull(c);
+    return c;
+}
+
+void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n)
+{
+    size_t ntok = n * 16;
+    uint32_t *tok = malloc(ntok * sizeof *tok);
+
+    ck_assert_ptr_nonnull(tok);
+    for (size_t i = 0; i < ntok; i++)
+        tok[i] = (seed << 20) + (uint32_t)i;
+    ck_assert_uint_eq(kvt_hash_chain(tok, ntok, 16, NULL, out, n), n);
+    free(tok);
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void harness_fill(void *buf, size_t len, uint32_t rank, uint64_t key)
+{
+    uint64_t s = key * 0x100000001b3ull ^ ((uint64_t)rank << 48) ^ len;
+    uint8_t *b = buf;
+
+    for (size_t i = 0; i < len; i += 8) {
+        uint64_t v = splitmix(&s);
+        size_t k = len - i < 8 ? len - i : 8;
+        memcpy(b + i, &v, k);
+    }
+}
+
+int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key)
+{
+    uint8_t *want = malloc(len ? len : 1);
+    int ok;
+
+    ck_assert_ptr_nonnull(want);
+    harness_fill(want, len, rank, key);
+    ok = memcmp(want, buf, len) == 0;
+    free(want);
+    return ok;
+}
+
+/* --- raw ZeroMQ peers --- */
+
+void *harness_raw_open(void *ctx, const char *endpoint, int rcv_timeout_ms)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+
+    ck_assert_ptr_nonnull(s);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv_timeout_ms, sizeof rcv_timeout_ms);
+    ck_assert_int_eq(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+int harness_raw_send(void *s, const kvt_frame_t *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (zmq_send(s, f[i].data, f[i].len, i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+            return -1;
+    return 0;
+}
+
+/* Receives one multipart message; returns 0, or -1 on timeout / too many frames. */
+int harness_raw_recv(void *s, harness_raw_msg_t *m)
+{
+    int more = 1;
+
+    m->n = 0;
+    while (more) {
+        size_t sz = sizeof more;
+        if (m->n == HARNESS_RAW_MAX_FRAMES)
+            return -1;
+        zmq_msg_init(&m->part[m->n]);
+        if (zmq_msg_recv(&m->part[m->n], s, 0) < 0) {
+            zmq_msg_close(&m->part[m->n]);
+            return -1;
+        }
+        m->f[m->n].data = zmq_msg_data(&m->part[m->n]);
+        m->f[m->n].len = zmq_msg_size(&m->part[m->n]);
+        m->n++;
+        zmq_getsockopt(s, ZMQ_RCVMORE, &more, &sz);
+    }
+    return 0;
+}
+
+void harness_raw_msg_close(harness_raw_msg_t *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        zmq_msg_close(&m->part[i]);
+    m->n = 0;
+}
+
+/* Decodes a reply; asserts it is well-formed. */
+void harness_raw_decode(const harness_raw_msg_t *m, kvt_msg_t *out)
+{
+    kvt_limits_t lim = {.max_hashes = 65536, .max_payload_bytes = 64u << 20};
+    int rc = kvt_msg_decode(m->f, m->n, &lim, out);
+
+    ck_assert_msg(rc == 0, "the daemon's reply does not decode: %s", kvt_wire_strerror(rc));
+}
+
+size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint16_t rank)
+{
+    kvt_msg_t m;
+
+    memset(&m, 0, sizeof m);
+    m.hdr.version = 1; /* raw peers speak protocol 1: they are the old clients (harness.h) */
+    m.hdr.type = (uint8_t)type;
+    m.hdr.req_id = rid;
+    m.hdr.ns_id = ns;
+    if (type == KVT_MSG_LOOKUP)
+        m.u.lookup.rank = rank;
+    else if (type == KVT_MSG_SAVE_BEGIN || type == KVT_MSG_SAVE_DATA ||
+             type == KVT_MSG_SAVE_RESERVE || type == KVT_MSG_SAVE_COMMIT)
+        m.u.save.rank = rank;
+    else if (type == KVT_MSG_RELEASE)
+        m.u.release.rank = rank;
+    else if (type == KVT_MSG_LOAD)
+        m.u.load.rank = rank;
+    return kvt_head_encode(buf, 128, &m);
+}
+
+size_t harness_raw_hello_head(uint8_t *buf, uint64_t fp, uint16_t rank, uint16_t world,
+                              uint64_t rid)
+{
+    kvt_msg_t m;
+
+    memset(&m, 0, sizeof m);
+    m.hdr.version = 1;
+    m.hdr.type = KVT_MSG_HELLO;
+    m.hdr.req_id = rid;
+    m.u.hello.layout_fp = fp;
+    m.u.hello.chunk_tokens = 16;
+    m.u.hello.rank = rank;
+    m.u.hello.world = world;
+    return kvt_head_encode(buf, 128, &m);
+}
+
+/* HELLO on a raw socket; returns the ns_id of HELLO_OK, or fails the test. */
+uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
+                           uint64_t rid)
+{
+    uint8_t head[128];
+    kvt_msg_t m;
+    harness_raw_msg_t r;
+    kvt_frame_t f[2];
+
+    f[0].data = head;
+    f[0].len = harness_raw_hello_head(head, fp, rank, world, rid);
+    f[1].data = model;
+    f[1].len = strlen(model);
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+    ck_assert_msg(harness_raw_recv(s, &r) == 0, "no reply to HELLO");
+    harness_raw_decode(&r, &m);
+    ck_assert_int_eq(m.hdr.type, KVT_MSG_HELLO_OK);
+    ck_assert_uint_eq(m.hdr.req_id, rid);
+    harness_raw_msg_close(&r);
+    return m.u.hello_ok.ns_id;
+}

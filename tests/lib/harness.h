@@ -1,0 +1,143 @@
+/*
+ * harness.h - runs the real kvtierd binary for integration tests.
+ *
+ * harness_start() creates a fresh directory (mkdtemp, under the run's scratch directory of
+ * check_main.h, else /tmp; short paths so that ipc and Unix socket paths stay under 100 bytes),
+ * writes a small JSON config there (memfd arena, endpoint ipc://<dir>/kvt.zmq, status socket
+ * <dir>/status.sock), starts kvtierd with stderr in <dir>/kvtierd.log and waits, polling GET
+ * /status with a deadline, until it answers. harness_stop() sends SIGTERM, waits for exit status 0
+ * and fails the test if the log holds a sanitizer report. The daemon is started with
+ * PR_SET_PDEATHSIG so that a test that fails (Check's forked child _exit()s) never leaves a daemon
+ * behind.
+ *
+ * Failures inside the harness are Check assertion failures: call these only from a test
+ * function (the forked test process). Not thread-safe; one thread per test.
+ */
+#ifndef KVT_TEST_HARNESS_H
+#define KVT_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include <zmq.h>
+
+#include "kvt_proto.h"
+#include "kvtier.h"
+
+#define HARNESS_DEADLINE_MS 10000
+
+typedef struct {
+    uint64_t capacity_bytes;  /* 0: 4 MiB */
+    uint64_t max_chunk_bytes; /* 0: 256 KiB */
+    uint32_t lease_ms;        /* 0: 30000 */
+    const char *extra_json;   /* NULL, or a JSON object deep-merged over the generated config */
+} harness_opts_t;
+
+typedef struct {
+    char dir[96];
+    char endpoint[128];    /* "ipc://<dir>/kvt.zmq" */
+    char status_path[128]; /* "<dir>/status.sock" */
+    char config_path[128];
+    char log_path[128];
+    pid_t pid;
+    uint64_t capacity_bytes;
+    uint64_t max_chunk_bytes;
+    uint32_t lease_ms;
+} harness_t;
+
+/* Starts a daemon (opts may be NULL) and returns once GET /status answers. Never NULL. */
+harness_t *harness_start(const harness_opts_t *opts);
+
+/* SIGTERM, wait, assert exit status 0 and a log free of sanitizer reports, remove the
+ * directory, free *h and set it to NULL. */
+void harness_stop(harness_t **h);
+
+/* SIGKILL the daemon and reap it; the harness stays valid (paths remain) until harness_free(). */
+void harness_kill9(harness_t *h);
+
+/* Removes the directory and frees a harness whose daemon was killed; sets *h to NULL. */
+void harness_free(harness_t **h);
+
+/* One HTTP/1.0 request on a Unix socket (tool_http_request, bounded by 3 s). Returns 0 and fills
+ * *code, *body (malloc'd, NUL terminated, owned by the caller) and content_type (may be NULL) or
+ * -1 if the socket does not answer a complete response. */
+int harness_http(const char *sock_path, const char *method, const char *path, int *code,
+                 char *content_type, size_t ct_cap, char **body);
+
+/* GET /status parsed: a new reference, or NULL if the daemon does not answer. */
+json_t *harness_status(const harness_t *h);
+
+/* Integer at a dotted path ("ram.used_bytes", "server.errors.malformed") of a status object;
+ * fails the test if the member is missing or not an integer. */
+int64_t harness_jint(json_t *status, const char *dotted);
+
+/* Same, fetching a fresh status first. */
+int64_t harness_stat(const harness_t *h, const char *dotted);
+
+/* Polls GET /status until pred(status, arg) returns non-zero or timeout_ms passes. Returns the
+ * matching status (new reference) or NULL on timeout. */
+typedef int (*harness_pred_fn)(json_t *status, void *arg);
+json_t *harness_wait_status(const harness_t *h, harness_pred_fn pred, void *arg, int timeout_ms);
+
+/* Predicate argument for harness_pred_int_eq: the integer at path equals value. */
+typedef struct {
+    const char *path;
+    int64_t value;
+} harness_int_eq_t;
+int harness_pred_int_eq(json_t *status, void *arg);
+
+/* Connects a client (asserts success). world/mla/model describe the namespace; the other
+ * descriptor fields are fixed test values (chunk_tokens 16). */
+kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t world, int mla,
+                             uint32_t rank);
+
+/* The descriptor harness_client() uses; num_layers distinguishes layouts of one model. */
+kvt_ns_desc_t harness_ns_desc(const char *model, uint32_t world, int mla, uint32_t num_layers);
+
+/* n chained hashes of the synthetic prompt identified by seed (kvt_hash_chain over tokens
+ * seed * 2^20 + i, chunk_tokens 16). Different seeds give unrelated chains. */
+void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n);
+
+/* Fills buf with a deterministic pattern of (rank, key); harness_check_fill() returns 1 when
+ * buf holds exactly that pattern. */
+void harness_fill(void *buf, size_t len, uint32_t rank, uint64_t key);
+int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key);
+
+/* Monotonic milliseconds. */
+int64_t harness_now_ms(void);
+
+/* --- raw ZeroMQ peers, for malformed or partial exchanges the library would never send ---
+ * Their heads are protocol 1: the raw tests are also the proof that a protocol 1 client keeps
+ * working against this daemon (libkvtier itself speaks protocol 2). */
+
+#define HARNESS_RAW_MAX_FRAMES 8
+
+typedef struct {
+    size_t n;
+    zmq_msg_t part[HARNESS_RAW_MAX_FRAMES];
+    kvt_frame_t f[HARNESS_RAW_MAX_FRAMES];
+} harness_raw_msg_t;
+
+/* A DEALER connected to endpoint with a receive timeout (asserts success). */
+void *harness_raw_open(void *ctx, const char *endpoint, int rcv_timeout_ms);
+/* Sends n frames as one message: 0 or -1. */
+int harness_raw_send(void *s, const kvt_frame_t *f, size_t n);
+/* Receives one multipart message: 0, or -1 on timeout / more than HARNESS_RAW_MAX_FRAMES. */
+int harness_raw_recv(void *s, harness_raw_msg_t *m);
+void harness_raw_msg_close(harness_raw_msg_t *m);
+/* Decodes a reply; asserts it is well-formed. */
+void harness_raw_decode(const harness_raw_msg_t *m, kvt_msg_t *out);
+/* Encodes a head of type with req_id rid, ns_id ns and rank (where the type has one) into buf
+ * (128 bytes); returns its size. */
+size_t harness_raw_head(uint8_t *buf, int type, uint64_t rid, uint32_t ns, uint16_t rank);
+/* Encodes the head of a HELLO (chunk_tokens 16) into buf (128 bytes); returns its size. */
+size_t harness_raw_hello_head(uint8_t *buf, uint64_t fp, uint16_t rank, uint16_t world,
+                              uint64_t rid);
+/* HELLO on a raw socket (chunk_tokens 16); returns the ns_id of HELLO_OK or fails the test. */
+uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
+                           uint64_t rid);
+
+#endif /* KVT_TEST_HARNESS_H */

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# bench_disk_smoke.sh KVTIERD KVTIER_BENCH - a short run of `kvtier-bench --disk-dir` against a
+# real kvtierd with a 32 MiB RAM tier in a /dev/shm arena and a disk tier in a temp dir: 64
+# chunks of 1 MiB of bf16 data must demote; every figure of the report (raw baseline, kvtier
+# disk write and read, compression, lookups idle and while writing) is present and > 0, the
+# oldest chunks were loaded back from disk and verified byte-exact, the baseline file is gone,
+# a daemon without a disk tier is refused (exit 2), and kvtierd stops cleanly on SIGTERM (exit
+# 0, no sanitizer report).
+set -euo pipefail
+
+kvtierd=${1:?usage: bench_disk_smoke.sh KVTIERD KVTIER_BENCH}
+bench=${2:?usage: bench_disk_smoke.sh KVTIERD KVTIER_BENCH}
+# shellcheck source=../lib/testlib.sh
+source "$(dirname "$0")/../lib/testlib.sh"
+testlib_init kvtdisk jq curl
+arena=/dev/shm/kvtier-disk-smoke.$$.$RANDOM.arena
+testlib_files+=("$arena")
+testlib_logs+=(bench.err)
+
+server="\"server\": {\"endpoint\": \"ipc://$dir/kvt.zmq\", \"status_socket\": \"$dir/status.sock\"}"
+ram="\"ram\": {\"capacity_bytes\": \"32MiB\", \"arena_path\": \"$arena\", \"max_chunk_bytes\": \"1MiB\"}"
+cat >"$dir/disk.json" <<JSON
+{$server, $ram,
+ "disk": {"enabled": true, "dir": "$dir/disk", "capacity_bytes": "256MiB",
+          "segment_bytes": "16MiB", "write_buffer_bytes": "16MiB"},
+ "log": {"level": "info"}}
+JSON
+cat >"$dir/ram.json" <<JSON
+{$server, $ram, "log": {"level": "info"}}
+JSON
+
+# A daemon without a disk tier: disk mode refuses with a message (exit 2).
+testlib_start_daemon "$kvtierd" "$dir/ram.json" "$dir/status.sock"
+mkdir -p "$dir/disk"
+set +e
+"$bench" -c "$dir/ram.json" --disk-dir "$dir/disk" --chunk-bytes 1MiB --chunks 64 \
+    >/dev/null 2>"$dir/bench.err"
+rc=$?
+set -e
+((rc == 2)) || fail "disk mode against a daemon without a disk tier: exit $rc, want 2"
+grep -q 'disk tier is off' "$dir/bench.err" || fail "no 'disk tier is off' message"
+testlib_stop_daemon
+
+testlib_start_daemon "$kvtierd" "$dir/disk.json" "$dir/status.sock"
+"$bench" -c "$dir/disk.json" --disk-dir "$dir/disk" --data bf16 --chunk-bytes 1MiB --chunks 64 \
+    --lookups 100 --prompt-chunks 32 --json >"$dir/bench.json" 2>"$dir/bench.err" ||
+    fail "kvtier-bench --disk-dir exited $?"
+
+out=$dir/bench.json
+check() { expect_jq "$1" "$2" "$out" "$3"; } # description jq-filter jq-filter-to-show
+pos() { # description path: a number > 0
+    check "$1" "$2 | type == \"number\" and . > 0" "$2"
+}
+check "mode" '.mode == "disk" and .data == "bf16"' '{mode, data}'
+check "filesystem named" '.disk.filesystem | type == "string" and . != "unknown"' '.disk'
+check "same filesystem as disk.dir" '.disk.same_filesystem == true' '.disk'
+for p in write write_no_sync read_cached read; do
+    pos "raw $p GB/s" ".disk.raw.$p.gbps"
+done
+check "raw bytes" '.disk.raw.bytes == 67108864' '.disk.raw'
+check "page cache flag" '.disk.raw.read.page_cache_may_have_served | type == "boolean"' \
+    '.disk.raw.read'
+for f in gbps_raw gbps_stored gbps_written raw_bytes stored_bytes demotions records_written \
+    compression_ratio; do
+    pos "write $f" ".disk.write.$f"
+done
+check "every save stored" '.disk.write.outcomes.stored == 64' '.disk.write.outcomes'
+check "refusals counted" '.disk.write.demotions_refused | type == "number" and . >= 0' \
+    '.disk.write'
+pos "read GB/s" '.disk.read.gbps'
+pos "read disk hits" '.disk.read.disk_hits'
+pos "read verified" '.disk.read.verified'
+check "every disk hit verified" '.disk.read.verified == .disk.read.disk_hits' '.disk.read'
+check "loads add up" '.disk.read.verified + .disk.read.misses == .disk.read.chunks' '.disk.read'
+# auto compression yields to throughput when the write buffer is behind (disk.flushes_raw), so
+# under load only some batches are compressed: the first, small batch always is.
+check "bf16 compresses in the daemon" '.disk.compression.daemon_ratio < 1.0' '.disk.compression'
+for c in shuffle_lz4 lz4; do
+    for f in ratio compress_mbps decompress_mbps; do
+        pos "$c $f" ".disk.compression.$c.$f"
+    done
+done
+check "shuffle helps bf16" \
+    '.disk.compression.shuffle_lz4.ratio < .disk.compression.lz4.ratio' '.disk.compression'
+for ph in idle writing; do
+    pos "lookups $ph calls" ".disk.lookup.$ph.calls"
+    pos "lookups $ph p50" ".disk.lookup.$ph.p50_us"
+    pos "lookups $ph p99" ".disk.lookup.$ph.p99_us"
+done
+check "idle lookups" '.disk.lookup.idle.calls == 100' '.disk.lookup.idle'
+leftover=$(find "$dir/disk" -name 'kvtier-bench-*' | wc -l)
+((leftover == 0)) || fail "the raw baseline file was left in $dir/disk"
+
+testlib_stop_daemon
+testlib_no_sanitizer_report "$dir/bench.err"
+echo "bench_disk_smoke: ok ($(jq -c '{w: .disk.write.gbps_raw, r: .disk.read.gbps,
+    refused: .disk.write.demotions_refused}' "$out"))"

@@ -1,0 +1,462 @@
+/*
+ * test_store.c - unit tests of the chunk index (index.c) and the store's prefix semantics,
+ * eviction order and capacity (store.c over a real memfd arena).
+ *
+ * Hashes are built as (chain, position) so a test can tell from any stored entry which chain
+ * and position it belongs to and check that no stored chunk ever lacks its predecessor.
+ */
+#include "check_main.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "index.h"
+#include "ns.h"
+#include "store.h"
+
+static kvt_wire_hash_t H(uint32_t chain, uint32_t pos)
+{
+    kvt_wire_hash_t h;
+
+    memset(&h, 0, sizeof h);
+    memcpy(h.b, &chain, 4);
+    memcpy(h.b + 4, &pos, 4);
+    h.b[15] = 0xa5;
+    return h;
+}
+
+static uint32_t chain_of(const kvt_wire_hash_t *h)
+{
+    uint32_t c;
+    memcpy(&c, h->b, 4);
+    return c;
+}
+
+static uint32_t pos_of(const kvt_wire_hash_t *h)
+{
+    uint32_t p;
+    memcpy(&p, h->b + 4, 4);
+    return p;
+}
+
+/* Adds chain c of n entries to ix; returns the last entry. */
+static index_entry_t *add_chain(index_t *ix, uint32_t c, uint32_t n)
+{
+    index_entry_t *prev = NULL;
+
+    for (uint32_t i = 0; i < n; i++) {
+        kvt_wire_hash_t h = H(c, i);
+        prev = index_add(ix, 1, 0, &h, prev, false, (uint64_t)c * 100 + i, 10);
+        ck_assert_ptr_nonnull(prev);
+    }
+    return prev;
+}
+
+START_TEST(index_add_find_remove)
+{
+    index_t *ix = index_new();
+    kvt_wire_hash_t h0 = H(1, 0), h1 = H(1, 1);
+    index_entry_t *e0, *e1;
+
+    add_chain(ix, 1, 2);
+    ck_assert_uint_eq(index_count(ix), 2);
+    e0 = index_find(ix, 1, 0, &h0);
+    e1 = index_find(ix, 1, 0, &h1);
+    ck_assert_ptr_nonnull(e0);
+    ck_assert_ptr_eq(e1->parent, e0);
+    ck_assert_uint_eq(e0->nchildren, 1);
+    ck_assert_ptr_null(index_find(ix, 2, 0, &h0)); /* other namespace */
+    ck_assert_ptr_null(index_find(ix, 1, 1, &h0)); /* other rank */
+    ck_assert_int_eq(index_check(ix), 0);
+    /* only the tail is a victim */
+    ck_assert_ptr_eq(index_victim(ix, 0, 16), e1);
+    index_remove(ix, e1);
+    ck_assert_uint_eq(e0->nchildren, 0);
+    ck_assert_ptr_eq(index_victim(ix, 0, 16), e0);
+    ck_assert_int_eq(index_check(ix), 0);
+    index_remove(ix, e0);
+    ck_assert_uint_eq(index_count(ix), 0);
+    ck_assert_ptr_null(index_victim(ix, 0, 16));
+    index_destroy(&ix);
+    ck_assert_ptr_null(ix);
+}
+END_TEST
+
+START_TEST(index_grows)
+{
+    index_t *ix = index_new();
+
+    for (uint32_t c = 0; c < 5000; c++)
+        add_chain(ix, c, 1);
+    ck_assert_uint_eq(index_count(ix), 5000);
+    for (uint32_t c = 0; c < 5000; c++) {
+        kvt_wire_hash_t h = H(c, 0);
+        ck_assert_ptr_nonnull(index_find(ix, 1, 0, &h));
+    }
+    index_destroy(&ix);
+}
+END_TEST
+
+/* Chains A (1) and B (2) of 3 chunks; B touched last: evictions eat A from its tail, then B. */
+START_TEST(eviction_order_tails_of_lru_chain)
+{
+    index_t *ix = index_new();
+    uint32_t expect[][2] = {{1, 2}, {1, 1}, {1, 0}, {2, 2}, {2, 1}, {2, 0}};
+
+    add_chain(ix, 1, 3);
+    add_chain(ix, 2, 3);
+    for (uint32_t i = 0; i < 3; i++) { /* a lookup of B walks B from its head */
+        kvt_wire_hash_t h = H(2, i);
+        index_touch(ix, index_find(ix, 1, 0, &h));
+    }
+    for (size_t k = 0; k < 6; k++) {
+        index_entry_t *v = index_victim(ix, 0, 64);
+        ck_assert_ptr_nonnull(v);
+        ck_assert_uint_eq(chain_of(&v->hash), expect[k][0]);
+        ck_assert_uint_eq(pos_of(&v->hash), expect[k][1]);
+        index_remove(ix, v);
+        ck_assert_int_eq(index_check(ix), 0);
+    }
+    index_destroy(&ix);
+}
+END_TEST
+
+/* A shared prefix stays while any branch needs it; an exposed parent keeps its recency. */
+START_TEST(eviction_shared_prefix)
+{
+    index_t *ix = index_new();
+    kvt_wire_hash_t p = H(1, 0), b1 = H(1, 1), c1 = H(3, 1), x = H(9, 0);
+    index_entry_t *root, *a, *b, *other;
+
+    root = index_add(ix, 1, 0, &p, NULL, false, 0, 10);
+    a = index_add(ix, 1, 0, &b1, root, false, 1, 10);
+    b = index_add(ix, 1, 0, &c1, root, false, 2, 10);
+    other = index_add(ix, 1, 0, &x, NULL, false, 3, 10);
+    ck_assert_uint_eq(root->nchildren, 2);
+    /* touch root and branch b (a lookup through b) after `other` */
+    index_touch(ix, root);
+    index_touch(ix, b);
+    ck_assert_ptr_eq(index_victim(ix, 0, 64), a);
+    index_remove(ix, a);
+    ck_assert_ptr_eq(index_victim(ix, 0, 64), other); /* root is not a leaf yet */
+    index_remove(ix, other);
+    ck_assert_ptr_eq(index_victim(ix, 0, 64), b);
+    index_remove(ix, b);
+    ck_assert_ptr_eq(index_victim(ix, 0, 64), root);
+    ck_assert_int_eq(index_check(ix), 0);
+    index_destroy(&ix);
+}
+END_TEST
+
+START_TEST(lease_blocks_eviction_and_expires)
+{
+    index_t *ix = index_new();
+    index_entry_t *a = add_chain(ix, 1, 1), *b = add_chain(ix, 2, 1);
+
+    index_lease(a, 1000, 500);
+    ck_assert_uint_eq(a->lease_until_ms, 1500);
+    index_lease(a, 1400, 500); /* a repeated lease does not extend */
+    ck_assert_uint_eq(a->lease_until_ms, 1500);
+    ck_assert_ptr_eq(index_victim(ix, 1200, 64), b);
+    ck_assert_ptr_eq(index_victim(ix, 1500, 64), a); /* expired at 1500 */
+    index_lease(a, 1600, 500);                       /* after expiry a new lease starts */
+    ck_assert_uint_eq(a->lease_until_ms, 2100);
+    a->lease_until_ms = 0;
+    a->pins = 1;
+    ck_assert_ptr_eq(index_victim(ix, 1200, 64), b);
+    a->pins = 0;
+    index_destroy(&ix);
+}
+END_TEST
+
+START_TEST(orphan_goes_first)
+{
+    index_t *ix = index_new();
+    kvt_wire_hash_t o = H(5, 3);
+    index_entry_t *e;
+
+    add_chain(ix, 1, 2);
+    e = index_add(ix, 1, 0, &o, NULL, true, 0, 10);
+    ck_assert_uint_eq(e->flags & INDEX_F_ORPHAN, INDEX_F_ORPHAN);
+    ck_assert_ptr_eq(index_victim(ix, 0, 64), e);
+    index_destroy(&ix);
+}
+END_TEST
+
+/* --- store --- */
+
+typedef struct {
+    config_t cfg;
+    ns_table_t *nst;
+    store_t *st;
+    ns_t *ns;
+} fixture_t;
+
+static void fixture_init(fixture_t *f, uint64_t capacity, uint16_t world, bool replicated)
+{
+    gates_cfg_t g;
+
+    config_defaults(&f->cfg);
+    f->cfg.ram.capacity_bytes = capacity;
+    f->cfg.ram.arena_path[0] = '\0';
+    f->cfg.ram.max_chunk_bytes = capacity;
+    f->cfg.ram.lease_ms = 1000;
+    g = f->cfg.gates;
+    f->nst = ns_table_new();
+    ck_assert_ptr_nonnull(f->nst);
+    ck_assert_int_eq(ns_declare(f->nst,
+                                &(ns_ident_t){.model = "m",
+                                              .model_len = 1,
+                                              .fingerprint = 42,
+                                              .world = world,
+                                              .replicated = replicated,
+                                              .chunk_tokens = 16},
+                                &g, &f->ns),
+                     0);
+    ck_assert_int_eq(store_new(&f->cfg, f->nst, &f->st), 0);
+}
+
+static void fixture_fini(fixture_t *f)
+{
+    store_destroy(&f->st);
+    ns_table_destroy(&f->nst);
+}
+
+/* Saves positions [from, from+n) of chain c with payload bytes derived from (c, pos, rank). */
+static void save_chain(fixture_t *f, uint16_t rank, uint32_t c, uint32_t from, uint32_t n,
+                       size_t len, uint64_t now, uint8_t *status)
+{
+    kvt_wire_hash_t h[64], parent = H(c, from - 1);
+    kvt_frame_t pl[64];
+    uint8_t *buf = malloc(len * n);
+
+    ck_assert_uint_le(n, 64);
+    for (uint32_t i = 0; i < n; i++) {
+        h[i] = H(c, from + i);
+        memset(buf + i * len, (int)(c * 31 + (from + i) * 7 + rank), len);
+        pl[i].data = buf + i * len;
+        pl[i].len = len;
+    }
+    store_save(f->st, f->ns, rank, from > 0 ? &parent : NULL, h, n, pl, now, status);
+    free(buf);
+}
+
+static uint32_t lookup_chain(fixture_t *f, uint16_t rank, uint32_t c, uint32_t n)
+{
+    kvt_wire_hash_t h[64];
+
+    for (uint32_t i = 0; i < n; i++)
+        h[i] = H(c, i);
+    return store_lookup(f->st, f->ns, rank, h, n, false, 0);
+}
+
+START_TEST(store_prefix_semantics)
+{
+    fixture_t f;
+    uint8_t st[4];
+    kvt_wire_hash_t h2 = H(1, 2);
+    uint64_t len;
+
+    fixture_init(&f, 1 << 20, 1, false);
+    save_chain(&f, 0, 1, 0, 2, 100, 0, st); /* chunks 0, 1 */
+    ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+    save_chain(&f, 0, 1, 3, 1, 100, 0, st); /* chunk 3 with parent 2 (absent) */
+    ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+    ck_assert_uint_eq(lookup_chain(&f, 0, 1, 4), 2);
+    ck_assert_ptr_null(store_load(f.st, f.ns, 0, &h2, &len));
+    save_chain(&f, 0, 1, 0, 2, 100, 0, st);
+    ck_assert_int_eq(st[0], KVT_CHUNK_EXISTS);
+    ck_assert_int_eq(st[1], KVT_CHUNK_EXISTS);
+    ck_assert_int_eq(store_check(f.st), 0);
+    ck_assert_uint_eq(f.ns->chunks, 3);
+    ck_assert_uint_eq(f.ns->bytes, 300);
+    fixture_fini(&f);
+}
+END_TEST
+
+START_TEST(store_ranks_and_all_ranks_min)
+{
+    fixture_t f;
+    uint8_t st[8];
+    kvt_wire_hash_t h[8];
+    uint32_t hits[4];
+
+    fixture_init(&f, 1 << 20, 4, false);
+    for (uint16_t r = 0; r < 4; r++)
+        save_chain(&f, r, 7, 0, (uint32_t)(2 + r), 64, 0, st);
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(7, i);
+    ck_assert_uint_eq(store_lookup_all(f.st, f.ns, h, 8, false, 0, hits), 2);
+    for (uint16_t r = 0; r < 4; r++) {
+        ck_assert_uint_eq(hits[r], 2u + r);
+        ck_assert_uint_eq(lookup_chain(&f, r, 7, 8), 2u + r);
+    }
+    /* byte-exact per rank */
+    for (uint16_t r = 0; r < 4; r++) {
+        uint64_t len = 0;
+        const uint8_t *p = store_load(f.st, f.ns, r, &h[1], &len);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_uint_eq(len, 64);
+        ck_assert_uint_eq(p[0], (uint8_t)(7 * 31 + 1 * 7 + r));
+        ck_assert_uint_eq(p[63], (uint8_t)(7 * 31 + 1 * 7 + r));
+    }
+    fixture_fini(&f);
+}
+END_TEST
+
+START_TEST(store_replicated_one_copy)
+{
+    fixture_t f;
+    uint8_t st[4];
+    kvt_wire_hash_t h0 = H(3, 0);
+    uint32_t hits[2];
+    uint64_t len;
+
+    fixture_init(&f, 1 << 20, 2, true);
+    save_chain(&f, 0, 3, 0, 2, 50, 0, st);
+    save_chain(&f, 1, 3, 0, 2, 50, 0, st);
+    ck_assert_int_eq(st[0], KVT_CHUNK_EXISTS);
+    ck_assert_uint_eq(f.ns->chunks, 2);
+    ck_assert_ptr_nonnull(store_load(f.st, f.ns, 1, &h0, &len));
+    ck_assert_uint_eq(lookup_chain(&f, 1, 3, 2), 2);
+    kvt_wire_hash_t h[2] = {H(3, 0), H(3, 1)};
+    ck_assert_uint_eq(store_lookup_all(f.st, f.ns, h, 2, false, 0, hits), 2);
+    ck_assert_uint_eq(hits[1], 2);
+    fixture_fini(&f);
+}
+END_TEST
+
+/* Random chained saves at 3x capacity: used never exceeds capacity, and every stored chunk at
+ * position p > 0 has its predecessor stored (no orphaned suffix ever). */
+static void check_no_orphan(const index_entry_t *e, void *arg)
+{
+    (void)arg;
+    if (pos_of(&e->hash) > 0) {
+        ck_assert_ptr_nonnull(e->parent);
+        ck_assert_uint_eq(pos_of(&e->parent->hash), pos_of(&e->hash) - 1);
+        ck_assert_uint_eq(chain_of(&e->parent->hash), chain_of(&e->hash));
+    }
+}
+
+START_TEST(store_fill_3x_no_orphans)
+{
+    fixture_t f;
+    uint8_t st[64];
+    uint64_t saved = 0, cap = 1 << 20;
+    uint32_t seed = 12345;
+
+    fixture_init(&f, cap, 1, false);
+    for (uint32_t c = 1; saved < 3 * cap; c++) {
+        uint32_t n = 1 + (seed = seed * 1103515245u + 12345u) % 8;
+        size_t len = 4096 + (seed >> 8) % 20000;
+        save_chain(&f, 0, c, 0, n, len, 0, st);
+        for (uint32_t i = 0; i < n; i++)
+            ck_assert_int_eq(st[i], KVT_CHUNK_STORED);
+        saved += n * len;
+        if (c % 3 == 0) /* re-read an older chain sometimes */
+            lookup_chain(&f, 0, c / 2, 8);
+        ck_assert_uint_le(store_stats(f.st)->evictions + f.ns->chunks, 100000);
+        ck_assert_int_eq(store_check(f.st), 0);
+    }
+    ck_assert_uint_gt(store_stats(f.st)->evictions, 0);
+    {
+        store_ram_stats_t rs;
+        store_ram_stats(f.st, 0, &rs);
+        ck_assert_uint_le(rs.used_bytes, cap);
+        ck_assert_uint_le(rs.resident_bytes, cap);
+    }
+    store_foreach(f.st, check_no_orphan, NULL);
+    fixture_fini(&f);
+}
+END_TEST
+
+START_TEST(store_leased_chain_survives_pressure)
+{
+    fixture_t f;
+    uint8_t st[64];
+    kvt_wire_hash_t h[4];
+
+    fixture_init(&f, 1 << 20, 1, false);
+    save_chain(&f, 0, 1, 0, 4, 100000, 0, st);
+    for (uint32_t i = 0; i < 4; i++)
+        h[i] = H(1, i);
+    ck_assert_uint_eq(store_lookup(f.st, f.ns, 0, h, 4, true, 100), 4);
+    for (uint32_t c = 2; c < 40; c++)
+        save_chain(&f, 0, c, 0, 2, 100000, 200, st);
+    ck_assert_uint_eq(lookup_chain(&f, 0, 1, 4), 4); /* leased until 1100 */
+    for (uint32_t c = 40; c < 80; c++)
+        save_chain(&f, 0, c, 0, 2, 100000, 1200, st); /* lease expired */
+    ck_assert_uint_eq(lookup_chain(&f, 0, 1, 4), 0);
+    ck_assert_int_eq(store_check(f.st), 0);
+    fixture_fini(&f);
+}
+END_TEST
+
+START_TEST(store_nospace_when_all_leased)
+{
+    fixture_t f;
+    uint8_t st[64];
+    kvt_wire_hash_t h[8];
+
+    fixture_init(&f, 1 << 20, 1, false);
+    save_chain(&f, 0, 1, 0, 8, 131072, 0, st); /* exactly fills 1 MiB */
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(1, i);
+    ck_assert_uint_eq(store_lookup(f.st, f.ns, 0, h, 8, true, 0), 8);
+    save_chain(&f, 0, 2, 0, 1, 4096, 10, st);
+    ck_assert_int_eq(st[0], KVT_CHUNK_NOSPACE);
+    ck_assert_uint_eq(store_stats(f.st)->nospace, 1);
+    save_chain(&f, 0, 3, 0, 1, (1 << 20) + 1, 10, st); /* larger than the arena */
+    ck_assert_int_eq(st[0], KVT_CHUNK_NOSPACE);
+    ck_assert_int_eq(store_check(f.st), 0);
+    fixture_fini(&f);
+}
+END_TEST
+
+/* A save longer than the arena: chunk i-1 is pinned while i is placed, so the saved chain is
+ * never cut into orphans by its own evictions; earlier chunks of the same chain go first. */
+START_TEST(store_long_save_keeps_chain)
+{
+    fixture_t f;
+    uint8_t st[64];
+
+    fixture_init(&f, 1 << 20, 1, false);
+    save_chain(&f, 0, 1, 0, 12, 131072, 0, st);
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_int_eq(st[i], KVT_CHUNK_STORED);
+    /* chunk 8 needs room: only the leaf (chunk 7) is evictable, and it is pinned; the rest of
+     * the save is refused rather than stored as orphans */
+    for (uint32_t i = 8; i < 12; i++)
+        ck_assert_int_eq(st[i], KVT_CHUNK_NOSPACE);
+    ck_assert_int_eq(store_check(f.st), 0);
+    ck_assert_uint_eq(lookup_chain(&f, 0, 1, 12), 8);
+    fixture_fini(&f);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("store");
+    TCase *ti = tcase_create("index");
+    TCase *ts = tcase_create("store");
+
+    tcase_add_test(ti, index_add_find_remove);
+    tcase_add_test(ti, index_grows);
+    tcase_add_test(ti, eviction_order_tails_of_lru_chain);
+    tcase_add_test(ti, eviction_shared_prefix);
+    tcase_add_test(ti, lease_blocks_eviction_and_expires);
+    tcase_add_test(ti, orphan_goes_first);
+    tcase_add_test(ts, store_prefix_semantics);
+    tcase_add_test(ts, store_ranks_and_all_ranks_min);
+    tcase_add_test(ts, store_replicated_one_copy);
+    tcase_add_test(ts, store_fill_3x_no_orphans);
+    tcase_add_test(ts, store_leased_chain_survives_pressure);
+    tcase_add_test(ts, store_nospace_when_all_leased);
+    tcase_add_test(ts, store_long_save_keeps_chain);
+    suite_add_tcase(s, ti);
+    suite_add_tcase(s, ts);
+    return s;
+}
+
+const check_program_t check_program = {.suite = suite};

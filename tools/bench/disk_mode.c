@@ -1,0 +1,817 @@
+/*
+ * disk_mode.c - kvtier-bench --disk-dir: the daemon's disk tier measured beside raw file I/O and
+ * lz4 of the same chunks, in one run.
+ *
+ * Design: the chunks (more than ram.capacity_bytes, read from the status socket) are saved as
+ * chains of --chain-chunks (RAM eviction takes chain tails, so one long chain could not demote)
+ * through the primary backend, and GB/s is the status delta of disk.raw_bytes_written over the
+ * wall time from the first save to the drained write buffer; then the oldest chunks, disk-only by
+ * then, are loaded through the frames path (shared-memory loads answer from RAM only) and
+ * verified, GB/s = disk.hits delta x chunk size over the load time. Beside them in the same run:
+ * a raw sequential pwrite+fdatasync / pread of the same bytes in one file under DIR (read once
+ * from the page cache and once after posix_fadvise(DONTNEED), with mincore saying how much stayed
+ * resident), lookups from a lookup thread while the daemon is idle and while it writes, and
+ * shuffle+lz4 and plain lz4 of the same chunks measured in the bench.
+ *
+ * Threads: main thread (steps, status snapshots, raw baseline, codec, report), the rank threads
+ * (STEP_DISK_*), one lookup thread during the idle and the write phase (it owns its client and
+ * its latencies until the join). The results live in this file (one run per process).
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <lz4.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_DISK_LOOKUP_GAP_US 1000 /* disk mode: pause between two lookups */
+#define BENCH_DISK_LOOKUP_CAP 1000000 /* disk mode: latencies kept while writing */
+#define BENCH_DRAIN_POLL_US 5000      /* disk mode: status poll while the buffer drains */
+#define BENCH_DRAIN_MAX_MS 300000     /* disk mode: longest wait for the drained buffer */
+#define BENCH_STATUS_TIMEOUT_MS 5000
+
+/* The disk.* counters of status the report takes deltas of. */
+typedef enum {
+    SN_RAW,
+    SN_STORED,
+    SN_WRITTEN,
+    SN_READ,
+    SN_DEMOTED,
+    SN_CLEAN,
+    SN_REFUSED,
+    SN_LOST,
+    SN_HITS,
+    SN_MISSES,
+    SN_PROMOTED,
+    SN_EVICTED,
+    SN_RECORDS,
+    SN_COMPRESSED,
+    SN_WERR,
+    SN_RERR,
+    SN_CSUM,
+    SN_WBUF,
+    SN_N,
+} snap_key_t;
+
+static const char *const snap_keys[SN_N] = {
+    [SN_RAW] = "raw_bytes_written",
+    [SN_STORED] = "stored_bytes_written",
+    [SN_WRITTEN] = "bytes_written",
+    [SN_READ] = "bytes_read",
+    [SN_DEMOTED] = "demotions",
+    [SN_CLEAN] = "demotions_clean",
+    [SN_REFUSED] = "demotions_refused",
+    [SN_LOST] = "writes_lost",
+    [SN_HITS] = "hits",
+    [SN_MISSES] = "misses",
+    [SN_PROMOTED] = "promotions",
+    [SN_EVICTED] = "evictions",
+    [SN_RECORDS] = "records_written",
+    [SN_COMPRESSED] = "records_compressed",
+    [SN_WERR] = "write_errors",
+    [SN_RERR] = "read_errors",
+    [SN_CSUM] = "checksum_drops",
+    [SN_WBUF] = "write_buffer_chunks",
+};
+
+/* What one status document says about the disk tier. */
+typedef struct {
+    uint64_t v[SN_N];
+    uint64_t ram_capacity, disk_capacity, segment_bytes;
+    double ratio; /* disk.compression_ratio: cumulative since the daemon started */
+    int enabled;
+    char state[32], compression[16], last_error[128], dir[PATH_MAX];
+} snap_t;
+
+static void copy_str(char *dst, size_t cap, const json_t *v)
+{
+    snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+static int snap_take(const bench_t *b, snap_t *sn)
+{
+    json_t *root = NULL;
+    if (tool_status_get(b->o.status_sock, BENCH_STATUS_TIMEOUT_MS, &root, NULL))
+        return -1;
+    const json_t *disk = json_object_get(root, "disk"), *ram = json_object_get(root, "ram");
+    if (!json_is_object(disk) || !json_is_object(ram)) {
+        tool_error("status %s: no ram and disk objects", b->o.status_sock);
+        json_decref(root);
+        return -1;
+    }
+    memset(sn, 0, sizeof *sn);
+    for (int k = 0; k < SN_N; k++)
+        sn->v[k] = (uint64_t)json_integer_value(json_object_get(disk, snap_keys[k]));
+    sn->ram_capacity = (uint64_t)json_integer_value(json_object_get(ram, "capacity_bytes"));
+    sn->disk_capacity = (uint64_t)json_integer_value(json_object_get(disk, "capacity_bytes"));
+    sn->segment_bytes = (uint64_t)json_integer_value(json_object_get(disk, "segment_bytes"));
+    sn->ratio = json_number_value(json_object_get(disk, "compression_ratio"));
+    sn->enabled = json_is_true(json_object_get(disk, "enabled"));
+    copy_str(sn->state, sizeof sn->state, json_object_get(disk, "state"));
+    copy_str(sn->compression, sizeof sn->compression, json_object_get(disk, "compression"));
+    copy_str(sn->last_error, sizeof sn->last_error, json_object_get(disk, "last_error"));
+    copy_str(sn->dir, sizeof sn->dir, json_object_get(disk, "dir"));
+    json_decref(root);
+    return 0;
+}
+
+static uint64_t snap_delta(const snap_t *from, const snap_t *to, snap_key_t k)
+{
+    return to->v[k] >= from->v[k] ? to->v[k] - from->v[k] : 0;
+}
+
+static const char *fs_name(const char *dir)
+{
+    static const struct {
+        unsigned long magic;
+        const char *name;
+    } fs[] = {{0xEF53, "ext2/3/4"},      {0x58465342, "xfs"},
+              {0x01021994, "tmpfs"},     {0x9123683E, "btrfs"},
+              {0x794c7630, "overlayfs"}, {0x2FC12FC1, "zfs"},
+              {0xF2F52010, "f2fs"},      {0x6969, "nfs"}};
+    struct statfs st;
+    if (statfs(dir, &st) != 0)
+        return "unknown";
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+        if ((unsigned long)st.f_type == fs[i].magic)
+            return fs[i].name;
+    return "other";
+}
+
+/* 1 when both paths are on one filesystem, 0 when not, -1 when either cannot be looked at. */
+static int same_fs(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) != 0 || stat(b, &sb) != 0)
+        return -1;
+    return sa.st_dev == sb.st_dev;
+}
+
+/* Refuses a run that could not measure the disk tier; sets how many chunks per rank are loaded
+ * back: all but the ones that may still be in RAM (capacity / chunk) and one chain more (the
+ * oldest resident chain may be resident only in part: eviction eats chains from their tails). */
+static int disk_plan(bench_t *b, const snap_t *sn)
+{
+    const bench_opts_t *o = &b->o;
+    uint64_t total = (uint64_t)o->ranks * o->chunks * o->chunk_bytes;
+    uint64_t in_ram = (sn->ram_capacity + o->chunk_bytes - 1) / o->chunk_bytes;
+    if (!sn->enabled || strcmp(sn->state, "ok") != 0) {
+        tool_error("the daemon's disk tier is %s (status disk.enabled %s, disk.state "
+                   "\"%s\"%s%s): --disk-dir measures the disk tier, start kvtierd with "
+                   "disk.enabled true and a working disk.dir",
+                   sn->enabled ? "not usable" : "off", sn->enabled ? "true" : "false", sn->state,
+                   sn->last_error[0] ? ", last_error " : "", sn->last_error);
+        return -1;
+    }
+    if (total <= sn->ram_capacity) {
+        tool_error("ranks x chunks x chunk-bytes = %.1f MiB must exceed the daemon's "
+                   "ram.capacity_bytes (%.1f MiB) so that chunks demote to disk: raise --chunks",
+                   (double)total / (1 << 20), (double)sn->ram_capacity / (1 << 20));
+        return -1;
+    }
+    if (total + 2 * sn->segment_bytes > sn->disk_capacity) {
+        tool_error("%.1f MiB of chunks do not fit in disk.capacity_bytes (%.1f MiB) "
+                   "less two segments: reclaim would drop the oldest chunks before they are read",
+                   (double)total / (1 << 20), (double)sn->disk_capacity / (1 << 20));
+        return -1;
+    }
+    if (o->chunks <= in_ram + b->chain_len) {
+        tool_error("--chunks %u leaves no chunk that is surely disk-only after the "
+                   "fill (up to %" PRIu64 " may stay in RAM, plus one chain of %u): use more than "
+                   "%" PRIu64 "",
+                   o->chunks, in_ram, b->chain_len, in_ram + b->chain_len);
+        return -1;
+    }
+    b->disk_load_n = (uint32_t)(o->chunks - in_ram - b->chain_len);
+    return 0;
+}
+
+/* Polls status until the write buffer is empty; *secs is the wait, *sn the last document. */
+static int drain(const bench_t *b, double *secs, snap_t *sn)
+{
+    struct timespec poll = {.tv_nsec = BENCH_DRAIN_POLL_US * 1000};
+    uint64_t t0 = now_ns();
+    for (;;) {
+        if (snap_take(b, sn))
+            return -1;
+        if (sn->v[SN_WBUF] == 0)
+            break;
+        if (now_ns() - t0 > BENCH_DRAIN_MAX_MS * 1000000ull) {
+            tool_error("the daemon's write buffer still holds %" PRIu64
+                       " chunks after %u s (disk.state %s)",
+                       sn->v[SN_WBUF], BENCH_DRAIN_MAX_MS / 1000, sn->state);
+            return -1;
+        }
+        nanosleep(&poll, NULL);
+    }
+    *secs = (double)(now_ns() - t0) / 1e9;
+    return 0;
+}
+
+typedef struct {
+    uint64_t bytes;
+    double pwrite_s; /* the pwrite calls alone, before fdatasync (into the page cache) */
+    double write_s, cached_s, cold_s;
+    double resident; /* share of the file's pages resident after DONTNEED; < 0 unknown */
+} raw_t;
+
+static int io_full(int fd, int write, uint8_t *p, size_t n, off_t off)
+{
+    while (n) {
+        ssize_t k = write ? pwrite(fd, p, n, off) : pread(fd, p, n, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = EIO;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+        off += k;
+    }
+    return 0;
+}
+
+/* Reads the file back chunk by chunk into every rank's dst (timed), then compares with src. */
+static int raw_read(const bench_t *b, int fd, double *secs)
+{
+    size_t chunk = b->o.chunk_bytes, per = chunk * b->o.chunks;
+    uint64_t t0 = now_ns();
+    for (uint32_t r = 0; r < b->o.ranks; r++)
+        for (size_t i = 0; i < b->o.chunks; i++)
+            if (io_full(fd, 0, b->ranks[r].dst + i * chunk, chunk, (off_t)(r * per + i * chunk)))
+                return -1;
+    *secs = (double)(now_ns() - t0) / 1e9;
+    for (uint32_t r = 0; r < b->o.ranks; r++) {
+        if (memcmp(b->ranks[r].src, b->ranks[r].dst, per) != 0) {
+            tool_error("raw baseline: the file read back other bytes");
+            errno = EIO;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static double resident_share(int fd, size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pages = (len + (size_t)page - 1) / (size_t)page, in = 0;
+    unsigned char *vec = malloc(pages);
+    void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    double share = -1;
+    if (vec && m != MAP_FAILED && mincore(m, len, vec) == 0) {
+        for (size_t i = 0; i < pages; i++)
+            in += vec[i] & 1;
+        share = (double)in / (double)pages;
+    }
+    if (m != MAP_FAILED)
+        munmap(m, len);
+    free(vec);
+    return share;
+}
+
+/* The raw baseline: every rank's chunks written with pwrite into one new file in --disk-dir,
+ * fdatasync'ed (timed together), read back from the page cache, dropped with
+ * posix_fadvise(DONTNEED) (mincore then says how much stayed resident: a page that did is read
+ * from memory) and read back again; the file is removed and dst cleared. */
+static int raw_baseline(bench_t *b, raw_t *out)
+{
+    const bench_opts_t *o = &b->o;
+    size_t chunk = o->chunk_bytes, per = chunk * o->chunks;
+    char path[sizeof o->disk_dir + 64];
+    snprintf(path, sizeof path, "%s/kvtier-bench-%016" PRIx64 ".raw", o->disk_dir, b->seed);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        tool_error("raw baseline %s: %s", path, strerror(errno));
+        return -1;
+    }
+    const char *what = "write";
+    int rc = -1;
+    out->bytes = (uint64_t)per * o->ranks;
+    uint64_t t0 = now_ns();
+    for (uint32_t r = 0; r < o->ranks; r++)
+        for (size_t i = 0; i < o->chunks; i++)
+            if (io_full(fd, 1, b->ranks[r].src + i * chunk, chunk, (off_t)(r * per + i * chunk)))
+                goto out;
+    out->pwrite_s = (double)(now_ns() - t0) / 1e9;
+    what = "fdatasync";
+    if (fdatasync(fd) != 0)
+        goto out;
+    out->write_s = (double)(now_ns() - t0) / 1e9;
+    what = "read";
+    if (raw_read(b, fd, &out->cached_s))
+        goto out;
+    what = "posix_fadvise";
+    int err = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (err) {
+        errno = err;
+        goto out;
+    }
+    out->resident = resident_share(fd, out->bytes);
+    what = "read";
+    if (raw_read(b, fd, &out->cold_s))
+        goto out;
+    rc = 0;
+out:
+    if (rc)
+        tool_error("raw baseline %s %s: %s", what, path, strerror(errno));
+    close(fd);
+    unlink(path);
+    for (uint32_t r = 0; r < o->ranks; r++)
+        memset(b->ranks[r].dst, BENCH_FILL_BYTE, per);
+    return rc;
+}
+
+/* A lookup thread: the lookups of the lookup workload, BENCH_DISK_LOOKUP_GAP_US apart, either
+ * `count` of them or until `stop`. It owns its client; main reads the rest after the join. */
+typedef struct {
+    const bench_t *b;
+    kvt_client_t *c;
+    pthread_t thread;
+    series_t lat;
+    size_t cap;
+    uint32_t count; /* lookups to do; 0: until stop */
+    atomic_int stop;
+    uint64_t short_hits, skipped;
+    int rc; /* a failed lookup's code */
+} lookuper_t;
+
+static void *lookuper_main(void *arg)
+{
+    lookuper_t *l = arg;
+    const bench_t *b = l->b;
+    uint32_t world = b->o.world;
+    uint32_t rank_hits[world];
+    uint32_t expect = b->o.all_ranks && b->o.ranks < world ? 0 : b->o.prompt_chunks;
+    kvt_lookup_opts_t lo = {.all_ranks = b->o.all_ranks};
+    struct timespec gap = {.tv_nsec = BENCH_DISK_LOOKUP_GAP_US * 1000};
+    for (uint32_t i = 0; l->lat.n < l->cap && (l->count ? i < l->count : !atomic_load(&l->stop));
+         i++) {
+        kvt_lookup_result_t res = {.rank_hits = rank_hits, .rank_hits_cap = world};
+        uint64_t t0 = now_ns();
+        int rc = kvt_lookup(l->c, b->lookup_hashes, b->o.prompt_chunks, &lo, &res);
+        uint64_t t1 = now_ns();
+        if (rc) {
+            l->rc = rc;
+            break;
+        }
+        l->lat.v[l->lat.n++] = t1 - t0;
+        l->short_hits += res.hit < expect;
+        l->skipped += res.skipped != 0;
+        nanosleep(&gap, NULL);
+    }
+    return NULL;
+}
+
+static int lookuper_start(const bench_t *b, lookuper_t *l, uint32_t count, size_t cap)
+{
+    kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS, .data_path = KVT_DATA_PATH_FRAMES};
+    *l = (lookuper_t){.b = b, .count = count, .cap = cap};
+    l->lat.v = calloc(cap, sizeof(uint64_t));
+    if (!l->lat.v) {
+        tool_error("out of memory");
+        return -1;
+    }
+    int rc = kvt_connect(b->o.endpoint, &b->lookup_ns, 0, &co, &l->c);
+    if (rc) {
+        tool_error("connect %s: %s", b->o.endpoint, kvt_strerror(rc));
+        goto fail_connect;
+    }
+    if (pthread_create(&l->thread, NULL, lookuper_main, l) != 0) {
+        tool_error("cannot start the lookup thread");
+        goto fail_thread;
+    }
+    return 0;
+fail_thread:
+    kvt_close(&l->c);
+fail_connect:
+    free(l->lat.v);
+    l->lat.v = NULL;
+    return -1;
+}
+
+/* Stops and joins the lookup thread; *p gets its latencies. */
+typedef struct {
+    pct_t lat;
+    uint64_t short_hits, skipped;
+} lookups_t;
+
+static int lookuper_finish(lookuper_t *l, lookups_t *out)
+{
+    atomic_store(&l->stop, 1);
+    pthread_join(l->thread, NULL);
+    int rc = 0;
+    if (l->rc) {
+        tool_error("lookup: %s: %s", kvt_strerror(l->rc), kvt_last_error(l->c));
+        rc = -1;
+    }
+    out->lat = percentiles(l->lat.v, l->lat.n);
+    out->short_hits = l->short_hits;
+    out->skipped = l->skipped;
+    kvt_close(&l->c);
+    free(l->lat.v);
+    l->lat.v = NULL;
+    return rc;
+}
+
+/* 2-byte byte-shuffle: the low bytes of every element, then the high bytes. */
+static void shuffle2(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    size_t h = n / 2;
+    for (size_t i = 0; i < h; i++) {
+        dst[i] = src[2 * i];
+        dst[h + i] = src[2 * i + 1];
+    }
+    if (n % 2)
+        dst[n - 1] = src[n - 1];
+}
+
+static void unshuffle2(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    size_t h = n / 2;
+    for (size_t i = 0; i < h; i++) {
+        dst[2 * i] = src[i];
+        dst[2 * i + 1] = src[h + i];
+    }
+    if (n % 2)
+        dst[n - 1] = src[n - 1];
+}
+
+typedef struct {
+    uint64_t raw, stored;
+    double enc_s, dec_s;
+} comp_t;
+
+/* lz4 (default acceleration, one block per chunk like the daemon's records) of every chunk of
+ * every rank, after shuffle2 when shuffle is set; each chunk decoded back and compared. */
+static int measure_codec(const bench_t *b, int shuffle, comp_t *out)
+{
+    size_t chunk = b->o.chunk_bytes;
+    int bound = LZ4_compressBound((int)chunk);
+    uint8_t *tmp = malloc(chunk), *enc = bound > 0 ? malloc((size_t)bound) : NULL;
+    uint8_t *dec = malloc(chunk);
+    int rc = -1;
+    if (!tmp || !enc || !dec)
+        goto out;
+    for (uint32_t r = 0; r < b->o.ranks; r++) {
+        for (size_t i = 0; i < b->o.chunks; i++) {
+            const uint8_t *src = b->ranks[r].src + i * chunk, *in = src;
+            uint64_t t0 = now_ns();
+            if (shuffle) {
+                shuffle2(tmp, src, chunk);
+                in = tmp;
+            }
+            int c = LZ4_compress_default((const char *)in, (char *)enc, (int)chunk, bound);
+            uint64_t t1 = now_ns();
+            if (c <= 0)
+                goto out;
+            int d = LZ4_decompress_safe((const char *)enc, (char *)(shuffle ? tmp : dec), c,
+                                        (int)chunk);
+            if (shuffle && d == (int)chunk)
+                unshuffle2(dec, tmp, chunk);
+            uint64_t t2 = now_ns();
+            if (d != (int)chunk || memcmp(dec, src, chunk) != 0)
+                goto out;
+            out->raw += chunk;
+            out->stored += (uint64_t)c;
+            out->enc_s += (double)(t1 - t0) / 1e9;
+            out->dec_s += (double)(t2 - t1) / 1e9;
+        }
+    }
+    rc = 0;
+out:
+    if (rc)
+        tool_error("%s: the round trip failed", shuffle ? "shuffle+lz4" : "lz4");
+    free(tmp);
+    free(enc);
+    free(dec);
+    return rc;
+}
+
+typedef struct {
+    snap_t s0, s1, s2, s3; /* before the saves, drained, before the loads, after the loads */
+    raw_t raw;
+    double save_s, drain_s, load_s;
+    counts_t n;       /* save outcomes and verified loads of every rank */
+    pct_t save, load; /* per call */
+    lookups_t idle, busy;
+    comp_t shuf, lz4;
+    const char *fs;
+    int same_fs;
+} disk_res_t;
+
+static disk_res_t dres; /* the run's results: large (four status snapshots), one run per process */
+
+/* The disk-mode steps; returns an exit status. The lookups alone come first (the daemon idle),
+ * then the raw baseline, then the saves with the lookup thread running until the write buffer
+ * is drained, then the loads of the oldest chunks, then the codec figures. */
+int bench_disk_steps(bench_t *b)
+{
+    const bench_opts_t *o = &b->o;
+    disk_res_t *d = &dres;
+    lookuper_t l;
+    if (snap_take(b, &d->s0))
+        return EXIT_FAIL;
+    if (disk_plan(b, &d->s0))
+        return EXIT_USAGE;
+    if (run_step(b, STEP_SETUP, 0, NULL))
+        return EXIT_FAIL;
+    if (check_limits(b))
+        return EXIT_USAGE;
+    resolve_backends(b);
+    d->fs = fs_name(o->disk_dir);
+    d->same_fs = same_fs(o->disk_dir, d->s0.dir);
+    if (run_step(b, STEP_FILL_LOOKUP, 0, NULL) || run_step(b, STEP_LOOKUP_WARM, 0, NULL))
+        return EXIT_FAIL;
+    if (lookuper_start(b, &l, o->lookups, o->lookups) || lookuper_finish(&l, &d->idle))
+        return EXIT_FAIL;
+    if (raw_baseline(b, &d->raw) || snap_take(b, &d->s0))
+        return EXIT_FAIL;
+    if (lookuper_start(b, &l, 0, BENCH_DISK_LOOKUP_CAP))
+        return EXIT_FAIL;
+    int rc = run_step(b, STEP_DISK_SAVE, 0, &d->save_s) ? EXIT_FAIL : EXIT_OK;
+    if (rc == EXIT_OK && drain(b, &d->drain_s, &d->s1))
+        rc = EXIT_FAIL;
+    if (lookuper_finish(&l, &d->busy) || rc)
+        return EXIT_FAIL;
+    b->cur = BK_FRAMES;
+    if (snap_take(b, &d->s2) || run_step(b, STEP_DISK_LOAD, 0, &d->load_s) ||
+        snap_take(b, &d->s3) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
+        return EXIT_FAIL;
+    if (measure_codec(b, 1, &d->shuf) || measure_codec(b, 0, &d->lz4))
+        return EXIT_FAIL;
+    return EXIT_OK;
+}
+
+/* Figures the table and the JSON share. */
+typedef struct {
+    uint64_t raw_w, stored_w, written, hits, misses, load_bytes;
+    double write_s, w_raw, w_stored, w_written, w_client, r_disk, r_client;
+    double raw_w_gbps, raw_pw_gbps, raw_cached_gbps, raw_cold_gbps, ratio_run;
+} disk_fig_t;
+
+static void disk_figures(const bench_t *b, const disk_res_t *d, disk_fig_t *f)
+{
+    f->raw_w = snap_delta(&d->s0, &d->s1, SN_RAW);
+    f->stored_w = snap_delta(&d->s0, &d->s1, SN_STORED);
+    f->written = snap_delta(&d->s0, &d->s1, SN_WRITTEN);
+    f->hits = snap_delta(&d->s2, &d->s3, SN_HITS);
+    f->misses = snap_delta(&d->s2, &d->s3, SN_MISSES);
+    f->load_bytes = f->hits * b->o.chunk_bytes;
+    f->write_s = d->save_s + d->drain_s;
+    f->w_raw = gbps(f->raw_w, f->write_s);
+    f->w_stored = gbps(f->stored_w, f->write_s);
+    f->w_written = gbps(f->written, f->write_s);
+    f->w_client = gbps(d->n.stored_bytes, d->save_s);
+    f->r_disk = gbps(f->load_bytes, d->load_s);
+    f->r_client = gbps(d->n.loaded_bytes, d->load_s);
+    f->raw_w_gbps = gbps(d->raw.bytes, d->raw.write_s);
+    f->raw_pw_gbps = gbps(d->raw.bytes, d->raw.pwrite_s);
+    f->raw_cached_gbps = gbps(d->raw.bytes, d->raw.cached_s);
+    f->raw_cold_gbps = gbps(d->raw.bytes, d->raw.cold_s);
+    f->ratio_run = f->raw_w ? (double)f->stored_w / (double)f->raw_w : NAN;
+}
+
+static void disk_warnings(const bench_t *b, const disk_res_t *d, warnings_t *w)
+{
+    const counts_t *n = &d->n;
+    uint64_t refused = snap_delta(&d->s0, &d->s1, SN_REFUSED);
+    uint64_t asked = (uint64_t)b->o.ranks * b->disk_load_n;
+    if (refused)
+        warn_add(w,
+                 "%" PRIu64 " demotions were refused during the write phase (disk.demotions_"
+                 "refused): the disk tier dropped those chunks under backpressure",
+                 refused);
+    if (n->nospace || n->declined || n->exists)
+        warn_add(w,
+                 "saves: %" PRIu64 " nospace, %" PRIu64 " declined, %" PRIu64
+                 " exists: not every chunk reached the daemon",
+                 n->nospace, n->declined, n->exists);
+    if (n->hits < asked)
+        warn_add(w,
+                 "%" PRIu64 " of the %" PRIu64 " oldest chunks were not loaded back (%" PRIu64
+                 " of them had been stored)",
+                 asked - n->hits, asked, n->lost);
+    if (snap_delta(&d->s0, &d->s3, SN_WERR) || snap_delta(&d->s0, &d->s3, SN_RERR) ||
+        snap_delta(&d->s0, &d->s3, SN_CSUM))
+        warn_add(w, "the disk tier counted write errors, read errors or checksum drops");
+    if (d->same_fs == 0)
+        warn_add(w, "--disk-dir %s is not on the filesystem of the daemon's disk.dir %s",
+                 b->o.disk_dir, d->s0.dir);
+    if (d->idle.short_hits || d->busy.short_hits)
+        warn_add(w, "%" PRIu64 " lookups hit fewer than the expected chunks",
+                 d->idle.short_hits + d->busy.short_hits);
+    if (d->idle.skipped || d->busy.skipped)
+        warn_add(w, "%" PRIu64 " lookups were skipped by the lookup-skip gate",
+                 d->idle.skipped + d->busy.skipped);
+}
+
+static json_t *gbps_json(double gbps_v, uint64_t bytes, double secs)
+{
+    return json_pack("{s:f,s:I,s:f}", "gbps", gbps_v, "bytes", (json_int_t)bytes, "seconds", secs);
+}
+
+static json_t *comp_json(const comp_t *c)
+{
+    return json_pack("{s:f,s:f,s:f,s:I,s:I}", "ratio", ratio((double)c->stored, (double)c->raw),
+                     "compress_mbps", ratio((double)c->raw / 1e6, c->enc_s), "decompress_mbps",
+                     ratio((double)c->raw / 1e6, c->dec_s), "raw_bytes", (json_int_t)c->raw,
+                     "stored_bytes", (json_int_t)c->stored);
+}
+
+static json_t *lookups_json(const lookups_t *l)
+{
+    json_t *o = pct_json(&l->lat);
+    if (o) {
+        json_object_set_new(o, "short_hits", json_integer((json_int_t)l->short_hits));
+        json_object_set_new(o, "skipped", json_integer((json_int_t)l->skipped));
+    }
+    return o;
+}
+
+/* The whole report as one JSON object (NULL when out of memory). */
+static json_t *disk_json(const bench_t *b, const disk_res_t *d, const warnings_t *w)
+{
+    const bench_opts_t *o = &b->o;
+    disk_fig_t f;
+    disk_figures(b, d, &f);
+    json_t *raw = json_pack("{s:I,s:o,s:o,s:o,s:o}", "bytes", (json_int_t)d->raw.bytes, "write",
+                            gbps_json(f.raw_w_gbps, d->raw.bytes, d->raw.write_s), "write_no_sync",
+                            gbps_json(f.raw_pw_gbps, d->raw.bytes, d->raw.pwrite_s), "read_cached",
+                            gbps_json(f.raw_cached_gbps, d->raw.bytes, d->raw.cached_s), "read",
+                            gbps_json(f.raw_cold_gbps, d->raw.bytes, d->raw.cold_s));
+    json_t *cold = json_object_get(raw, "read");
+    json_object_set_new(cold, "resident_after_fadvise",
+                        d->raw.resident < 0 ? json_null() : json_real(d->raw.resident));
+    json_object_set_new(cold, "page_cache_may_have_served", json_boolean(d->raw.resident != 0));
+    json_t *write = json_pack(
+        "{s:f,s:f,s:f,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,"
+        "s:{s:I,s:I,s:I,s:I}}",
+        "gbps_raw", f.w_raw, "gbps_stored", f.w_stored, "gbps_written", f.w_written, "raw_bytes",
+        (json_int_t)f.raw_w, "stored_bytes", (json_int_t)f.stored_w, "bytes_written",
+        (json_int_t)f.written, "seconds", f.write_s, "save_seconds", d->save_s, "drain_seconds",
+        d->drain_s, "client_save_gbps", f.w_client, "ratio_vs_raw", ratio(f.w_raw, f.raw_w_gbps),
+        "ratio_vs_raw_no_sync", ratio(f.w_raw, f.raw_pw_gbps), "demotions",
+        (json_int_t)snap_delta(&d->s0, &d->s1, SN_DEMOTED), "demotions_clean",
+        (json_int_t)snap_delta(&d->s0, &d->s1, SN_CLEAN), "demotions_refused",
+        (json_int_t)snap_delta(&d->s0, &d->s1, SN_REFUSED), "writes_lost",
+        (json_int_t)snap_delta(&d->s0, &d->s1, SN_LOST), "records_written",
+        (json_int_t)snap_delta(&d->s0, &d->s1, SN_RECORDS), "records_compressed",
+        (json_int_t)snap_delta(&d->s0, &d->s1, SN_COMPRESSED), "compression_ratio",
+        real_or_null(f.ratio_run), "latency", pct_json(&d->save), "outcomes", "stored",
+        (json_int_t)d->n.stored, "exists", (json_int_t)d->n.exists, "nospace",
+        (json_int_t)d->n.nospace, "declined", (json_int_t)d->n.declined);
+    json_t *read = json_pack(
+        "{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:o}", "gbps", f.r_disk, "bytes",
+        (json_int_t)f.load_bytes, "seconds", d->load_s, "chunks",
+        (json_int_t)((uint64_t)o->ranks * b->disk_load_n), "disk_hits", (json_int_t)f.hits,
+        "disk_misses", (json_int_t)f.misses, "verified", (json_int_t)d->n.hits, "misses",
+        (json_int_t)d->n.misses, "lost", (json_int_t)d->n.lost, "promotions",
+        (json_int_t)snap_delta(&d->s2, &d->s3, SN_PROMOTED), "demotions",
+        (json_int_t)snap_delta(&d->s2, &d->s3, SN_DEMOTED), "client_gbps", f.r_client,
+        "ratio_vs_raw", ratio(f.r_disk, f.raw_cold_gbps), "ratio_vs_raw_cached",
+        ratio(f.r_disk, f.raw_cached_gbps), "latency", pct_json(&d->load));
+    json_t *comp =
+        json_pack("{s:o,s:f,s:s,s:o,s:o}", "daemon_ratio", real_or_null(f.ratio_run),
+                  "daemon_ratio_cumulative", d->s3.ratio, "daemon_mode", d->s0.compression,
+                  "shuffle_lz4", comp_json(&d->shuf), "lz4", comp_json(&d->lz4));
+    json_t *lk = json_pack(
+        "{s:I,s:I,s:o,s:o,s:f,s:f}", "prompt_chunks", (json_int_t)o->prompt_chunks, "gap_us",
+        (json_int_t)BENCH_DISK_LOOKUP_GAP_US, "idle", lookups_json(&d->idle), "writing",
+        lookups_json(&d->busy), "ratio_p50", ratio(d->busy.lat.p50, d->idle.lat.p50), "ratio_p99",
+        ratio(d->busy.lat.p99, d->idle.lat.p99));
+    json_t *root = json_pack(
+        "{s:s,s:s,s:s,s:{s:s,s:I},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I},"
+        "s:{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:o,s:o},s:o}",
+        "mode", "disk", "endpoint", o->endpoint, "data", data_names[o->data], "namespace", "model",
+        o->model, "world", (json_int_t)o->world, "params", "chunk_bytes",
+        (json_int_t)o->chunk_bytes, "chunks", (json_int_t)o->chunks, "ranks", (json_int_t)o->ranks,
+        "batch", (json_int_t)o->batch, "chain_chunks", (json_int_t)b->chain_len, "prompt_chunks",
+        (json_int_t)o->prompt_chunks, "lookups", (json_int_t)o->lookups, "disk", "dir", o->disk_dir,
+        "filesystem", d->fs, "daemon_dir", d->s0.dir, "same_filesystem",
+        d->same_fs < 0 ? json_null() : json_boolean(d->same_fs), "ram_capacity_bytes",
+        (json_int_t)d->s0.ram_capacity, "disk_capacity_bytes", (json_int_t)d->s0.disk_capacity,
+        "segment_bytes", (json_int_t)d->s0.segment_bytes, "save_path",
+        tool_data_path_name(data_path_of(b->primary)), "load_path", "frames", "raw", raw, "write",
+        write, "read", read, "compression", comp, "lookup", lk, "warnings", warnings_json(w));
+    return root;
+}
+
+static void disk_print_table(const bench_t *b, const disk_res_t *d)
+{
+    const bench_opts_t *o = &b->o;
+    const double mib = 1 << 20;
+    disk_fig_t f;
+    disk_figures(b, d, &f);
+    printf("kvtier-bench --disk-dir: %s  namespace %s  data %s  saves %s path, loads frames path\n",
+           o->endpoint, o->model, data_names[o->data],
+           tool_data_path_name(data_path_of(b->primary)));
+    printf("  %u rank(s) x %u chunks x %.2f MiB = %.1f MiB in chains of %u, %u chunk(s) per call; "
+           "ram.capacity %.1f MiB, disk.capacity %.1f MiB, compression %s\n",
+           o->ranks, o->chunks, (double)o->chunk_bytes / mib, (double)d->raw.bytes / mib,
+           b->chain_len, o->batch, (double)d->s0.ram_capacity / mib,
+           (double)d->s0.disk_capacity / mib, d->s0.compression);
+    printf("  --disk-dir %s (%s; %s the daemon's disk.dir %s)\n\n", o->disk_dir, d->fs,
+           d->same_fs == 1   ? "same filesystem as"
+           : d->same_fs == 0 ? "NOT the filesystem of"
+                             : "cannot compare with",
+           d->s0.dir);
+    printf("%-34s %8s %10s %9s\n", "write", "GB/s", "MiB", "seconds");
+    printf("%-34s %8.3f %10.1f %9.3f\n", "raw pwrite + fdatasync", f.raw_w_gbps,
+           (double)d->raw.bytes / mib, d->raw.write_s);
+    printf("%-34s %8.3f %10.1f %9.3f  (before fdatasync: into the page cache)\n",
+           "raw pwrite alone", f.raw_pw_gbps, (double)d->raw.bytes / mib, d->raw.pwrite_s);
+    printf("%-34s %8.3f %10.1f %9.3f  saves %.3f s + drain %.3f s\n", "kvtier disk, raw bytes",
+           f.w_raw, (double)f.raw_w / mib, f.write_s, d->save_s, d->drain_s);
+    printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier disk, stored bytes", f.w_stored,
+           (double)f.stored_w / mib, f.write_s);
+    printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier disk, bytes_written", f.w_written,
+           (double)f.written / mib, f.write_s);
+    printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier save calls (client)", f.w_client,
+           (double)d->n.stored_bytes / mib, d->save_s);
+    printf("%-34s %8s %10s %9s\n", "read", "", "", "");
+    printf("%-34s %8.3f %10.1f %9.3f\n", "raw pread, page cache", f.raw_cached_gbps,
+           (double)d->raw.bytes / mib, d->raw.cached_s);
+    printf("%-34s %8.3f %10.1f %9.3f  ", "raw pread after fadvise(DONTNEED)", f.raw_cold_gbps,
+           (double)d->raw.bytes / mib, d->raw.cold_s);
+    if (d->raw.resident < 0)
+        printf("(mincore failed: the page cache may have served it)\n");
+    else if (d->raw.resident > 0)
+        printf("(%.1f %% still resident: the page cache served that part)\n",
+               100.0 * d->raw.resident);
+    else
+        printf("(0 %% resident: read from the device)\n");
+    printf("%-34s %8.3f %10.1f %9.3f  (the segments were not dropped from the page cache)\n",
+           "kvtier disk, disk.hits x chunk", f.r_disk, (double)f.load_bytes / mib, d->load_s);
+    printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier load calls (client)", f.r_client,
+           (double)d->n.loaded_bytes / mib, d->load_s);
+    printf("ratio kvtier/raw: write %.3f (with fdatasync), %.3f (pwrite alone); read %.3f (after "
+           "DONTNEED), %.3f (page cache)\n\n",
+           ratio(f.w_raw, f.raw_w_gbps), ratio(f.w_raw, f.raw_pw_gbps),
+           ratio(f.r_disk, f.raw_cold_gbps), ratio(f.r_disk, f.raw_cached_gbps));
+    printf("write phase: demotions %" PRIu64 ", demotions_clean %" PRIu64
+           ", demotions_refused %" PRIu64 ", writes_lost %" PRIu64 ", records_written %" PRIu64
+           " (%" PRIu64 " compressed)\n",
+           snap_delta(&d->s0, &d->s1, SN_DEMOTED), snap_delta(&d->s0, &d->s1, SN_CLEAN),
+           snap_delta(&d->s0, &d->s1, SN_REFUSED), snap_delta(&d->s0, &d->s1, SN_LOST),
+           snap_delta(&d->s0, &d->s1, SN_RECORDS), snap_delta(&d->s0, &d->s1, SN_COMPRESSED));
+    printf("saves: %" PRIu64 " stored, %" PRIu64 " exists, %" PRIu64 " nospace, %" PRIu64
+           " declined\n",
+           d->n.stored, d->n.exists, d->n.nospace, d->n.declined);
+    printf("read phase: %" PRIu64 " oldest chunks loaded: %" PRIu64 " verified byte-exact, %" PRIu64
+           " misses (%" PRIu64 " of them had been stored); disk.hits %" PRIu64
+           ", disk.misses %" PRIu64 ", promotions %" PRIu64 ", demotions %" PRIu64 "\n\n",
+           (uint64_t)o->ranks * b->disk_load_n, d->n.hits, d->n.misses, d->n.lost, f.hits, f.misses,
+           snap_delta(&d->s2, &d->s3, SN_PROMOTED), snap_delta(&d->s2, &d->s3, SN_DEMOTED));
+    printf("compression of the chunks (%s)       ratio  compress MB/s  decompress MB/s\n",
+           data_names[o->data]);
+    printf("%-34s %7.4f %14s %16s\n", "daemon, write phase (stored/raw)",
+           isnan(f.ratio_run) ? 0.0 : f.ratio_run, "-", "-");
+    const comp_t *cs[2] = {&d->shuf, &d->lz4};
+    const char *cn[2] = {"bench shuffle+lz4 (2-byte)", "bench plain lz4"};
+    for (int i = 0; i < 2; i++)
+        printf("%-34s %7.4f %14.0f %16.0f\n", cn[i],
+               ratio((double)cs[i]->stored, (double)cs[i]->raw),
+               ratio((double)cs[i]->raw / 1e6, cs[i]->enc_s),
+               ratio((double)cs[i]->raw / 1e6, cs[i]->dec_s));
+    printf("\nlookups of %u hashes, %u us apart      calls    p50 us    p99 us    max us\n",
+           o->prompt_chunks, (unsigned)BENCH_DISK_LOOKUP_GAP_US);
+    const lookups_t *ls[2] = {&d->idle, &d->busy};
+    const char *ln[2] = {"daemon idle", "while the disk is written"};
+    for (int i = 0; i < 2; i++)
+        printf("%-34s %8zu %9.1f %9.1f %9.1f\n", ln[i], ls[i]->lat.n, ls[i]->lat.p50,
+               ls[i]->lat.p99, ls[i]->lat.max);
+}
+
+int bench_disk_report(const bench_t *b)
+{
+    disk_res_t *d = &dres;
+    for (uint32_t i = 0; i < b->o.ranks; i++)
+        counts_add(&d->n, &b->ranks[i].dn);
+    if (merge_pct(b, offsetof(rank_t, dsave), &d->save) ||
+        merge_pct(b, offsetof(rank_t, dload), &d->load)) {
+        tool_error("out of memory");
+        return EXIT_FAIL;
+    }
+    warnings_t w = {0};
+    disk_warnings(b, d, &w);
+    warnings_print(&w);
+    if (!b->o.json) {
+        disk_print_table(b, d);
+        return EXIT_OK;
+    }
+    return json_print(disk_json(b, d, &w)) ? EXIT_FAIL : EXIT_OK;
+}

@@ -1,0 +1,439 @@
+/*
+ * workload.c - the rank threads of kvtier-bench: the measured workload, one function over every
+ * backend (run_chain: a chain saved, then loaded, in calls of --batch chunks that never cross a
+ * chain, then verified byte-exact), and the step dispatcher each rank thread runs between the
+ * two barriers of run_step().
+ *
+ * Backends: kvtier on the shared-memory path and on the frames path (one client each, its data
+ * path forced) and Redis (redis.c); bk_call() is the one place that tells them apart. The lookup
+ * workload runs on a separate namespace of 4 KiB chunks (lookups carry no chunk bytes).
+ *
+ * Threads: one per rank; during a step each thread writes only its own rank_t and reads bench_t,
+ * which the main thread does not change until the end barrier.
+ */
+#include "bench.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zmq.h>
+
+/* The chains of backend bk: round `round`, or the warm-up chain when warm is set. */
+kvt_hash_t *chain_of(const bench_t *b, bk_t bk, uint32_t round, int warm)
+{
+    if (warm)
+        return b->warm_hashes + (size_t)bk * b->nwarm;
+    return b->round_hashes + ((size_t)round * BK_N + bk) * b->o.chunks;
+}
+
+static int kv_save(rank_t *r, kvt_client_t *c, const kvt_hash_t *h, size_t i, size_t k)
+{
+    size_t chunk = r->b->o.chunk_bytes;
+    const void *bufs[k];
+    size_t lens[k];
+    for (size_t j = 0; j < k; j++) {
+        bufs[j] = r->src + (i + j) * chunk;
+        lens[j] = chunk;
+    }
+    kvt_save_opts_t so = {.parent = i % r->b->chain_len ? &h[i - 1] : NULL};
+    int rc = kvt_save(c, h + i, k, bufs, lens, &so, r->outcomes + i);
+    if (rc)
+        rank_fail_kvt(r, "save", rc, c);
+    return rc ? -1 : 0;
+}
+
+static int kv_load(rank_t *r, kvt_client_t *c, const kvt_hash_t *h, size_t i, size_t k)
+{
+    size_t chunk = r->b->o.chunk_bytes, nhit = 0;
+    void *bufs[k];
+    size_t caps[k];
+    for (size_t j = 0; j < k; j++) {
+        bufs[j] = r->dst + (i + j) * chunk;
+        caps[j] = chunk;
+    }
+    int rc = kvt_load(c, h + i, k, bufs, caps, r->lens + i, &nhit);
+    if (rc)
+        rank_fail_kvt(r, "load", rc, c);
+    return rc ? -1 : 0;
+}
+
+/* One call of the workload: chunks [i, i + k) of chain h through backend bk. */
+static int bk_call(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t i, size_t k)
+{
+    if (bk == BK_REDIS)
+        return redis_call(r, op, h, i, k);
+    kvt_client_t *c = r->bk[bk].kv;
+    return op == OP_SAVE ? kv_save(r, c, h, i, k) : kv_load(r, c, h, i, k);
+}
+
+/* The measured workload: chains h of n chunks (chain_len each, the last may be shorter) saved
+ * from src (outcomes) or loaded into dst (lens) through backend bk in calls of --batch chunks
+ * that never cross a chain; lat (may be NULL) gets each call's latency. */
+static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, series_t *lat)
+{
+    size_t batch = r->b->o.batch, chain = r->b->chain_len;
+    if (bk == BK_REDIS && op == OP_SAVE) {
+        r->rkeys = h; /* before the first SET: a failed save is unlinked too */
+        r->nrkeys = n;
+    }
+    for (size_t i = 0, k; i < n; i += k) {
+        size_t left = chain - i % chain;
+        k = n - i < batch ? n - i : batch;
+        k = k < left ? k : left;
+        uint64_t t0 = now_ns();
+        int rc = bk_call(r, bk, op, h, i, k);
+        uint64_t t1 = now_ns();
+        if (rc)
+            return -1;
+        if (lat)
+            lat->v[lat->n++] = t1 - t0;
+    }
+    return 0;
+}
+
+/* Checks the loaded chunks against the saved ones; with count, counts hits, misses and lost
+ * chunks into c. */
+static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t n, counts_t *c)
+{
+    size_t chunk = r->b->o.chunk_bytes;
+    for (size_t i = 0; i < n; i++) {
+        char hex[33];
+        if (r->lens[i] == 0) {
+            int kept = r->outcomes[i] == KVT_SAVE_STORED || r->outcomes[i] == KVT_SAVE_EXISTS;
+            if (c) {
+                c->misses++;
+                c->lost += (uint64_t)kept;
+            }
+            continue;
+        }
+        const uint8_t *want = r->src + i * chunk, *got = r->dst + i * chunk;
+        if (r->lens[i] != chunk || memcmp(want, got, chunk) != 0) {
+            size_t off = 0;
+            while (off < chunk && off < r->lens[i] && want[off] == got[off])
+                off++;
+            kvt_hash_format(&h[i], hex);
+            char where[32] = "warm-up";
+            if (c)
+                snprintf(where, sizeof where, "round %u", r->b->round);
+            rank_fail(r, 1,
+                      "DATA MISMATCH %s %s chunk %zu (hash %s): loaded %zu bytes, saved %zu, "
+                      "first difference at offset %zu",
+                      cols[r->b->cur].name, where, i, hex, r->lens[i], chunk, off);
+            return;
+        }
+        if (c) {
+            c->hits++;
+            c->loaded_bytes += chunk;
+        }
+    }
+}
+
+static void count_outcomes(const rank_t *r, size_t n, counts_t *c)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (r->outcomes[i]) {
+        case KVT_SAVE_STORED:
+            c->stored++;
+            c->stored_bytes += r->b->o.chunk_bytes;
+            break;
+        case KVT_SAVE_EXISTS:
+            c->exists++;
+            break;
+        case KVT_SAVE_NOSPACE:
+            c->nospace++;
+            break;
+        default:
+            c->declined++;
+            break;
+        }
+    }
+}
+
+/* Stamps chain h into src and clears the load side, so that nothing of the previous backend
+ * or round can pass the check. */
+static void prepare_chain(rank_t *r, const kvt_hash_t *h, size_t n)
+{
+    size_t chunk = r->b->o.chunk_bytes;
+    for (size_t i = 0; i < n; i++)
+        stamp(r->src + i * chunk, chunk, &h[i]);
+    memset(r->dst, BENCH_FILL_BYTE, n * chunk);
+    memset(r->lens, 0, n * sizeof *r->lens);
+    memset(r->outcomes, 0, n);
+}
+
+static int connect_ns(rank_t *r, const kvt_ns_desc_t *ns, int data_path, kvt_client_t **out)
+{
+    kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS, .data_path = data_path};
+    return kvt_connect(r->b->o.endpoint, ns, r->rank, &co, out);
+}
+
+/* Connects the kvtier backends and the lookup client. The shared-memory client may fail with
+ * EUNSUPP or ESYS under --data-path auto: the backend is then unavailable, not an error. */
+static void setup_kvtier(rank_t *r)
+{
+    const bench_t *b = r->b;
+    int rc;
+    if (b->bk_state[BK_SHM] == BK_ON) {
+        rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_SHM, &r->bk[BK_SHM].kv);
+        if ((rc == KVT_EUNSUPP || rc == KVT_ESYS) && b->o.data_path == KVT_DATA_PATH_AUTO) {
+            r->shm_rc = rc;
+        } else if (rc) {
+            rank_fail(r, 1,
+                      "connect %s (shm path): %s (the shared-memory path needs an ipc:// "
+                      "endpoint and an arena file this user can map)",
+                      b->o.endpoint, kvt_strerror(rc));
+            return;
+        }
+    }
+    rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_FRAMES, &r->bk[BK_FRAMES].kv);
+    if (rc == 0)
+        rc = connect_ns(r, &b->lookup_ns, KVT_DATA_PATH_FRAMES, &r->lk);
+    if (rc) {
+        rank_fail(r, 1, "connect %s: %s", b->o.endpoint, kvt_strerror(rc));
+        return;
+    }
+    if (r->rank == 0) {
+        rc = kvt_server_info(r->bk[BK_FRAMES].kv, &r->b->info);
+        if (rc)
+            rank_fail_kvt(r, "server info", rc, r->bk[BK_FRAMES].kv);
+    }
+}
+
+static void step_setup(rank_t *r)
+{
+    const bench_t *b = r->b;
+    const bench_opts_t *o = &b->o;
+    size_t bytes = (size_t)o->chunks * o->chunk_bytes;
+    size_t calls = (size_t)o->rounds * b->calls_per_round;
+    int nomem = 0;
+    r->src = malloc(bytes);
+    r->dst = malloc(bytes);
+    r->small = malloc((size_t)o->prompt_chunks * BENCH_LOOKUP_CHUNK_BYTES);
+    r->outcomes = calloc(o->chunks, 1);
+    r->lens = calloc(o->chunks, sizeof *r->lens);
+    r->lookup.v = calloc(o->lookups, sizeof(uint64_t));
+    r->zlookup.v = calloc(o->lookups, sizeof(uint64_t));
+    if (o->disk_dir[0]) {
+        r->dsave.v = calloc(b->calls_per_round, sizeof(uint64_t));
+        r->dload.v = calloc(b->calls_per_round, sizeof(uint64_t));
+        nomem |= !r->dsave.v || !r->dload.v;
+    }
+    for (int k = 0; k < BK_N; k++) {
+        if (b->bk_state[k] == BK_OFF)
+            continue;
+        r->bk[k].save.v = calloc(calls, sizeof(uint64_t));
+        r->bk[k].load.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !r->bk[k].save.v || !r->bk[k].load.v;
+    }
+    if (nomem || !r->src || !r->dst || !r->small || !r->outcomes || !r->lens || !r->lookup.v ||
+        !r->zlookup.v) {
+        rank_fail(r, 1, "out of memory (%zu bytes of chunk buffers)", 2 * bytes);
+        return;
+    }
+    if (o->data == DATA_BF16) /* the same values in every run: chunk i of rank r, seed r:i */
+        for (size_t i = 0; i < o->chunks; i++)
+            fill_bf16(r->src + i * o->chunk_bytes, o->chunk_bytes,
+                      0xbf16bf1600000000u ^ ((uint64_t)r->rank << 32 | i));
+    else
+        fill_random(r->src, bytes, b->seed + r->rank);
+    memset(r->dst, BENCH_FILL_BYTE, bytes);
+    if (o->disk_dir[0])
+        prepare_chain(r, b->disk_hashes, o->chunks);
+    fill_random(r->small, (size_t)o->prompt_chunks * BENCH_LOOKUP_CHUNK_BYTES, ~b->seed + r->rank);
+    setup_kvtier(r);
+    if (!r->failed && b->bk_state[BK_REDIS] == BK_ON)
+        redis_setup(r);
+}
+
+/* The workload once, unmeasured and unverified counts, on the backend's warm-up chain. */
+static void step_warmup(rank_t *r)
+{
+    bench_t *b = r->b;
+    const kvt_hash_t *h = chain_of(b, b->cur, 0, 1);
+    prepare_chain(r, h, b->nwarm);
+    if (run_chain(r, b->cur, OP_SAVE, h, b->nwarm, NULL) ||
+        run_chain(r, b->cur, OP_LOAD, h, b->nwarm, NULL))
+        return;
+    verify_chain(r, h, b->nwarm, NULL);
+    if (!r->failed && b->cur == BK_REDIS)
+        redis_drop(r);
+}
+
+static int is_lookup_thread(const rank_t *r)
+{
+    return !r->b->o.all_ranks || r->rank == 0;
+}
+
+static void do_lookups(rank_t *r, uint32_t count, series_t *lat)
+{
+    const bench_t *b = r->b;
+    uint32_t world = b->o.world;
+    uint32_t rank_hits[world];
+    uint32_t expect = b->o.prompt_chunks;
+    if (b->o.all_ranks && b->o.ranks < world)
+        expect = 0; /* ranks that no thread fills hit 0 */
+    kvt_lookup_opts_t lo = {.all_ranks = b->o.all_ranks};
+    for (uint32_t i = 0; i < count; i++) {
+        kvt_lookup_result_t res = {.rank_hits = rank_hits, .rank_hits_cap = world};
+        uint64_t t0 = now_ns();
+        int rc = kvt_lookup(r->lk, b->lookup_hashes, b->o.prompt_chunks, &lo, &res);
+        uint64_t t1 = now_ns();
+        if (rc) {
+            rank_fail_kvt(r, "lookup", rc, r->lk);
+            return;
+        }
+        if (lat) {
+            lat->v[lat->n++] = t1 - t0;
+            r->lookup_short += res.hit < expect;
+            r->lookup_skipped += res.skipped != 0;
+        }
+    }
+}
+
+static void step_fill_lookup(rank_t *r)
+{
+    const bench_t *b = r->b;
+    uint32_t n = b->o.prompt_chunks;
+    uint8_t *oc = malloc(n);
+    if (!oc) {
+        rank_fail(r, 1, "out of memory");
+        return;
+    }
+    const void **bufs = malloc(n * sizeof *bufs);
+    size_t *lens = malloc(n * sizeof *lens);
+    if (!bufs || !lens) {
+        rank_fail(r, 1, "out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        bufs[i] = r->small + (size_t)i * BENCH_LOOKUP_CHUNK_BYTES;
+        lens[i] = BENCH_LOOKUP_CHUNK_BYTES;
+    }
+    int rc = kvt_save(r->lk, b->lookup_hashes, n, bufs, lens, NULL, oc);
+    if (rc) {
+        rank_fail_kvt(r, "save (lookup namespace)", rc, r->lk);
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (oc[i] == KVT_SAVE_STORED || oc[i] == KVT_SAVE_EXISTS)
+            r->fill_stored++;
+        else
+            r->fill_other++;
+    }
+out:
+    free(lens);
+    free(bufs);
+    free(oc);
+}
+
+static void step_exit(rank_t *r)
+{
+    for (int k = 0; k < BK_N; k++)
+        kvt_close(&r->bk[k].kv);
+    kvt_close(&r->lk);
+    redis_close(r);
+    if (r->zsock)
+        zmq_close(r->zsock);
+    r->zsock = NULL;
+}
+
+static void rank_run_step(rank_t *r)
+{
+    bench_t *b = r->b;
+    const kvt_hash_t *h = chain_of(b, b->cur, b->round, 0);
+    rank_bk_t *rb = &r->bk[b->cur];
+    size_t n = b->o.chunks;
+    uint32_t zwarm = b->nwarm;
+    switch (b->step) {
+    case STEP_SETUP:
+        step_setup(r);
+        break;
+    case STEP_WARMUP:
+        step_warmup(r);
+        break;
+    case STEP_PREPARE:
+        prepare_chain(r, h, n);
+        break;
+    case STEP_SAVE:
+        if (run_chain(r, b->cur, OP_SAVE, h, n, &rb->save) == 0)
+            count_outcomes(r, n, &rb->n);
+        break;
+    case STEP_LOAD:
+        run_chain(r, b->cur, OP_LOAD, h, n, &rb->load);
+        break;
+    case STEP_VERIFY:
+        verify_chain(r, h, n, &rb->n);
+        if (!r->failed && b->cur == BK_REDIS)
+            redis_drop(r);
+        break;
+    case STEP_FILL_LOOKUP:
+        step_fill_lookup(r);
+        break;
+    case STEP_LOOKUP_WARM:
+        if (is_lookup_thread(r))
+            do_lookups(r, b->o.lookups / 20 + 1, NULL);
+        break;
+    case STEP_LOOKUP:
+        if (is_lookup_thread(r))
+            do_lookups(r, b->slice, &r->lookup);
+        break;
+    case STEP_Z_CONNECT:
+        step_z_connect(r);
+        break;
+    case STEP_Z_WARM:
+        z_save_like(r, zwarm);
+        if (!r->failed)
+            z_load_like(r, zwarm);
+        if (!r->failed && is_lookup_thread(r))
+            z_lookup_like(r, b->o.lookups / 20 + 1, NULL);
+        r->zbytes_save = r->zbytes_load = 0;
+        break;
+    case STEP_Z_SAVE:
+        z_save_like(r, b->o.chunks);
+        break;
+    case STEP_Z_LOAD:
+        z_load_like(r, b->o.chunks);
+        break;
+    case STEP_Z_LOOKUP:
+        if (is_lookup_thread(r))
+            z_lookup_like(r, b->slice, &r->zlookup);
+        break;
+    case STEP_DISK_SAVE:
+        if (run_chain(r, b->primary, OP_SAVE, b->disk_hashes, n, &r->dsave) == 0)
+            count_outcomes(r, n, &r->dn);
+        break;
+    case STEP_DISK_LOAD:
+        run_chain(r, BK_FRAMES, OP_LOAD, b->disk_hashes, b->disk_load_n, &r->dload);
+        break;
+    case STEP_DISK_VERIFY:
+        verify_chain(r, b->disk_hashes, b->disk_load_n, &r->dn);
+        break;
+    case STEP_EXIT:
+        break;
+    }
+}
+
+void *rank_main(void *arg)
+{
+    rank_t *r = arg;
+    bench_t *b = r->b;
+    pthread_mutex_lock(&b->gate_mu);
+    while (!b->launched)
+        pthread_cond_wait(&b->gate_cv, &b->gate_mu);
+    int abort_run = b->abort;
+    pthread_mutex_unlock(&b->gate_mu);
+    if (abort_run)
+        return NULL;
+    for (;;) {
+        pthread_barrier_wait(&b->start);
+        if (b->step == STEP_EXIT)
+            break;
+        if (!r->failed)
+            rank_run_step(r);
+        pthread_barrier_wait(&b->end);
+    }
+    step_exit(r);
+    return NULL;
+}
