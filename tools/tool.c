@@ -38,6 +38,8 @@ void tool_init(const char *name, const char *usage)
     tool_usage = usage;
 }
 
+static void tool_verror(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
 static void tool_verror(const char *fmt, va_list ap)
 {
     fprintf(stderr, "%s: ", tool_prog);
