@@ -23,9 +23,19 @@
  * tier off every entry is RAM-resident and ram_kids == nchildren, the single-tier behaviour.
  * Children are kept in a list per parent so that detaching costs O(children).
  *
- * The hash table is chained with a power-of-two bucket array that doubles when the load factor
- * passes 1 (a full rehash: the number of entries is bounded by capacity / chunk size, tens of
+ * Rank groups: the hash table is keyed by (namespace, chunk hash); each key holds a group with
+ * one slot per rank, pointing at that rank's entry. A single-rank probe finds the group and reads
+ * its rank's slot; an all-ranks lookup reads every rank of a chunk from one probe (one hash, one
+ * bucket walk, one key comparison), so it costs about one rank's lookup plus the reply. A group
+ * grows its slots to the highest rank stored and goes with its last entry.
+ *
+ * The table is chained with a power-of-two bucket array that doubles when the groups outnumber
+ * the buckets (a full rehash: the number of entries is bounded by capacity / chunk size, tens of
  * thousands on a large node, so the pause is short: docs/ARCHITECTURE.md).
+ *
+ * Leases: granted leases sit in one FIFO in grant order, which is expiry order since every lease
+ * lasts the same lease_ms; index_prune_leases() drops the expired ones from its head, so
+ * counting the leased chunks costs O(1) instead of a walk of every entry.
  *
  * The layout of index_entry_t is private to index.c and store.c, the only files (with the
  * index's unit tests) that include this header: every other module holds a chunk as the store's
@@ -43,8 +53,9 @@
 #include "kvt_proto.h"
 
 typedef struct index_entry index_entry_t;
+typedef struct index_group index_group_t;
 struct index_entry {
-    index_entry_t *hnext;    /* hash chain */
+    index_group_t *group;    /* the group of its (ns, hash): its slot is group->slot[rank] */
     index_entry_t *parent;   /* stored predecessor, or NULL */
     index_entry_t *lru_prev; /* leaf LRU links (valid while nchildren == 0) */
     index_entry_t *lru_next;
@@ -71,13 +82,29 @@ struct index_entry {
     index_entry_t *seg_prev;
     index_entry_t *seg_next;
     uint64_t wseq; /* write-buffer ticket while INDEX_F_WBUF */
+    /* lease FIFO (index.c): linked while the entry holds a lease granted by index_lease */
+    index_entry_t *lease_prev;
+    index_entry_t *lease_next;
+};
+
+/* The entries of one (ns, hash), by rank: slot[r] for r < nslots (NULL when absent). */
+struct index_group {
+    index_group_t *hnext; /* hash chain */
+    uint32_t ns;
+    uint16_t nslots;
+    uint16_t count; /* entries present */
+    kvt_wire_hash_t hash;
+    index_entry_t *slot[];
 };
 
 #define INDEX_F_ORPHAN 0x1u
 #define INDEX_F_RAM 0x2u  /* bytes in the arena at off */
 #define INDEX_F_DISK 0x4u /* verified copy on disk at dseg/doff */
-#define INDEX_F_WBUF 0x8u /* bytes in the disk tier's write buffer (ticket wseq) */
+#define INDEX_F_WBUF                                                                               \
+    0x8u                  /* demoted: the disk write of ticket wseq is pending; the bytes stay in  \
+                             the arena at off (quarantined: not RAM-resident, not evictable) */
 #define INDEX_F_LRU 0x10u /* in the leaf LRU (internal) */
+#define INDEX_F_LEASE 0x20u /* in the lease FIFO (internal) */
 
 typedef struct index index_t;
 
@@ -89,6 +116,9 @@ void index_destroy(index_t **ix);
 uint64_t index_count(const index_t *ix);
 
 index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h);
+
+/* The group of (ns, h), or NULL when no rank holds that chunk: one probe for every rank. */
+const index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h);
 
 /*
  * Adds an entry that must not exist yet. parent, when not NULL, is the stored predecessor
@@ -121,7 +151,14 @@ void index_touch(index_t *ix, index_entry_t *e);
 
 /* Pins e until now_ms + lease_ms unless it already holds an unexpired lease (a lease is never
  * extended by a repeated lookup). */
-void index_lease(index_entry_t *e, uint64_t now_ms, uint32_t lease_ms);
+void index_lease(index_t *ix, index_entry_t *e, uint64_t now_ms, uint32_t lease_ms);
+
+/* Unlinks the expired leases from the head of the lease FIFO. O(expired). */
+void index_prune_leases(index_t *ix, uint64_t now_ms);
+
+/* Entries under an unexpired lease at now_ms: the FIFO's length less its expired head (prune
+ * regularly to keep that head short). */
+uint64_t index_leased_count(const index_t *ix, uint64_t now_ms);
 
 static inline bool index_leased(const index_entry_t *e, uint64_t now_ms)
 {

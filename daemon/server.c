@@ -37,6 +37,7 @@ static void sweep_cb(uv_timer_t *t)
     server_t *sv = t->data;
 
     sessions_expire(sv->sessions, uv_now(sv->loop), sv->cfg->server.client_idle_ms);
+    store_tick(sv->store, uv_now(sv->loop));
 }
 
 /* --- replies --- */

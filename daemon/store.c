@@ -158,7 +158,7 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
     for (uint32_t i = 0; i < hit; i++) {
         kvt_wire_hash_t k;
         memcpy(&k, &h[i], sizeof k);
-        index_lease(index_find(s->ix, ns->id, r, &k), now_ms, s->lease_ms);
+        index_lease(s->ix, index_find(s->ix, ns->id, r, &k), now_ms, s->lease_ms);
     }
 }
 
@@ -174,22 +174,57 @@ uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_
     return hit;
 }
 
+/* The entry of rank r in group g, when it is present. */
+static index_entry_t *group_rank(const index_group_t *g, uint16_t r)
+{
+    index_entry_t *e = g != NULL && r < g->nslots ? g->slot[r] : NULL;
+
+    return e != NULL && !tierless(e) ? e : NULL;
+}
+
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
                           bool lease, uint64_t now_ms, uint32_t *rank_hits)
 {
-    uint16_t ranks = ns->replicated ? 1 : ns->world;
+    uint16_t ranks = ns->replicated ? 1 : ns->world, alive = ranks;
     uint32_t min = UINT32_MAX;
 
+    for (uint16_t r = 0; r < ranks; r++)
+        rank_hits[r] = UINT32_MAX; /* still walking */
+    /* one probe per chunk: the group holds every rank's entry */
+    for (size_t i = 0; i < n && alive > 0; i++) {
+        kvt_wire_hash_t k;
+        const index_group_t *g;
+        memcpy(&k, &h[i], sizeof k);
+        g = index_find_group(s->ix, ns->id, &k);
+        for (uint16_t r = 0; r < ranks; r++) {
+            index_entry_t *e;
+            if (rank_hits[r] != UINT32_MAX)
+                continue;
+            e = group_rank(g, r);
+            if (e == NULL) {
+                rank_hits[r] = (uint32_t)i;
+                alive--;
+            } else {
+                index_touch(s->ix, e);
+            }
+        }
+    }
     for (uint16_t r = 0; r < ranks; r++) {
-        rank_hits[r] = prefix(s, ns, r, h, n, true);
+        if (rank_hits[r] == UINT32_MAX)
+            rank_hits[r] = (uint32_t)n;
         if (rank_hits[r] < min)
             min = rank_hits[r];
     }
     for (uint16_t r = ranks; r < ns->world; r++)
         rank_hits[r] = rank_hits[0];
-    if (lease)
+    for (uint32_t i = 0; lease && i < min; i++) {
+        kvt_wire_hash_t k;
+        const index_group_t *g;
+        memcpy(&k, &h[i], sizeof k);
+        g = index_find_group(s->ix, ns->id, &k);
         for (uint16_t r = 0; r < ranks; r++)
-            lease_prefix(s, ns, r, h, min, now_ms);
+            index_lease(s->ix, group_rank(g, r), now_ms, s->lease_ms);
+    }
     s->st.hits += (uint64_t)min * ranks;
     s->st.misses += (uint64_t)(n - min) * ranks;
     return min;
@@ -609,23 +644,8 @@ const store_stats_t *store_stats(const store_t *s)
     return &s->st;
 }
 
-struct lease_count {
-    uint64_t now_ms;
-    uint64_t leased;
-};
-
-static void count_leased(const index_entry_t *e, void *arg)
-{
-    struct lease_count *lc = arg;
-
-    lc->leased += index_leased(e, lc->now_ms);
-}
-
 void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
 {
-    struct lease_count lc = {.now_ms = now_ms};
-
-    index_foreach(s->ix, count_leased, &lc);
     *out = (store_ram_stats_t){.capacity_bytes = ram_capacity(s->ram),
                                .used_bytes = ram_used(s->ram),
                                .resident_bytes = ram_resident(s->ram),
@@ -633,7 +653,7 @@ void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
                                .chunks = s->ram_chunks,
                                .index_chunks = index_count(s->ix),
                                .counts = s->st,
-                               .leased_chunks = lc.leased,
+                               .leased_chunks = index_leased_count(s->ix, now_ms),
                                .free_runs = ram_free_runs(s->ram),
                                .largest_free_bytes = ram_largest_free(s->ram),
                                .arena_path = ram_path(s->ram)};
@@ -829,6 +849,11 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
 int store_disk_error(const store_t *s)
 {
     return s->disk_error;
+}
+
+void store_tick(store_t *s, uint64_t now_ms)
+{
+    index_prune_leases(s->ix, now_ms);
 }
 
 static void persist_step_cb(uv_timer_t *t);

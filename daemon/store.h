@@ -121,6 +121,9 @@ int store_attach_disk(store_t *s, uv_loop_t *loop);
 /* The error that kept the disk tier from attaching (negative errno), or 0. */
 int store_disk_error(const store_t *s);
 
+/* Periodic upkeep (the server's sweep timer): drops expired leases from the lease FIFO. */
+void store_tick(store_t *s, uint64_t now_ms);
+
 /* Stops the disk tier: cancels queued reads, lets running jobs finish, flushes the write buffer,
  * then calls done(arg) on the loop (at once without a disk tier). Then store_destroy(). */
 void store_close(store_t *s, void (*done)(void *arg), void *arg);
@@ -165,8 +168,9 @@ void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_has
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
                       bool lease, uint64_t now_ms);
 
-/* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. With lease,
- * the chunks of the common prefix [0, min) are leased for every rank. */
+/* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. One index
+ * probe per chunk serves every rank (index.h, rank groups). With lease, the chunks of the common
+ * prefix [0, min) are leased for every rank. */
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
                           bool lease, uint64_t now_ms, uint32_t *rank_hits);
 
@@ -232,7 +236,7 @@ const store_stats_t *store_stats(const store_t *s);
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
 void store_foreach(const store_t *s, void (*fn)(const store_chunk_t *c, void *arg), void *arg);
 
-/* The RAM tier's figures at now_ms (leases expire by time). O(chunks): for status. */
+/* The RAM tier's figures at now_ms (leases expire by time). */
 void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out);
 
 /* The disk tier's figures (state OFF without a disk tier). */

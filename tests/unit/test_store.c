@@ -154,18 +154,29 @@ START_TEST(lease_blocks_eviction_and_expires)
     index_t *ix = index_new();
     index_entry_t *a = add_chain(ix, 1, 1), *b = add_chain(ix, 2, 1);
 
-    index_lease(a, 1000, 500);
+    index_lease(ix, a, 1000, 500);
     ck_assert_uint_eq(a->lease_until_ms, 1500);
-    index_lease(a, 1400, 500); /* a repeated lease does not extend */
+    index_lease(ix, a, 1400, 500); /* a repeated lease does not extend */
     ck_assert_uint_eq(a->lease_until_ms, 1500);
+    ck_assert_uint_eq(index_leased_count(ix, 1400), 1);
     ck_assert_ptr_eq(index_victim(ix, 1200, 64), b);
     ck_assert_ptr_eq(index_victim(ix, 1500, 64), a); /* expired at 1500 */
-    index_lease(a, 1600, 500);                       /* after expiry a new lease starts */
+    ck_assert_uint_eq(index_leased_count(ix, 1500), 0);
+    index_lease(ix, a, 1600, 500); /* after expiry a new lease starts */
     ck_assert_uint_eq(a->lease_until_ms, 2100);
     a->lease_until_ms = 0;
     a->pins = 1;
     ck_assert_ptr_eq(index_victim(ix, 1200, 64), b);
     a->pins = 0;
+    /* the lease FIFO counts in O(1): grant order is expiry order */
+    index_lease(ix, a, 1600, 500);
+    index_lease(ix, b, 1700, 500);
+    ck_assert_uint_eq(index_leased_count(ix, 1700), 2);
+    ck_assert_uint_eq(index_leased_count(ix, 2150), 1); /* a expired, b not */
+    index_prune_leases(ix, 2150);
+    ck_assert_int_eq(index_check(ix), 0);
+    ck_assert_uint_eq(index_leased_count(ix, 2150), 1);
+    ck_assert_uint_eq(index_leased_count(ix, 2200), 0);
     index_destroy(&ix);
 }
 END_TEST
