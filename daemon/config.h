@@ -47,6 +47,8 @@ typedef struct {
         uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
         uint32_t max_in_flight;              /* requests a connection may have outstanding,
                                                 1..65536 (256), announced in HELLO_OK */
+        uint32_t cpu_workers;                /* thread-pool threads for checksums and copies
+                                                beside the disk's, 0..256 (0: one per CPU) */
     } server;
     struct {
         uint64_t capacity_bytes;          /* hard limit of the arena */
@@ -57,6 +59,8 @@ typedef struct {
         char arena_group[64];             /* group owning the arena file ("" = the daemon's) */
         uint32_t shm_hold_ms;             /* shared-memory reservations and load pins are
                                              reclaimed after this, 100..600000 (10000) */
+        uint64_t free_target_bytes;       /* with the disk tier: free arena bytes the demoter
+                                             keeps ahead of saves (0: automatic, store.h) */
     } ram;
     struct {
         bool enabled;                 /* the disk tier is on (production: true) */
@@ -67,7 +71,8 @@ typedef struct {
         double compression_threshold; /* auto keeps lz4 when stored/raw <= this (0.9) */
         config_fsync_t fsync;         /* "none" | "segment" | "record" */
         uint32_t max_reads_in_flight; /* disk reads on the thread pool at once (8) */
-        uint64_t write_buffer_bytes;  /* one of the two write buffers */
+        uint64_t write_buffer_bytes;  /* the budget of one of the two write batches */
+        bool direct_io;               /* O_DIRECT segment I/O where the filesystem allows it */
     } disk;
     struct {
         log_level_t level;

@@ -13,15 +13,16 @@
  * link, can only be hit once its predecessor is saved again, and joins the LRU at the cold end.
  *
  * Tiers: an entry is RAM-resident (INDEX_F_RAM: off/len in the arena), and/or has a verified
- * copy on disk (INDEX_F_DISK: dseg/doff/dstored/dhdr), or waits in the disk tier's write buffer
- * (INDEX_F_WBUF: wseq). The leaf LRU holds the *RAM leaves*: RAM-resident entries none of whose
- * children is RAM-resident (ram_kids == 0); RAM eviction takes them in LRU order and demotes
- * them, so RAM is emptied from chain tails while the chain itself stays in the index. nchildren
- * counts children in any tier: an entry leaves the index only when it has none (the no-orphan
- * rule holds for the index as a whole), or after index_detach_children() turned its children
- * into orphans (the disk tier's reclaim of a whole segment does that; see store.c). With the disk
- * tier off every entry is RAM-resident and ram_kids == nchildren, the single-tier behaviour.
- * Children are kept in a list per parent so that detaching costs O(children).
+ * copy on disk (INDEX_F_DISK: dseg/doff/dstored/dhdr/dver), or is quarantined: demoted, its disk
+ * write pending, its bytes still in the arena at off (INDEX_F_WBUF: wseq). The leaf LRU holds
+ * the *RAM leaves*: RAM-resident entries none of whose children is RAM-resident (ram_kids == 0);
+ * RAM eviction takes them in LRU order and demotes them, so RAM is emptied from chain tails
+ * while the chain itself stays in the index. nchildren counts children in any tier: an entry
+ * leaves the index only when it has none (the no-orphan rule holds for the index as a whole),
+ * or after index_detach_children() turned its children into orphans (the disk tier's reclaim
+ * of a whole segment does that; see store.c). With the disk tier off every entry is
+ * RAM-resident and ram_kids == nchildren, the single-tier behaviour. Children are kept in a
+ * list per parent so that detaching costs O(children).
  *
  * Rank groups: the hash table is keyed by (namespace, chunk hash); each key holds a group with
  * one slot per rank, pointing at that rank's entry. A single-rank probe finds the group and reads
@@ -36,6 +37,11 @@
  * Leases: granted leases sit in one FIFO in grant order, which is expiry order since every lease
  * lasts the same lease_ms; index_prune_leases() drops the expired ones from its head, so
  * counting the leased chunks costs O(1) instead of a walk of every entry.
+ *
+ * Integrity: every entry keeps the XXH3-64 of its payload (csum), computed off the loop when the
+ * chunk was committed, or taken from its disk record at recovery (computed from the verified
+ * bytes of a version 1 record). INDEX_F_BAD marks an entry whose bytes failed a verification
+ * while it was pinned: it counts as absent and leaves the index with its last pin.
  *
  * The layout of index_entry_t is private to index.c and store.c, the only files (with the
  * index's unit tests) that include this header: every other module holds a chunk as the store's
@@ -82,9 +88,12 @@ struct index_entry {
     index_entry_t *seg_prev;
     index_entry_t *seg_next;
     uint64_t wseq; /* write-buffer ticket while INDEX_F_WBUF */
+    uint64_t csum; /* XXH3-64 (seed 0) of the payload */
+    uint8_t dver;  /* the disk record's format version (record.h) */
     /* lease FIFO (index.c): linked while the entry holds a lease granted by index_lease */
     index_entry_t *lease_prev;
     index_entry_t *lease_next;
+    void *reading; /* store.c: the disk read in flight for this entry, or NULL */
 };
 
 /* The entries of one (ns, hash), by rank: slot[r] for r < nslots (NULL when absent). */
@@ -105,6 +114,7 @@ struct index_group {
                              the arena at off (quarantined: not RAM-resident, not evictable) */
 #define INDEX_F_LRU 0x10u /* in the leaf LRU (internal) */
 #define INDEX_F_LEASE 0x20u /* in the lease FIFO (internal) */
+#define INDEX_F_BAD 0x40u   /* failed a verification while pinned: absent, dropped at last unpin */
 
 typedef struct index index_t;
 

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "server.h"
 #include "stats.h"
+#include "store.h"
 #include "http.h"
 
 #include <errno.h>
@@ -88,6 +89,12 @@ static int run(const config_t *cfg)
     void *zctx;
     int rc = 1;
 
+    char pool[16];
+
+    /* The thread pool is sized before the loop queues its first job (libuv reads this once):
+     * the disk's jobs must never occupy every thread (store.h, store_pool_threads). */
+    snprintf(pool, sizeof pool, "%u", store_pool_threads(cfg));
+    setenv("UV_THREADPOOL_SIZE", pool, 1);
     if (strncmp(cfg->server.endpoint, "ipc://", 6) == 0)
         fsutil_mkdirs(cfg->server.endpoint + 6, false);
     fsutil_mkdirs(cfg->server.status_socket, false);
@@ -122,10 +129,10 @@ static int run(const config_t *cfg)
     uv_signal_start(&d.sigint, signal_cb, SIGINT);
     log_info("start",
              "version=%s pid=%d endpoint=%s status_socket=%s ram_capacity_bytes=%" PRIu64
-             " arena=\"%s\" max_chunk_bytes=%" PRIu64 " lease_ms=%u",
+             " arena=\"%s\" max_chunk_bytes=%" PRIu64 " lease_ms=%u pool_threads=%s",
              KVT_VERSION_STRING, (int)getpid(), cfg->server.endpoint, cfg->server.status_socket,
              cfg->ram.capacity_bytes, cfg->ram.arena_path, cfg->ram.max_chunk_bytes,
-             cfg->ram.lease_ms);
+             cfg->ram.lease_ms, pool);
     uv_run(&loop, UV_RUN_DEFAULT);
     rc = 0;
 

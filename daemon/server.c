@@ -232,7 +232,7 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     server_t *sv = arg;
     zmq_msg_t *rid = &parts[0];
     uint64_t now = uv_now(sv->loop);
-    server_req_t r = {.rid = rid, .t0 = uv_hrtime()};
+    server_req_t r = {.rid = rid, .parts = parts, .nparts = nparts, .t0 = uv_hrtime()};
     kvt_msg_t req;
     int rc;
 
@@ -362,6 +362,7 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     if (store_attach_disk(sv->store, loop) != 0)
         log_error("disk", "dir=%s error=\"%s\" action=running_without_disk_tier", cfg->disk.dir,
                   strerror(-store_disk_error(sv->store)));
+    sv->lm = loopmon_new(loop); /* status without it shows zeros: not a reason to fail */
     uv_timer_init(loop, &sv->sweep);
     sv->sweep.data = sv;
     /* Holds expire within a quarter of their time after their deadline. */
@@ -406,6 +407,7 @@ void server_close(server_t **psv)
     if (sv == NULL)
         return;
     zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
+    loopmon_close(&sv->lm);
     sv->close_waits = 2;
     store_close(sv->store, store_closed_cb, sv);
     zcref_close(&sv->zc, zc_closed_cb, sv);
@@ -433,5 +435,6 @@ void server_view(const server_t *sv, server_view_t *out)
                            .sessions = sv->sessions,
                            .namespaces = sv->nst,
                            .admission = sv->admission,
-                           .counters = &sv->counters};
+                           .counters = &sv->counters,
+                           .loop = sv->lm};
 }

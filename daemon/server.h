@@ -26,6 +26,7 @@
 #include "admission.h"
 #include "config.h"
 #include "hist.h"
+#include "loopmon.h"
 #include "ns.h"
 #include "session.h"
 #include "store.h"
@@ -85,6 +86,7 @@ typedef struct {
     const ns_table_t *namespaces;
     const admission_t *admission;
     const server_counters_t *counters;
+    const loopmon_t *loop; /* NULL when it could not be created */
 } server_view_t;
 
 void server_view(const server_t *sv, server_view_t *out);

@@ -183,6 +183,18 @@ session_t *sessions_get(sessions_t *t, const void *id, size_t len, uint64_t now_
     return s;
 }
 
+session_t *sessions_find(const sessions_t *t, const void *id, size_t len)
+{
+    session_t *s;
+
+    if (len == 0 || len > SESSION_ID_MAX)
+        return NULL;
+    for (s = t->buckets[id_hash(id, len) & (t->nbuckets - 1)]; s != NULL; s = s->hnext)
+        if (s->idlen == len && memcmp(s->id, id, len) == 0)
+            return s;
+    return NULL;
+}
+
 void sessions_expire(sessions_t *t, uint64_t now_ms, uint64_t idle_ms)
 {
     while (t->head != NULL && now_ms - t->head->last_ms > idle_ms)

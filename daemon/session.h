@@ -51,6 +51,10 @@ void sessions_destroy(sessions_t **t);
  * SESSION_ID_MAX or on allocation failure. */
 session_t *sessions_get(sessions_t *t, const void *id, size_t len, uint64_t now_ms);
 
+/* The session of routing id (id, len) if it is known, else NULL; nothing is created or marked
+ * active (a reply completed later looks its session up again: it may have been forgotten). */
+session_t *sessions_find(const sessions_t *t, const void *id, size_t len);
+
 /* Forgets sessions idle for more than idle_ms and reclaims holds past their deadline. */
 void sessions_expire(sessions_t *t, uint64_t now_ms, uint64_t idle_ms);
 

@@ -27,6 +27,7 @@
 #include "codec.h"
 #include "gates.h"
 #include "hist.h"
+#include "loopmon.h"
 #include "ns.h"
 #include "session.h"
 #include "store.h"
@@ -59,6 +60,13 @@ typedef struct {
     double mean_lookup_us;
 } stats_ns_t;
 
+/* One bucket of loop.turn_us: its JSON key (microseconds) and Prometheus bound (seconds). */
+typedef struct {
+    const char *key;
+    const char *le;
+    uint64_t count;
+} stats_bucket_t;
+
 typedef struct {
     const char *version;
     double uptime_s;
@@ -76,7 +84,16 @@ typedef struct {
     size_t nops;
     stats_ns_t *namespaces;
     size_t nnamespaces;
+    loopmon_stats_t loop;
+    stats_bucket_t turn_buckets[LOOPMON_BUCKETS];
+    size_t nturn_buckets;
+    double disk_write_seconds, disk_read_seconds;
 } stats_doc_t;
+
+static const char *const bucket_keys[LOOPMON_BUCKETS] = {"50",   "100",  "200",   "500",   "1000",
+                                                         "2000", "5000", "10000", "50000", "+Inf"};
+static const char *const bucket_les[LOOPMON_BUCKETS] = {
+    "0.00005", "0.0001", "0.0002", "0.0005", "0.001", "0.002", "0.005", "0.01", "0.05", "+Inf"};
 
 static void doc_free(stats_doc_t *d)
 {
@@ -113,6 +130,14 @@ static stats_doc_t *doc_take(const server_t *sv)
     d->reserved_bytes = sessions_reserved_bytes(v.sessions);
     d->pinned_bytes = sessions_pinned_bytes(v.sessions);
     store_disk_stats(v.store, &d->disk);
+    d->disk_write_seconds = (double)d->disk.tier.flush_ns / 1e9;
+    d->disk_read_seconds = (double)d->disk.tier.read_ns / 1e9;
+    if (v.loop != NULL)
+        loopmon_stats(v.loop, &d->loop);
+    d->nturn_buckets = LOOPMON_BUCKETS;
+    for (size_t i = 0; i < LOOPMON_BUCKETS; i++)
+        d->turn_buckets[i] = (stats_bucket_t){
+            .key = bucket_keys[i], .le = bucket_les[i], .count = d->loop.buckets[i]};
     d->clients = sessions_count(v.sessions);
     d->save_ops_remembered = admission_remembered(v.admission);
     d->server = *v.counters;
@@ -271,6 +296,26 @@ static const stats_field_t ram_fields[] = {
         "Arena bytes reserved by shared-memory saves not committed yet."),
     NUM(D, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
         "Bytes of chunks pinned by shared-memory loads not released yet."),
+    NUMM(D, "quarantined_bytes", T_U64, ram.quarantined_bytes, GAUGE, "bytes",
+         "Arena bytes of demoted chunks whose disk write is pending (lent to the disk, still "
+         "readable, not evictable).",
+         "kvtier_ram_quarantined_bytes", NULL),
+    NUMM(D, "ingest_bytes", T_U64, ram.ingest_bytes, GAUGE, "bytes",
+         "Arena bytes of saves being copied and checksummed off the loop.",
+         "kvtier_ram_ingest_bytes", NULL),
+    NUMM(D, "promoting_bytes", T_U64, ram.promoting_bytes, GAUGE, "bytes",
+         "Arena bytes that disk reads in flight are landing in.", "kvtier_ram_promoting_bytes",
+         NULL),
+    NUMM(D, "free_target_bytes", T_U64, ram.free_target_bytes, GAUGE, "bytes",
+         "Free arena bytes the demoter keeps ahead of saves (0 without a disk tier).",
+         "kvtier_ram_free_target_bytes", NULL),
+    NUMM(D, "verifies", T_U64, ram.verifies, COUNTER, NULL,
+         "Chunk re-verifications clients asked for (RELEASE CORRUPT).", "kvtier_ram_verifies_total",
+         NULL),
+    NUMM(D, "verify_drops", T_U64, ram.verify_drops, COUNTER, NULL,
+         "Chunks removed because their bytes no longer matched their checksum (re-verification, "
+         "demotion, shutdown persist).",
+         "kvtier_ram_verify_drops_total", NULL),
 };
 
 static const stats_field_t recovery_fields[] = {
@@ -288,6 +333,8 @@ static const stats_field_t recovery_fields[] = {
         "Bytes truncated off segment tails at start."),
     NUM(D, "bad_files", T_U64, disk.tier.recovery.bad_files, GAUGE, NULL,
         "Segment files that could not be opened or read at start."),
+    NUM(D, "records_v1", T_U64, disk.tier.recovery.records_v1, GAUGE, NULL,
+        "Valid records found at start in the old format (version 1)."),
 };
 
 /* With the tier open, the disk module's figures; without, state, error and zero sizes. */
@@ -362,7 +409,48 @@ static const stats_field_t disk_fields[] = {
     DISK("reads_in_flight", reads_in_flight, GAUGE, NULL, "Reads running on the thread pool."),
     DISK("reads_queued", reads_queued, GAUGE, NULL, "Reads waiting for a slot."),
     DISK("write_buffer_bytes", write_buffer_bytes, GAUGE, "bytes",
-         "Bytes in the filling and the flushing write buffer."),
+         "Chunk bytes lent to the filling and the flushing write batch."),
+    {.key = "direct_io",
+     .type = T_BOOL,
+     .off = offsetof(D, disk.tier.direct_io),
+     .kind = GAUGE,
+     .help = "Segments are written and read with O_DIRECT (disk.direct_io, if the filesystem "
+             "allows it).",
+     .metric = "kvtier_disk_direct_io",
+     .when = tier_open},
+    {.key = "auto_max_ratio",
+     .type = T_DOUBLE,
+     .off = offsetof(D, disk.tier.auto_max_ratio),
+     .kind = GAUGE,
+     .unit = "ratio",
+     .help = "Auto compression: the largest stored/raw ratio at which compressing makes neither "
+             "writes nor reads slower than raw (0: it does not pay).",
+     .metric = "kvtier_disk_auto_max_ratio",
+     .when = tier_open},
+    {.key = "verify_drops",
+     .type = T_U64,
+     .off = offsetof(D, disk.tier.verify_drops),
+     .kind = COUNTER,
+     .help = "Records not written because their bytes no longer matched their checksum.",
+     .metric = "kvtier_disk_verify_drops_total",
+     .when = tier_open},
+    {.key = "write_seconds",
+     .type = T_DOUBLE,
+     .off = offsetof(D, disk_write_seconds),
+     .kind = COUNTER,
+     .unit = "seconds",
+     .help = "Time the flushes spent in their write system calls (bytes_written over it is the "
+             "writer's bandwidth).",
+     .metric = "kvtier_disk_write_seconds_total",
+     .when = tier_open},
+    {.key = "read_seconds",
+     .type = T_DOUBLE,
+     .off = offsetof(D, disk_read_seconds),
+     .kind = COUNTER,
+     .unit = "seconds",
+     .help = "Time the reads spent in their read system calls, summed over parallel reads.",
+     .metric = "kvtier_disk_read_seconds_total",
+     .when = tier_open},
     {.key = "recovery",
      .type = T_OBJECT,
      .kind = INFO,
@@ -372,9 +460,9 @@ static const stats_field_t disk_fields[] = {
      .when = tier_open},
     NUM(D, "chunks", T_U64, disk.counts.chunks, GAUGE, NULL, "Chunks with a disk copy."),
     NUM(D, "write_buffer_chunks", T_U64, disk.counts.wbuf, GAUGE, NULL,
-        "Chunks waiting in the write buffer."),
+        "Chunks whose disk write is pending (quarantined demotions, the shutdown persist)."),
     NUM(D, "hits", T_U64, disk.counts.hits, COUNTER, NULL,
-        "Load chunks served by the disk tier (write buffer or a verified read)."),
+        "Load chunks served by the disk tier (a quarantined extent or a verified read)."),
     NUM(D, "misses", T_U64, disk.counts.misses, COUNTER, NULL,
         "Load chunks that missed RAM and that the disk tier could not serve."),
     NUM(D, "evictions", T_U64, disk.counts.evictions, COUNTER, NULL,
@@ -384,10 +472,14 @@ static const stats_field_t disk_fields[] = {
     NUM(D, "demotions_clean", T_U64, disk.counts.demoted_clean, COUNTER, NULL,
         "RAM evictions whose disk copy existed already."),
     NUM(D, "demotions_refused", T_U64, disk.counts.refused, COUNTER, NULL,
-        "RAM evictions dropped: the write buffer was full while a flush ran, or degraded."),
+        "RAM evictions dropped because the disk could not take them in time (saves never wait "
+        "for the disk): the write budget was spent, or the tier degraded."),
     NUM(D, "writes_lost", T_U64, disk.counts.write_lost, COUNTER, NULL,
         "Demoted chunks dropped because their flush failed."),
     NUM(D, "promotions", T_U64, disk.counts.promoted, COUNTER, NULL, "Chunks read back into RAM."),
+    NUMM(D, "read_joins", T_U64, disk.counts.read_joins, COUNTER, NULL,
+         "Loads that joined a read of the same chunk already in flight.",
+         "kvtier_disk_read_joins_total", NULL),
     NUM(D, "orphaned", T_U64, disk.counts.orphaned, COUNTER, NULL,
         "Successors detached from a dropped chunk (kept, as orphans)."),
     NUM(D, "recovery_skipped", T_U64, disk.counts.recover_skipped, GAUGE, NULL,
@@ -584,6 +676,50 @@ static void ns_labels(const void *elem, char *buf, size_t cap)
     snprintf(buf, cap, "ns=\"%s\",id=\"%u\"", n->ns.model, n->ns.id);
 }
 
+static const stats_field_t bucket_elem =
+    NUMM(stats_bucket_t, NULL, T_U64, count, COUNTER, NULL,
+         "Loop turns that took at most this many microseconds (cumulative).",
+         "kvtier_loop_turn_seconds_bucket", NULL);
+
+ITEMS(doc_turn_buckets, stats_doc_t, turn_buckets, nturn_buckets)
+
+static const char *bucket_key(const void *elem)
+{
+    return ((const stats_bucket_t *)elem)->key;
+}
+
+static void bucket_labels(const void *elem, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "le=\"%s\"", ((const stats_bucket_t *)elem)->le);
+}
+
+static const stats_field_t turn_fields[] = {
+    NUM(D, "p50_us", T_U64, loop.p50_us, GAUGE, "microseconds", "Median loop turn."),
+    NUM(D, "p99_us", T_U64, loop.p99_us, GAUGE, "microseconds", "99th percentile of loop turns."),
+    NUM(D, "max_us", T_U64, loop.max_us, GAUGE, "microseconds", "Longest loop turn."),
+    {.key = "buckets",
+     .type = T_MAP,
+     .kind = INFO,
+     .help = "Loop turns by duration: at most the key's microseconds (cumulative).",
+     .elem = &bucket_elem,
+     .items = doc_turn_buckets,
+     .elem_size = sizeof(stats_bucket_t),
+     .elem_key = bucket_key,
+     .elem_labels = bucket_labels},
+};
+
+static const stats_field_t loop_fields[] = {
+    NUMM(D, "busy_share", T_DOUBLE, loop.busy_share, GAUGE, "ratio",
+         "Share of the last second the loop thread spent outside its poll (1: saturated).",
+         "kvtier_loop_busy_ratio", NULL),
+    NUMM(D, "busy_seconds", T_DOUBLE, loop.busy_seconds, COUNTER, "seconds",
+         "Time the loop thread spent outside its poll since start (the turns' sum).",
+         "kvtier_loop_turn_seconds_sum", NULL),
+    NUMM(D, "turns", T_U64, loop.turns, COUNTER, NULL, "Loop turns measured.",
+         "kvtier_loop_turn_seconds_count", NULL),
+    OBJ("turn_us", turn_fields, "Loop-turn durations: every callback between two polls."),
+};
+
 static const stats_field_t doc_fields[] = {
     TXT(D, "version", T_STR, version, "kvtierd's version."),
     NUM(D, "uptime_s", T_DOUBLE, uptime_s, GAUGE, "seconds", "Time since the daemon started."),
@@ -591,6 +727,7 @@ static const stats_field_t doc_fields[] = {
     TXT(D, "endpoint", T_STR, endpoint, "The ZeroMQ endpoint it serves."),
     OBJ("ram", ram_fields, "The RAM tier."),
     OBJ("disk", disk_fields, "The disk tier."),
+    OBJ("loop", loop_fields, "The loop thread: how busy it is and how long its turns take."),
     OBJ("server", server_fields, "Requests, replies and sessions."),
     {.key = "ops",
      .type = T_MAP,

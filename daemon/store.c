@@ -1,84 +1,64 @@
 /*
- * store.c - chunk storage semantics over index.c and ram.c (see store.h).
+ * store.c - chunk storage semantics over index.c and ram.c (see store.h): lookups, saves and
+ * commits, eviction, pins, status. The loads, the disk tier's side and the verifications are in
+ * store_io.c; what both share is store_internal.h.
  *
  * Design notes:
- *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena (or written
- *     there by a shared-memory client); a load (store_load_batch) hands out the arena bytes of
- *     a RAM chunk pinned, for the caller to lend to its reply frame, and chunks read from disk
- *     as buffers the caller owns.
- *   - Lifetime: only this file pins and frees entries (store_pin/store_unpin). A pinned entry
- *     is never evicted, reclaimed from disk nor removed; one whose every copy is lost while it
- *     is pinned (a failed checksum, a failed flush) stays "tierless" (absent for lookups) and
- *     leaves the index with its last pin.
- *   - During a save the predecessor of the chunk being placed is pinned, so eviction made for
- *     chunk i can never take chunk i-1 and turn chunk i into an orphan.
+ *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena, on the
+ *     thread pool together with their checksum (or written there by a shared-memory client and
+ *     only hashed there); the loop moves no payload bytes. A save is two steps on the loop with
+ *     the thread pool between them: at intake every chunk to be stored gets its extent (the
+ *     eviction happens here, with the chain's stored predecessors pinned so that it can never
+ *     take them), then, once every csum is known, the chain is published in order exactly as a
+ *     synchronous save would have placed it - a chunk stored by someone else meanwhile is
+ *     EXISTS and its extent is freed, the NOSPACE rule holds, a declared parent that appeared
+ *     meanwhile is linked. A chunk is invisible until it is published.
+ *   - Lifetime: only this file and store_io.c pin and free entries (store_pin/store_unpin). A
+ *     pinned entry is never evicted, reclaimed from disk nor removed; one whose every copy is
+ *     lost while it is pinned (a failed checksum, a failed flush, a failed verification) stays
+ *     in the index as absent and leaves it with its last pin.
  *   - Eviction scans at most STORE_VICTIM_SCAN leaves from the cold end per victim, so a large
- *     crowd of leased leaves costs bounded work; past it the chunk is NOSPACE.
- *   - Disk tier (store.h): the store keeps, per disk segment, a list of the entries whose disk
- *     copy is in it (the segment's user pointer, disk.h), so reclaiming a segment costs
- *     O(its records). A demoted chunk carries a write-buffer ticket (wseq); the commit of a flush
- *     applies only to the entry that still holds that ticket, and a finished read is promoted
- *     only if the entry still points at the same (segment, offset): the generation checks.
+ *     crowd of leased leaves costs bounded work; past it the chunk is NOSPACE. With the disk
+ *     tier, a tail that is only in RAM is dropped rather than waited for (store.h, the policy);
+ *     the demoter (store_io.c) keeps that rare.
+ *   - All-ranks lookups walk the index's rank groups: one probe per chunk for every rank.
  *   - Counting: ram.hits/misses keep their meaning (chunks asked by lookups and loads, found in
  *     the index - any tier - or not); disk.hits counts load chunks served from the disk tier
- *     (write buffer or a verified read), disk.misses loads that missed RAM and that the disk
+ *     (quarantine or a verified read), disk.misses loads that missed RAM and that the disk
  *     could not serve (absent, failed checksum, cancelled).
- *   - Status: plain structs (store_ram_stats, store_disk_stats); stats.c renders them.
- * Threads: loop thread only.
+ *   - Status: plain structs (store_ram_stats, store_disk_stats); stats.c renders them. The
+ *     leased count is O(1) (the index's lease FIFO, pruned by store_tick).
+ * Threads: loop thread only; the copies and checksums run in ingest.c's jobs over extents that
+ *     belong to the save until it is published.
  */
-#include "store.h"
+#include "store_internal.h"
 
-#include "disk.h"
-#include "index.h"
+#include "ingest.h"
 #include "log.h"
-#include "ram.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#define STORE_VICTIM_SCAN 4096u
-#define STORE_PERSIST_MS 20000u /* shutdown: how long RAM-only chunks may take to reach disk */
-#define STORE_PERSIST_RETRY_MS 5u
+static unsigned cpu_workers(const config_t *cfg)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
 
-typedef struct {
-    uint32_t ns;
-    uint16_t rank;
-    kvt_wire_hash_t hash;
-} persist_key_t;
+    if (cfg->server.cpu_workers > 0)
+        return cfg->server.cpu_workers;
+    return n > 0 ? (unsigned)n : 1;
+}
 
-typedef struct {
-    uint32_t ns;
-    uint16_t rank;
-    kvt_wire_hash_t hash;
-    kvt_wire_hash_t parent;
-} relink_t;
+unsigned store_pool_threads(const config_t *cfg)
+{
+    unsigned n = cpu_workers(cfg);
 
-struct store {
-    ns_table_t *nst;
-    index_t *ix;
-    ram_t *ram;
-    uint32_t lease_ms;
-    uint64_t stored_bytes; /* payload bytes resident in RAM */
-    uint64_t ram_chunks;
-    store_stats_t st;
-    const config_t *cfg;
-    uv_loop_t *loop;
-    disk_t *disk;
-    int disk_error;
-    bool closing;
-    store_disk_counts_t dk;
-    relink_t *relink; /* recovery only */
-    size_t nrelink, relinkcap;
-    /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
-    uv_timer_t persist_timer; /* initialised when the disk tier is attached */
-    persist_key_t *persist;
-    size_t npersist, persist_next;
-    uint64_t persist_deadline, persist_start, persisted;
-    void (*close_done)(void *arg);
-    void *close_arg;
-};
+    if (cfg->disk.enabled)
+        n += cfg->disk.max_reads_in_flight + 1;
+    return n;
+}
 
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
 {
@@ -90,6 +70,7 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
     s->nst = nst;
     s->cfg = cfg;
     s->lease_ms = cfg->ram.lease_ms;
+    s->workers = cpu_workers(cfg);
     s->ix = index_new();
     if (s->ix == NULL) {
         rc = -ENOMEM;
@@ -119,16 +100,17 @@ void store_destroy(store_t **ps)
     index_destroy(&s->ix);
     ram_destroy(&s->ram);
     free(s->relink);
+    free(s->persist);
     free(s);
     *ps = NULL;
 }
 
-/* An entry none of whose copies exists any more (pinned while its disk record failed its
- * checksum): it counts as absent and leaves the index with its last pin. */
-static bool tierless(const index_entry_t *e)
+void store_tick(store_t *s, uint64_t now_ms)
 {
-    return !(e->flags & (INDEX_F_RAM | INDEX_F_WBUF | INDEX_F_DISK));
+    index_prune_leases(s->ix, now_ms);
 }
+
+/* --- lookups --- */
 
 static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        size_t n, bool touch)
@@ -141,7 +123,7 @@ static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
         index_entry_t *e;
         memcpy(&k, &h[i], sizeof k); /* the hash list may be unaligned in the frame */
         e = index_find(s->ix, ns->id, r, &k);
-        if (e == NULL || tierless(e))
+        if (e == NULL || store__absent(e))
             break;
         if (touch)
             index_touch(s->ix, e);
@@ -179,7 +161,7 @@ static index_entry_t *group_rank(const index_group_t *g, uint16_t r)
 {
     index_entry_t *e = g != NULL && r < g->nslots ? g->slot[r] : NULL;
 
-    return e != NULL && !tierless(e) ? e : NULL;
+    return e != NULL && !store__absent(e) ? e : NULL;
 }
 
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
@@ -249,25 +231,14 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
     return wanted;
 }
 
-/* Frees the RAM copy of e (the entry stays). */
-static void ram_release(store_t *s, index_entry_t *e)
+/* --- tiers and eviction --- */
+
+void store__ram_release(store_t *s, index_entry_t *e)
 {
     ram_free(s->ram, e->off, e->len);
     s->stored_bytes -= e->len;
     s->ram_chunks--;
     index_ram_clear(s->ix, e);
-}
-
-static void seg_link(store_t *s, index_entry_t *e)
-{
-    void **head = disk_seg_user(s->disk, e->dseg);
-    index_entry_t *first = *head;
-
-    e->seg_prev = NULL;
-    e->seg_next = first;
-    if (first != NULL)
-        first->seg_prev = e;
-    *head = e;
 }
 
 static void seg_unlink(store_t *s, index_entry_t *e)
@@ -284,8 +255,7 @@ static void seg_unlink(store_t *s, index_entry_t *e)
     e->seg_prev = e->seg_next = NULL;
 }
 
-/* Forgets e's disk copy (the entry stays). */
-static void disk_forget(store_t *s, index_entry_t *e)
+void store__disk_forget(store_t *s, index_entry_t *e)
 {
     seg_unlink(s, e);
     e->flags &= (uint16_t)~INDEX_F_DISK;
@@ -293,17 +263,16 @@ static void disk_forget(store_t *s, index_entry_t *e)
     s->dk.chunks--;
 }
 
-/* Removes e from the index and every tier; its successors become orphans. */
-static void drop(store_t *s, index_entry_t *e)
+void store__drop(store_t *s, index_entry_t *e)
 {
     ns_t *ns = ns_get(s->nst, e->ns);
 
     if (e->flags & INDEX_F_RAM)
-        ram_release(s, e);
+        store__ram_release(s, e);
     if (e->flags & INDEX_F_DISK)
-        disk_forget(s, e);
+        store__disk_forget(s, e);
     if (e->flags & INDEX_F_WBUF)
-        s->dk.wbuf--;
+        s->dk.wbuf--; /* its extent stays lent; the write's commit frees it */
     if (e->nchildren > 0) {
         s->dk.orphaned += e->nchildren;
         index_detach_children(s->ix, e);
@@ -315,85 +284,7 @@ static void drop(store_t *s, index_entry_t *e)
     index_remove(s->ix, e);
 }
 
-/* Queues v's RAM bytes for the disk as a self-describing record (namespace identity, rank,
- * hash, parent hash for relinking at recovery); v waits in the write buffer (INDEX_F_WBUF)
- * until its flush commits. Returns 0 or disk_append's error. */
-static int write_record(store_t *s, const ns_t *ns, index_entry_t *v)
-{
-    record_meta_t m;
-    uint64_t seq;
-    int rc;
-
-    memset(&m, 0, sizeof m);
-    m.model_len = (uint8_t)strlen(ns->model);
-    memcpy(m.model, ns->model, m.model_len);
-    m.fingerprint = ns->fingerprint;
-    m.world = ns->world;
-    m.chunk_tokens = ns->chunk_tokens;
-    m.rank = v->rank;
-    m.flags = ns->replicated ? RECORD_F_REPLICATED : 0;
-    memcpy(m.hash, v->hash.b, 16);
-    if (v->parent != NULL) {
-        m.flags |= RECORD_F_PARENT;
-        memcpy(m.parent, v->parent->hash.b, 16);
-    }
-    m.raw_len = v->len;
-    m.stored_len = v->len;
-    m.shuffle = 1;
-    rc = disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), &seq);
-    if (rc != 0)
-        return rc;
-    v->flags |= INDEX_F_WBUF;
-    v->wseq = seq;
-    s->dk.wbuf++;
-    return 0;
-}
-
-/* Moves a RAM victim to the disk tier. Returns 0, or -1 when the disk tier refuses. */
-static int demote(store_t *s, index_entry_t *v)
-{
-    const ns_t *ns = ns_get(s->nst, v->ns);
-
-    if (v->flags & INDEX_F_DISK) {
-        ram_release(s, v);
-        s->dk.demoted_clean++;
-        return 0;
-    }
-    if (ns == NULL || s->closing || !disk_admits(s->disk, v->len))
-        return -1;
-    if (write_record(s, ns, v) != 0)
-        return -1;
-    s->dk.demoted++;
-    ram_release(s, v);
-    return 0;
-}
-
-static void evict(store_t *s, index_entry_t *v)
-{
-    s->st.evictions++;
-    if (s->disk != NULL) {
-        if (demote(s, v) == 0)
-            return;
-        s->dk.refused++;
-    }
-    drop(s, v);
-}
-
-/* Whether demoting v now would be refused only because the write buffer is full while a
- * flush is in flight (a transient state, unlike a degraded disk). */
-static bool write_backlogged(const store_t *s, const index_entry_t *v)
-{
-    return s->disk != NULL && !s->closing && !(v->flags & INDEX_F_DISK) &&
-           !disk_degraded(s->disk) && !disk_admits(s->disk, v->len);
-}
-
-/*
- * Allocates len bytes, evicting chain tails while the arena is full. When the least recent
- * tail would have to be written but the write buffer is backlogged, a tail whose disk copy
- * already exists is evicted instead (dropping its RAM copy loses nothing); only when there is
- * none is the tail dropped (counted in disk.demotions_refused).
- */
-static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *off)
+int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uint64_t *off)
 {
     for (;;) {
         index_entry_t *v;
@@ -403,15 +294,29 @@ static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *o
         v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
         if (v == NULL)
             return -ENOSPC;
-        if (write_backlogged(s, v)) {
+        if (s->disk != NULL && !(v->flags & INDEX_F_DISK)) {
+            /* a tail whose disk copy exists costs nothing to release: prefer it */
             index_entry_t *clean =
                 index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
             if (clean != NULL)
                 v = clean;
         }
-        evict(s, v);
+        if (v->flags & INDEX_F_DISK) {
+            s->st.evictions++;
+            s->dk.demoted_clean++;
+            store__ram_release(s, v);
+            continue;
+        }
+        if (s->disk != NULL && !allow_drop)
+            return -ENOSPC;
+        s->st.evictions++;
+        if (s->disk != NULL)
+            s->dk.refused++; /* the disk could not take it in time: saves never wait */
+        store__drop(s, v);
     }
 }
+
+/* --- saves and commits --- */
 
 /* Chain state while chunks of one save are placed in order. */
 typedef struct {
@@ -435,10 +340,10 @@ static void chain_gap(chain_t *c)
     c->declared = true;
 }
 
-/* Publishes the extent (off, len), already holding the chunk's bytes, as chunk k. Returns
- * STORED, or NOSPACE when the index cannot grow (the extent is then freed). */
+/* Publishes the extent (off, len), already holding the chunk's bytes, as chunk k with its
+ * csum. Returns STORED, or NOSPACE when the index cannot grow (the extent is then freed). */
 static uint8_t place(store_t *s, ns_t *ns, uint16_t r, const kvt_wire_hash_t *k, uint64_t off,
-                     uint64_t len, chain_t *c)
+                     uint64_t len, uint64_t csum, chain_t *c)
 {
     index_entry_t *e =
         index_add(s->ix, ns->id, r, k, c->prev, c->prev == NULL && c->declared, off, len);
@@ -449,6 +354,7 @@ static uint8_t place(store_t *s, ns_t *ns, uint16_t r, const kvt_wire_hash_t *k,
         c->full = true;
         return KVT_CHUNK_NOSPACE;
     }
+    e->csum = csum;
     ns->chunks++;
     ns->bytes += len;
     s->stored_bytes += len;
@@ -473,14 +379,12 @@ static index_entry_t *chain_existing(store_t *s, const ns_t *ns, uint16_t r,
     return e;
 }
 
-/* The first step of placing chunk h of a chain (save and commit): a chunk stored already is
- * EXISTS (touched; the chain continues from it), one without bytes is SKIPPED (a gap: its
- * successors are orphans). Returns true, with its hash in *k, when the chunk is to be placed;
- * false with *status set otherwise. */
-static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_hash_t *h,
-                       bool has_bytes, chain_t *c, kvt_wire_hash_t *k, uint8_t *status)
+/* The first step of placing chunk h of a chain: a chunk stored already is EXISTS (touched; the
+ * chain continues from it), one without bytes is SKIPPED (a gap: its successors are orphans).
+ * Returns true when the chunk is to be placed; false with *status set otherwise. */
+static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_hash_t *k,
+                       bool has_bytes, chain_t *c, uint8_t *status)
 {
-    memcpy(k, h, sizeof *k); /* the hash list may be unaligned in the frame */
     if (chain_existing(s, ns, r, k, c) != NULL) {
         *status = KVT_CHUNK_EXISTS;
         return false;
@@ -493,31 +397,250 @@ static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_ha
     return true;
 }
 
-void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
-                uint8_t *status)
+#define PUT_NOSPACE 1u /* refused at intake: no room */
+
+/* One chunk of a save or commit in flight. */
+typedef struct {
+    uint64_t off; /* its extent, UINT64_MAX when none */
+    uint64_t len;
+    uint64_t csum;
+    uint8_t pre; /* 0, or PUT_NOSPACE */
+} put_chunk_t;
+
+/* A save or commit in flight: from intake to publication. */
+typedef struct {
+    store_t *s;
+    uint32_t ns;
+    uint16_t rank; /* the store rank */
+    bool has_parent;
+    kvt_wire_hash_t parent;
+    size_t n;
+    uint8_t *status; /* the caller's */
+    store_done_cb done;
+    void *arg;
+    uint64_t held; /* footprints counted in ingest_bytes */
+    index_entry_t **pins;
+    size_t npins;
+    ingest_item_t *items;
+    size_t nitems;
+    size_t *item_of; /* chunk -> its item */
+    kvt_wire_hash_t *hashes;
+    put_chunk_t c[];
+} put_t;
+
+static put_t *put_new(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                      const kvt_wire_hash_t *h, size_t n, uint8_t *status, store_done_cb done,
+                      void *arg)
 {
-    uint16_t r = ns_store_rank(ns, rank);
+    size_t sz = sizeof(put_t) + n * sizeof(put_chunk_t);
+    put_t *p = malloc(sz);
+
+    if (p == NULL)
+        return NULL;
+    *p = (put_t){.s = s,
+                 .ns = ns->id,
+                 .rank = ns_store_rank(ns, rank),
+                 .has_parent = parent != NULL,
+                 .n = n,
+                 .status = status,
+                 .done = done,
+                 .arg = arg};
+    p->pins = malloc((n + 1) * sizeof *p->pins);
+    p->items = malloc(n * sizeof *p->items);
+    p->item_of = malloc(n * sizeof *p->item_of);
+    p->hashes = malloc(n * sizeof *p->hashes);
+    if (p->pins == NULL || p->items == NULL || p->item_of == NULL || p->hashes == NULL) {
+        free(p->pins);
+        free(p->items);
+        free(p->item_of);
+        free(p->hashes);
+        free(p);
+        return NULL;
+    }
+    if (parent != NULL)
+        memcpy(&p->parent, parent, sizeof p->parent);
+    memcpy(p->hashes, h, n * sizeof *h); /* the hash list may be unaligned in the frame */
+    return p;
+}
+
+static void put_free(put_t *p)
+{
+    free(p->pins);
+    free(p->items);
+    free(p->item_of);
+    free(p->hashes);
+    free(p);
+}
+
+/* Pins e (a predecessor the chain may continue from) until the put is published. */
+static void put_pin(put_t *p, index_entry_t *e)
+{
+    if (e == NULL)
+        return;
+    store_pin(p->s, e);
+    p->pins[p->npins++] = e;
+}
+
+/* Chunk i's extent (off, len) is to be checksummed (src: copied from there first). */
+static void put_item(put_t *p, size_t i, uint64_t off, uint64_t len, const void *src)
+{
+    store_t *s = p->s;
+
+    p->c[i].off = off;
+    p->item_of[i] = p->nitems;
+    p->items[p->nitems++] =
+        (ingest_item_t){.dst = ram_ptr(s->ram, off), .src = src, .len = len, .csum = 0};
+    p->held += ram_footprint(s->ram, len);
+}
+
+/* The chain is published in order once every csum is known (or at once with nothing to hash). */
+static void put_publish(put_t *p)
+{
+    store_t *s = p->s;
+    ns_t *ns = ns_get(s->nst, p->ns);
     chain_t c;
 
-    chain_start(s, ns, r, parent, &c);
-    for (size_t i = 0; i < n; i++) {
-        kvt_wire_hash_t k;
-        uint64_t off;
-        int rc;
+    if (ns == NULL) { /* the namespace went meanwhile: nothing of it is stored */
+        for (size_t i = 0; i < p->n; i++) {
+            if (p->c[i].off != UINT64_MAX)
+                ram_free(s->ram, p->c[i].off, p->c[i].len);
+            p->c[i].off = UINT64_MAX;
+            p->c[i].pre = PUT_NOSPACE;
+        }
+        p->has_parent = false;
+    }
+    chain_start(s, ns, p->rank, p->has_parent ? &p->parent : NULL, &c);
+    for (size_t i = 0; i < p->n; i++) {
+        put_chunk_t *pc = &p->c[i];
+        bool has = pc->off != UINT64_MAX;
 
-        if (!chain_next(s, ns, r, &h[i], payloads[i].len > 0, &c, &k, &status[i]))
-            continue;
-        rc = c.full ? -ENOSPC : store_reserve(s, payloads[i].len, c.prev, now_ms, &off);
-        if (rc != 0) {
-            status[i] = KVT_CHUNK_NOSPACE;
-            s->st.nospace++;
+        if (has)
+            pc->csum = p->items[p->item_of[i]].csum;
+        if (pc->pre == PUT_NOSPACE && chain_existing(s, ns, p->rank, &p->hashes[i], &c) == NULL) {
+            p->status[i] = KVT_CHUNK_NOSPACE; /* counted at intake */
             c.full = true;
             continue;
         }
-        memcpy(ram_ptr(s->ram, off), payloads[i].data, payloads[i].len);
-        status[i] = place(s, ns, r, &k, off, payloads[i].len, &c);
+        if (pc->pre == PUT_NOSPACE) {
+            p->status[i] = KVT_CHUNK_EXISTS;
+            continue;
+        }
+        if (!chain_next(s, ns, p->rank, &p->hashes[i], has, &c, &p->status[i])) {
+            /* stored by another client meanwhile: the extent is not needed */
+            if (has)
+                ram_free(s->ram, pc->off, pc->len);
+            continue;
+        }
+        if (c.full) {
+            ram_free(s->ram, pc->off, pc->len);
+            p->status[i] = KVT_CHUNK_NOSPACE;
+            s->st.nospace++;
+            continue;
+        }
+        p->status[i] = place(s, ns, p->rank, &p->hashes[i], pc->off, pc->len, pc->csum, &c);
     }
+    s->ingest_bytes -= p->held;
+    for (size_t i = 0; i < p->npins; i++)
+        store_unpin(s, p->pins[i]);
+    p->done(p->arg);
+    put_free(p);
+}
+
+static void put_ingested(void *arg)
+{
+    put_t *p = arg;
+    store_t *s = p->s;
+
+    put_publish(p);
+    store__job_done(s);
+}
+
+/* Hands the put's items to the thread pool, or publishes at once when there are none. */
+static void put_start(put_t *p)
+{
+    store_t *s = p->s;
+
+    s->ingest_bytes += p->held;
+    if (p->nitems > 0 &&
+        ingest_run(s->loop, p->items, p->nitems, s->workers, put_ingested, p) == 0) {
+        s->jobs++;
+        return;
+    }
+    /* nothing to hash, or no memory for the jobs: the chunks are refused, never hashed here */
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->c[i].off == UINT64_MAX)
+            continue;
+        ram_free(s->ram, p->c[i].off, p->c[i].len);
+        p->c[i].off = UINT64_MAX;
+        p->c[i].pre = PUT_NOSPACE;
+        s->st.nospace++;
+    }
+    put_publish(p);
+}
+
+int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+               const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
+               uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost)
+{
+    put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
+    bool full = false;
+
+    if (p == NULL)
+        return -ENOMEM;
+    if (parent != NULL)
+        put_pin(p, index_find(s->ix, ns->id, p->rank, &p->parent));
+    for (size_t i = 0; i < n; i++) {
+        index_entry_t *e = index_find(s->ix, ns->id, p->rank, &p->hashes[i]);
+        uint64_t off;
+
+        p->c[i] = (put_chunk_t){.off = UINT64_MAX, .len = payloads[i].len};
+        if (e != NULL) { /* EXISTS: the chain continues from it, so it must stay */
+            index_touch(s->ix, e);
+            put_pin(p, e);
+            continue;
+        }
+        if (payloads[i].len == 0)
+            continue; /* SKIPPED */
+        if (full || store__alloc(s, payloads[i].len, now_ms, true, &off) != 0) {
+            p->c[i].pre = PUT_NOSPACE;
+            s->st.nospace++;
+            full = true;
+            continue;
+        }
+        put_item(p, i, off, payloads[i].len, payloads[i].data);
+    }
+    if (cost != NULL)
+        cost->ingest_bytes += p->held;
+    store__demote_ahead(s);
+    put_start(p);
+    return 0;
+}
+
+int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                 const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
+                 uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost)
+{
+    put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
+
+    if (p == NULL) {
+        for (size_t i = 0; i < n; i++)
+            if (off[i] != UINT64_MAX)
+                ram_free(s->ram, off[i], len[i]);
+        return -ENOMEM;
+    }
+    if (parent != NULL)
+        put_pin(p, index_find(s->ix, ns->id, p->rank, &p->parent));
+    for (size_t i = 0; i < n; i++) {
+        p->c[i] = (put_chunk_t){.off = UINT64_MAX, .len = len[i]};
+        if (off[i] != UINT64_MAX)
+            put_item(p, i, off[i], len[i], NULL);
+        else
+            put_pin(p, index_find(s->ix, ns->id, p->rank, &p->hashes[i]));
+    }
+    if (cost != NULL)
+        cost->ingest_bytes += p->held;
+    put_start(p);
+    return 0;
 }
 
 void store_pin(store_t *s, index_entry_t *e)
@@ -528,8 +651,8 @@ void store_pin(store_t *s, index_entry_t *e)
 
 void store_unpin(store_t *s, index_entry_t *e)
 {
-    if (--e->pins == 0 && tierless(e))
-        drop(s, e);
+    if (--e->pins == 0 && store__absent(e))
+        store__drop(s, e);
 }
 
 int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms, uint64_t *off)
@@ -538,36 +661,16 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
 
     if (keep != NULL)
         store_pin(s, keep);
-    rc = alloc_evicting(s, len, now_ms, off);
+    rc = store__alloc(s, len, now_ms, true, off);
     if (keep != NULL)
         store_unpin(s, keep);
+    store__demote_ahead(s);
     return rc == 0 ? 0 : -ENOSPC;
 }
 
 void store_unreserve(store_t *s, uint64_t off, uint64_t len)
 {
     ram_free(s->ram, off, len);
-}
-
-void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
-                  uint8_t *status)
-{
-    uint16_t r = ns_store_rank(ns, rank);
-    chain_t c;
-
-    chain_start(s, ns, r, parent, &c);
-    for (size_t i = 0; i < n; i++) {
-        kvt_wire_hash_t k;
-
-        if (!chain_next(s, ns, r, &h[i], off[i] != UINT64_MAX, &c, &k, &status[i])) {
-            /* stored by another client meanwhile: the reservation is not needed */
-            if (status[i] == KVT_CHUNK_EXISTS && off[i] != UINT64_MAX)
-                ram_free(s->ram, off[i], len[i]);
-            continue;
-        }
-        status[i] = place(s, ns, r, &k, off[i], len[i], &c);
-    }
 }
 
 index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
@@ -588,40 +691,26 @@ uint64_t store_chunk_len(const store_chunk_t *c)
     return c->len;
 }
 
-index_entry_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+uint64_t store_chunk_csum(const store_chunk_t *c)
 {
-    index_entry_t *e = store_find(s, ns, rank, h);
-
-    if (e == NULL) {
-        s->st.misses++;
-        return NULL;
-    }
-    if (!(e->flags & INDEX_F_RAM))
-        return NULL; /* in the write buffer or on disk: load_start() counts it */
-    index_touch(s->ix, e);
-    s->st.hits++;
-    return e;
+    return c->csum;
 }
 
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len)
 {
-    index_entry_t *e = store_load_ram(s, ns, rank, h);
+    index_entry_t *e = store_find(s, ns, rank, h);
 
-    if (e != NULL) {
-        *len = e->len;
-        return ram_ptr(s->ram, e->off);
-    }
-    e = store_find(s, ns, rank, h);
-    if (e != NULL && (e->flags & INDEX_F_WBUF)) {
-        s->st.hits++;
-        s->dk.hits++;
-        *len = e->len;
-        return disk_wbuf_get(s->disk, e->wseq);
-    }
-    if (e != NULL)
+    if (e == NULL || !store__in_arena(e)) {
         s->st.misses++;
-    return NULL;
+        return NULL;
+    }
+    index_touch(s->ix, e);
+    s->st.hits++;
+    if (!(e->flags & INDEX_F_RAM))
+        s->dk.hits++;
+    *len = e->len;
+    return ram_ptr(s->ram, e->off);
 }
 
 const char *store_arena_path(const store_t *s)
@@ -656,7 +745,25 @@ void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
                                .leased_chunks = index_leased_count(s->ix, now_ms),
                                .free_runs = ram_free_runs(s->ram),
                                .largest_free_bytes = ram_largest_free(s->ram),
-                               .arena_path = ram_path(s->ram)};
+                               .arena_path = ram_path(s->ram),
+                               .quarantined_bytes = s->quar_bytes,
+                               .ingest_bytes = s->ingest_bytes,
+                               .promoting_bytes = s->promo_bytes,
+                               .free_target_bytes = s->free_target,
+                               .verifies = s->verifies,
+                               .verify_drops = s->verify_drops};
+}
+
+void store_disk_stats(const store_t *s, store_disk_stats_t *out)
+{
+    *out = (store_disk_stats_t){.enabled = s->cfg->disk.enabled, .counts = s->dk};
+    if (s->disk == NULL) {
+        out->state = s->cfg->disk.enabled ? STORE_DISK_UNAVAILABLE : STORE_DISK_OFF;
+        out->error = s->disk_error;
+        return;
+    }
+    disk_stats(s->disk, &out->tier);
+    out->state = out->tier.degraded ? STORE_DISK_DEGRADED : STORE_DISK_OK;
 }
 
 struct check_acc {
@@ -682,483 +789,10 @@ int store_check(const store_t *s)
     if (index_check(s->ix) != 0)
         return -1;
     index_foreach(s->ix, check_sum, &a);
-    if (a.bytes != s->stored_bytes || a.footprint != ram_used(s->ram))
+    if (a.bytes != s->stored_bytes ||
+        a.footprint + s->quar_bytes + s->ingest_bytes + s->promo_bytes != ram_used(s->ram))
         return -1;
     if (s->disk != NULL && disk_check(s->disk) != 0)
         return -1;
     return ram_used(s->ram) <= ram_capacity(s->ram) ? 0 : -1;
-}
-
-/* --- disk tier --- */
-
-static void set_disk_loc(store_t *s, index_entry_t *e, const disk_loc_t *loc)
-{
-    e->flags |= INDEX_F_DISK;
-    e->dseg = loc->seg;
-    e->doff = loc->off;
-    e->dhdr = loc->hdr_len;
-    e->dstored = loc->stored;
-    seg_link(s, e);
-    s->dk.chunks++;
-}
-
-static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *loc)
-{
-    store_t *s = arg;
-    kvt_wire_hash_t h;
-    index_entry_t *e;
-    ns_t *ns;
-    ns_ident_t id = {.model = m->model,
-                     .model_len = m->model_len,
-                     .fingerprint = m->fingerprint,
-                     .world = m->world,
-                     .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
-                     .chunk_tokens = m->chunk_tokens};
-
-    if (ns_declare(s->nst, &id, config_gates_for(s->cfg, m->model), &ns) != 0 ||
-        (ns->replicated && m->rank != 0)) {
-        s->dk.recover_skipped++;
-        return;
-    }
-    memcpy(h.b, m->hash, 16);
-    e = index_find(s->ix, ns->id, m->rank, &h);
-    if (e != NULL) {
-        /* a newer copy of the same chunk (the older segment was written first) */
-        disk_forget(s, e);
-        ns->bytes -= e->len;
-        e->len = m->raw_len;
-        ns->bytes += e->len;
-        set_disk_loc(s, e, loc);
-        return;
-    }
-    e = index_add_cold(s->ix, ns->id, m->rank, &h, NULL, false, m->raw_len);
-    if (e == NULL) {
-        s->dk.recover_skipped++;
-        return;
-    }
-    ns->chunks++;
-    ns->bytes += m->raw_len;
-    set_disk_loc(s, e, loc);
-    if ((m->flags & RECORD_F_PARENT) != 0) {
-        if (s->nrelink == s->relinkcap) {
-            size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
-            relink_t *nr = realloc(s->relink, nc * sizeof *nr);
-            if (nr == NULL)
-                return; /* the chunk stays, without its chain link */
-            s->relink = nr;
-            s->relinkcap = nc;
-        }
-        s->relink[s->nrelink].ns = ns->id;
-        s->relink[s->nrelink].rank = m->rank;
-        s->relink[s->nrelink].hash = h;
-        memcpy(s->relink[s->nrelink].parent.b, m->parent, 16);
-        s->nrelink++;
-    }
-}
-
-static void committed_cb(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t hash[16],
-                         uint64_t seq, bool ok, const disk_loc_t *loc)
-{
-    store_t *s = arg;
-    kvt_wire_hash_t h;
-    index_entry_t *e;
-
-    memcpy(h.b, hash, 16);
-    e = index_find(s->ix, ns_id, rank, &h);
-    if (e == NULL || !(e->flags & INDEX_F_WBUF) || e->wseq != seq)
-        return; /* dropped or replaced meanwhile: the record is dead bytes */
-    e->flags &= (uint16_t)~INDEX_F_WBUF;
-    s->dk.wbuf--;
-    if (ok) {
-        set_disk_loc(s, e, loc);
-    } else if (!(e->flags & INDEX_F_RAM)) {
-        s->dk.write_lost++;
-        /* tierless now; a pinned entry (the predecessor held by a reservation) goes when its
-         * last pin does (store_unpin), as after a failed checksum */
-        if (e->pins == 0)
-            drop(s, e);
-    }
-}
-
-static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
-{
-    store_t *s = arg;
-    uint64_t now = s->loop != NULL ? uv_now(s->loop) : 0;
-    index_entry_t *e, *next;
-
-    /* A chunk that lives only here is kept while pinned (someone holds its entry: a promotion,
-     * the predecessor of a chunk being placed, a client's hold), even when forced: pins are
-     * short and the disk refuses the write instead, so capacity still holds. Leases keep a
-     * segment too, unless forced. */
-    for (e = *user; e != NULL; e = e->seg_next)
-        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) &&
-            (e->pins > 0 || (!force && index_leased(e, now))))
-            return -EBUSY;
-    for (e = *user; e != NULL; e = next) {
-        next = e->seg_next;
-        e->seg_prev = e->seg_next = NULL;
-        e->flags &= (uint16_t)~INDEX_F_DISK;
-        e->dseg = 0;
-        s->dk.chunks--;
-        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
-            s->dk.evictions++;
-            drop(s, e);
-        }
-    }
-    *user = NULL;
-    (void)seg;
-    return 0;
-}
-
-int store_attach_disk(store_t *s, uv_loop_t *loop)
-{
-    static const disk_ops_t ops = {
-        .recovered = recovered_cb, .committed = committed_cb, .reclaim = reclaim_cb};
-    int rc;
-
-    s->loop = loop;
-    if (!s->cfg->disk.enabled)
-        return 0;
-    rc = disk_open(loop, s->cfg, &ops, s, &s->disk);
-    if (rc != 0) {
-        s->disk_error = rc;
-        s->disk = NULL;
-        free(s->relink);
-        s->relink = NULL;
-        s->nrelink = s->relinkcap = 0;
-        s->dk = (store_disk_counts_t){0};
-        return rc;
-    }
-    for (size_t i = 0; i < s->nrelink; i++) {
-        const relink_t *r = &s->relink[i];
-        index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
-        index_entry_t *p = index_find(s->ix, r->ns, r->rank, &r->parent);
-        if (e != NULL && p != NULL && e != p && e->parent == NULL)
-            index_set_parent(s->ix, e, p);
-        else if (e != NULL && p == NULL)
-            e->flags |= INDEX_F_ORPHAN;
-    }
-    free(s->relink);
-    s->relink = NULL;
-    s->nrelink = s->relinkcap = 0;
-    uv_timer_init(loop, &s->persist_timer);
-    s->persist_timer.data = s;
-    return 0;
-}
-
-int store_disk_error(const store_t *s)
-{
-    return s->disk_error;
-}
-
-void store_tick(store_t *s, uint64_t now_ms)
-{
-    index_prune_leases(s->ix, now_ms);
-}
-
-static void persist_step_cb(uv_timer_t *t);
-
-static void persist_closed_cb(uv_handle_t *h)
-{
-    store_t *s = h->data;
-
-    disk_close(s->disk, s->close_done, s->close_arg);
-}
-
-/* Writes the next RAM-only chunks; waits (a short timer) while the write buffer is full, and
- * gives up at the deadline or when the tier is degraded. */
-static void persist_step(store_t *s)
-{
-    uint64_t now = uv_now(s->loop);
-
-    while (s->persist_next < s->npersist) {
-        const persist_key_t *k = &s->persist[s->persist_next];
-        index_entry_t *e = index_find(s->ix, k->ns, k->rank, &k->hash);
-        const ns_t *ns = e != NULL ? ns_get(s->nst, e->ns) : NULL;
-        int rc;
-
-        if (ns == NULL || !(e->flags & INDEX_F_RAM) || (e->flags & (INDEX_F_DISK | INDEX_F_WBUF))) {
-            s->persist_next++;
-            continue;
-        }
-        rc = write_record(s, ns, e);
-        if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
-            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
-            return;
-        }
-        if (rc == 0)
-            s->persisted++;
-        else if (rc == -EAGAIN)
-            break; /* degraded or out of time: the rest stays RAM-only */
-        s->persist_next++;
-    }
-    log_info("disk_persist", "chunks=%zu written=%" PRIu64 " skipped=%zu ms=%" PRIu64, s->npersist,
-             s->persisted, s->npersist - s->persist_next, now - s->persist_start);
-    free(s->persist);
-    s->persist = NULL;
-    uv_close((uv_handle_t *)&s->persist_timer, persist_closed_cb);
-}
-
-static void persist_step_cb(uv_timer_t *t)
-{
-    persist_step(t->data);
-}
-
-struct persist_collect {
-    persist_key_t *keys;
-    size_t n;
-};
-
-static void collect_ram_only(const index_entry_t *e, void *arg)
-{
-    struct persist_collect *c = arg;
-
-    if ((e->flags & INDEX_F_RAM) && !(e->flags & (INDEX_F_DISK | INDEX_F_WBUF)))
-        c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
-}
-
-/* Shutdown: chunks that are only in RAM are written to the disk tier first (bounded by
- * STORE_PERSIST_MS), so that a clean restart finds every chunk; then the tier drains. */
-void store_close(store_t *s, void (*done)(void *arg), void *arg)
-{
-    struct persist_collect c = {0};
-
-    s->closing = true;
-    if (s->disk == NULL) {
-        done(arg);
-        return;
-    }
-    s->close_done = done;
-    s->close_arg = arg;
-    s->persist_start = uv_now(s->loop);
-    s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
-    c.keys = malloc((index_count(s->ix) + 1) * sizeof *c.keys);
-    if (c.keys != NULL)
-        index_foreach(s->ix, collect_ram_only, &c);
-    s->persist = c.keys;
-    s->npersist = c.n;
-    s->persist_next = 0;
-    persist_step(s);
-}
-
-/* --- loads --- */
-
-/* A disk read finished: data (len bytes, owned by the callee: free() it) or NULL (miss). */
-typedef void (*store_read_cb)(void *arg, void *data, uint64_t len);
-
-typedef struct {
-    store_t *s;
-    store_read_cb cb;
-    void *arg;
-    uint32_t ns;
-    uint16_t rank;
-    kvt_wire_hash_t hash;
-    disk_loc_t loc;
-} load_ctx_t;
-
-static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
-{
-    load_ctx_t *c = arg;
-    store_t *s = c->s;
-    index_entry_t *e = index_find(s->ix, c->ns, c->rank, &c->hash);
-    bool same =
-        e != NULL && (e->flags & INDEX_F_DISK) && e->dseg == c->loc.seg && e->doff == c->loc.off;
-
-    if (rc == 0) {
-        s->st.hits++;
-        s->dk.hits++;
-        if (same && !(e->flags & INDEX_F_RAM) && !s->closing && e->len == len) {
-            uint64_t off;
-            store_pin(s, e);
-            if (alloc_evicting(s, len, uv_now(s->loop), &off) == 0) {
-                memcpy(ram_ptr(s->ram, off), data, len);
-                s->stored_bytes += len;
-                s->ram_chunks++;
-                index_ram_set(s->ix, e, off);
-                s->dk.promoted++;
-            }
-            store_unpin(s, e);
-        }
-    } else {
-        s->st.misses++;
-        s->dk.misses++;
-        if (rc == -EBADMSG && same) {
-            log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
-                     c->ns, c->rank, c->loc.seg, c->loc.off);
-            disk_forget(s, e);
-            /* tierless now; a pinned entry goes when its last pin does (store_unpin) */
-            if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) && e->pins == 0)
-                drop(s, e);
-        }
-    }
-    c->cb(c->arg, rc == 0 ? data : NULL, rc == 0 ? len : 0);
-    free(c);
-}
-
-typedef enum { LOAD_MISS = 0, LOAD_HIT, LOAD_PENDING } load_rc_t;
-
-/*
- * One chunk of a load. HIT: *data (borrowed, valid until the next store call) and *len, from
- * RAM or the disk write buffer. PENDING: the chunk is on disk; cb(arg, ...) is called exactly
- * once later on the loop (after it was verified and promoted into RAM, or with a miss when the
- * record fails its checksum, vanished, or the store is closing). MISS: not stored.
- */
-static load_rc_t load_start(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                            const void **data, uint64_t *len, store_read_cb cb, void *arg)
-{
-    uint16_t r = ns_store_rank(ns, rank);
-    kvt_wire_hash_t k;
-    index_entry_t *e;
-    load_ctx_t *c;
-
-    memcpy(&k, h, sizeof k);
-    e = index_find(s->ix, ns->id, r, &k);
-    if (e != NULL && (e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
-        *data = store_load(s, ns, rank, h, len);
-        return LOAD_HIT;
-    }
-    if (e == NULL || !(e->flags & INDEX_F_DISK) || s->disk == NULL || s->closing)
-        goto miss;
-    c = malloc(sizeof *c);
-    if (c == NULL)
-        goto miss;
-    *c = (load_ctx_t){
-        .s = s,
-        .cb = cb,
-        .arg = arg,
-        .ns = ns->id,
-        .rank = r,
-        .hash = k,
-        .loc = {.seg = e->dseg, .off = e->doff, .hdr_len = e->dhdr, .stored = e->dstored}};
-    index_touch(s->ix, e);
-    if (disk_read(s->disk, &c->loc, k.b, r, e->len, load_read_cb, c) != 0) {
-        free(c);
-        goto miss;
-    }
-    return LOAD_PENDING;
-
-miss:
-    s->st.misses++;
-    if (s->disk != NULL)
-        s->dk.misses++;
-    return LOAD_MISS;
-}
-
-/* A batch of store_load_batch: held until every chunk was reported (one count for the start
- * loop, one per pending read). */
-typedef struct load_batch load_batch_t;
-
-typedef struct {
-    load_batch_t *b;
-    size_t i;
-} batch_slot_t;
-
-struct load_batch {
-    store_chunk_cb chunk_cb;
-    store_batch_cb done_cb;
-    void *arg;
-    size_t outstanding;
-    batch_slot_t slots[]; /* one per chunk: the argument of its disk read */
-};
-
-static void batch_release(load_batch_t *b)
-{
-    if (--b->outstanding > 0)
-        return;
-    b->done_cb(b->arg);
-    free(b);
-}
-
-static void batch_report(load_batch_t *b, size_t i, store_loaded_kind_t kind, void *data,
-                         uint64_t len, store_chunk_t *chunk)
-{
-    store_loaded_t c = {.kind = kind, .data = data, .len = len, .chunk = chunk};
-
-    b->chunk_cb(b->arg, i, &c);
-}
-
-static void batch_read_cb(void *arg, void *data, uint64_t len)
-{
-    batch_slot_t *slot = arg;
-
-    if (data != NULL)
-        batch_report(slot->b, slot->i, STORE_LOADED_OWNED, data, len, NULL);
-    else
-        batch_report(slot->b, slot->i, STORE_LOADED_MISS, NULL, 0, NULL);
-    batch_release(slot->b);
-}
-
-int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
-                     store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg)
-{
-    load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
-
-    if (b == NULL)
-        return -ENOMEM;
-    b->chunk_cb = chunk_cb;
-    b->done_cb = done_cb;
-    b->arg = arg;
-    b->outstanding = 1; /* held until every chunk was started */
-    for (size_t i = 0; i < n; i++) {
-        const void *p = NULL;
-        uint64_t len = 0;
-        index_entry_t *e = store_find(s, ns, rank, &h[i]);
-        void *copy;
-
-        b->slots[i] = (batch_slot_t){.b = b, .i = i};
-        if (e != NULL && (e->flags & INDEX_F_RAM)) {
-            /* RAM: the arena bytes themselves, pinned for the callee */
-            e = store_load_ram(s, ns, rank, &h[i]);
-            store_pin(s, e);
-            batch_report(b, i, STORE_LOADED_LENT, ram_ptr(s->ram, e->off), e->len, e);
-            continue;
-        }
-        switch (load_start(s, ns, rank, &h[i], &p, &len, batch_read_cb, &b->slots[i])) {
-        case LOAD_PENDING:
-            b->outstanding++;
-            break;
-        case LOAD_HIT: /* the write buffer: borrowed until the next store call, so copied */
-            copy = malloc(len > 0 ? len : 1);
-            if (copy != NULL) {
-                memcpy(copy, p, len);
-                batch_report(b, i, STORE_LOADED_OWNED, copy, len, NULL);
-            } else {
-                batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
-            }
-            break;
-        case LOAD_MISS:
-            batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
-            break;
-        }
-    }
-    batch_release(b);
-    return 0;
-}
-
-static void promoted_cb(void *arg, void *data, uint64_t len)
-{
-    (void)arg;
-    (void)len;
-    free(data);
-}
-
-void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
-{
-    const void *p;
-    uint64_t len;
-
-    if (s->disk != NULL)
-        load_start(s, ns, rank, h, &p, &len, promoted_cb, NULL);
-}
-
-void store_disk_stats(const store_t *s, store_disk_stats_t *out)
-{
-    *out = (store_disk_stats_t){.enabled = s->cfg->disk.enabled, .counts = s->dk};
-    if (s->disk == NULL) {
-        out->state = s->cfg->disk.enabled ? STORE_DISK_UNAVAILABLE : STORE_DISK_OFF;
-        out->error = s->disk_error;
-        return;
-    }
-    disk_stats(s->disk, &out->tier);
-    out->state = out->tier.degraded ? STORE_DISK_DEGRADED : STORE_DISK_OK;
 }

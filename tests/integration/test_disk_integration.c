@@ -310,11 +310,11 @@ static int find_record(const char *dir, const kvt_hash_t *hash, char *path, size
             if (n <= 0 || record_decode_header(hdr, (size_t)n, &m, &hl) != RECORD_OK)
                 break;
             if (memcmp(m.hash, hash->b, 16) == 0) {
-                *payload_off = off + hl;
+                *payload_off = off + record_payload_off(&m);
                 found = 1;
                 break;
             }
-            off += record_total_len(m.model_len, m.stored_len);
+            off += record_span(&m);
         }
         close(fd);
     }

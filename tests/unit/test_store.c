@@ -7,8 +7,10 @@
  */
 #include "check_main.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "config.h"
 #include "index.h"
@@ -199,6 +201,7 @@ END_TEST
 
 typedef struct {
     config_t cfg;
+    uv_loop_t loop;
     ns_table_t *nst;
     store_t *st;
     ns_t *ns;
@@ -226,12 +229,43 @@ static void fixture_init(fixture_t *f, uint64_t capacity, uint16_t world, bool r
                                 &g, &f->ns),
                      0);
     ck_assert_int_eq(store_new(&f->cfg, f->nst, &f->st), 0);
+    ck_assert_int_eq(uv_loop_init(&f->loop), 0);
+    ck_assert_int_eq(store_attach_disk(f->st, &f->loop), 0); /* the loop; no disk tier */
+}
+
+static void closed_cb(void *arg)
+{
+    *(int *)arg = 1;
 }
 
 static void fixture_fini(fixture_t *f)
 {
+    int closed = 0;
+
+    store_close(f->st, closed_cb, &closed);
+    while (!closed)
+        uv_run(&f->loop, UV_RUN_ONCE);
     store_destroy(&f->st);
     ns_table_destroy(&f->nst);
+    ck_assert_int_eq(uv_loop_close(&f->loop), 0);
+}
+
+static void saved_cb(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+/* store_save, run until its chunks are published. */
+static void save_wait(fixture_t *f, uint16_t rank, const kvt_wire_hash_t *parent,
+                      const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *pl, uint64_t now,
+                      uint8_t *status)
+{
+    int done = 0;
+
+    ck_assert_int_eq(
+        store_save(f->st, f->ns, rank, parent, h, n, pl, now, status, saved_cb, &done, NULL), 0);
+    while (!done)
+        uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* Saves positions [from, from+n) of chain c with payload bytes derived from (c, pos, rank). */
@@ -249,7 +283,7 @@ static void save_chain(fixture_t *f, uint16_t rank, uint32_t c, uint32_t from, u
         pl[i].data = buf + i * len;
         pl[i].len = len;
     }
-    store_save(f->st, f->ns, rank, from > 0 ? &parent : NULL, h, n, pl, now, status);
+    save_wait(f, rank, from > 0 ? &parent : NULL, h, n, pl, now, status);
     free(buf);
 }
 
@@ -446,6 +480,221 @@ START_TEST(store_long_save_keeps_chain)
 }
 END_TEST
 
+/* --- with a disk tier: demotion by reference --- */
+
+typedef struct {
+    fixture_t f;
+    char dir[64];
+} dfixture_t;
+
+/* 1 MiB of RAM (16 chunks of 64 KiB) over a disk tier in a temp directory; the demoter keeps
+ * free_target bytes ahead (0: automatic, 256 KiB here = 4 chunks). */
+static void dfixture_init(dfixture_t *d, uint64_t free_target)
+{
+    gates_cfg_t g;
+    fixture_t *f = &d->f;
+
+    snprintf(d->dir, sizeof d->dir, "/tmp/kvt-store-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d->dir));
+    config_defaults(&f->cfg);
+    f->cfg.ram.capacity_bytes = 1 << 20;
+    f->cfg.ram.arena_path[0] = '\0';
+    f->cfg.ram.max_chunk_bytes = 1 << 20;
+    f->cfg.disk.enabled = true;
+    snprintf(f->cfg.disk.dir, sizeof f->cfg.disk.dir, "%s", d->dir);
+    f->cfg.disk.capacity_bytes = 8 << 20;
+    f->cfg.disk.segment_bytes = 1 << 20;
+    f->cfg.disk.write_buffer_bytes = 512 << 10;
+    f->cfg.disk.compression = CODEC_MODE_OFF;
+    f->cfg.disk.fsync = CONFIG_FSYNC_NONE;
+    f->cfg.ram.free_target_bytes = free_target;
+    g = f->cfg.gates;
+    f->nst = ns_table_new();
+    ck_assert_int_eq(
+        ns_declare(
+            f->nst,
+            &(ns_ident_t){
+                .model = "m", .model_len = 1, .fingerprint = 42, .world = 1, .chunk_tokens = 16},
+            &g, &f->ns),
+        0);
+    ck_assert_int_eq(store_new(&f->cfg, f->nst, &f->st), 0);
+    ck_assert_int_eq(uv_loop_init(&f->loop), 0);
+    ck_assert_int_eq(store_attach_disk(f->st, &f->loop), 0);
+}
+
+static void dfixture_fini(dfixture_t *d)
+{
+    char cmd[128];
+
+    fixture_fini(&d->f);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void run_until_flushed(fixture_t *f)
+{
+    store_disk_stats_t ds;
+
+    for (;;) {
+        store_disk_stats(f->st, &ds);
+        if (ds.counts.wbuf == 0 && ds.tier.write_buffer_bytes == 0)
+            return;
+        uv_run(&f->loop, UV_RUN_ONCE);
+    }
+}
+
+typedef struct {
+    store_loaded_t got[8];
+    int n, done;
+} loads_t;
+
+static void loaded_cb(void *arg, size_t i, const store_loaded_t *c)
+{
+    loads_t *l = arg;
+
+    l->got[i] = *c;
+    l->n++;
+}
+
+static void loads_done_cb(void *arg)
+{
+    ((loads_t *)arg)->done = 1;
+}
+
+/* Bytes of a chunk in RAM or the quarantine, writable: the test scribbles over them as a client
+ * mapping the arena could. */
+static uint8_t *arena_bytes(fixture_t *f, uint32_t c, uint32_t pos)
+{
+    kvt_wire_hash_t h = H(c, pos);
+    uint64_t len;
+
+    return (uint8_t *)store_load(f->st, f->ns, 0, &h, &len);
+}
+
+/*
+ * Demoted chunks stay readable from their quarantined extents and are lent from there; a chunk
+ * lent while its write commits keeps its extent as its RAM copy; a chunk whose bytes changed
+ * after they were committed is never written and is removed; a chunk removed while its write is
+ * in flight has its extent freed once, by the write's commit. store_check() (index and arena
+ * accounting) holds at every step.
+ */
+START_TEST(store_quarantine_lifecycle)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h7 = H(1, 7), h6 = H(1, 6), h5 = H(1, 5);
+    store_ram_stats_t rs;
+    store_disk_stats_t ds;
+    int done = 0;
+    kvt_wire_hash_t hs[8];
+    kvt_frame_t pl[8];
+    uint8_t *buf = malloc(8 * 65536);
+
+    dfixture_init(&d, 0);
+    save_chain(f, 0, 1, 0, 8, 65536, 0, st); /* half the arena: nothing to demote */
+    store_ram_stats(f->st, 0, &rs);
+    ck_assert_uint_eq(rs.quarantined_bytes, 0);
+    ck_assert_uint_eq(rs.free_target_bytes, 256 << 10);
+    /* the second half fills the arena: at intake the demoter quarantines chain 1's 4 coldest
+     * tails (7, 6, 5, 4) before any flush starts (the kick is deferred to the next turn) */
+    for (uint32_t i = 0; i < 8; i++) {
+        hs[i] = H(2, i);
+        memset(buf + i * 65536, (int)(2 * 31 + i * 7), 65536);
+        pl[i] = (kvt_frame_t){buf + i * 65536, 65536};
+    }
+    ck_assert_int_eq(store_save(f->st, f->ns, 0, NULL, hs, 8, pl, 0, st, saved_cb, &done, NULL), 0);
+    store_ram_stats(f->st, 0, &rs);
+    ck_assert_uint_eq(rs.quarantined_bytes, 4 * 65536);
+    ck_assert_uint_eq(rs.ingest_bytes, 8 * 65536);
+    ck_assert_uint_eq(rs.used_bytes, 1 << 20);
+    ck_assert_uint_eq(rs.chunks, 4);
+    ck_assert_int_eq(store_check(f->st), 0);
+    /* a quarantined chunk is lent from its extent */
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h7, 1, false, loaded_cb, loads_done_cb, &l, NULL), 0);
+    ck_assert_int_eq(l.done, 1);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
+    ck_assert_uint_eq(((uint8_t *)l.got[0].data)[100], (uint8_t)(1 * 31 + 7 * 7));
+    /* chunk 6 changes under the daemon (a client scribbling the arena): never written */
+    arena_bytes(f, 1, 6)[1000] ^= 0xff;
+    /* chunk 5 changes too and a client reports it: removed, its write still in flight */
+    arena_bytes(f, 1, 5)[2000] ^= 0xff;
+    store_verify(f->st, f->ns, 0, &h5);
+    while (!done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    run_until_flushed(f);
+    for (int k = 0; k < 50; k++) /* the verification may finish after the flush */
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(store_check(f->st), 0);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.quarantined_bytes, 0);
+    ck_assert_uint_eq(rs.ingest_bytes, 0);
+    ck_assert_uint_eq(rs.verify_drops, 2);
+    ck_assert_uint_eq(rs.verifies, 1);
+    ck_assert_uint_eq(ds.tier.verify_drops, 2);
+    ck_assert_uint_ge(ds.counts.chunks, 2); /* 7 and 4 (and what the demoter took since) */
+    ck_assert_ptr_null(store_find(f->st, f->ns, 0, &h6));
+    ck_assert_ptr_null(store_find(f->st, f->ns, 0, &h5));
+    /* chunk 7 was lent when its write committed: its extent is its RAM copy again, clean */
+    {
+        store_chunk_t *c = store_find(f->st, f->ns, 0, &h7);
+        uint64_t len;
+        const uint8_t *p;
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_eq(c, l.got[0].chunk);
+        store_unpin(f->st, c);
+        p = store_load(f->st, f->ns, 0, &h7, &len);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_uint_eq(p[65535], (uint8_t)(1 * 31 + 7 * 7));
+    }
+    /* chunks 5 and 6 are gone, so chain 1 is a prefix of 5 (0..4 stored) */
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 5);
+    ck_assert_int_eq(store_check(f->st), 0);
+    free(buf);
+    dfixture_fini(&d);
+}
+END_TEST
+
+/* A disk-only chunk is read straight into a new arena extent: the load lends it from there. */
+START_TEST(store_disk_read_lands_in_arena)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h[8];
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);       /* a whole chain ahead: paced saves drop nothing */
+    for (uint32_t c = 1; c <= 4; c++) { /* 2 MiB through 1 MiB of RAM */
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(1, i);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, h, 8, false, loaded_cb, loads_done_cb, &l, NULL), 0);
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    ck_assert_int_eq(l.n, 8);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_gt(ds.counts.promoted, 0);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    for (uint32_t i = 0; i < 8; i++) {
+        ck_assert_int_eq(l.got[i].kind, STORE_LOADED_LENT);
+        ck_assert_uint_eq(((uint8_t *)l.got[i].data)[4097], (uint8_t)(1 * 31 + i * 7));
+        ck_assert_uint_eq(l.got[i].csum, store_chunk_csum(l.got[i].chunk));
+        store_unpin(f->st, l.got[i].chunk);
+    }
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("store");
@@ -465,6 +714,8 @@ static Suite *suite(void)
     tcase_add_test(ts, store_leased_chain_survives_pressure);
     tcase_add_test(ts, store_nospace_when_all_leased);
     tcase_add_test(ts, store_long_save_keeps_chain);
+    tcase_add_test(ts, store_quarantine_lifecycle);
+    tcase_add_test(ts, store_disk_read_lands_in_arena);
     suite_add_tcase(s, ti);
     suite_add_tcase(s, ts);
     return s;

@@ -1,0 +1,111 @@
+/*
+ * store_internal.h - what store.c (lookups, saves, eviction, pins, status) and store_io.c (loads
+ * and disk reads, demotion, the disk tier's callbacks, the shutdown persist, verifications)
+ * share. Internal to those two files (and the store's unit tests): nothing else includes it.
+ * Functions here are store__verb, as libuv names its internals.
+ *
+ * Threads: loop thread only.
+ */
+#ifndef KVT_STORE_INTERNAL_H
+#define KVT_STORE_INTERNAL_H
+
+#include "store.h"
+
+#include "disk.h"
+#include "index.h"
+#include "ram.h"
+
+#define STORE_VICTIM_SCAN 4096u
+#define STORE_PERSIST_COOKIE UINT64_MAX /* disk_append cookie of a persist: nothing is lent */
+
+typedef struct {
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+} persist_key_t;
+
+typedef struct {
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+    kvt_wire_hash_t parent;
+} relink_t;
+
+struct store {
+    ns_table_t *nst;
+    index_t *ix;
+    ram_t *ram;
+    uint32_t lease_ms;
+    unsigned workers;      /* thread-pool jobs one save's checksums may spread over */
+    uint64_t stored_bytes; /* payload bytes resident in RAM */
+    uint64_t ram_chunks;
+    store_stats_t st;
+    const config_t *cfg;
+    uv_loop_t *loop;
+    disk_t *disk;
+    int disk_error;
+    bool closing;
+    store_disk_counts_t dk;
+    /* arena bytes (footprints) held outside the RAM tier's chunks */
+    uint64_t quar_bytes;   /* quarantined: demoted, disk write pending */
+    uint64_t ingest_bytes; /* saves and commits being checksummed */
+    uint64_t promo_bytes;  /* disk reads landing in the arena */
+    uint64_t free_target;  /* the demoter's target (0: no demoter) */
+    uint64_t verifies, verify_drops;
+    uint64_t jobs;           /* saves, commits and verifications in flight (store_close waits) */
+    uv_timer_t demote_timer; /* the demoter's next turn (initialised with the disk tier) */
+    bool demote_pending;
+    relink_t *relink; /* recovery only */
+    size_t nrelink, relinkcap;
+    /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
+    uv_timer_t persist_timer; /* initialised when the disk tier is attached */
+    persist_key_t *persist;
+    size_t npersist, persist_next;
+    uint64_t persist_deadline, persist_start, persisted, persist_appended;
+    uint64_t reclaim_seg; /* the segment whose reclaim continues a slice per turn, or 0 */
+    bool close_waiting;   /* store_close waits for jobs before persisting */
+    int close_handles;
+    void (*close_done)(void *arg);
+    void *close_arg;
+};
+
+/* An entry none of whose copies exists any more (pinned while its disk record failed its
+ * checksum or its write failed), or whose bytes failed a verification: it counts as absent and
+ * leaves the index with its last pin. */
+static inline bool store__absent(const index_entry_t *e)
+{
+    return (e->flags & INDEX_F_BAD) || !(e->flags & (INDEX_F_RAM | INDEX_F_WBUF | INDEX_F_DISK));
+}
+
+/* Whether e's bytes are in the arena at e->off (RAM-resident or quarantined). */
+static inline bool store__in_arena(const index_entry_t *e)
+{
+    return (e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) != 0 && !(e->flags & INDEX_F_BAD);
+}
+
+/* Frees the RAM copy of e (the entry stays). */
+void store__ram_release(store_t *s, index_entry_t *e);
+
+/* Removes e from the index and every tier; its successors become orphans. A quarantined
+ * extent stays lent to its disk write, which frees it when it commits. */
+void store__drop(store_t *s, index_entry_t *e);
+
+/* Allocates len bytes, evicting chain tails while the arena is full (store.h, the policy):
+ * a tail with a disk copy is released; one without is dropped when allow_drop (counted as a
+ * demotion refused), else the allocation fails. 0 or -ENOSPC / -EINVAL. */
+int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uint64_t *off);
+
+/* Runs the demoter now (bounded), and again on later turns while it is short of its target. */
+void store__demote_ahead(store_t *s);
+
+/* Forgets e's disk copy (the entry stays). */
+void store__disk_forget(store_t *s, index_entry_t *e);
+
+/* The disk tier's callbacks (store_io.c), and the store's part of close. */
+extern const disk_ops_t store__disk_ops;
+void store__persist_begin(store_t *s);
+
+/* A save, commit or verification in flight finished (store_close may go on). */
+void store__job_done(store_t *s);
+
+#endif /* KVT_STORE_INTERNAL_H */

@@ -1,0 +1,763 @@
+/*
+ * store_io.c - the store's work that leaves the loop thread (see store.h): loads and the disk
+ * reads behind them, demotion by reference and the demoter, the disk tier's callbacks
+ * (recovered, committed, reclaim), the shutdown persist, and re-verifications.
+ *
+ * Design notes:
+ *   - Demotion by reference: a demoted chunk leaves the RAM tier (its LRU, ram.chunks) but keeps
+ *     its extent, which is lent to the disk's flush worker (quarantined: INDEX_F_WBUF, counted in
+ *     quar_bytes and in ram.used_bytes). Loads keep reading it from there. When its write commits
+ *     the extent is freed on the loop - unless the chunk is pinned then (a reply still lends its
+ *     bytes, a client is copying them), in which case the extent simply becomes its RAM copy
+ *     again, so no byte anyone reads is ever freed or reused. A write ticket (wseq) names the
+ *     entry it was made for; a commit whose entry went meanwhile (dropped while quarantined)
+ *     frees the extent through its cookie (the arena offset), which is therefore never freed
+ *     twice nor while the worker reads it.
+ *   - The demoter keeps free + quarantined >= free_target (store.h, the policy), at most
+ *     STORE_DEMOTE_BUDGET chunks per loop turn, continuing on a zero timer; it stops while the
+ *     disk's budget is spent and runs again when a flush commits.
+ *   - Reads land in arena extents allocated before the read (promotion without a copy) and pin
+ *     their entry until they finish, so the entry, its segment and its extent stay valid; a
+ *     second load of a chunk whose read is in flight joins it (ranks of a replicated namespace
+ *     all load rank 0's chunk) instead of reading again. A frames load that cannot get an extent
+ *     without dropping a chunk reads into a heap buffer that becomes its reply frame; that read
+ *     is not joined (a heap buffer serves one reply).
+ *   - Bounded work per turn: the disk reports commits DISK_COMMIT_SLICE at a time, reclaim
+ *     detaches STORE_RECLAIM_SLICE entries of a segment per call, the persist appends
+ *     STORE_PERSIST_SLICE chunks per turn, the demoter STORE_DEMOTE_BUDGET.
+ *   - Generation checks: a commit applies only to the entry still holding its ticket; a read
+ *     that finishes for an entry whose disk copy moved or failed does not publish.
+ * Threads: loop thread only; the bytes of quarantined extents and of reads in flight belong to
+ *     the disk's workers until their callbacks, those of verifications to ingest.c's jobs.
+ */
+#include "store_internal.h"
+
+#include "ingest.h"
+#include "log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STORE_PERSIST_MS 20000u /* shutdown: how long RAM-only chunks may take to reach disk */
+#define STORE_PERSIST_RETRY_MS 5u
+#define STORE_PERSIST_SLICE 512u
+#define STORE_DEMOTE_BUDGET 64u
+#define STORE_RECLAIM_SLICE 1024u
+
+/* --- demotion --- */
+
+/* The record of entry e of namespace ns (the chunk's csum, its chain link for recovery). */
+static void record_of(const ns_t *ns, const index_entry_t *e, record_meta_t *m)
+{
+    memset(m, 0, sizeof *m);
+    m->version = RECORD_VERSION;
+    m->model_len = (uint8_t)strlen(ns->model);
+    memcpy(m->model, ns->model, m->model_len);
+    m->revision_len = (uint8_t)strlen(ns->revision);
+    memcpy(m->revision, ns->revision, m->revision_len);
+    m->fingerprint = ns->fingerprint;
+    m->world = ns->world;
+    m->chunk_tokens = ns->chunk_tokens;
+    m->rank = e->rank;
+    m->flags = ns->replicated ? RECORD_F_REPLICATED : 0;
+    memcpy(m->hash, e->hash.b, 16);
+    if (e->parent != NULL) {
+        m->flags |= RECORD_F_PARENT;
+        memcpy(m->parent, e->parent->hash.b, 16);
+    }
+    m->raw_len = e->len;
+    m->stored_len = e->len;
+    m->shuffle = 1;
+    m->csum = e->csum;
+}
+
+/* Moves RAM leaf v to the quarantine: its extent is lent to the disk. 0, or -1 when the disk
+ * does not take it now. */
+static int demote(store_t *s, index_entry_t *v)
+{
+    const ns_t *ns = ns_get(s->nst, v->ns);
+    record_meta_t m;
+    uint64_t seq;
+
+    if (ns == NULL || s->closing || !disk_admits(s->disk, v->len))
+        return -1;
+    record_of(ns, v, &m);
+    if (disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), v->off, &seq) != 0)
+        return -1;
+    s->stored_bytes -= v->len;
+    s->ram_chunks--;
+    index_ram_clear(s->ix, v);
+    v->flags |= INDEX_F_WBUF;
+    v->wseq = seq;
+    s->dk.wbuf++;
+    s->dk.demoted++;
+    s->quar_bytes += ram_footprint(s->ram, v->len);
+    s->st.evictions++;
+    return 0;
+}
+
+static void demote_timer_cb(uv_timer_t *t)
+{
+    store_t *s = t->data;
+
+    s->demote_pending = false;
+    store__demote_ahead(s);
+}
+
+void store__demote_ahead(store_t *s)
+{
+    uint64_t now;
+
+    if (s->disk == NULL || s->closing || s->free_target == 0)
+        return;
+    now = uv_now(s->loop);
+    for (unsigned budget = STORE_DEMOTE_BUDGET;; budget--) {
+        uint64_t freeb = ram_capacity(s->ram) - ram_used(s->ram);
+        index_entry_t *v;
+
+        if (freeb + s->quar_bytes >= s->free_target)
+            return;
+        if (budget == 0)
+            break;
+        v = index_victim(s->ix, now, STORE_VICTIM_SCAN);
+        if (v == NULL)
+            return;
+        if (v->flags & INDEX_F_DISK) {
+            s->st.evictions++;
+            s->dk.demoted_clean++;
+            store__ram_release(s, v);
+        } else if (demote(s, v) != 0) {
+            return; /* the disk's budget is spent: again when a flush commits */
+        }
+    }
+    if (!s->demote_pending) {
+        s->demote_pending = true;
+        uv_timer_start(&s->demote_timer, demote_timer_cb, 0, 0);
+    }
+}
+
+/* --- the disk tier's callbacks --- */
+
+static void set_disk_loc(store_t *s, index_entry_t *e, const disk_loc_t *loc)
+{
+    e->flags |= INDEX_F_DISK;
+    e->dseg = loc->seg;
+    e->doff = loc->off;
+    e->dhdr = loc->hdr_len;
+    e->dstored = loc->stored;
+    e->dver = loc->version;
+    {
+        void **head = disk_seg_user(s->disk, e->dseg);
+        index_entry_t *first = *head;
+        e->seg_prev = NULL;
+        e->seg_next = first;
+        if (first != NULL)
+            first->seg_prev = e;
+        *head = e;
+    }
+    s->dk.chunks++;
+}
+
+static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *loc)
+{
+    store_t *s = arg;
+    kvt_wire_hash_t h;
+    index_entry_t *e;
+    ns_t *ns;
+    ns_ident_t id = {.model = m->model,
+                     .model_len = m->model_len,
+                     .revision = m->revision,
+                     .revision_len = m->revision_len,
+                     .fingerprint = m->fingerprint,
+                     .world = m->world,
+                     .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
+                     .chunk_tokens = m->chunk_tokens};
+
+    if (ns_declare(s->nst, &id, config_gates_for(s->cfg, m->model), &ns) != 0 ||
+        (ns->replicated && m->rank != 0)) {
+        s->dk.recover_skipped++;
+        return;
+    }
+    memcpy(h.b, m->hash, 16);
+    e = index_find(s->ix, ns->id, m->rank, &h);
+    if (e != NULL) {
+        /* a newer copy of the same chunk (the older segment was written first) */
+        store__disk_forget(s, e);
+        ns->bytes -= e->len;
+        e->len = m->raw_len;
+        ns->bytes += e->len;
+        e->csum = m->csum;
+        set_disk_loc(s, e, loc);
+        return;
+    }
+    e = index_add_cold(s->ix, ns->id, m->rank, &h, NULL, false, m->raw_len);
+    if (e == NULL) {
+        s->dk.recover_skipped++;
+        return;
+    }
+    e->csum = m->csum;
+    ns->chunks++;
+    ns->bytes += m->raw_len;
+    set_disk_loc(s, e, loc);
+    if ((m->flags & RECORD_F_PARENT) != 0) {
+        if (s->nrelink == s->relinkcap) {
+            size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
+            relink_t *nr = realloc(s->relink, nc * sizeof *nr);
+            if (nr == NULL)
+                return; /* the chunk stays, without its chain link */
+            s->relink = nr;
+            s->relinkcap = nc;
+        }
+        s->relink[s->nrelink].ns = ns->id;
+        s->relink[s->nrelink].rank = m->rank;
+        s->relink[s->nrelink].hash = h;
+        memcpy(s->relink[s->nrelink].parent.b, m->parent, 16);
+        s->nrelink++;
+    }
+}
+
+static void verify_dropped(store_t *s, const index_entry_t *e, const char *where)
+{
+    s->verify_drops++;
+    log_warn("chunk_verify_drop", "ns=%u rank=%u where=%s action=removed", e->ns, e->rank, where);
+}
+
+/* The write of a quarantined chunk finished (rc as committed()). */
+static void commit_quarantined(store_t *s, index_entry_t *e, int rc, const disk_loc_t *loc)
+{
+    e->flags &= (uint16_t)~INDEX_F_WBUF;
+    s->dk.wbuf--;
+    s->quar_bytes -= ram_footprint(s->ram, e->len);
+    if (rc == 0)
+        set_disk_loc(s, e, loc);
+    if (e->pins > 0) {
+        /* someone reads these bytes: the extent becomes the chunk's RAM copy again */
+        index_ram_set(s->ix, e, e->off);
+        s->stored_bytes += e->len;
+        s->ram_chunks++;
+        if (rc == -EBADMSG) {
+            e->flags |= INDEX_F_BAD; /* dropped with its last pin */
+            verify_dropped(s, e, "demotion");
+        }
+        return;
+    }
+    ram_free(s->ram, e->off, e->len);
+    if (rc == 0)
+        return;
+    if (rc == -EBADMSG)
+        verify_dropped(s, e, "demotion");
+    else
+        s->dk.write_lost++;
+    store__drop(s, e);
+}
+
+static void committed_cb(void *arg, uint32_t ns_id, const record_meta_t *m, uint64_t seq,
+                         uint64_t cookie, int rc, const disk_loc_t *loc)
+{
+    store_t *s = arg;
+    kvt_wire_hash_t h;
+    index_entry_t *e;
+    bool mine;
+
+    memcpy(h.b, m->hash, 16);
+    e = index_find(s->ix, ns_id, m->rank, &h);
+    mine = e != NULL && (e->flags & INDEX_F_WBUF) && e->wseq == seq;
+    if (cookie != STORE_PERSIST_COOKIE) {
+        if (mine) {
+            commit_quarantined(s, e, rc, loc);
+        } else {
+            /* its entry went while it was quarantined: the extent is freed here, once */
+            ram_free(s->ram, cookie, m->raw_len);
+            s->quar_bytes -= ram_footprint(s->ram, m->raw_len);
+        }
+        store__demote_ahead(s);
+        return;
+    }
+    if (!mine)
+        return; /* a persisted entry is pinned until here: cannot happen */
+    e->flags &= (uint16_t)~INDEX_F_WBUF;
+    s->dk.wbuf--;
+    if (rc == 0) {
+        set_disk_loc(s, e, loc);
+        s->persisted++;
+    } else if (rc == -EBADMSG) {
+        e->flags |= INDEX_F_BAD;
+        verify_dropped(s, e, "persist");
+    }
+    store_unpin(s, e);
+}
+
+static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
+{
+    store_t *s = arg;
+    uint64_t now = s->loop != NULL ? uv_now(s->loop) : 0;
+    index_entry_t *e, *next;
+    unsigned n = 0;
+
+    /* A chunk that lives only here is kept while pinned (someone holds its entry: a read, the
+     * predecessor of a chunk being placed, a client's hold), even when forced: pins are short
+     * and the disk refuses the write instead, so capacity still holds. Leases keep a segment
+     * too, unless forced. The check is made when a segment's reclaim starts; a slice that
+     * continues it detaches what is left (a chunk pinned since then stays absent until its
+     * last pin: a read in flight of it still finishes from the open file and revives it). */
+    if (s->reclaim_seg != seg) {
+        for (e = *user; e != NULL; e = e->seg_next)
+            if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) &&
+                (e->pins > 0 || (!force && index_leased(e, now))))
+                return -EBUSY;
+    }
+    for (e = *user; e != NULL; e = next) {
+        if (!force && n++ == STORE_RECLAIM_SLICE) {
+            e->seg_prev = NULL;
+            *user = e;
+            s->reclaim_seg = seg;
+            return -EAGAIN;
+        }
+        next = e->seg_next;
+        e->seg_prev = e->seg_next = NULL;
+        e->flags &= (uint16_t)~INDEX_F_DISK;
+        e->dseg = 0;
+        s->dk.chunks--;
+        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
+            s->dk.evictions++;
+            if (e->pins == 0)
+                store__drop(s, e);
+        }
+    }
+    *user = NULL;
+    s->reclaim_seg = 0;
+    return 0;
+}
+
+const disk_ops_t store__disk_ops = {
+    .recovered = recovered_cb, .committed = committed_cb, .reclaim = reclaim_cb};
+
+int store_attach_disk(store_t *s, uv_loop_t *loop)
+{
+    uint64_t wb2;
+    int rc;
+
+    s->loop = loop;
+    if (!s->cfg->disk.enabled)
+        return 0;
+    rc = disk_open(loop, s->cfg, &store__disk_ops, s, &s->disk);
+    if (rc != 0) {
+        s->disk_error = rc;
+        s->disk = NULL;
+        free(s->relink);
+        s->relink = NULL;
+        s->nrelink = s->relinkcap = 0;
+        s->dk = (store_disk_counts_t){0};
+        return rc;
+    }
+    for (size_t i = 0; i < s->nrelink; i++) {
+        const relink_t *r = &s->relink[i];
+        index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
+        index_entry_t *p = index_find(s->ix, r->ns, r->rank, &r->parent);
+        if (e != NULL && p != NULL && e != p && e->parent == NULL)
+            index_set_parent(s->ix, e, p);
+        else if (e != NULL && p == NULL)
+            e->flags |= INDEX_F_ORPHAN;
+    }
+    free(s->relink);
+    s->relink = NULL;
+    s->nrelink = s->relinkcap = 0;
+    wb2 = 2 * s->cfg->disk.write_buffer_bytes;
+    s->free_target = s->cfg->ram.free_target_bytes;
+    if (s->free_target == 0)
+        s->free_target = wb2 < ram_capacity(s->ram) / 4 ? wb2 : ram_capacity(s->ram) / 4;
+    uv_timer_init(loop, &s->persist_timer);
+    uv_timer_init(loop, &s->demote_timer);
+    s->persist_timer.data = s->demote_timer.data = s;
+    return 0;
+}
+
+int store_disk_error(const store_t *s)
+{
+    return s->disk_error;
+}
+
+/* --- shutdown --- */
+
+static void persist_step_cb(uv_timer_t *t);
+
+static void close_handle_cb(uv_handle_t *h)
+{
+    store_t *s = h->data;
+
+    if (--s->close_handles == 0)
+        disk_close(s->disk, s->close_done, s->close_arg);
+}
+
+/* Appends RAM-only chunk e by reference, pinned until its commit. 0 or disk_append's error. */
+static int persist_one(store_t *s, const ns_t *ns, index_entry_t *e)
+{
+    record_meta_t m;
+    uint64_t seq;
+    int rc;
+
+    record_of(ns, e, &m);
+    rc = disk_append(s->disk, e->ns, &m, ram_ptr(s->ram, e->off), STORE_PERSIST_COOKIE, &seq);
+    if (rc != 0)
+        return rc;
+    store_pin(s, e);
+    e->flags |= INDEX_F_WBUF;
+    e->wseq = seq;
+    s->dk.wbuf++;
+    return 0;
+}
+
+/* Writes the next RAM-only chunks (a slice per turn); waits (a short timer) while the write
+ * budget is spent, and gives up at the deadline or when the tier is degraded. */
+static void persist_step(store_t *s)
+{
+    uint64_t now = uv_now(s->loop);
+    unsigned slice = 0;
+
+    while (s->persist_next < s->npersist) {
+        const persist_key_t *k = &s->persist[s->persist_next];
+        index_entry_t *e = index_find(s->ix, k->ns, k->rank, &k->hash);
+        const ns_t *ns = e != NULL ? ns_get(s->nst, e->ns) : NULL;
+        int rc;
+
+        if (ns == NULL || !(e->flags & INDEX_F_RAM) || (e->flags & (INDEX_F_DISK | INDEX_F_WBUF)) ||
+            (e->flags & INDEX_F_BAD)) {
+            s->persist_next++;
+            continue;
+        }
+        if (slice++ == STORE_PERSIST_SLICE) {
+            uv_timer_start(&s->persist_timer, persist_step_cb, 0, 0);
+            return;
+        }
+        rc = persist_one(s, ns, e);
+        if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
+            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
+            return;
+        }
+        if (rc == -EAGAIN)
+            break; /* degraded or out of time: the rest stays RAM-only */
+        s->persist_appended += rc == 0;
+        s->persist_next++;
+    }
+    log_info("disk_persist", "chunks=%zu appended=%" PRIu64 " skipped=%zu ms=%" PRIu64, s->npersist,
+             s->persist_appended, s->npersist - s->persist_next, now - s->persist_start);
+    free(s->persist);
+    s->persist = NULL;
+    s->close_handles = 2;
+    uv_close((uv_handle_t *)&s->persist_timer, close_handle_cb);
+    uv_close((uv_handle_t *)&s->demote_timer, close_handle_cb);
+}
+
+static void persist_step_cb(uv_timer_t *t)
+{
+    persist_step(t->data);
+}
+
+struct persist_collect {
+    persist_key_t *keys;
+    size_t n;
+};
+
+static void collect_ram_only(const index_entry_t *e, void *arg)
+{
+    struct persist_collect *c = arg;
+
+    if ((e->flags & INDEX_F_RAM) && !(e->flags & (INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD)))
+        c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
+}
+
+/* Shutdown, once nothing is in flight: chunks that are only in RAM are written to the disk tier
+ * first (bounded by STORE_PERSIST_MS), so that a clean restart finds every chunk; then the tier
+ * drains. */
+void store__persist_begin(store_t *s)
+{
+    struct persist_collect c = {0};
+
+    if (s->disk == NULL) {
+        s->close_done(s->close_arg);
+        return;
+    }
+    uv_timer_stop(&s->demote_timer);
+    s->persist_start = uv_now(s->loop);
+    s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
+    c.keys = malloc((index_count(s->ix) + 1) * sizeof *c.keys);
+    if (c.keys != NULL)
+        index_foreach(s->ix, collect_ram_only, &c);
+    s->persist = c.keys;
+    s->npersist = c.n;
+    s->persist_next = 0;
+    persist_step(s);
+}
+
+void store__job_done(store_t *s)
+{
+    if (--s->jobs == 0 && s->close_waiting) {
+        s->close_waiting = false;
+        store__persist_begin(s);
+    }
+}
+
+void store_close(store_t *s, void (*done)(void *arg), void *arg)
+{
+    s->closing = true;
+    s->close_done = done;
+    s->close_arg = arg;
+    if (s->jobs > 0) {
+        s->close_waiting = true; /* saves and verifications in flight publish first */
+        return;
+    }
+    store__persist_begin(s);
+}
+
+/* --- loads --- */
+
+typedef struct load_batch load_batch_t;
+
+typedef struct batch_slot {
+    load_batch_t *b;
+    size_t i;
+    struct batch_slot *next; /* the other loads waiting for the same read */
+} batch_slot_t;
+
+struct load_batch {
+    store_chunk_cb chunk_cb;
+    store_batch_cb done_cb;
+    void *arg;
+    size_t outstanding;
+    batch_slot_t slots[]; /* one per chunk: the argument of its disk read */
+};
+
+/* A disk read in flight: its entry is pinned, its bytes land in an extent or a heap buffer. */
+typedef struct {
+    store_t *s;
+    index_entry_t *e;
+    uint64_t off;  /* the extent, or UINT64_MAX */
+    uint8_t *heap; /* the heap buffer when there is no extent */
+    uint64_t len;
+    disk_loc_t loc;
+    batch_slot_t *waiters; /* the first is the load that started it */
+} store_read_t;
+
+static void batch_release(load_batch_t *b)
+{
+    if (--b->outstanding > 0)
+        return;
+    b->done_cb(b->arg);
+    free(b);
+}
+
+static void batch_report(batch_slot_t *slot, store_loaded_kind_t kind, void *data, uint64_t len,
+                         uint64_t csum, store_chunk_t *chunk)
+{
+    store_loaded_t c = {.kind = kind, .data = data, .len = len, .csum = csum, .chunk = chunk};
+
+    slot->b->chunk_cb(slot->b->arg, slot->i, &c);
+}
+
+static void batch_miss(batch_slot_t *slot)
+{
+    batch_report(slot, STORE_LOADED_MISS, NULL, 0, 0, NULL);
+}
+
+/* Lends e's arena bytes to the load of slot, pinned for it. */
+static void batch_lend(store_t *s, batch_slot_t *slot, index_entry_t *e)
+{
+    store_pin(s, e);
+    batch_report(slot, STORE_LOADED_LENT, ram_ptr(s->ram, e->off), e->len, e->csum, e);
+}
+
+static void read_done_cb(void *arg, int rc)
+{
+    store_read_t *r = arg;
+    store_t *s = r->s;
+    index_entry_t *e = r->e;
+    bool same = (e->flags & INDEX_F_DISK) && e->dseg == r->loc.seg && e->doff == r->loc.off;
+    batch_slot_t *w = r->waiters, *next;
+
+    if (e->reading == r)
+        e->reading = NULL;
+    if (r->off != UINT64_MAX) {
+        s->promo_bytes -= ram_footprint(s->ram, r->len);
+        if (rc == 0 && !store__in_arena(e) && !(e->flags & INDEX_F_BAD)) {
+            index_ram_set(s->ix, e, r->off); /* promoted: the read landed in its extent */
+            s->stored_bytes += e->len;
+            s->ram_chunks++;
+            s->dk.promoted++;
+        } else {
+            ram_free(s->ram, r->off, r->len);
+        }
+    }
+    if (rc == -EBADMSG && same) {
+        log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
+                 e->ns, e->rank, r->loc.seg, r->loc.off);
+        store__disk_forget(s, e); /* absent now unless in RAM; dropped with its last pin */
+    }
+    for (; w != NULL; w = next) {
+        next = w->next;
+        if (rc == 0 && (store__in_arena(e) || r->heap != NULL)) {
+            s->st.hits++;
+            s->dk.hits++;
+            if (store__in_arena(e)) {
+                batch_lend(s, w, e);
+            } else {
+                batch_report(w, STORE_LOADED_OWNED, r->heap, r->len, e->csum, NULL);
+                r->heap = NULL;
+            }
+        } else {
+            s->st.misses++;
+            s->dk.misses++;
+            batch_miss(w);
+        }
+        batch_release(w->b);
+    }
+    free(r->heap);
+    store_unpin(s, e); /* may drop an entry that failed its checksum */
+    free(r);
+    store__demote_ahead(s);
+}
+
+/* Starts the read of disk-only entry e for slot (or joins the one in flight). 0, or -1 when
+ * it cannot be read (a miss). */
+static int read_start(store_t *s, index_entry_t *e, bool arena, batch_slot_t *slot,
+                      store_cost_t *cost)
+{
+    store_read_t *r = e->reading;
+    uint64_t now = uv_now(s->loop);
+
+    if (r != NULL && r->off != UINT64_MAX) {
+        slot->next = r->waiters->next; /* joins: the extent serves every waiter */
+        r->waiters->next = slot;
+        s->dk.read_joins++;
+        return 0;
+    }
+    r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return -1;
+    *r = (store_read_t){.s = s, .e = e, .off = UINT64_MAX, .len = e->len, .waiters = slot};
+    r->loc = (disk_loc_t){.seg = e->dseg,
+                          .off = e->doff,
+                          .hdr_len = e->dhdr,
+                          .stored = e->dstored,
+                          .version = e->dver};
+    slot->next = NULL;
+    store_pin(s, e);
+    if (store__alloc(s, e->len, now, arena, &r->off) != 0) {
+        r->off = UINT64_MAX;
+        if (!arena &&
+            posix_memalign((void **)&r->heap, RECORD_BLOCK, (size_t)record_block(e->len)) != 0)
+            r->heap = NULL;
+    }
+    if (r->off == UINT64_MAX && r->heap == NULL)
+        goto fail;
+    if (disk_read(s->disk, &r->loc, e->hash.b, e->rank, e->len, e->csum,
+                  r->off != UINT64_MAX ? ram_ptr(s->ram, r->off) : r->heap, read_done_cb, r) != 0)
+        goto fail;
+    if (r->off != UINT64_MAX) {
+        s->promo_bytes += ram_footprint(s->ram, e->len);
+        if (e->reading == NULL)
+            e->reading = r;
+    }
+    if (cost != NULL) {
+        cost->disk_reads++;
+        cost->disk_read_bytes += e->dstored;
+    }
+    return 0;
+
+fail:
+    if (r->off != UINT64_MAX)
+        ram_free(s->ram, r->off, e->len);
+    free(r->heap);
+    free(r);
+    store_unpin(s, e);
+    return -1;
+}
+
+int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                     bool arena, store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg,
+                     store_cost_t *cost)
+{
+    load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
+
+    if (b == NULL)
+        return -ENOMEM;
+    b->chunk_cb = chunk_cb;
+    b->done_cb = done_cb;
+    b->arg = arg;
+    b->outstanding = 1; /* held until every chunk was started */
+    for (size_t i = 0; i < n; i++) {
+        index_entry_t *e = store_find(s, ns, rank, &h[i]);
+        batch_slot_t *slot = &b->slots[i];
+
+        *slot = (batch_slot_t){.b = b, .i = i};
+        if (e != NULL && store__in_arena(e)) {
+            /* RAM or quarantined: the arena bytes themselves, pinned for the callee */
+            index_touch(s->ix, e);
+            s->st.hits++;
+            if (!(e->flags & INDEX_F_RAM))
+                s->dk.hits++;
+            batch_lend(s, slot, e);
+            continue;
+        }
+        if (e != NULL && !store__absent(e) && (e->flags & INDEX_F_DISK) && s->disk != NULL &&
+            !s->closing) {
+            index_touch(s->ix, e);
+            if (read_start(s, e, arena, slot, cost) == 0) {
+                b->outstanding++;
+                continue;
+            }
+        }
+        s->st.misses++;
+        if (s->disk != NULL)
+            s->dk.misses++;
+        batch_miss(slot);
+    }
+    batch_release(b);
+    return 0;
+}
+
+/* --- verification --- */
+
+typedef struct {
+    store_t *s;
+    index_entry_t *e;
+    ingest_item_t item;
+} verify_t;
+
+static void verified_cb(void *arg)
+{
+    verify_t *v = arg;
+    store_t *s = v->s;
+    index_entry_t *e = v->e;
+
+    if (v->item.csum != e->csum && !(e->flags & INDEX_F_BAD)) {
+        e->flags |= INDEX_F_BAD; /* absent from now on; dropped with its last pin */
+        verify_dropped(s, e, "release_corrupt");
+    }
+    store_unpin(s, e);
+    free(v);
+    store__job_done(s);
+}
+
+void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+{
+    index_entry_t *e = store_find(s, ns, rank, h);
+    verify_t *v;
+
+    if (e == NULL || !store__in_arena(e) || s->loop == NULL)
+        return; /* not stored, or only on disk: every read verifies it */
+    v = malloc(sizeof *v);
+    if (v == NULL)
+        return;
+    s->verifies++;
+    *v = (verify_t){
+        .s = s, .e = e, .item = {.dst = ram_ptr(s->ram, e->off), .src = NULL, .len = e->len}};
+    store_pin(s, e); /* the extent cannot move or be freed while the worker reads it */
+    if (ingest_run(s->loop, &v->item, 1, 1, verified_cb, v) != 0) {
+        store_unpin(s, e);
+        free(v);
+        return;
+    }
+    s->jobs++;
+}
