@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 
 const uint64_t loopmon_bounds_us[LOOPMON_BUCKETS] = {50,   100,  200,   500,   1000,
                                                      2000, 5000, 10000, 50000, UINT64_MAX};
@@ -22,30 +23,42 @@ struct loopmon {
     uv_timer_t window;
     int open_handles;
     bool started;
-    uint64_t last_ns, last_idle_ns;           /* at the previous prepare */
-    uint64_t win_start_ns, win_start_idle_ns; /* at the start of the window */
-    uint64_t busy_ns;                         /* since start */
+    uint64_t last_ns, last_idle_ns, last_cpu_ns; /* at the previous prepare */
+    uint64_t win_start_ns, win_start_idle_ns;    /* at the start of the window */
+    uint64_t busy_ns;                            /* since start */
     double busy_share;
     hist_t turns;
+    hist_t cpu; /* CPU time per turn */
     uint64_t buckets[LOOPMON_BUCKETS];
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec t;
+
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0)
+        return 0;
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static void prepare_cb(uv_prepare_t *h)
 {
     loopmon_t *m = h->data;
-    uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(m->loop), busy;
+    uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(m->loop), cpu = thread_cpu_ns(), busy;
 
     if (m->started) {
         uint64_t span = now - m->last_ns, slept = idle - m->last_idle_ns;
         busy = span > slept ? span - slept : 0;
         m->busy_ns += busy;
         hist_record(&m->turns, busy / 1000);
+        hist_record(&m->cpu, (cpu - m->last_cpu_ns) / 1000);
         for (int i = 0; i < LOOPMON_BUCKETS; i++)
             m->buckets[i] += busy / 1000 <= loopmon_bounds_us[i];
     }
     m->started = true;
     m->last_ns = now;
     m->last_idle_ns = idle;
+    m->last_cpu_ns = cpu;
 }
 
 static void window_cb(uv_timer_t *t)
@@ -106,7 +119,10 @@ void loopmon_stats(const loopmon_t *m, loopmon_stats_t *out)
                              .turns = hist_count(&m->turns),
                              .p50_us = hist_percentile(&m->turns, 50.0),
                              .p99_us = hist_percentile(&m->turns, 99.0),
-                             .max_us = hist_max(&m->turns)};
+                             .max_us = hist_max(&m->turns),
+                             .cpu_p50_us = hist_percentile(&m->cpu, 50.0),
+                             .cpu_p99_us = hist_percentile(&m->cpu, 99.0),
+                             .cpu_max_us = hist_max(&m->cpu)};
     for (int i = 0; i < LOOPMON_BUCKETS; i++)
         out->buckets[i] = m->buckets[i];
 }

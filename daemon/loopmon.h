@@ -9,6 +9,11 @@
  * them (uv_metrics_idle_time, enabled with UV_METRICS_IDLE_TIME). A long turn is what delays a
  * lookup that arrives during it; the issue's bound is 2 ms while flushing.
  *
+ * A turn's wall time includes any time the loop thread was runnable but not running (on a
+ * loaded machine the scheduler preempts it mid-turn); the loop thread's CPU time per turn
+ * (CLOCK_THREAD_CPUTIME_ID) is recorded beside it, so that the work a turn does can be told
+ * from the time the machine made it wait.
+ *
  * busy_share is the busy fraction of the last complete LOOPMON_WINDOW_MS window (a timer
  * samples it); busy_seconds and turns are totals since start, for rates over any interval.
  *
@@ -35,6 +40,7 @@ typedef struct {
     uint64_t turns;      /* loop turns measured */
     uint64_t p50_us, p99_us, max_us;
     uint64_t buckets[LOOPMON_BUCKETS]; /* turns of at most loopmon_bounds_us[i] us (cumulative) */
+    uint64_t cpu_p50_us, cpu_p99_us, cpu_max_us; /* the loop thread's CPU time per turn */
 } loopmon_stats_t;
 
 /* The bucket bounds (us): 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000, and UINT64_MAX. */

@@ -708,6 +708,13 @@ static const stats_field_t turn_fields[] = {
      .elem_labels = bucket_labels},
 };
 
+static const stats_field_t turn_cpu_fields[] = {
+    NUM(D, "p50_us", T_U64, loop.cpu_p50_us, GAUGE, "microseconds", "Median CPU time of a turn."),
+    NUM(D, "p99_us", T_U64, loop.cpu_p99_us, GAUGE, "microseconds",
+        "99th percentile of the CPU time of a turn."),
+    NUM(D, "max_us", T_U64, loop.cpu_max_us, GAUGE, "microseconds", "Most CPU time of a turn."),
+};
+
 static const stats_field_t loop_fields[] = {
     NUMM(D, "busy_share", T_DOUBLE, loop.busy_share, GAUGE, "ratio",
          "Share of the last second the loop thread spent outside its poll (1: saturated).",
@@ -718,6 +725,9 @@ static const stats_field_t loop_fields[] = {
     NUMM(D, "turns", T_U64, loop.turns, COUNTER, NULL, "Loop turns measured.",
          "kvtier_loop_turn_seconds_count", NULL),
     OBJ("turn_us", turn_fields, "Loop-turn durations: every callback between two polls."),
+    OBJ("turn_cpu_us", turn_cpu_fields,
+        "The loop thread's CPU time per turn (a turn's wall time also holds the time the "
+        "scheduler made it wait)."),
 };
 
 static const stats_field_t doc_fields[] = {
