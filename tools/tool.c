@@ -236,7 +236,7 @@ int tool_http_request(const char *sock_path, const char *method, const char *url
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int64_t deadline = tool_now_ms() + timeout_ms;
-    char req[512], *buf = NULL, *sep;
+    char req[2048], *buf = NULL, *sep; /* a URL of two percent-encoded 255-byte names fits */
     size_t cap = 1 << 14, n = 0, sent = 0;
     int fd, len, code, err = 0;
 
