@@ -209,13 +209,14 @@ size_t drops_count(const drops_t *d)
 bool drops_covers(const drops_t *d, const char *model, size_t model_len, const char *revision,
                   uint64_t fingerprint, uint64_t seg, uint64_t off)
 {
-    size_t rl = strlen(revision);
+    size_t rl = revision != NULL ? strlen(revision) : 0;
 
     for (size_t i = 0; d != NULL && i < d->n; i++) {
         const tomb_t *t = &d->t[i];
-        if (t->fingerprint == fingerprint && t->model_len == model_len &&
-            memcmp(t->model, model, model_len) == 0 && t->revision_len == rl &&
-            memcmp(t->revision, revision, rl) == 0 && before(seg, off, t))
+        if (t->fingerprint != fingerprint || t->model_len != model_len ||
+            memcmp(t->model, model, model_len) != 0 || !before(seg, off, t))
+            continue;
+        if (revision == NULL || (t->revision_len == rl && memcmp(t->revision, revision, rl) == 0))
             return true;
     }
     return false;

@@ -21,9 +21,15 @@
  * A file that cannot be read or parsed is logged and ignored (an empty set: dropped chunks may
  * come back, live data is never lost). A tombstone whose covered segments are all gone is pruned.
  *
+ * Revisions: a record that carries its revision matches a tombstone of that revision only. A
+ * record without one (the record format before contract C4, which every record has today) is
+ * matched by model and fingerprint alone, so dropping any revision of a model also kills the
+ * revision-less records of that model and layout written before the drop: such a record cannot
+ * be attributed, and for an invalidation losing a little cache is the safe side of keeping KV
+ * that may be stale.
+ *
  * Limits: a crash before a pending tombstone settled leaves it at the drop-time log end, so
  * records of the namespace that were still in the write buffer may come back after that crash.
- * Until disk records carry the revision (contract C4), records are matched with revision "".
  *
  * Threads: loop thread only (and the start-up before it). The file is written synchronously:
  * it is small and written only when an operator drops.
@@ -46,7 +52,8 @@ void drops_destroy(drops_t **d);
 
 size_t drops_count(const drops_t *d);
 
-/* Whether the record of (model[0..model_len), revision, fingerprint) at (seg, off) is dead. */
+/* Whether the record of (model[0..model_len), revision, fingerprint) at (seg, off) is dead;
+ * revision NULL: the record carries none (see above). */
 bool drops_covers(const drops_t *d, const char *model, size_t model_len, const char *revision,
                   uint64_t fingerprint, uint64_t seg, uint64_t off);
 

@@ -804,8 +804,8 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
                      .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
                      .chunk_tokens = m->chunk_tokens};
 
-    /* records carry no revision yet (contract C4): they are matched as revision "" */
-    if (drops_covers(s->drops, m->model, m->model_len, "", m->fingerprint, loc->seg, loc->off)) {
+    /* records carry no revision yet (contract C4): NULL, matched by model and layout */
+    if (drops_covers(s->drops, m->model, m->model_len, NULL, m->fingerprint, loc->seg, loc->off)) {
         s->dk.recover_dropped++;
         return;
     }
