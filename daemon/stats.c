@@ -1332,41 +1332,28 @@ int stats_metrics_text(const server_t *sv, char **body, size_t *len)
 
 /* --- the one-line summary --- */
 
-static void human(double b, char *buf, size_t cap)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-
-    while (b >= 1024 && u < 5) {
-        b /= 1024;
-        u++;
-    }
-    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-}
-
 void stats_summary_line(const server_t *sv, char *buf, size_t cap)
 {
     stats_doc_t *d = doc_take(sv);
-    char used[24], capacity[24], dused[24], dcap[24];
     uint64_t asked;
+    size_t n;
 
     if (d == NULL) {
         snprintf(buf, cap, "Serving");
         return;
     }
-    human((double)d->ram.used_bytes, used, sizeof used);
-    human((double)d->ram.capacity_bytes, capacity, sizeof capacity);
     asked = d->ram.counts.hits + d->ram.counts.misses;
-    if (tier_open(d)) {
-        human((double)d->disk.tier.used_bytes, dused, sizeof dused);
-        human((double)d->disk.tier.capacity_bytes, dcap, sizeof dcap);
-    }
-    snprintf(buf, cap,
-             "Serving: RAM %s of %s (%" PRIu64 " chunks), disk %s%s%s%s%s, %u clients, %zu "
-             "namespaces, hit rate %.1f%%",
-             used, capacity, d->ram.chunks, disk_state_words[d->disk.state],
-             tier_open(d) ? " " : "", tier_open(d) ? dused : "", tier_open(d) ? " of " : "",
-             tier_open(d) ? dcap : "", d->clients, d->nnamespaces,
-             asked > 0 ? 100.0 * (double)d->ram.counts.hits / (double)asked : 0.0);
+    /* MiB throughout: one unit keeps the line short and comparable from refresh to refresh */
+    snprintf(buf, cap, "Serving: RAM %" PRIu64 " of %" PRIu64 " MiB (%" PRIu64 " chunks), disk %s",
+             d->ram.used_bytes >> 20, d->ram.capacity_bytes >> 20, d->ram.chunks,
+             disk_state_words[d->disk.state]);
+    n = strlen(buf);
+    if (tier_open(d))
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, " %" PRIu64 " of %" PRIu64 " MiB",
+                              d->disk.tier.used_bytes >> 20, d->disk.tier.capacity_bytes >> 20);
+    if (n < cap)
+        snprintf(buf + n, cap - n, ", %u clients, %zu namespaces, hit rate %.1f%%", d->clients,
+                 d->nnamespaces,
+                 asked > 0 ? 100.0 * (double)d->ram.counts.hits / (double)asked : 0.0);
     doc_free(d);
 }

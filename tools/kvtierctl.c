@@ -590,21 +590,6 @@ static double jnum(const json_t *obj, const char *path)
     return json_is_number(v) ? json_number_value(v) : -1;
 }
 
-static const char *human_bytes(double b, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-
-    if (b < 0)
-        return "?";
-    while (b >= 1024 && u < 4) {
-        b /= 1024;
-        u++;
-    }
-    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-    return buf;
-}
-
 static void print_status_summary(const json_t *st)
 {
     const char *version = json_string_value(json_object_get(st, "version"));
@@ -615,8 +600,8 @@ static void print_status_summary(const json_t *st)
 
     printf("kvtierd %s, up %.1f s\n", version ? version : "?", jnum(st, "uptime_s"));
     printf("ram: %s used of %s, %.0f chunks\n",
-           human_bytes(jnum(st, "ram.used_bytes"), used, sizeof used),
-           human_bytes(jnum(st, "ram.capacity_bytes"), capacity, sizeof capacity),
+           tool_human_bytes(jnum(st, "ram.used_bytes"), used, sizeof used),
+           tool_human_bytes(jnum(st, "ram.capacity_bytes"), capacity, sizeof capacity),
            jnum(st, "ram.chunks"));
     printf("hits %.0f, misses %.0f, evictions %.0f\n", jnum(st, "ram.hits"), jnum(st, "ram.misses"),
            jnum(st, "ram.evictions"));
@@ -625,8 +610,8 @@ static void print_status_summary(const json_t *st)
             json_string_value(json_object_get(json_object_get(st, "disk"), "state"));
         if (dstate != NULL && strcmp(dstate, "off") != 0)
             printf("disk: %s, %s used of %s, %.0f chunks, hits %.0f, misses %.0f\n", dstate,
-                   human_bytes(jnum(st, "disk.used_bytes"), used, sizeof used),
-                   human_bytes(jnum(st, "disk.capacity_bytes"), capacity, sizeof capacity),
+                   tool_human_bytes(jnum(st, "disk.used_bytes"), used, sizeof used),
+                   tool_human_bytes(jnum(st, "disk.capacity_bytes"), capacity, sizeof capacity),
                    jnum(st, "disk.chunks"), jnum(st, "disk.hits"), jnum(st, "disk.misses"));
     }
     printf("clients %.0f\n", jnum(st, "server.clients"));

@@ -372,3 +372,18 @@ json_t *tool_json_path(const json_t *obj, const char *dotted)
     }
     return (json_t *)obj;
 }
+
+const char *tool_human_bytes(double b, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+
+    if (b < 0)
+        return "?";
+    while (b >= 1024 && u < 5) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+    return buf;
+}

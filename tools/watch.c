@@ -76,18 +76,6 @@ static const char *str(const json_t *o, const char *path)
     return s != NULL ? s : "?";
 }
 
-static void bytes(double b, char *buf, size_t cap)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-
-    while (b >= 1024 && u < 5) {
-        b /= 1024;
-        u++;
-    }
-    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-}
-
 /* A rate of the counter at path between prev and cur over dt seconds, or "-" without prev. */
 static void rate(const json_t *cur, const json_t *prev, const char *path, double dt, char *buf,
                  size_t cap)
@@ -123,10 +111,10 @@ static void draw_tiers(frame_t *f, const json_t *st, const json_t *prev, double 
     char used[24], cap[24], res[24], pin[24], r1[24], r2[24], r3[24];
     const char *dstate = str(st, "disk.state");
 
-    bytes(num(st, "ram.used_bytes"), used, sizeof used);
-    bytes(num(st, "ram.capacity_bytes"), cap, sizeof cap);
-    bytes(num(st, "ram.reserved_bytes"), res, sizeof res);
-    bytes(num(st, "ram.pinned_bytes"), pin, sizeof pin);
+    tool_human_bytes(num(st, "ram.used_bytes"), used, sizeof used);
+    tool_human_bytes(num(st, "ram.capacity_bytes"), cap, sizeof cap);
+    tool_human_bytes(num(st, "ram.reserved_bytes"), res, sizeof res);
+    tool_human_bytes(num(st, "ram.pinned_bytes"), pin, sizeof pin);
     line(f, "ram    %s of %s (%.0f%%)  %.0f chunks  reserved %s  pinned %s  evictions/s %s", used,
          cap,
          num(st, "ram.capacity_bytes") > 0
@@ -136,8 +124,8 @@ static void draw_tiers(frame_t *f, const json_t *st, const json_t *prev, double 
     if (strcmp(dstate, "off") == 0) {
         line(f, "disk   off");
     } else {
-        bytes(num(st, "disk.used_bytes"), used, sizeof used);
-        bytes(num(st, "disk.capacity_bytes"), cap, sizeof cap);
+        tool_human_bytes(num(st, "disk.used_bytes"), used, sizeof used);
+        tool_human_bytes(num(st, "disk.capacity_bytes"), cap, sizeof cap);
         rate(st, prev, "disk.demotions", dt, r1, sizeof r1);
         rate(st, prev, "disk.promotions", dt, r2, sizeof r2);
         rate(st, prev, "disk.demotions_refused", dt, r3, sizeof r3);
@@ -199,7 +187,7 @@ static void draw_namespaces(frame_t *f, const json_t *st)
         const json_t *a = tool_json_path(v[i], "gates.admission");
         const json_t *s = tool_json_path(v[i], "gates.lookup_skip");
 
-        bytes(num(v[i], "bytes"), b, sizeof b);
+        tool_human_bytes(num(v[i], "bytes"), b, sizeof b);
         snprintf(adm, sizeof adm, "%s payoff %.3f share %.2f",
                  json_is_true(json_object_get(a, "enabled")) ? "on " : "off", num(a, "payoff"),
                  num(a, "share"));
@@ -229,8 +217,8 @@ static void draw_sessions(frame_t *f, const json_t *st)
         char r[24], p[24];
         if (i == WATCH_SESSIONS_MAX)
             break;
-        bytes(num(s, "reserved_bytes"), r, sizeof r);
-        bytes(num(s, "pinned_bytes"), p, sizeof p);
+        tool_human_bytes(num(s, "reserved_bytes"), r, sizeof r);
+        tool_human_bytes(num(s, "pinned_bytes"), p, sizeof p);
         line(f, "  %-20.20s %-6s %9.1f %9.1f %10s %10s", str(s, "id"), str(s, "data_path"),
              num(s, "idle_ms") / 1000.0, num(s, "age_ms") / 1000.0, r, p);
     }

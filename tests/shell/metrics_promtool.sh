@@ -19,18 +19,7 @@ fi
 source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtprom curl jq head
 
-endpoint="ipc://$dir/kvt.zmq"
-sock="$dir/status.sock"
-cat >"$dir/kvtierd.json" <<EOF2
-{
-  "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
-  "ram": {"capacity_bytes": "1MiB", "arena_path": "", "max_chunk_bytes": "64KiB"},
-  "disk": {"enabled": true, "dir": "$dir/disk", "capacity_bytes": "8MiB",
-           "segment_bytes": "2MiB", "write_buffer_bytes": "1MiB"},
-  "log": {"level": "info"}
-}
-EOF2
-testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
+testlib_start_disk_daemon "$kvtierd" 1MiB
 
 ctl() { "$kvtierctl" -e "$endpoint" -s "$sock" "$@"; }
 head -c 65536 /dev/urandom >"$dir/chunk"

@@ -12,18 +12,7 @@ kvtierctl=${2:?usage: ops_cli.sh KVTIERD KVTIERCTL}
 source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtops curl jq head grep
 
-endpoint="ipc://$dir/kvt.zmq"
-sock="$dir/status.sock"
-cat >"$dir/kvtierd.json" <<EOF2
-{
-  "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
-  "ram": {"capacity_bytes": "4MiB", "arena_path": "", "max_chunk_bytes": "64KiB"},
-  "disk": {"enabled": true, "dir": "$dir/disk", "capacity_bytes": "8MiB",
-           "segment_bytes": "2MiB", "write_buffer_bytes": "1MiB"},
-  "log": {"level": "info"}
-}
-EOF2
-testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
+testlib_start_disk_daemon "$kvtierd" 4MiB
 
 ctl() { "$kvtierctl" -e "$endpoint" -s "$sock" "$@"; }
 head -c 4096 /dev/urandom >"$dir/chunk"
