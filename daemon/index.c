@@ -464,7 +464,7 @@ index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_sca
     return index_victim_with(ix, now_ms, max_scan, 0);
 }
 
-void index_remove(index_t *ix, index_entry_t *e)
+void index_unlink(index_t *ix, index_entry_t *e)
 {
     assert(e->nchildren == 0);
     if (in_lru(e))
@@ -473,7 +473,18 @@ void index_remove(index_t *ix, index_entry_t *e)
     ix->count--;
     child_unlink(ix, e);
     group_leave(ix, e);
+    e->group = NULL;
+}
+
+void index_entry_free(index_entry_t *e)
+{
     free(e);
+}
+
+void index_remove(index_t *ix, index_entry_t *e)
+{
+    index_unlink(ix, e);
+    index_entry_free(e);
 }
 
 void index_foreach(const index_t *ix, void (*fn)(const index_entry_t *e, void *arg), void *arg)

@@ -113,8 +113,9 @@ struct index_group {
     0x8u                  /* demoted: the disk write of ticket wseq is pending; the bytes stay in  \
                              the arena at off (quarantined: not RAM-resident, not evictable) */
 #define INDEX_F_LRU 0x10u /* in the leaf LRU (internal) */
-#define INDEX_F_LEASE 0x20u /* in the lease FIFO (internal) */
-#define INDEX_F_BAD 0x40u   /* failed a verification while pinned: absent, dropped at last unpin */
+#define INDEX_F_LIMBO 0x20u /* unlinked (index_unlink) and kept by the store until unpinned */
+#define INDEX_F_LEASE 0x40u /* in the lease FIFO (internal) */
+#define INDEX_F_BAD 0x80u   /* failed a verification while pinned: absent, dropped at last unpin */
 
 typedef struct index index_t;
 
@@ -186,6 +187,13 @@ index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned ma
 /* Removes a leaf (nchildren must be 0) and frees it; its parent may become a leaf. The caller
  * frees the entry's RAM first (copy off/len before calling). */
 void index_remove(index_t *ix, index_entry_t *e);
+
+/* Takes a leaf (nchildren must be 0) out of the index without freeing it: it is no longer found,
+ * in the LRU nor its parent's child list, and belongs to the caller, who frees it with
+ * index_entry_free() (the store keeps a dropped chunk that is still pinned this way until its
+ * last pin goes). Its RAM flag and bytes are left as they were. */
+void index_unlink(index_t *ix, index_entry_t *e);
+void index_entry_free(index_entry_t *e);
 
 /* Calls fn for every entry (any order); fn must not modify the index. */
 void index_foreach(const index_t *ix, void (*fn)(const index_entry_t *e, void *arg), void *arg);

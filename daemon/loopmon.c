@@ -122,7 +122,9 @@ void loopmon_stats(const loopmon_t *m, loopmon_stats_t *out)
                              .max_us = hist_max(&m->turns),
                              .cpu_p50_us = hist_percentile(&m->cpu, 50.0),
                              .cpu_p99_us = hist_percentile(&m->cpu, 99.0),
-                             .cpu_max_us = hist_max(&m->cpu)};
+                             .cpu_max_us = hist_max(&m->cpu),
+                             .turns_hist = &m->turns,
+                             .cpu_hist = &m->cpu};
     for (int i = 0; i < LOOPMON_BUCKETS; i++)
         out->buckets[i] = m->buckets[i];
 }

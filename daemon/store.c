@@ -69,7 +69,6 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         return -ENOMEM;
     s->nst = nst;
     s->cfg = cfg;
-    s->lease_ms = cfg->ram.lease_ms;
     s->workers = cpu_workers(cfg);
     s->ix = index_new();
     if (s->ix == NULL) {
@@ -97,6 +96,12 @@ void store_destroy(store_t **ps)
     if (s == NULL)
         return;
     disk_destroy(&s->disk);
+    drops_destroy(&s->drops);
+    while (s->limbo != NULL) { /* every holder returned its pins before (server_free) */
+        index_entry_t *e = s->limbo;
+        s->limbo = e->lru_next;
+        index_entry_free(e);
+    }
     index_destroy(&s->ix);
     ram_destroy(&s->ram);
     free(s->relink);
@@ -140,7 +145,7 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
     for (uint32_t i = 0; i < hit; i++) {
         kvt_wire_hash_t k;
         memcpy(&k, &h[i], sizeof k);
-        index_lease(s->ix, index_find(s->ix, ns->id, r, &k), now_ms, s->lease_ms);
+        index_lease(s->ix, index_find(s->ix, ns->id, r, &k), now_ms, s->cfg->ram.lease_ms);
     }
 }
 
@@ -205,7 +210,7 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
         memcpy(&k, &h[i], sizeof k);
         g = index_find_group(s->ix, ns->id, &k);
         for (uint16_t r = 0; r < ranks; r++)
-            index_lease(s->ix, group_rank(g, r), now_ms, s->lease_ms);
+            index_lease(s->ix, group_rank(g, r), now_ms, s->cfg->ram.lease_ms);
     }
     s->st.hits += (uint64_t)min * ranks;
     s->st.misses += (uint64_t)(n - min) * ranks;
@@ -314,6 +319,100 @@ int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uin
             s->dk.refused++; /* the disk could not take it in time: saves never wait */
         store__drop(s, v);
     }
+}
+
+/* --- invalidation --- */
+
+void store__limbo_free(store_t *s, index_entry_t *e)
+{
+    if (e->lru_prev != NULL)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        s->limbo = e->lru_next;
+    if (e->lru_next != NULL)
+        e->lru_next->lru_prev = e->lru_prev;
+    if (e->flags & INDEX_F_RAM) {
+        ram_free(s->ram, e->off, e->len);
+        s->stored_bytes -= e->len;
+        s->ram_chunks--;
+    }
+    index_entry_free(e);
+}
+
+/* Takes pinned e out of the index and every tier but RAM, and keeps it in the limbo list (its
+ * LRU links, free once it is unlinked). A quarantined chunk keeps INDEX_F_WBUF: its extent is
+ * still lent to its disk write, and the write's commit finds it here and hands the extent to
+ * its last unpin (store_io.c), so nothing a holder reads is freed under it. */
+static void limbo_add(store_t *s, index_entry_t *e)
+{
+    ns_t *ns = ns_get(s->nst, e->ns);
+
+    if (e->flags & INDEX_F_DISK)
+        store__disk_forget(s, e);
+    if (e->flags & INDEX_F_WBUF)
+        s->dk.wbuf--;
+    if (ns != NULL) {
+        ns->chunks--;
+        ns->bytes -= e->len;
+    }
+    index_unlink(s->ix, e);
+    e->flags |= INDEX_F_LIMBO;
+    e->lru_prev = NULL;
+    e->lru_next = s->limbo;
+    if (s->limbo != NULL)
+        s->limbo->lru_prev = e;
+    s->limbo = e;
+}
+
+struct ns_collect {
+    uint32_t ns;
+    persist_key_t *keys;
+    size_t n;
+};
+
+static void collect_ns(const index_entry_t *e, void *arg)
+{
+    struct ns_collect *c = arg;
+
+    if (e->ns == c->ns)
+        c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
+}
+
+int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
+{
+    struct ns_collect c = {.ns = ns->id};
+
+    *out = (store_drop_t){0};
+    c.keys = malloc((index_count(s->ix) + 1) * sizeof *c.keys);
+    if (c.keys == NULL)
+        return -ENOMEM;
+    index_foreach(s->ix, collect_ns, &c);
+    for (size_t i = 0; i < c.n; i++) {
+        index_entry_t *e = index_find(s->ix, c.keys[i].ns, c.keys[i].rank, &c.keys[i].hash);
+
+        if (e == NULL)
+            continue;
+        out->chunks++;
+        out->bytes += e->len;
+        out->ram_chunks += (e->flags & INDEX_F_RAM) != 0;
+        out->disk_chunks += (e->flags & (INDEX_F_DISK | INDEX_F_WBUF)) != 0;
+        /* its successors are chunks of ns too, dropped in turn: no orphans to count */
+        index_detach_children(s->ix, e);
+        if (e->pins > 0) {
+            out->pinned++;
+            limbo_add(s, e);
+        } else {
+            store__drop(s, e);
+        }
+    }
+    free(c.keys);
+    if (s->disk != NULL) {
+        uint64_t seg, off;
+        disk_log_end(s->disk, &seg, &off);
+        out->tombstone_error = drops_add(s->drops, ns->model, ns->revision, ns->fingerprint, seg,
+                                         off, s->last_seq > s->done_seq ? s->last_seq : 0);
+    }
+    return 0;
 }
 
 /* --- saves and commits --- */
@@ -651,7 +750,11 @@ void store_pin(store_t *s, index_entry_t *e)
 
 void store_unpin(store_t *s, index_entry_t *e)
 {
-    if (--e->pins == 0 && store__absent(e))
+    if (--e->pins > 0)
+        return;
+    if (e->flags & INDEX_F_LIMBO)
+        store__limbo_free(s, e);
+    else if (store__absent(e))
         store__drop(s, e);
 }
 
@@ -789,6 +892,8 @@ int store_check(const store_t *s)
     if (index_check(s->ix) != 0)
         return -1;
     index_foreach(s->ix, check_sum, &a);
+    for (const index_entry_t *e = s->limbo; e != NULL; e = e->lru_next)
+        check_sum(e, &a);
     if (a.bytes != s->stored_bytes ||
         a.footprint + s->quar_bytes + s->ingest_bytes + s->promo_bytes != ram_used(s->ram))
         return -1;

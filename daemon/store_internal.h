@@ -12,11 +12,15 @@
 #include "store.h"
 
 #include "disk.h"
+#include "drops.h"
 #include "index.h"
 #include "ram.h"
 
 #define STORE_VICTIM_SCAN 4096u
-#define STORE_PERSIST_COOKIE UINT64_MAX /* disk_append cookie of a persist: nothing is lent */
+/* disk_append cookies: a quarantined extent's arena offset (a multiple of the allocation unit:
+ * bit 0 clear), or a persisted entry's address with bit 0 set (the entry is pinned until its
+ * commit, so the address stays valid even if the entry leaves the index meanwhile) */
+#define STORE_COOKIE_PERSIST 0x1u
 
 typedef struct {
     uint32_t ns;
@@ -35,7 +39,6 @@ struct store {
     ns_table_t *nst;
     index_t *ix;
     ram_t *ram;
-    uint32_t lease_ms;
     unsigned workers;      /* thread-pool jobs one save's checksums may spread over */
     uint64_t stored_bytes; /* payload bytes resident in RAM */
     uint64_t ram_chunks;
@@ -46,6 +49,10 @@ struct store {
     int disk_error;
     bool closing;
     store_disk_counts_t dk;
+    drops_t *drops;       /* tombstones of dropped namespaces (with the disk tier) */
+    uint64_t last_seq;    /* the last write ticket issued */
+    uint64_t done_seq;    /* the last one whose flush finished */
+    index_entry_t *limbo; /* dropped while pinned: unindexed, freed at the last unpin */
     /* arena bytes (footprints) held outside the RAM tier's chunks */
     uint64_t quar_bytes;   /* quarantined: demoted, disk write pending */
     uint64_t ingest_bytes; /* saves and commits being checksummed */
@@ -104,6 +111,9 @@ void store__disk_forget(store_t *s, index_entry_t *e);
 /* The disk tier's callbacks (store_io.c), and the store's part of close. */
 extern const disk_ops_t store__disk_ops;
 void store__persist_begin(store_t *s);
+
+/* A dropped chunk's last pin went (store.c): its RAM bytes and the entry go now. */
+void store__limbo_free(store_t *s, index_entry_t *e);
 
 /* A save, commit or verification in flight finished (store_close may go on). */
 void store__job_done(store_t *s);

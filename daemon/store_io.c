@@ -86,6 +86,7 @@ static int demote(store_t *s, index_entry_t *v)
     record_of(ns, v, &m);
     if (disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), v->off, &seq) != 0)
         return -1;
+    s->last_seq = seq;
     s->stored_bytes -= v->len;
     s->ram_chunks--;
     index_ram_clear(s->ix, v);
@@ -175,6 +176,13 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
                      .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
                      .chunk_tokens = m->chunk_tokens};
 
+    /* a version 1 record carries no revision: NULL, matched by model and layout (drops.h) */
+    if (drops_covers(s->drops, m->model, m->model_len,
+                     m->version == RECORD_VERSION_V1 ? NULL : m->revision, m->fingerprint, loc->seg,
+                     loc->off)) {
+        s->dk.recover_dropped++;
+        return;
+    }
     if (ns_declare(s->nst, &id, config_gates_for(s->cfg, m->model), &ns) != 0 ||
         (ns->replicated && m->rank != 0)) {
         s->dk.recover_skipped++;
@@ -253,40 +261,89 @@ static void commit_quarantined(store_t *s, index_entry_t *e, int rc, const disk_
     store__drop(s, e);
 }
 
+/* A flush finished the ticket seq: tombstones pending on it move past its record (loc), or to
+ * the log end when it was not written (the batch was truncated away, or the record refused). */
+static void drops_settle_at(store_t *s, uint64_t seq, const disk_loc_t *loc)
+{
+    uint64_t seg, off;
+    int rc;
+
+    if (loc != NULL) {
+        seg = loc->seg;
+        off = loc->off + 1;
+    } else {
+        disk_log_end(s->disk, &seg, &off);
+    }
+    rc = drops_settle(s->drops, seq, seg, off);
+    if (rc != 0)
+        log_warn("drops_write_failed", "dir=%s error=\"%s\"", s->cfg->disk.dir, strerror(-rc));
+}
+
+/* The quarantined entry that holds ticket seq: in the index, or dropped while pinned (limbo). */
+static index_entry_t *quarantined(store_t *s, uint32_t ns_id, const record_meta_t *m, uint64_t seq)
+{
+    kvt_wire_hash_t h;
+    index_entry_t *e;
+
+    memcpy(h.b, m->hash, 16);
+    e = index_find(s->ix, ns_id, m->rank, &h);
+    if (e != NULL && (e->flags & INDEX_F_WBUF) && e->wseq == seq)
+        return e;
+    for (e = s->limbo; e != NULL; e = e->lru_next)
+        if ((e->flags & INDEX_F_WBUF) && e->wseq == seq)
+            return e;
+    return NULL;
+}
+
+/* A persisted chunk's write finished (it was pinned for it). */
+static void commit_persisted(store_t *s, index_entry_t *e, int rc, const disk_loc_t *loc)
+{
+    bool limbo = (e->flags & INDEX_F_LIMBO) != 0;
+
+    e->flags &= (uint16_t)~INDEX_F_WBUF;
+    if (!limbo) {
+        s->dk.wbuf--;
+        if (rc == 0) {
+            set_disk_loc(s, e, loc);
+            s->persisted++;
+        } else if (rc == -EBADMSG) {
+            e->flags |= INDEX_F_BAD;
+            verify_dropped(s, e, "persist");
+        }
+    }
+    store_unpin(s, e);
+}
+
 static void committed_cb(void *arg, uint32_t ns_id, const record_meta_t *m, uint64_t seq,
                          uint64_t cookie, int rc, const disk_loc_t *loc)
 {
     store_t *s = arg;
-    kvt_wire_hash_t h;
     index_entry_t *e;
-    bool mine;
 
-    memcpy(h.b, m->hash, 16);
-    e = index_find(s->ix, ns_id, m->rank, &h);
-    mine = e != NULL && (e->flags & INDEX_F_WBUF) && e->wseq == seq;
-    if (cookie != STORE_PERSIST_COOKIE) {
-        if (mine) {
-            commit_quarantined(s, e, rc, loc);
-        } else {
-            /* its entry went while it was quarantined: the extent is freed here, once */
-            ram_free(s->ram, cookie, m->raw_len);
-            s->quar_bytes -= ram_footprint(s->ram, m->raw_len);
-        }
-        store__demote_ahead(s);
+    if (seq > s->done_seq)
+        s->done_seq = seq;
+    if (drops_pending(s->drops))
+        drops_settle_at(s, seq, rc == 0 ? loc : NULL);
+    if (cookie & STORE_COOKIE_PERSIST) {
+        commit_persisted(s, (index_entry_t *)(uintptr_t)(cookie & ~(uint64_t)STORE_COOKIE_PERSIST),
+                         rc, loc);
         return;
     }
-    if (!mine)
-        return; /* a persisted entry is pinned until here: cannot happen */
-    e->flags &= (uint16_t)~INDEX_F_WBUF;
-    s->dk.wbuf--;
-    if (rc == 0) {
-        set_disk_loc(s, e, loc);
-        s->persisted++;
-    } else if (rc == -EBADMSG) {
-        e->flags |= INDEX_F_BAD;
-        verify_dropped(s, e, "persist");
+    e = quarantined(s, ns_id, m, seq);
+    if (e == NULL) {
+        /* its entry went while it was quarantined: the extent is freed here, once */
+        ram_free(s->ram, cookie, m->raw_len);
+        s->quar_bytes -= ram_footprint(s->ram, m->raw_len);
+    } else if (e->flags & INDEX_F_LIMBO) {
+        /* dropped while someone read it: the extent goes with the last pin (limbo_free) */
+        e->flags = (uint16_t)((e->flags & ~INDEX_F_WBUF) | INDEX_F_RAM);
+        s->quar_bytes -= ram_footprint(s->ram, e->len);
+        s->stored_bytes += e->len;
+        s->ram_chunks++;
+    } else {
+        commit_quarantined(s, e, rc, loc);
     }
-    store_unpin(s, e);
+    store__demote_ahead(s);
 }
 
 static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
@@ -342,8 +399,11 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     s->loop = loop;
     if (!s->cfg->disk.enabled)
         return 0;
-    rc = disk_open(loop, s->cfg, &store__disk_ops, s, &s->disk);
+    rc = drops_open(s->cfg->disk.dir, &s->drops);
+    if (rc == 0)
+        rc = disk_open(loop, s->cfg, &store__disk_ops, s, &s->disk);
     if (rc != 0) {
+        drops_destroy(&s->drops);
         s->disk_error = rc;
         s->disk = NULL;
         free(s->relink);
@@ -364,6 +424,7 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     free(s->relink);
     s->relink = NULL;
     s->nrelink = s->relinkcap = 0;
+    drops_prune(s->drops, disk_first_segment(s->disk));
     wb2 = 2 * s->cfg->disk.write_buffer_bytes;
     s->free_target = s->cfg->ram.free_target_bytes;
     if (s->free_target == 0)
@@ -399,9 +460,11 @@ static int persist_one(store_t *s, const ns_t *ns, index_entry_t *e)
     int rc;
 
     record_of(ns, e, &m);
-    rc = disk_append(s->disk, e->ns, &m, ram_ptr(s->ram, e->off), STORE_PERSIST_COOKIE, &seq);
+    rc = disk_append(s->disk, e->ns, &m, ram_ptr(s->ram, e->off),
+                     (uint64_t)(uintptr_t)e | STORE_COOKIE_PERSIST, &seq);
     if (rc != 0)
         return rc;
+    s->last_seq = seq;
     store_pin(s, e);
     e->flags |= INDEX_F_WBUF;
     e->wseq = seq;
@@ -580,7 +643,7 @@ static void read_done_cb(void *arg, int rc)
         e->reading = NULL;
     if (r->off != UINT64_MAX) {
         s->promo_bytes -= ram_footprint(s->ram, r->len);
-        if (rc == 0 && !store__in_arena(e) && !(e->flags & INDEX_F_BAD)) {
+        if (rc == 0 && !store__in_arena(e) && !(e->flags & (INDEX_F_BAD | INDEX_F_LIMBO))) {
             index_ram_set(s->ix, e, r->off); /* promoted: the read landed in its extent */
             s->stored_bytes += e->len;
             s->ram_chunks++;
@@ -596,7 +659,7 @@ static void read_done_cb(void *arg, int rc)
     }
     for (; w != NULL; w = next) {
         next = w->next;
-        if (rc == 0 && (store__in_arena(e) || r->heap != NULL)) {
+        if (rc == 0 && !(e->flags & INDEX_F_LIMBO) && (store__in_arena(e) || r->heap != NULL)) {
             s->st.hits++;
             s->dk.hits++;
             if (store__in_arena(e)) {
