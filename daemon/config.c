@@ -154,7 +154,7 @@ static const config_key_t config_keys[] = {
     ROW_STR("ram.arena_group", ram.arena_group, "", NULL),
     ROW_BOOL("ram.prefault", ram.prefault, true),
     ROW_U32("ram.shm_hold_ms", ram.shm_hold_ms, 100, 600000, 10000, .live = true),
-    ROW_SIZE("ram.free_target_bytes", ram.free_target_bytes, 0, 16 * TIB, 0),
+    ROW_SIZE("ram.clean_target_bytes", ram.clean_target_bytes, 0, 16 * TIB, 0),
     ROW_BOOL("disk.enabled", disk.enabled, false),
     ROW_STR("disk.dir", disk.dir, "/var/lib/kvtier/disk", check_nonempty),
     ROW_SIZE("disk.capacity_bytes", disk.capacity_bytes, 2 * MIB, 1024 * TIB, 64 * GIB),

@@ -72,8 +72,9 @@ typedef struct {
         char arena_group[64];             /* group owning the arena file ("" = the daemon's) */
         uint32_t shm_hold_ms;             /* shared-memory reservations and load pins are
                                              reclaimed after this, 100..600000 (10000) */
-        uint64_t free_target_bytes;       /* with the disk tier: free arena bytes the demoter
-                                             keeps ahead of saves (0: automatic, store.h) */
+        uint64_t clean_target_bytes;      /* with the disk tier: RAM the cleaner keeps free or
+                                             clean (written to disk, evictable at once); 0: half
+                                             the capacity */
     } ram;
     struct {
         bool enabled;                 /* the disk tier is on (production: true) */

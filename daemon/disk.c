@@ -9,12 +9,12 @@
  * appended to (the first flush after a start opens a new one), so version 1 segments written by
  * an older daemon stay readable until they are reclaimed.
  *
- * Write path: a demoted chunk is not copied. disk_append() records a reference to its arena
+ * Write path: a chunk written is not copied (the store writes back by reference). disk_append()
  * extent (the loop's whole cost: a few stores) in the filling batch; the batch's budget is
  * disk.write_buffer_bytes of record spans. One flush is in flight at a time (one stream): when
  * none is, the filling batch becomes the flushing one and the other starts filling, so flushes
  * batch by themselves under load. The kick that starts a flush runs on the next loop turn (an
- * idle handle), so a burst of demotions in one turn becomes one batch. Before a flush the loop
+ * idle handle), so a burst of appends in one turn becomes one batch. Before a flush the loop
  * reserves an upper bound of the batch in the active segment, rolling to a new segment when the
  * bound does not fit and reclaiming the oldest segments (FIFO; a segment holding leased entries
  * is skipped for now) until used + bound <= capacity. The worker then unlinks the reclaimed

@@ -91,7 +91,7 @@ void disk_close(disk_t *d, void (*done)(void *arg), void *arg);
 void disk_destroy(disk_t **d);
 
 /*
- * Queues a chunk for writing (a demotion, or the shutdown persist), by reference: data (at
+ * Queues a chunk for writing (the store's cleaner, or the shutdown persist), by reference: data (at
  * least record_block(m->raw_len) bytes, RECORD_BLOCK aligned) is lent until committed() is
  * called for the returned ticket *seq, with cookie. m describes the record: m->csum is the
  * XXH3-64 of the raw bytes, which the worker verifies before writing; codec, lengths and the

@@ -258,7 +258,7 @@ static bool is_ram(const index_entry_t *e)
 /* A RAM-resident entry that lost its last RAM-resident child rejoins the LRU by its clock. */
 static void maybe_leaf(index_t *ix, index_entry_t *p)
 {
-    if (p != NULL && is_ram(p) && p->ram_kids == 0 && !in_lru(p))
+    if (p != NULL && is_ram(p) && p->ram_kids == 0 && !in_lru(p) && !(p->flags & INDEX_F_SPILL))
         lru_insert_sorted(ix, p);
 }
 
@@ -366,7 +366,7 @@ void index_ram_clear(index_t *ix, index_entry_t *e)
     assert(is_ram(e));
     if (in_lru(e))
         lru_unlink(ix, e);
-    e->flags &= (uint16_t)~INDEX_F_RAM;
+    e->flags &= (uint16_t) ~(INDEX_F_RAM | INDEX_F_SPILL);
     if (e->parent != NULL) {
         e->parent->ram_kids--;
         maybe_leaf(ix, e->parent);
@@ -387,6 +387,20 @@ void index_detach_children(index_t *ix, index_entry_t *e)
         child_unlink(ix, c);
         c->flags |= INDEX_F_ORPHAN;
     }
+}
+
+void index_spill(index_t *ix, index_entry_t *e)
+{
+    assert(is_ram(e));
+    if (in_lru(e))
+        lru_unlink(ix, e);
+    e->flags |= INDEX_F_SPILL;
+}
+
+void index_unspill(index_t *ix, index_entry_t *e)
+{
+    e->flags &= (uint16_t)~INDEX_F_SPILL;
+    maybe_leaf(ix, e);
 }
 
 void index_touch(index_t *ix, index_entry_t *e)
@@ -454,7 +468,8 @@ index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned ma
     index_entry_t *e = ix->lru_head;
 
     for (unsigned n = 0; e != NULL && n < max_scan; n++, e = e->lru_next)
-        if (e->pins == 0 && !index_leased(e, now_ms) && (e->flags & flags) == flags)
+        if (e->pins == ((e->flags & INDEX_F_WBUF) ? 1u : 0u) && !index_leased(e, now_ms) &&
+            (e->flags & flags) == flags)
             return e;
     return NULL;
 }
@@ -518,7 +533,7 @@ static int check_entry(const index_t *ix, const index_entry_t *e, uint64_t *leav
     }
     if (kids != e->nchildren || rkids != e->ram_kids || listed != kids)
         return -1;
-    if (in_lru(e) != (is_ram(e) && e->ram_kids == 0))
+    if (in_lru(e) != (is_ram(e) && e->ram_kids == 0 && !(e->flags & INDEX_F_SPILL)))
         return -1;
     *leaves += in_lru(e);
     return 0;

@@ -13,10 +13,10 @@
  * link, can only be hit once its predecessor is saved again, and joins the LRU at the cold end.
  *
  * Tiers: an entry is RAM-resident (INDEX_F_RAM: off/len in the arena), and/or has a verified
- * copy on disk (INDEX_F_DISK: dseg/doff/dstored/dhdr/dver), or is quarantined: demoted, its disk
- * write pending, its bytes still in the arena at off (INDEX_F_WBUF: wseq). The leaf LRU holds
- * the *RAM leaves*: RAM-resident entries none of whose children is RAM-resident (ram_kids == 0);
- * RAM eviction takes them in LRU order and demotes them, so RAM is emptied from chain tails
+ * copy on disk (INDEX_F_DISK: dseg/doff/dstored/dhdr/dver), and may have a disk write pending
+ * (INDEX_F_WBUF: wseq; its bytes are the RAM copy, pinned until the write commits). The leaf LRU
+ * holds the *RAM leaves*: RAM-resident entries none of whose children is RAM-resident
+ * (ram_kids == 0); RAM eviction takes them in LRU order, so RAM is emptied from chain tails
  * while the chain itself stays in the index. nchildren counts children in any tier: an entry
  * leaves the index only when it has none (the no-orphan rule holds for the index as a whole),
  * or after index_detach_children() turned its children into orphans (the disk tier's reclaim
@@ -94,6 +94,10 @@ struct index_entry {
     index_entry_t *lease_prev;
     index_entry_t *lease_next;
     void *reading; /* store.c: the disk read in flight for this entry, or NULL */
+    /* store.c: the FIFO of dirty RAM chunks (INDEX_F_DIRTY), least recent first, or while the
+     * disk write is in flight (INDEX_F_WBUF) the FIFO of chunks being written */
+    index_entry_t *dirty_prev;
+    index_entry_t *dirty_next;
 };
 
 /* The entries of one (ns, hash), by rank: slot[r] for r < nslots (NULL when absent). */
@@ -107,15 +111,17 @@ struct index_group {
 };
 
 #define INDEX_F_ORPHAN 0x1u
-#define INDEX_F_RAM 0x2u  /* bytes in the arena at off */
-#define INDEX_F_DISK 0x4u /* verified copy on disk at dseg/doff */
-#define INDEX_F_WBUF                                                                               \
-    0x8u                  /* demoted: the disk write of ticket wseq is pending; the bytes stay in  \
-                             the arena at off (quarantined: not RAM-resident, not evictable) */
-#define INDEX_F_LRU 0x10u /* in the leaf LRU (internal) */
-#define INDEX_F_LIMBO 0x20u /* unlinked (index_unlink) and kept by the store until unpinned */
-#define INDEX_F_LEASE 0x40u /* in the lease FIFO (internal) */
-#define INDEX_F_BAD 0x80u   /* failed a verification while pinned: absent, dropped at last unpin */
+#define INDEX_F_RAM 0x2u     /* bytes in the arena at off */
+#define INDEX_F_DISK 0x4u    /* verified copy on disk at dseg/doff */
+#define INDEX_F_WBUF 0x8u    /* the disk write of ticket wseq is pending (RAM copy pinned for it) */
+#define INDEX_F_LRU 0x10u    /* in the leaf LRU (internal) */
+#define INDEX_F_LIMBO 0x20u  /* unlinked (index_unlink) and kept by the store until unpinned */
+#define INDEX_F_LEASE 0x40u  /* in the lease FIFO (internal) */
+#define INDEX_F_BAD 0x80u    /* failed a verification while pinned: absent, dropped at last unpin */
+#define INDEX_F_DIRTY 0x100u /* store.c: RAM-resident, no disk copy: in the dirty FIFO */
+/* Evicted while its disk write is in flight (index_spill): still RAM-resident and readable,
+ * but out of the leaf LRU and out of the RAM tier's capacity until the write commits. */
+#define INDEX_F_SPILL 0x200u
 
 typedef struct index index_t;
 
@@ -140,7 +146,7 @@ const index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_
 index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                          index_entry_t *parent, bool orphan, uint64_t off, uint64_t len);
 
-/* Same for an entry that is not RAM-resident (recovered from disk or demoted). */
+/* Same for an entry that is not RAM-resident (recovered from disk). */
 index_entry_t *index_add_cold(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                               index_entry_t *parent, bool orphan, uint64_t len);
 
@@ -156,6 +162,12 @@ void index_set_parent(index_t *ix, index_entry_t *e, index_entry_t *parent);
 
 /* Turns every child of e into an orphan (no parent link); e then has no children. */
 void index_detach_children(index_t *ix, index_entry_t *e);
+
+/* RAM leaf e leaves the LRU but stays RAM-resident (INDEX_F_SPILL): it is no longer a victim,
+ * and losing its last RAM child does not bring it back; index_unspill() (or index_ram_clear())
+ * ends that. */
+void index_spill(index_t *ix, index_entry_t *e);
+void index_unspill(index_t *ix, index_entry_t *e);
 
 /* Marks an access: the entry becomes the most recent (a leaf moves to the hot end). */
 void index_touch(index_t *ix, index_entry_t *e);
@@ -177,7 +189,8 @@ static inline bool index_leased(const index_entry_t *e, uint64_t now_ms)
 }
 
 /* The least recent RAM leaf that is neither leased nor pinned, scanning at most max_scan leaves
- * from the cold end; NULL when none qualifies. */
+ * from the cold end; NULL when none qualifies. The one pin of a chunk's disk write in flight
+ * (INDEX_F_WBUF) does not count: such a leaf can be spilled. */
 index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan);
 
 /* Same, among the leaves that have every one of flags (INDEX_F_*). */

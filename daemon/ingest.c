@@ -5,9 +5,10 @@
  * the frame into the arena, then feed the same block, now hot in L1/L2, to a streaming XXH3
  * state. XXH3 comes from libxxhash through its x86 dispatcher, which picks the widest vector
  * unit at run time (on the development VM: memcpy ~15 GB/s, XXH3 ~30 GB/s with AVX2 against
- * ~19 GB/s for the baseline SSE2 build, the fused pass ~11 GB/s). Reading the destination rather than the source keeps the hash on the bytes the arena
- * actually holds. The result equals XXH3_64bits() of the whole chunk (xxhash's streaming and
- * one-shot forms agree), which is what clients and the disk records compare against.
+ * ~19 GB/s for the baseline SSE2 build, the fused pass ~11 GB/s). Reading the destination
+ * rather than the source keeps the hash on the bytes the arena actually holds. The result
+ * equals XXH3_64bits() of the whole chunk (xxhash's streaming and one-shot forms agree), which
+ * is what clients and the disk records compare against.
  *
  * ingest_run() groups consecutive items into jobs by bytes: the share of one job is the total
  * divided by the workers, but never less than INGEST_JOB_MIN, so a save of a few small chunks is

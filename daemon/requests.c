@@ -458,9 +458,9 @@ static int zero_parts(server_deferred_t *d, const size_t *lens, size_t n)
     return 0;
 }
 
-/* A shared-memory load: chunks in RAM (or quarantined) are answered by location under a load
- * pin; a chunk only on disk is promoted into the arena first (the reply waits for its read).
- * Protocol 2 frames: [head, status, locations, checksums]. */
+/* A shared-memory load: chunks in RAM (also while being written or spilled) are answered by
+ * location under a load pin; a chunk only on disk is promoted into the arena first (the reply
+ * waits for its read). Protocol 2 frames: [head, status, locations, checksums]. */
 static void do_load_shm(server_t *sv, const server_req_t *r)
 {
     session_t *ss = r->session;

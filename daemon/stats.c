@@ -383,9 +383,17 @@ static void label_append(char *buf, size_t cap, const char *name, const char *va
 #define RAMV(k, m, kd, u, h) NUM(D, k, T_U64, ram.m, kd, u, h)
 
 static const stats_field_t ram_fields[] = {
-    RAMV("capacity_bytes", capacity_bytes, GAUGE, "bytes", "Size of the RAM arena."),
+    RAMV("capacity_bytes", capacity_bytes, GAUGE, "bytes",
+         "Capacity of the RAM tier (ram.capacity_bytes)."),
+    RAMV("arena_bytes", arena_bytes, GAUGE, "bytes",
+         "Size of the RAM arena: the capacity, plus with the disk tier a write headroom of 2 x "
+         "disk.write_buffer_bytes for chunks evicted while their disk write is in flight."),
     RAMV("used_bytes", used_bytes, GAUGE, "bytes",
-         "Arena bytes allocated, rounded to allocation units (at most the capacity)."),
+         "Arena bytes allocated to the RAM tier, rounded to allocation units (at most the "
+         "capacity, but for moments after a write commits under a reader)."),
+    RAMV("demoting_bytes", demoting_bytes, GAUGE, "bytes",
+         "Payload bytes of chunks evicted from the RAM tier while their disk write is in flight: "
+         "still readable, held in the write headroom until the write commits."),
     RAMV("resident_bytes", resident_bytes, GAUGE, "bytes",
          "Arena bytes backed by memory (the arena file's allocated blocks)."),
     RAMV("stored_bytes", stored_bytes, GAUGE, "bytes", "Payload bytes of the chunks in RAM."),
@@ -407,15 +415,14 @@ static const stats_field_t ram_fields[] = {
         "Arena bytes reserved by shared-memory saves not committed yet."),
     NUM(D, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
         "Bytes of chunks pinned by shared-memory loads not released yet."),
-    RAMV("quarantined_bytes", quarantined_bytes, GAUGE, "bytes",
-         "Arena bytes of demoted chunks whose disk write is pending (lent to the disk, still "
-         "readable, not evictable)."),
+    RAMV("dirty_bytes", dirty_bytes, GAUGE, "bytes",
+         "Payload bytes of RAM chunks without a disk copy yet (with the disk tier)."),
     RAMV("ingest_bytes", ingest_bytes, GAUGE, "bytes",
          "Arena bytes of saves being copied and checksummed off the loop."),
     RAMV("promoting_bytes", promoting_bytes, GAUGE, "bytes",
          "Arena bytes that disk reads in flight are landing in."),
-    RAMV("free_target_bytes", free_target_bytes, GAUGE, "bytes",
-         "Free arena bytes the demoter keeps ahead of saves (0 without a disk tier)."),
+    RAMV("clean_target_bytes", clean_target_bytes, GAUGE, "bytes",
+         "RAM the cleaner keeps free or clean, evictable at once (0 without a disk tier)."),
     RAMV("verifies", verifies, COUNTER, NULL,
          "Chunk re-verifications clients asked for (RELEASE CORRUPT)."),
     RAMV("verify_drops", verify_drops, COUNTER, NULL,
@@ -557,22 +564,24 @@ static const stats_field_t disk_fields[] = {
      .when = tier_open},
     NUM(D, "chunks", T_U64, disk.counts.chunks, GAUGE, NULL, "Chunks with a disk copy."),
     NUM(D, "write_buffer_chunks", T_U64, disk.counts.wbuf, GAUGE, NULL,
-        "Chunks whose disk write is pending (quarantined demotions, the shutdown persist)."),
+        "Chunks whose disk write is pending (write-back, the shutdown persist)."),
     NUM(D, "hits", T_U64, disk.counts.hits, COUNTER, NULL,
-        "Load chunks served by the disk tier (a quarantined extent or a verified read)."),
+        "Load chunks served by the disk tier (a verified read)."),
     NUM(D, "misses", T_U64, disk.counts.misses, COUNTER, NULL,
         "Load chunks that missed RAM and that the disk tier could not serve."),
     NUM(D, "evictions", T_U64, disk.counts.evictions, COUNTER, NULL,
         "Chunks dropped with a reclaimed segment."),
     NUM(D, "demotions", T_U64, disk.counts.demoted, COUNTER, NULL,
-        "RAM evictions written to the disk tier."),
+        "RAM chunks written to the disk tier (by the cleaner, ahead of their eviction, and by "
+        "the shutdown persist)."),
     NUM(D, "demotions_clean", T_U64, disk.counts.demoted_clean, COUNTER, NULL,
         "RAM evictions whose disk copy existed already."),
     NUM(D, "demotions_refused", T_U64, disk.counts.refused, COUNTER, NULL,
-        "RAM evictions dropped because the disk could not take them in time (saves never wait "
-        "for the disk): the write budget was spent, or the tier degraded."),
+        "RAM evictions of chunks not written yet: dropped, because saves never wait for the disk "
+        "(the cleaner was behind, or the tier degraded)."),
     NUM(D, "writes_lost", T_U64, disk.counts.write_lost, COUNTER, NULL,
-        "Demoted chunks dropped because their flush failed."),
+        "Chunks dropped because their disk write failed (a failed write-back leaves the chunk in "
+        "RAM for a later try: stays 0)."),
     NUM(D, "promotions", T_U64, disk.counts.promoted, COUNTER, NULL, "Chunks read back into RAM."),
     NUM(D, "read_joins", T_U64, disk.counts.read_joins, COUNTER, NULL,
         "Loads that joined a read of the same chunk already in flight."),

@@ -20,11 +20,14 @@
  *   - Eviction scans at most STORE_VICTIM_SCAN leaves from the cold end per victim, so a large
  *     crowd of leased leaves costs bounded work; past it the chunk is NOSPACE. With the disk
  *     tier, a tail that is only in RAM is dropped rather than waited for (store.h, the policy);
- *     the demoter (store_io.c) keeps that rare.
+ *     the cleaner (store_io.c) keeps that rare: the dirty FIFO here lists what it may write,
+ *     and a chunk it is writing can be spilled into the arena's write headroom (any chunk of
+ *     the list of writes in flight, tail or not: it stays readable until it is on disk). The
+ *     RAM tier's bytes are the arena's less the spilled ones (tier_used).
  *   - All-ranks lookups walk the index's rank groups: one probe per chunk for every rank.
  *   - Counting: ram.hits/misses keep their meaning (chunks asked by lookups and loads, found in
  *     the index - any tier - or not); disk.hits counts load chunks served from the disk tier
- *     (quarantine or a verified read), disk.misses loads that missed RAM and that the disk
+ *     (a verified read), disk.misses loads that missed RAM and that the disk
  *     could not serve (absent, failed checksum, cancelled).
  *   - Status: plain structs (store_ram_stats, store_disk_stats); stats.c renders them. The
  *     leased count is O(1) (the index's lease FIFO, pruned by store_tick).
@@ -75,7 +78,11 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         rc = -ENOMEM;
         goto fail_index;
     }
-    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group, cfg->ram.capacity_bytes,
+    /* With the disk tier the arena holds, beyond the RAM tier, the chunks evicted while their
+     * write is in flight: at most the disk's two batches of write_buffer_bytes. */
+    s->ram_cap = cfg->ram.capacity_bytes;
+    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group,
+                 s->ram_cap + (cfg->disk.enabled ? 2 * cfg->disk.write_buffer_bytes : 0),
                  cfg->ram.prefault, &s->ram);
     if (rc != 0)
         goto fail_ram;
@@ -105,7 +112,6 @@ void store_destroy(store_t **ps)
     index_destroy(&s->ix);
     ram_destroy(&s->ram);
     free(s->relink);
-    free(s->persist);
     free(s);
     *ps = NULL;
 }
@@ -131,7 +137,7 @@ static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
         if (e == NULL || store__absent(e))
             break;
         if (touch)
-            index_touch(s->ix, e);
+            store__touch(s, e);
         hit++;
     }
     return hit;
@@ -192,7 +198,7 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
                 rank_hits[r] = (uint32_t)i;
                 alive--;
             } else {
-                index_touch(s->ix, e);
+                store__touch(s, e);
             }
         }
     }
@@ -238,8 +244,51 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
 
 /* --- tiers and eviction --- */
 
+void store__dirty_add(store_t *s, index_entry_t *e)
+{
+    if (s->disk == NULL || !(e->flags & INDEX_F_RAM) ||
+        (e->flags & (INDEX_F_DIRTY | INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD | INDEX_F_LIMBO)))
+        return;
+    e->flags |= INDEX_F_DIRTY;
+    e->dirty_next = NULL;
+    e->dirty_prev = s->dirty_tail;
+    if (s->dirty_tail != NULL)
+        s->dirty_tail->dirty_next = e;
+    else
+        s->dirty_head = e;
+    s->dirty_tail = e;
+    s->dirty_bytes += e->len;
+}
+
+void store__dirty_del(store_t *s, index_entry_t *e)
+{
+    if (!(e->flags & INDEX_F_DIRTY))
+        return;
+    if (e->dirty_prev != NULL)
+        e->dirty_prev->dirty_next = e->dirty_next;
+    else
+        s->dirty_head = e->dirty_next;
+    if (e->dirty_next != NULL)
+        e->dirty_next->dirty_prev = e->dirty_prev;
+    else
+        s->dirty_tail = e->dirty_prev;
+    e->dirty_prev = e->dirty_next = NULL;
+    e->flags &= (uint16_t)~INDEX_F_DIRTY;
+    s->dirty_bytes -= e->len;
+}
+
+void store__touch(store_t *s, index_entry_t *e)
+{
+    index_touch(s->ix, e);
+    if ((e->flags & INDEX_F_DIRTY) && s->dirty_tail != e) { /* the cleaner takes it last */
+        store__dirty_del(s, e);
+        store__dirty_add(s, e);
+    }
+}
+
 void store__ram_release(store_t *s, index_entry_t *e)
 {
+    store__dirty_del(s, e);
     ram_free(s->ram, e->off, e->len);
     s->stored_bytes -= e->len;
     s->ram_chunks--;
@@ -266,6 +315,7 @@ void store__disk_forget(store_t *s, index_entry_t *e)
     e->flags &= (uint16_t)~INDEX_F_DISK;
     e->dseg = 0;
     s->dk.chunks--;
+    store__dirty_add(s, e); /* a RAM copy is dirty again */
 }
 
 void store__drop(store_t *s, index_entry_t *e)
@@ -289,27 +339,132 @@ void store__drop(store_t *s, index_entry_t *e)
     index_remove(s->ix, e);
 }
 
+/* The bytes the RAM tier holds: the arena's less the spilled chunks'. */
+static uint64_t tier_used(const store_t *s)
+{
+    return ram_used(s->ram) - s->spill_foot;
+}
+
+static void spill(store_t *s, index_entry_t *e)
+{
+    index_spill(s->ix, e);
+    s->spill_bytes += e->len;
+    s->spill_foot += ram_footprint(s->ram, e->len);
+    s->st.evictions++;
+}
+
+void store__spill_done(store_t *s, index_entry_t *e)
+{
+    bool leased = index_leased(e, s->loop != NULL ? uv_now(s->loop) : 0);
+
+    store__spill_end(s, e);
+    if ((e->flags & INDEX_F_DISK) && e->pins == 0 && !leased)
+        store__ram_release(s, e);
+}
+
+void store__spill_end(store_t *s, index_entry_t *e)
+{
+    if (!(e->flags & INDEX_F_SPILL))
+        return;
+    s->spill_bytes -= e->len;
+    s->spill_foot -= ram_footprint(s->ram, e->len);
+    index_unspill(s->ix, e);
+}
+
+void store__wb_add(store_t *s, index_entry_t *e)
+{
+    e->dirty_next = NULL;
+    e->dirty_prev = s->wb_tail;
+    if (s->wb_tail != NULL)
+        s->wb_tail->dirty_next = e;
+    else
+        s->wb_head = e;
+    s->wb_tail = e;
+}
+
+void store__wb_del(store_t *s, index_entry_t *e)
+{
+    if (e->dirty_prev != NULL)
+        e->dirty_prev->dirty_next = e->dirty_next;
+    else
+        s->wb_head = e->dirty_next;
+    if (e->dirty_next != NULL)
+        e->dirty_next->dirty_prev = e->dirty_prev;
+    else
+        s->wb_tail = e->dirty_prev;
+    e->dirty_prev = e->dirty_next = NULL;
+}
+
+/* The oldest chunk being written that can be spilled (no holder but its write, no lease, not
+ * spilled yet), looking at most STORE_SPILL_SCAN of them; NULL when there is none. It need not
+ * be a tail: until its write commits it stays readable, and then it is on disk. */
+static index_entry_t *spill_candidate(const store_t *s, uint64_t now_ms)
+{
+    unsigned n = 0;
+
+    for (index_entry_t *e = s->wb_head; e != NULL && n < STORE_SPILL_SCAN; e = e->dirty_next, n++)
+        if (!(e->flags & (INDEX_F_SPILL | INDEX_F_LIMBO | INDEX_F_BAD)) && e->pins == 1 &&
+            !index_leased(e, now_ms))
+            return e;
+    return NULL;
+}
+
+/* The oldest clean ancestor of c still in RAM that nobody holds, looking at most
+ * STORE_SPILL_SCAN ancestors up; NULL when none. Releasing it costs nothing, frees its RAM at
+ * once, and it is older than c (a chain's head is written first, but leaves RAM last). */
+static index_entry_t *clean_ancestor(const index_entry_t *c, uint64_t now_ms)
+{
+    index_entry_t *found = NULL;
+    unsigned n = 0;
+
+    for (index_entry_t *p = c->parent; p != NULL && n < STORE_SPILL_SCAN; p = p->parent, n++)
+        if ((p->flags & (INDEX_F_RAM | INDEX_F_DISK | INDEX_F_SPILL)) ==
+                (INDEX_F_RAM | INDEX_F_DISK) &&
+            p->pins == 0 && !index_leased(p, now_ms))
+            found = p;
+    return found;
+}
+
 int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uint64_t *off)
 {
+    uint64_t foot = ram_footprint(s->ram, len);
+
     for (;;) {
         index_entry_t *v;
-        int rc = ram_alloc(s->ram, len, off);
-        if (rc != -ENOSPC)
-            return rc;
+        bool tier_full = tier_used(s) + foot > s->ram_cap;
+
+        if (!tier_full) {
+            int rc = ram_alloc(s->ram, len, off);
+            if (rc != -ENOSPC)
+                return rc;
+        }
         v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
+        if (s->disk != NULL && (v == NULL || !(v->flags & (INDEX_F_DISK | INDEX_F_WBUF)))) {
+            /* the coldest tail would be dropped: a chunk being written (while the RAM tier is
+             * what is full) or a tail with a disk copy costs nothing, prefer them */
+            index_entry_t *c = tier_full ? spill_candidate(s, now_ms) : NULL;
+            if (c == NULL)
+                c = index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
+            if (c != NULL)
+                v = c;
+        }
+        if (v != NULL && (v->flags & INDEX_F_WBUF)) {
+            index_entry_t *a = clean_ancestor(v, now_ms); /* older, and released at once */
+            if (a != NULL)
+                v = a;
+        }
         if (v == NULL)
             return -ENOSPC;
-        if (s->disk != NULL && !(v->flags & INDEX_F_DISK)) {
-            /* a tail whose disk copy exists costs nothing to release: prefer it */
-            index_entry_t *clean =
-                index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
-            if (clean != NULL)
-                v = clean;
-        }
         if (v->flags & INDEX_F_DISK) {
             s->st.evictions++;
             s->dk.demoted_clean++;
             store__ram_release(s, v);
+            continue;
+        }
+        if (v->flags & INDEX_F_WBUF) {
+            if (!tier_full)
+                return -ENOSPC; /* the arena is full of writes in flight (fragmented) */
+            spill(s, v);        /* its commit frees it */
             continue;
         }
         if (s->disk != NULL && !allow_drop)
@@ -340,13 +495,14 @@ void store__limbo_free(store_t *s, index_entry_t *e)
 }
 
 /* Takes pinned e out of the index and every tier but RAM, and keeps it in the limbo list (its
- * LRU links, free once it is unlinked). A quarantined chunk keeps INDEX_F_WBUF: its extent is
- * still lent to its disk write, and the write's commit finds it here and hands the extent to
- * its last unpin (store_io.c), so nothing a holder reads is freed under it. */
+ * LRU links, free once it is unlinked). A chunk being written keeps INDEX_F_WBUF: its write
+ * holds a pin, and its commit (store_io.c) only drops that pin. */
 static void limbo_add(store_t *s, index_entry_t *e)
 {
     ns_t *ns = ns_get(s->nst, e->ns);
 
+    store__dirty_del(s, e);
+    store__spill_end(s, e);
     if (e->flags & INDEX_F_DISK)
         store__disk_forget(s, e);
     if (e->flags & INDEX_F_WBUF)
@@ -459,6 +615,7 @@ static uint8_t place(store_t *s, ns_t *ns, uint16_t r, const kvt_wire_hash_t *k,
     s->stored_bytes += len;
     s->ram_chunks++;
     s->st.stored++;
+    store__dirty_add(s, e);
     c->prev = e;
     c->declared = true;
     return KVT_CHUNK_STORED;
@@ -471,7 +628,7 @@ static index_entry_t *chain_existing(store_t *s, const ns_t *ns, uint16_t r,
     index_entry_t *e = index_find(s->ix, ns->id, r, k);
 
     if (e != NULL) {
-        index_touch(s->ix, e);
+        store__touch(s, e);
         c->prev = e;
         c->declared = true;
     }
@@ -643,6 +800,7 @@ static void put_publish(put_t *p)
         store_unpin(s, p->pins[i]);
     p->done(p->arg);
     put_free(p);
+    store__clean_ahead(s);
 }
 
 static void put_ingested(void *arg)
@@ -694,7 +852,7 @@ int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *paren
 
         p->c[i] = (put_chunk_t){.off = UINT64_MAX, .len = payloads[i].len};
         if (e != NULL) { /* EXISTS: the chain continues from it, so it must stay */
-            index_touch(s->ix, e);
+            store__touch(s, e);
             put_pin(p, e);
             continue;
         }
@@ -710,7 +868,6 @@ int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *paren
     }
     if (cost != NULL)
         cost->ingest_bytes += p->held;
-    store__demote_ahead(s);
     put_start(p);
     return 0;
 }
@@ -752,6 +909,8 @@ void store_unpin(store_t *s, index_entry_t *e)
 {
     if (--e->pins > 0)
         return;
+    if ((e->flags & (INDEX_F_SPILL | INDEX_F_WBUF)) == INDEX_F_SPILL)
+        store__spill_done(s, e); /* written while someone held it */
     if (e->flags & INDEX_F_LIMBO)
         store__limbo_free(s, e);
     else if (store__absent(e))
@@ -767,7 +926,6 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
     rc = store__alloc(s, len, now_ms, true, off);
     if (keep != NULL)
         store_unpin(s, keep);
-    store__demote_ahead(s);
     return rc == 0 ? 0 : -ENOSPC;
 }
 
@@ -808,7 +966,7 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
         s->st.misses++;
         return NULL;
     }
-    index_touch(s->ix, e);
+    store__touch(s, e);
     s->st.hits++;
     if (!(e->flags & INDEX_F_RAM))
         s->dk.hits++;
@@ -838,8 +996,10 @@ const store_stats_t *store_stats(const store_t *s)
 
 void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
 {
-    *out = (store_ram_stats_t){.capacity_bytes = ram_capacity(s->ram),
-                               .used_bytes = ram_used(s->ram),
+    *out = (store_ram_stats_t){.capacity_bytes = s->ram_cap,
+                               .arena_bytes = ram_capacity(s->ram),
+                               .demoting_bytes = s->spill_bytes,
+                               .used_bytes = tier_used(s),
                                .resident_bytes = ram_resident(s->ram),
                                .stored_bytes = s->stored_bytes,
                                .chunks = s->ram_chunks,
@@ -849,10 +1009,10 @@ void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
                                .free_runs = ram_free_runs(s->ram),
                                .largest_free_bytes = ram_largest_free(s->ram),
                                .arena_path = ram_path(s->ram),
-                               .quarantined_bytes = s->quar_bytes,
+                               .dirty_bytes = s->dirty_bytes,
                                .ingest_bytes = s->ingest_bytes,
                                .promoting_bytes = s->promo_bytes,
-                               .free_target_bytes = s->free_target,
+                               .clean_target_bytes = s->clean_target,
                                .verifies = s->verifies,
                                .verify_drops = s->verify_drops};
 }
@@ -872,6 +1032,8 @@ void store_disk_stats(const store_t *s, store_disk_stats_t *out)
 struct check_acc {
     uint64_t bytes;
     uint64_t footprint;
+    uint64_t spill; /* footprint of the spilled chunks */
+    uint64_t dirty; /* RAM, no disk copy, no write pending: what the dirty FIFO must hold */
     const ram_t *ram;
 };
 
@@ -881,8 +1043,12 @@ static void check_sum(const index_entry_t *e, void *arg)
 
     if (!(e->flags & INDEX_F_RAM))
         return;
+    if (!(e->flags & (INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD | INDEX_F_LIMBO)))
+        a->dirty += e->len;
     a->bytes += e->len;
     a->footprint += ram_footprint(a->ram, e->len);
+    if (e->flags & INDEX_F_SPILL)
+        a->spill += ram_footprint(a->ram, e->len);
 }
 
 int store_check(const store_t *s)
@@ -895,8 +1061,22 @@ int store_check(const store_t *s)
     for (const index_entry_t *e = s->limbo; e != NULL; e = e->lru_next)
         check_sum(e, &a);
     if (a.bytes != s->stored_bytes ||
-        a.footprint + s->quar_bytes + s->ingest_bytes + s->promo_bytes != ram_used(s->ram))
+        a.footprint + s->ingest_bytes + s->promo_bytes != ram_used(s->ram))
         return -1;
+    if (s->disk != NULL && a.dirty != s->dirty_bytes)
+        return -1;
+    if (a.spill != s->spill_foot)
+        return -1;
+    for (const index_entry_t *e = s->wb_head; e != NULL; e = e->dirty_next)
+        if (!(e->flags & INDEX_F_WBUF) || (e->dirty_next == NULL && s->wb_tail != e))
+            return -1;
+    {
+        uint64_t listed = 0;
+        for (const index_entry_t *e = s->dirty_head; e != NULL; e = e->dirty_next)
+            listed += e->len;
+        if (listed != s->dirty_bytes)
+            return -1;
+    }
     if (s->disk != NULL && disk_check(s->disk) != 0)
         return -1;
     return ram_used(s->ram) <= ram_capacity(s->ram) ? 0 : -1;

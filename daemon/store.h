@@ -15,31 +15,40 @@
  * extents and hashes them in one pass on the thread pool, a shared-memory commit hashes the
  * extents the client wrote; the chunk becomes visible to lookups and loads, and the save is
  * answered, only then (store_save and store_commit complete through a callback). Loads report
- * the csum of every chunk; demotion and the shutdown persist write a chunk only if its bytes
- * still match it; store_verify() re-checks a chunk a client found corrupt.
+ * the csum of every chunk; the disk writes (write-back and the shutdown persist) write a chunk
+ * only if its bytes still match it; store_verify() re-checks a chunk a client found corrupt.
  *
- * Tiers (with the disk tier attached, store_attach_disk): an entry may be RAM-resident, on
- * disk, quarantined (demoted, its disk write pending: its bytes stay in its arena extent, lent
- * to the disk's flush worker, readable by loads, out of the RAM tier's eviction order but still
- * in ram.used_bytes), or RAM-resident with a disk copy. A chunk leaves the index only when it is
- * in no tier. A reclaimed disk segment drops the disk-only entries it held; their stored
- * successors become orphans (kept, since a later save of the missing chunk makes them reachable
- * again; cascading would throw away data that is still valid). Lookups count chunks in any
- * tier, and leases cover disk-resident chunks: a segment holding a leased disk-only chunk is not
- * reclaimed until the lease expires (the reclaim takes the next oldest segment instead).
+ * Tiers (with the disk tier attached, store_attach_disk): an entry may be RAM-resident (dirty:
+ * without a disk copy; clean: with one), being written (RAM-resident, its disk write pending,
+ * pinned for it; spilled when it was evicted meanwhile), or only on disk. A chunk leaves the
+ * index only when it is in no tier. A reclaimed disk segment drops the disk-only entries it
+ * held; their stored successors become orphans (kept, since a later save of the missing chunk
+ * makes them reachable again; cascading would throw away data that is still valid). Lookups
+ * count chunks in any tier, and leases cover disk-resident chunks: a segment holding a leased
+ * disk-only chunk is not reclaimed until the lease expires (the reclaim takes the next oldest
+ * segment instead).
  *
  * Saves never wait on the disk (the policy; README "Disk tier"):
- *   - a save (or a promotion) takes free arena space; when there is none it evicts the coldest
- *     tails: one with a disk copy is simply released, one without is dropped (counted in
- *     disk.demotions_refused, chain tails first) - it never waits for a disk write to finish;
- *   - a demoter runs ahead of the saves: whenever free + quarantined bytes fall below
- *     ram.free_target_bytes it demotes the coldest tails to the disk (by reference, bounded per
- *     loop turn), as fast as the disk's write budget (disk.write_buffer_bytes per batch, two
- *     batches) takes them, so that under a steady load the saves find free space and nothing is
- *     dropped, and under a burst faster than the disk exactly the excess is dropped. The
- *     automatic target (0) is min(2 x disk.write_buffer_bytes, ram.capacity_bytes / 4): one
- *     batch being written and one filling. What a save waits on is bounded and on the loop: its
- *     own copy and checksum on the thread pool, never the disk.
+ *   - write-back ahead of eviction: a cleaner writes the dirty chunks to disk, least recently
+ *     saved or used first, by reference (the disk reads the arena extent, the chunk stays in RAM
+ *     and readable), whenever more than ram.capacity_bytes - ram.clean_target_bytes (default:
+ *     half the RAM) of RAM is dirty, bounded per loop turn and by the disk's write budget
+ *     (disk.write_buffer_bytes per batch, two batches). A written chunk is clean: evicting it
+ *     only releases its RAM copy;
+ *   - the arena is the RAM tier's capacity plus a write headroom of those two batches: a chunk
+ *     evicted while its write is in flight is spilled (out of the RAM tier, into the headroom,
+ *     still readable) and leaves RAM when the write commits. The headroom takes a burst the
+ *     disk is behind on, as the copying write buffers of a disk tier would, without a copy;
+ *   - a save (or a promotion) takes free RAM; when there is none it evicts the coldest tails:
+ *     a clean one is released and one being written is spilled at once (or a clean ancestor
+ *     of it, older, is released instead); when the coldest is dirty, a chunk being written
+ *     (tail or not) or a clean tail is taken in its place; only when there is neither is the
+ *     dirty tail dropped (the disk could not take it in time), counted in
+ *     disk.demotions_refused, chain tails first - a save never waits for a disk write. Under a
+ *     load the disk sustains, the cold half of RAM is clean and nothing is dropped; under a
+ *     burst faster than the disk the cleaner writes at the disk's speed, the headroom fills,
+ *     and the excess is dropped. What a save waits on is its own copy and checksum on the
+ *     thread pool.
  * A load that finds a chunk only on disk reads it straight into a new arena extent (promotion,
  * no copy on the loop), or, when no extent can be had without dropping a chunk (frames path
  * only), into a heap buffer; the shared-memory path answers the promoted chunk by location.
@@ -82,8 +91,10 @@ typedef struct {
 
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */
 typedef struct {
-    uint64_t capacity_bytes; /* the arena's size */
-    uint64_t used_bytes;     /* allocated, rounded to allocation units; <= capacity */
+    uint64_t capacity_bytes; /* the RAM tier's capacity (ram.capacity_bytes) */
+    uint64_t arena_bytes;    /* the arena's size: the capacity + the write headroom */
+    uint64_t used_bytes;     /* allocated to the RAM tier, rounded to allocation units */
+    uint64_t demoting_bytes; /* evicted chunks whose disk write is in flight (the headroom) */
     uint64_t resident_bytes; /* backed by memory: the arena file's allocated blocks */
     uint64_t stored_bytes;   /* payload bytes of the RAM-resident chunks */
     uint64_t chunks;         /* RAM-resident chunks */
@@ -93,10 +104,10 @@ typedef struct {
     uint64_t free_runs;          /* free extents of the arena */
     uint64_t largest_free_bytes; /* the largest of them */
     const char *arena_path;      /* borrowed from the store; "" for a memfd */
-    uint64_t quarantined_bytes;  /* extents of demoted chunks whose disk write is pending */
+    uint64_t dirty_bytes;        /* RAM chunks without a disk copy (with the disk tier) */
     uint64_t ingest_bytes;       /* extents of saves being copied and checksummed */
     uint64_t promoting_bytes;    /* extents disk reads are landing in */
-    uint64_t free_target_bytes;  /* what the demoter keeps free (0 without a disk tier) */
+    uint64_t clean_target_bytes; /* RAM the cleaner keeps free or clean (0: no disk tier) */
     uint64_t verifies;           /* re-verifications clients asked for (RELEASE CORRUPT) */
     uint64_t verify_drops;       /* chunks removed: their bytes no longer matched their csum */
 } store_ram_stats_t;
@@ -105,13 +116,13 @@ typedef struct {
 typedef struct {
     uint64_t chunks;          /* entries with a disk copy */
     uint64_t wbuf;            /* entries whose disk write is pending */
-    uint64_t hits;            /* load chunks served by the disk tier (quarantine or a read) */
+    uint64_t hits;            /* load chunks served by a disk read */
     uint64_t misses;          /* loads that missed RAM and that the disk could not serve */
     uint64_t evictions;       /* entries dropped by segment reclaim */
-    uint64_t demoted;         /* RAM evictions written to disk */
+    uint64_t demoted;         /* RAM chunks written to disk (the cleaner, the persist) */
     uint64_t demoted_clean;   /* RAM evictions whose disk copy already existed */
-    uint64_t refused;         /* RAM evictions the disk could not take in time (dropped) */
-    uint64_t write_lost;      /* demoted chunks whose flush failed (dropped) */
+    uint64_t refused;         /* RAM evictions of chunks not written yet (dropped) */
+    uint64_t write_lost;      /* kept for status: a failed write no longer loses a chunk */
     uint64_t promoted;        /* chunks read back into RAM */
     uint64_t read_joins;      /* loads that joined a read of the same chunk in flight */
     uint64_t orphaned;        /* successors detached from a dropped chunk */
@@ -180,7 +191,7 @@ void store_close(store_t *s, void (*done)(void *arg), void *arg);
 
 /*
  * Loads. store_load_batch() looks up n chunks of one rank and reports each exactly once, in any
- * order, through chunk_cb, then calls done_cb once: chunks in RAM or quarantined during the
+ * order, through chunk_cb, then calls done_cb once: chunks in RAM during the
  * call, chunks only on disk when their thread-pool read finished (verified, and promoted into
  * RAM), misses as soon as they are known. Every callback runs on the loop thread, and done_cb
  * may run before store_load_batch returns (no chunk on disk). A hit carries bytes the callee
@@ -247,7 +258,7 @@ int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *paren
                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
                uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost);
 
-/* The stored bytes of one chunk from RAM or the quarantine (borrowed, valid until the next
+/* The stored bytes of one chunk in RAM (borrowed, valid until the next
  * store call), or NULL (not stored, or only on disk: see store_load_batch). Counts a hit or a
  * miss and touches the chunk. */
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
@@ -257,7 +268,7 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
 store_chunk_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
                           const kvt_wire_hash_t *h);
 
-/* Where a RAM-resident or quarantined chunk's bytes are in the arena, its payload bytes (any
+/* Where a RAM-resident chunk's bytes are in the arena, its payload bytes (any
  * tier), and its csum. */
 uint64_t store_chunk_off(const store_chunk_t *c);
 uint64_t store_chunk_len(const store_chunk_t *c);
@@ -279,7 +290,7 @@ int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *par
                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
                  uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost);
 
-/* A client found chunk h's bytes corrupt (RELEASE CORRUPT): re-hash its RAM or quarantined
+/* A client found chunk h's bytes corrupt (RELEASE CORRUPT): re-hash its RAM
  * bytes on the thread pool and remove it when they do not match its csum (ram.verify_drops); a
  * client's word alone never removes another client's chunk. A chunk only on disk is verified by
  * every read anyway: nothing is done. */

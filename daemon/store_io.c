@@ -1,21 +1,23 @@
 /*
  * store_io.c - the store's work that leaves the loop thread (see store.h): loads and the disk
- * reads behind them, demotion by reference and the demoter, the disk tier's callbacks
- * (recovered, committed, reclaim), the shutdown persist, and re-verifications.
+ * reads behind them, the cleaner that writes RAM chunks to disk ahead of their eviction, the
+ * disk tier's callbacks (recovered, committed, reclaim), the shutdown persist, and
+ * re-verifications.
  *
  * Design notes:
- *   - Demotion by reference: a demoted chunk leaves the RAM tier (its LRU, ram.chunks) but keeps
- *     its extent, which is lent to the disk's flush worker (quarantined: INDEX_F_WBUF, counted in
- *     quar_bytes and in ram.used_bytes). Loads keep reading it from there. When its write commits
- *     the extent is freed on the loop - unless the chunk is pinned then (a reply still lends its
- *     bytes, a client is copying them), in which case the extent simply becomes its RAM copy
- *     again, so no byte anyone reads is ever freed or reused. A write ticket (wseq) names the
- *     entry it was made for; a commit whose entry went meanwhile (dropped while quarantined)
- *     frees the extent through its cookie (the arena offset), which is therefore never freed
- *     twice nor while the worker reads it.
- *   - The demoter keeps free + quarantined >= free_target (store.h, the policy), at most
- *     STORE_DEMOTE_BUDGET chunks per loop turn, continuing on a zero timer; it stops while the
- *     disk's budget is spent and runs again when a flush commits.
+ *   - Write-back by reference (the cleaner): the store keeps its RAM chunks that have no disk
+ *     copy in a FIFO, least recently saved or used first (the dirty list, store.c). Whenever more
+ * than ram.capacity_bytes - clean_target of them are dirty, the cleaner hands the oldest to the
+ *     disk: disk_append() lends the chunk's own arena extent (no copy), the chunk stays
+ *     RAM-resident and readable, pinned while its write is in flight (INDEX_F_WBUF), and becomes
+ *     clean (RAM + disk copy) when the write commits. An eviction then only releases a clean
+ *     chunk's RAM copy, at once: a save never waits for the disk. A chunk evicted while its
+ *     write is in flight is spilled (store.c): the commit then releases its RAM copy, or the last
+ *     unpin of a reader that holds it then (store__spill_done). At most STORE_CLEAN_BUDGET
+ *     chunks per loop turn, continuing on a zero timer; it stops while the disk's budget is
+ *     spent and runs again when a flush commits. The write's cookie is the entry's address: the
+ *     pin keeps it valid even when the chunk is dropped meanwhile (the limbo), and nothing a
+ *     holder reads is ever freed under it.
  *   - Reads land in arena extents allocated before the read (promotion without a copy) and pin
  *     their entry until they finish, so the entry, its segment and its extent stay valid; a
  *     second load of a chunk whose read is in flight joins it (ranks of a replicated namespace
@@ -24,11 +26,12 @@
  *     is not joined (a heap buffer serves one reply).
  *   - Bounded work per turn: the disk reports commits DISK_COMMIT_SLICE at a time, reclaim
  *     detaches STORE_RECLAIM_SLICE entries of a segment per call, the persist appends
- *     STORE_PERSIST_SLICE chunks per turn, the demoter STORE_DEMOTE_BUDGET.
- *   - Generation checks: a commit applies only to the entry still holding its ticket; a read
- *     that finishes for an entry whose disk copy moved or failed does not publish.
- * Threads: loop thread only; the bytes of quarantined extents and of reads in flight belong to
- *     the disk's workers until their callbacks, those of verifications to ingest.c's jobs.
+ *     STORE_PERSIST_SLICE chunks per turn, the cleaner STORE_CLEAN_BUDGET.
+ *   - Generation checks: a read that finishes for an entry whose disk copy moved or failed does
+ *     not publish.
+ * Threads: loop thread only; the bytes of chunks being written and of reads in flight belong to
+ *     the disk's workers until their callbacks (readers may share them: nobody writes them),
+ *     those of verifications to ingest.c's jobs.
  */
 #include "store_internal.h"
 
@@ -43,10 +46,10 @@
 #define STORE_PERSIST_MS 20000u /* shutdown: how long RAM-only chunks may take to reach disk */
 #define STORE_PERSIST_RETRY_MS 5u
 #define STORE_PERSIST_SLICE 512u
-#define STORE_DEMOTE_BUDGET 64u
+#define STORE_CLEAN_BUDGET 64u
 #define STORE_RECLAIM_SLICE 1024u
 
-/* --- demotion --- */
+/* --- the cleaner --- */
 
 /* The record of entry e of namespace ns (the chunk's csum, its chain link for recovery). */
 static void record_of(const ns_t *ns, const index_entry_t *e, record_meta_t *m)
@@ -73,69 +76,66 @@ static void record_of(const ns_t *ns, const index_entry_t *e, record_meta_t *m)
     m->csum = e->csum;
 }
 
-/* Moves RAM leaf v to the quarantine: its extent is lent to the disk. 0, or -1 when the disk
- * does not take it now. */
-static int demote(store_t *s, index_entry_t *v)
+/* Writes RAM chunk e to the disk by reference: its extent is lent to the flush, it stays in
+ * RAM, pinned until the write commits (committed_cb). 0 or disk_append's error. */
+int store__write_back(store_t *s, const ns_t *ns, index_entry_t *e)
 {
-    const ns_t *ns = ns_get(s->nst, v->ns);
     record_meta_t m;
     uint64_t seq;
+    int rc;
 
-    if (ns == NULL || s->closing || !disk_admits(s->disk, v->len))
-        return -1;
-    record_of(ns, v, &m);
-    if (disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), v->off, &seq) != 0)
-        return -1;
-    s->last_seq = seq;
-    s->stored_bytes -= v->len;
-    s->ram_chunks--;
-    index_ram_clear(s->ix, v);
-    v->flags |= INDEX_F_WBUF;
-    v->wseq = seq;
+    record_of(ns, e, &m);
+    rc = disk_append(s->disk, e->ns, &m, ram_ptr(s->ram, e->off), (uint64_t)(uintptr_t)e, &seq);
+    if (rc != 0)
+        return rc;
+    store__dirty_del(s, e);
+    store_pin(s, e);
+    e->flags |= INDEX_F_WBUF;
+    store__wb_add(s, e);
+    e->wseq = seq;
     s->dk.wbuf++;
-    s->dk.demoted++;
-    s->quar_bytes += ram_footprint(s->ram, v->len);
-    s->st.evictions++;
+    s->last_seq = seq;
     return 0;
 }
 
-static void demote_timer_cb(uv_timer_t *t)
+static void clean_timer_cb(uv_timer_t *t)
 {
     store_t *s = t->data;
 
-    s->demote_pending = false;
-    store__demote_ahead(s);
+    s->clean_pending = false;
+    store__clean_ahead(s);
 }
 
-void store__demote_ahead(store_t *s)
+void store__clean_ahead(store_t *s)
 {
-    uint64_t now;
+    uint64_t cap;
 
-    if (s->disk == NULL || s->closing || s->free_target == 0)
+    if (s->disk == NULL || s->closing || s->clean_target == 0)
         return;
-    now = uv_now(s->loop);
-    for (unsigned budget = STORE_DEMOTE_BUDGET;; budget--) {
-        uint64_t freeb = ram_capacity(s->ram) - ram_used(s->ram);
-        index_entry_t *v;
+    cap = s->ram_cap;
+    for (unsigned budget = STORE_CLEAN_BUDGET;; budget--) {
+        index_entry_t *e = s->dirty_head;
+        const ns_t *ns;
 
-        if (freeb + s->quar_bytes >= s->free_target)
+        if (e == NULL || s->dirty_bytes + s->clean_target <= cap)
             return;
         if (budget == 0)
             break;
-        v = index_victim(s->ix, now, STORE_VICTIM_SCAN);
-        if (v == NULL)
-            return;
-        if (v->flags & INDEX_F_DISK) {
-            s->st.evictions++;
-            s->dk.demoted_clean++;
-            store__ram_release(s, v);
-        } else if (demote(s, v) != 0) {
+        ns = ns_get(s->nst, e->ns);
+        if (ns == NULL) {
+            store__dirty_del(s, e);
+            continue;
+        }
+        if (!disk_admits(s->disk, e->len))
             return; /* the disk's budget is spent: again when a flush commits */
+        if (store__write_back(s, ns, e) == -E2BIG) {
+            store__dirty_del(s, e); /* can never fit a write batch: it stays RAM-only */
+            continue;
         }
     }
-    if (!s->demote_pending) {
-        s->demote_pending = true;
-        uv_timer_start(&s->demote_timer, demote_timer_cb, 0, 0);
+    if (!s->clean_pending) {
+        s->clean_pending = true;
+        uv_timer_start(&s->clean_timer, clean_timer_cb, 0, 0);
     }
 }
 
@@ -232,35 +232,6 @@ static void verify_dropped(store_t *s, const index_entry_t *e, const char *where
     log_warn("chunk_verify_drop", "ns=%u rank=%u where=%s action=removed", e->ns, e->rank, where);
 }
 
-/* The write of a quarantined chunk finished (rc as committed()). */
-static void commit_quarantined(store_t *s, index_entry_t *e, int rc, const disk_loc_t *loc)
-{
-    e->flags &= (uint16_t)~INDEX_F_WBUF;
-    s->dk.wbuf--;
-    s->quar_bytes -= ram_footprint(s->ram, e->len);
-    if (rc == 0)
-        set_disk_loc(s, e, loc);
-    if (e->pins > 0) {
-        /* someone reads these bytes: the extent becomes the chunk's RAM copy again */
-        index_ram_set(s->ix, e, e->off);
-        s->stored_bytes += e->len;
-        s->ram_chunks++;
-        if (rc == -EBADMSG) {
-            e->flags |= INDEX_F_BAD; /* dropped with its last pin */
-            verify_dropped(s, e, "demotion");
-        }
-        return;
-    }
-    ram_free(s->ram, e->off, e->len);
-    if (rc == 0)
-        return;
-    if (rc == -EBADMSG)
-        verify_dropped(s, e, "demotion");
-    else
-        s->dk.write_lost++;
-    store__drop(s, e);
-}
-
 /* A flush finished the ticket seq: tombstones pending on it move past its record (loc), or to
  * the log end when it was not written (the batch was truncated away, or the record refused). */
 static void drops_settle_at(store_t *s, uint64_t seq, const disk_loc_t *loc)
@@ -279,71 +250,42 @@ static void drops_settle_at(store_t *s, uint64_t seq, const disk_loc_t *loc)
         log_warn("drops_write_failed", "dir=%s error=\"%s\"", s->cfg->disk.dir, strerror(-rc));
 }
 
-/* The quarantined entry that holds ticket seq: in the index, or dropped while pinned (limbo). */
-static index_entry_t *quarantined(store_t *s, uint32_t ns_id, const record_meta_t *m, uint64_t seq)
-{
-    kvt_wire_hash_t h;
-    index_entry_t *e;
-
-    memcpy(h.b, m->hash, 16);
-    e = index_find(s->ix, ns_id, m->rank, &h);
-    if (e != NULL && (e->flags & INDEX_F_WBUF) && e->wseq == seq)
-        return e;
-    for (e = s->limbo; e != NULL; e = e->lru_next)
-        if ((e->flags & INDEX_F_WBUF) && e->wseq == seq)
-            return e;
-    return NULL;
-}
-
-/* A persisted chunk's write finished (it was pinned for it). */
-static void commit_persisted(store_t *s, index_entry_t *e, int rc, const disk_loc_t *loc)
-{
-    bool limbo = (e->flags & INDEX_F_LIMBO) != 0;
-
-    e->flags &= (uint16_t)~INDEX_F_WBUF;
-    if (!limbo) {
-        s->dk.wbuf--;
-        if (rc == 0) {
-            set_disk_loc(s, e, loc);
-            s->persisted++;
-        } else if (rc == -EBADMSG) {
-            e->flags |= INDEX_F_BAD;
-            verify_dropped(s, e, "persist");
-        }
-    }
-    store_unpin(s, e);
-}
-
+/* The write of chunk e (the cookie: pinned for it) finished: rc as committed(). */
 static void committed_cb(void *arg, uint32_t ns_id, const record_meta_t *m, uint64_t seq,
                          uint64_t cookie, int rc, const disk_loc_t *loc)
 {
     store_t *s = arg;
-    index_entry_t *e;
+    index_entry_t *e = (index_entry_t *)(uintptr_t)cookie;
 
+    (void)ns_id;
+    (void)m;
     if (seq > s->done_seq)
         s->done_seq = seq;
     if (drops_pending(s->drops))
         drops_settle_at(s, seq, rc == 0 ? loc : NULL);
-    if (cookie & STORE_COOKIE_PERSIST) {
-        commit_persisted(s, (index_entry_t *)(uintptr_t)(cookie & ~(uint64_t)STORE_COOKIE_PERSIST),
-                         rc, loc);
-        return;
+    e->flags &= (uint16_t)~INDEX_F_WBUF;
+    store__wb_del(s, e);
+    if (!(e->flags & INDEX_F_LIMBO)) { /* a dropped chunk's write is dead bytes */
+        s->dk.wbuf--;
+        if (rc == 0) {
+            set_disk_loc(s, e, loc); /* clean now: its eviction costs nothing */
+            s->dk.demoted++;
+            s->persisted += s->closing;
+            /* a chunk evicted meanwhile leaves RAM with the write's pin (store_unpin), or
+             * with the last pin of whoever still reads it */
+        } else if (rc == -EBADMSG) {
+            store__spill_end(s, e);
+            if (!(e->flags & INDEX_F_BAD)) {
+                e->flags |= INDEX_F_BAD; /* dropped with its last pin, just below */
+                verify_dropped(s, e, s->closing ? "persist" : "write_back");
+            }
+        } else {
+            store__spill_end(s, e);
+            store__dirty_add(s, e); /* the write failed: still in RAM, tried again later */
+        }
     }
-    e = quarantined(s, ns_id, m, seq);
-    if (e == NULL) {
-        /* its entry went while it was quarantined: the extent is freed here, once */
-        ram_free(s->ram, cookie, m->raw_len);
-        s->quar_bytes -= ram_footprint(s->ram, m->raw_len);
-    } else if (e->flags & INDEX_F_LIMBO) {
-        /* dropped while someone read it: the extent goes with the last pin (limbo_free) */
-        e->flags = (uint16_t)((e->flags & ~INDEX_F_WBUF) | INDEX_F_RAM);
-        s->quar_bytes -= ram_footprint(s->ram, e->len);
-        s->stored_bytes += e->len;
-        s->ram_chunks++;
-    } else {
-        commit_quarantined(s, e, rc, loc);
-    }
-    store__demote_ahead(s);
+    store_unpin(s, e);
+    store__clean_ahead(s);
 }
 
 static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
@@ -381,6 +323,8 @@ static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
             s->dk.evictions++;
             if (e->pins == 0)
                 store__drop(s, e);
+        } else {
+            store__dirty_add(s, e); /* its RAM copy is the only one again */
         }
     }
     *user = NULL;
@@ -393,7 +337,6 @@ const disk_ops_t store__disk_ops = {
 
 int store_attach_disk(store_t *s, uv_loop_t *loop)
 {
-    uint64_t wb2;
     int rc;
 
     s->loop = loop;
@@ -425,13 +368,12 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     s->relink = NULL;
     s->nrelink = s->relinkcap = 0;
     drops_prune(s->drops, disk_first_segment(s->disk));
-    wb2 = 2 * s->cfg->disk.write_buffer_bytes;
-    s->free_target = s->cfg->ram.free_target_bytes;
-    if (s->free_target == 0)
-        s->free_target = wb2 < ram_capacity(s->ram) / 4 ? wb2 : ram_capacity(s->ram) / 4;
+    s->clean_target = s->cfg->ram.clean_target_bytes;
+    if (s->clean_target == 0 || s->clean_target > s->ram_cap)
+        s->clean_target = s->ram_cap / 2;
     uv_timer_init(loop, &s->persist_timer);
-    uv_timer_init(loop, &s->demote_timer);
-    s->persist_timer.data = s->demote_timer.data = s;
+    uv_timer_init(loop, &s->clean_timer);
+    s->persist_timer.data = s->clean_timer.data = s;
     return 0;
 }
 
@@ -452,65 +394,46 @@ static void close_handle_cb(uv_handle_t *h)
         disk_close(s->disk, s->close_done, s->close_arg);
 }
 
-/* Appends RAM-only chunk e by reference, pinned until its commit. 0 or disk_append's error. */
-static int persist_one(store_t *s, const ns_t *ns, index_entry_t *e)
-{
-    record_meta_t m;
-    uint64_t seq;
-    int rc;
-
-    record_of(ns, e, &m);
-    rc = disk_append(s->disk, e->ns, &m, ram_ptr(s->ram, e->off),
-                     (uint64_t)(uintptr_t)e | STORE_COOKIE_PERSIST, &seq);
-    if (rc != 0)
-        return rc;
-    s->last_seq = seq;
-    store_pin(s, e);
-    e->flags |= INDEX_F_WBUF;
-    e->wseq = seq;
-    s->dk.wbuf++;
-    return 0;
-}
-
-/* Writes the next RAM-only chunks (a slice per turn); waits (a short timer) while the write
- * budget is spent, and gives up at the deadline or when the tier is degraded. */
+/* Writes the dirty chunks, oldest first (a slice per turn); waits (a short timer) while the
+ * write budget is spent, and gives up at the deadline or when the tier is degraded. Every write
+ * is verified against the chunk's checksum first (disk.c), so a chunk whose bytes were changed in
+ * the arena is never persisted as valid. */
 static void persist_step(store_t *s)
 {
     uint64_t now = uv_now(s->loop);
     unsigned slice = 0;
 
-    while (s->persist_next < s->npersist) {
-        const persist_key_t *k = &s->persist[s->persist_next];
-        index_entry_t *e = index_find(s->ix, k->ns, k->rank, &k->hash);
-        const ns_t *ns = e != NULL ? ns_get(s->nst, e->ns) : NULL;
+    while (s->dirty_head != NULL) {
+        index_entry_t *e = s->dirty_head;
+        const ns_t *ns = ns_get(s->nst, e->ns);
         int rc;
 
-        if (ns == NULL || !(e->flags & INDEX_F_RAM) || (e->flags & (INDEX_F_DISK | INDEX_F_WBUF)) ||
-            (e->flags & INDEX_F_BAD)) {
-            s->persist_next++;
+        if (ns == NULL) {
+            store__dirty_del(s, e);
             continue;
         }
         if (slice++ == STORE_PERSIST_SLICE) {
             uv_timer_start(&s->persist_timer, persist_step_cb, 0, 0);
             return;
         }
-        rc = persist_one(s, ns, e);
+        rc = store__write_back(s, ns, e);
         if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
             uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
             return;
         }
         if (rc == -EAGAIN)
             break; /* degraded or out of time: the rest stays RAM-only */
-        s->persist_appended += rc == 0;
-        s->persist_next++;
+        if (rc != 0)
+            store__dirty_del(s, e); /* can never fit a write batch */
+        else
+            s->persist_appended++;
     }
-    log_info("disk_persist", "chunks=%zu appended=%" PRIu64 " skipped=%zu ms=%" PRIu64, s->npersist,
-             s->persist_appended, s->npersist - s->persist_next, now - s->persist_start);
-    free(s->persist);
-    s->persist = NULL;
+    log_info("disk_persist",
+             "chunks=%" PRIu64 " dirty_bytes=%" PRIu64 " left_bytes=%" PRIu64 " ms=%" PRIu64,
+             s->persist_appended, s->persist_dirty, s->dirty_bytes, now - s->persist_start);
     s->close_handles = 2;
     uv_close((uv_handle_t *)&s->persist_timer, close_handle_cb);
-    uv_close((uv_handle_t *)&s->demote_timer, close_handle_cb);
+    uv_close((uv_handle_t *)&s->clean_timer, close_handle_cb);
 }
 
 static void persist_step_cb(uv_timer_t *t)
@@ -518,39 +441,19 @@ static void persist_step_cb(uv_timer_t *t)
     persist_step(t->data);
 }
 
-struct persist_collect {
-    persist_key_t *keys;
-    size_t n;
-};
-
-static void collect_ram_only(const index_entry_t *e, void *arg)
-{
-    struct persist_collect *c = arg;
-
-    if ((e->flags & INDEX_F_RAM) && !(e->flags & (INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD)))
-        c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
-}
-
-/* Shutdown, once nothing is in flight: chunks that are only in RAM are written to the disk tier
- * first (bounded by STORE_PERSIST_MS), so that a clean restart finds every chunk; then the tier
- * drains. */
+/* Shutdown, once nothing is in flight: the chunks that are only in RAM (the dirty FIFO) are
+ * written to the disk tier first (bounded by STORE_PERSIST_MS), so that a clean restart finds
+ * every chunk; then the tier drains. */
 void store__persist_begin(store_t *s)
 {
-    struct persist_collect c = {0};
-
     if (s->disk == NULL) {
         s->close_done(s->close_arg);
         return;
     }
-    uv_timer_stop(&s->demote_timer);
+    uv_timer_stop(&s->clean_timer);
     s->persist_start = uv_now(s->loop);
     s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
-    c.keys = malloc((index_count(s->ix) + 1) * sizeof *c.keys);
-    if (c.keys != NULL)
-        index_foreach(s->ix, collect_ram_only, &c);
-    s->persist = c.keys;
-    s->npersist = c.n;
-    s->persist_next = 0;
+    s->persist_dirty = s->dirty_bytes;
     persist_step(s);
 }
 
@@ -678,7 +581,6 @@ static void read_done_cb(void *arg, int rc)
     free(r->heap);
     store_unpin(s, e); /* may drop an entry that failed its checksum */
     free(r);
-    store__demote_ahead(s);
 }
 
 /* Starts the read of disk-only entry e for slot (or joins the one in flight). 0, or -1 when
@@ -755,8 +657,8 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
 
         *slot = (batch_slot_t){.b = b, .i = i};
         if (e != NULL && store__in_arena(e)) {
-            /* RAM or quarantined: the arena bytes themselves, pinned for the callee */
-            index_touch(s->ix, e);
+            /* in RAM: the arena bytes themselves, pinned for the callee */
+            store__touch(s, e);
             s->st.hits++;
             if (!(e->flags & INDEX_F_RAM))
                 s->dk.hits++;
@@ -765,7 +667,7 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
         }
         if (e != NULL && !store__absent(e) && (e->flags & INDEX_F_DISK) && s->disk != NULL &&
             !s->closing) {
-            index_touch(s->ix, e);
+            store__touch(s, e);
             if (read_start(s, e, arena, slot, cost) == 0) {
                 b->outstanding++;
                 continue;
@@ -795,6 +697,7 @@ static void verified_cb(void *arg)
     index_entry_t *e = v->e;
 
     if (v->item.csum != e->csum && !(e->flags & INDEX_F_BAD)) {
+        store__dirty_del(s, e);
         e->flags |= INDEX_F_BAD; /* absent from now on; dropped with its last pin */
         verify_dropped(s, e, "release_corrupt");
     }

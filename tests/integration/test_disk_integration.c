@@ -377,8 +377,8 @@ START_TEST(test_capacity_holds_under_3x_fill)
     h = start(dir, "12MiB", "none", "2MiB");
     c = client(h);
     /* Paced, as the other tests: saves never wait for the disk, so chains saved faster than the
-     * demotions commit are dropped (demotions_refused) and would not reach the disk to fill it
-     * three times; the demoter's headroom is a quarter of this 4 MiB RAM tier, one chain. */
+     * cleaner writes them are dropped (demotions_refused) and would not reach the disk to fill
+     * it three times, however slowly the (loaded) machine flushes. */
     for (uint32_t s = 1; s <= 40; s++) { /* 4 MiB RAM + 3 x 12 MiB disk */
         ck_assert_int_eq(save_chain(c, s), PER);
         wait_flushed(h);

@@ -487,9 +487,9 @@ typedef struct {
     char dir[64];
 } dfixture_t;
 
-/* 1 MiB of RAM (16 chunks of 64 KiB) over a disk tier in a temp directory; the demoter keeps
- * free_target bytes ahead (0: automatic, 256 KiB here = 4 chunks). */
-static void dfixture_init(dfixture_t *d, uint64_t free_target)
+/* 1 MiB of RAM (16 chunks of 64 KiB) over a disk tier in a temp directory; the cleaner keeps
+ * clean_target bytes free or clean (0: automatic, half the RAM: 8 chunks). */
+static void dfixture_init(dfixture_t *d, uint64_t clean_target)
 {
     gates_cfg_t g;
     fixture_t *f = &d->f;
@@ -503,11 +503,11 @@ static void dfixture_init(dfixture_t *d, uint64_t free_target)
     f->cfg.disk.enabled = true;
     snprintf(f->cfg.disk.dir, sizeof f->cfg.disk.dir, "%s", d->dir);
     f->cfg.disk.capacity_bytes = 8 << 20;
-    f->cfg.disk.segment_bytes = 1 << 20;
-    f->cfg.disk.write_buffer_bytes = 512 << 10;
+    f->cfg.disk.segment_bytes = 2 << 20;
+    f->cfg.disk.write_buffer_bytes = 1 << 20; /* 8 records of 64 KiB in one batch */
     f->cfg.disk.compression = CODEC_MODE_OFF;
     f->cfg.disk.fsync = CONFIG_FSYNC_NONE;
-    f->cfg.ram.free_target_bytes = free_target;
+    f->cfg.ram.clean_target_bytes = clean_target;
     g = f->cfg.gates;
     f->nst = ns_table_new();
     ck_assert_int_eq(
@@ -561,7 +561,7 @@ static void loads_done_cb(void *arg)
     ((loads_t *)arg)->done = 1;
 }
 
-/* Bytes of a chunk in RAM or the quarantine, writable: the test scribbles over them as a client
+/* Bytes of a chunk in RAM, writable: the test scribbles over them as a client
  * mapping the arena could. */
 static uint8_t *arena_bytes(fixture_t *f, uint32_t c, uint32_t pos)
 {
@@ -572,13 +572,14 @@ static uint8_t *arena_bytes(fixture_t *f, uint32_t c, uint32_t pos)
 }
 
 /*
- * Demoted chunks stay readable from their quarantined extents and are lent from there; a chunk
- * lent while its write commits keeps its extent as its RAM copy; a chunk whose bytes changed
- * after they were committed is never written and is removed; a chunk removed while its write is
- * in flight has its extent freed once, by the write's commit. store_check() (index and arena
- * accounting) holds at every step.
+ * Write-back: once more than half the RAM is dirty, the cleaner writes the oldest saves by
+ * reference while they stay in RAM; a chunk lent while its write is in flight is unaffected;
+ * a chunk whose bytes changed after they were committed is never written and is removed; a
+ * chunk reported corrupt while its write is in flight goes once both are done. Evicting a clean
+ * chunk costs nothing and drops nothing. store_check() (index, dirty FIFO and arena accounting)
+ * holds at every step.
  */
-START_TEST(store_quarantine_lifecycle)
+START_TEST(store_write_back_lifecycle)
 {
     dfixture_t d;
     fixture_t *f = &d.f;
@@ -587,31 +588,24 @@ START_TEST(store_quarantine_lifecycle)
     kvt_wire_hash_t h7 = H(1, 7), h6 = H(1, 6), h5 = H(1, 5);
     store_ram_stats_t rs;
     store_disk_stats_t ds;
-    int done = 0;
-    kvt_wire_hash_t hs[8];
-    kvt_frame_t pl[8];
-    uint8_t *buf = malloc(8 * 65536);
 
     dfixture_init(&d, 0);
-    save_chain(f, 0, 1, 0, 8, 65536, 0, st); /* half the arena: nothing to demote */
+    save_chain(f, 0, 1, 0, 8, 65536, 0, st); /* half the arena dirty: nothing to write yet */
     store_ram_stats(f->st, 0, &rs);
-    ck_assert_uint_eq(rs.quarantined_bytes, 0);
-    ck_assert_uint_eq(rs.free_target_bytes, 256 << 10);
-    /* the second half fills the arena: at intake the demoter quarantines chain 1's 4 coldest
-     * tails (7, 6, 5, 4) before any flush starts (the kick is deferred to the next turn) */
-    for (uint32_t i = 0; i < 8; i++) {
-        hs[i] = H(2, i);
-        memset(buf + i * 65536, (int)(2 * 31 + i * 7), 65536);
-        pl[i] = (kvt_frame_t){buf + i * 65536, 65536};
-    }
-    ck_assert_int_eq(store_save(f->st, f->ns, 0, NULL, hs, 8, pl, 0, st, saved_cb, &done, NULL), 0);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.clean_target_bytes, 512 << 10);
+    ck_assert_uint_eq(rs.dirty_bytes, 8 * 65536);
+    ck_assert_uint_eq(ds.counts.wbuf, 0);
+    /* the second half makes the arena all dirty: when it is published the cleaner hands the
+     * oldest half (chain 1) to the disk, before any flush starts (the kick is deferred) */
+    save_chain(f, 0, 2, 0, 8, 65536, 0, st);
     store_ram_stats(f->st, 0, &rs);
-    ck_assert_uint_eq(rs.quarantined_bytes, 4 * 65536);
-    ck_assert_uint_eq(rs.ingest_bytes, 8 * 65536);
-    ck_assert_uint_eq(rs.used_bytes, 1 << 20);
-    ck_assert_uint_eq(rs.chunks, 4);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.dirty_bytes, 8 * 65536);
+    ck_assert_uint_eq(ds.counts.wbuf, 8);
+    ck_assert_uint_eq(rs.chunks, 16); /* still in RAM */
     ck_assert_int_eq(store_check(f->st), 0);
-    /* a quarantined chunk is lent from its extent */
+    /* a chunk being written is lent like any RAM chunk */
     ck_assert_int_eq(
         store_load_batch(f->st, f->ns, 0, &h7, 1, false, loaded_cb, loads_done_cb, &l, NULL), 0);
     ck_assert_int_eq(l.done, 1);
@@ -619,26 +613,23 @@ START_TEST(store_quarantine_lifecycle)
     ck_assert_uint_eq(((uint8_t *)l.got[0].data)[100], (uint8_t)(1 * 31 + 7 * 7));
     /* chunk 6 changes under the daemon (a client scribbling the arena): never written */
     arena_bytes(f, 1, 6)[1000] ^= 0xff;
-    /* chunk 5 changes too and a client reports it: removed, its write still in flight */
+    /* chunk 5 changes too and a client reports it while its write is in flight */
     arena_bytes(f, 1, 5)[2000] ^= 0xff;
     store_verify(f->st, f->ns, 0, &h5);
-    while (!done)
-        uv_run(&f->loop, UV_RUN_ONCE);
     run_until_flushed(f);
     for (int k = 0; k < 50; k++) /* the verification may finish after the flush */
         uv_run(&f->loop, UV_RUN_NOWAIT);
     ck_assert_int_eq(store_check(f->st), 0);
     store_ram_stats(f->st, 0, &rs);
     store_disk_stats(f->st, &ds);
-    ck_assert_uint_eq(rs.quarantined_bytes, 0);
-    ck_assert_uint_eq(rs.ingest_bytes, 0);
     ck_assert_uint_eq(rs.verify_drops, 2);
     ck_assert_uint_eq(rs.verifies, 1);
     ck_assert_uint_eq(ds.tier.verify_drops, 2);
-    ck_assert_uint_ge(ds.counts.chunks, 2); /* 7 and 4 (and what the demoter took since) */
+    ck_assert_uint_eq(ds.counts.demoted, 6);
+    ck_assert_uint_eq(ds.counts.chunks, 6);
     ck_assert_ptr_null(store_find(f->st, f->ns, 0, &h6));
     ck_assert_ptr_null(store_find(f->st, f->ns, 0, &h5));
-    /* chunk 7 was lent when its write committed: its extent is its RAM copy again, clean */
+    /* chunk 7, lent throughout, is clean now and still holds its bytes */
     {
         store_chunk_t *c = store_find(f->st, f->ns, 0, &h7);
         uint64_t len;
@@ -652,6 +643,89 @@ START_TEST(store_quarantine_lifecycle)
     }
     /* chunks 5 and 6 are gone, so chain 1 is a prefix of 5 (0..4 stored) */
     ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 5);
+    /* a third chain fills the arena again: it evicts clean chunks only, dropping nothing */
+    save_chain(f, 0, 3, 0, 8, 65536, 0, st);
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_int_eq(st[i], KVT_CHUNK_STORED);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_gt(ds.counts.demoted_clean, 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 5); /* from disk now, in part */
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
+/*
+ * A burst faster than the disk: when the RAM tier is full and the coldest chunks are still being
+ * written, they are spilled (out of the RAM tier, into the arena's write headroom, still
+ * readable) instead of dropping a chunk; each leaves RAM when its write commits, or when the
+ * reader that holds it then lets it go. store_check() holds at every step.
+ */
+START_TEST(store_burst_spills_writes_in_flight)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h[8], h7 = H(1, 7);
+    kvt_frame_t pl[8];
+    uint8_t *buf = malloc(8 * 65536);
+    store_ram_stats_t rs;
+    store_disk_stats_t ds;
+    int done = 0;
+
+    dfixture_init(&d, 0);
+    save_chain(f, 0, 1, 0, 8, 65536, 0, st);
+    save_chain(f, 0, 2, 0, 8, 65536, 0, st); /* the cleaner hands chain 1 to the disk */
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.wbuf, 8);
+    /* chain 3 arrives before the flush starts: the RAM tier is full, chain 1 is in flight */
+    for (uint32_t i = 0; i < 8; i++) {
+        h[i] = H(3, i);
+        memset(buf + i * 65536, (int)(3 * 31 + i * 7), 65536);
+        pl[i] = (kvt_frame_t){.data = buf + i * 65536, .len = 65536};
+    }
+    ck_assert_int_eq(store_save(f->st, f->ns, 0, NULL, h, 8, pl, 0, st, saved_cb, &done, NULL), 0);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.arena_bytes, 3u << 20); /* 1 MiB + 2 batches of 1 MiB */
+    ck_assert_uint_eq(rs.demoting_bytes, 8 * 65536);
+    ck_assert_uint_le(rs.used_bytes, rs.capacity_bytes);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_int_eq(store_check(f->st), 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8); /* spilled chunks are still there */
+    /* a reader takes spilled chunk 7 of chain 1 before its write commits */
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h7, 1, false, loaded_cb, loads_done_cb, &l, NULL), 0);
+    ck_assert_int_eq(l.done, 1);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
+    while (!done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_int_eq(st[i], KVT_CHUNK_STORED);
+    run_until_flushed(f);
+    ck_assert_int_eq(store_check(f->st), 0);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.demoting_bytes, 65536); /* the chunk the reader holds */
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_eq(ds.counts.chunks, 16); /* chain 1, and chain 2 once chain 3 came */
+    ck_assert_uint_eq(rs.chunks, 17);        /* chains 2 and 3, and the chunk the reader holds */
+    ck_assert_uint_le(rs.used_bytes, rs.capacity_bytes);
+    ck_assert_uint_eq(((uint8_t *)l.got[0].data)[65535], (uint8_t)(1 * 31 + 7 * 7));
+    store_unpin(f->st, l.got[0].chunk); /* written and let go: it leaves RAM */
+    store_ram_stats(f->st, 0, &rs);
+    ck_assert_uint_eq(rs.demoting_bytes, 0);
+    ck_assert_uint_eq(rs.chunks, 16);
+    ck_assert_int_eq(store_check(f->st), 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8); /* from disk */
+    /* the next save evicts the clean chunk first: nothing is dropped */
+    save_chain(f, 0, 4, 0, 1, 65536, 0, st);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_le(rs.used_bytes, rs.capacity_bytes);
     ck_assert_int_eq(store_check(f->st), 0);
     free(buf);
     dfixture_fini(&d);
@@ -719,11 +793,11 @@ START_TEST(store_drop_ns_pinned_and_others)
         0);
     save_chain(&f, 0, 1, 0, 4, 4096, 0, st);
     {
+        static const uint8_t zeros[4096];
+        kvt_frame_t pl = {.data = zeros, .len = sizeof zeros};
         int done = 0;
-        ck_assert_int_eq(store_save(f.st, other, 0, NULL, &h1, 1,
-                                    &(kvt_frame_t){.data = (const uint8_t[4096]){0}, .len = 4096},
-                                    0, st, saved_cb, &done, NULL),
-                         0);
+        ck_assert_int_eq(
+            store_save(f.st, other, 0, NULL, &h1, 1, &pl, 0, st, saved_cb, &done, NULL), 0);
         while (!done)
             uv_run(&f.loop, UV_RUN_ONCE);
     }
@@ -787,7 +861,8 @@ static Suite *suite(void)
     tcase_add_test(ts, store_leased_chain_survives_pressure);
     tcase_add_test(ts, store_nospace_when_all_leased);
     tcase_add_test(ts, store_long_save_keeps_chain);
-    tcase_add_test(ts, store_quarantine_lifecycle);
+    tcase_add_test(ts, store_write_back_lifecycle);
+    tcase_add_test(ts, store_burst_spills_writes_in_flight);
     tcase_add_test(ts, store_disk_read_lands_in_arena);
     tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);
