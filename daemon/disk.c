@@ -780,6 +780,11 @@ int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t
     return 0;
 }
 
+uint32_t disk_reads_pending(const disk_t *d)
+{
+    return d->reads_running + d->reads_queued;
+}
+
 void **disk_seg_user(disk_t *d, uint64_t seg)
 {
     seg_t *s = seg_find(d, seg);

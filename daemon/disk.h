@@ -102,6 +102,9 @@ typedef void (*disk_read_cb)(void *arg, int rc, void *data, uint64_t raw_len);
 int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t rank,
               uint64_t raw_len, disk_read_cb cb, void *arg);
 
+/* Reads queued or running. */
+uint32_t disk_reads_pending(const disk_t *d);
+
 /* The store's list head of segment seg, or NULL when the segment does not exist. */
 void **disk_seg_user(disk_t *d, uint64_t seg);
 

@@ -43,6 +43,8 @@
 #include <unistd.h>
 
 #define STATS_SESSIONS_MAX 256 /* sessions listed in status, most recently active first */
+#define STATS_TOP_SESSIONS 8   /* the largest consumers, listed apart */
+#define STATS_NS_PAGE 64       /* namespaces per status document (?namespaces=OFFSET pages) */
 #define STATS_LABELS_MAX 512   /* bytes of the labels of one metric line */
 
 /* --- the snapshot --- */
@@ -59,6 +61,20 @@ typedef struct {
     double mean_lookup_us;
 } stats_ns_t;
 
+/* The configured bounds of contract C3 (session.h), as status shows them. */
+typedef struct {
+    uint32_t max_clients, max_in_flight, session_max_namespaces, max_namespaces;
+    uint64_t session_reply_bytes, max_reply_bytes, session_held_bytes, max_held_bytes;
+    uint32_t session_max_reads, max_reads_queued;
+} stats_limits_t;
+
+typedef struct {
+    uint32_t total;  /* namespaces that exist */
+    uint32_t offset; /* of the first one listed (slot order) */
+    uint32_t shown;
+    uint32_t next; /* the offset of the next page, 0 when this is the last */
+} stats_page_t;
+
 typedef struct {
     const char *version;
     double uptime_s;
@@ -70,12 +86,20 @@ typedef struct {
     uint32_t clients;
     uint32_t save_ops_remembered;
     server_counters_t server; /* a copy; its op_latency pointer is not followed */
+    session_usage_t usage;    /* every session's holds and charges */
+    uint64_t held_bytes;
+    sessions_counters_t scount;
+    stats_limits_t limits;
+    uint64_t namespaces_removed;
     session_info_t *sessions;
     size_t nsessions;
+    session_info_t *top;
+    size_t ntop;
     stats_op_t *ops;
     size_t nops;
     stats_ns_t *namespaces;
     size_t nnamespaces;
+    stats_page_t page;
 } stats_doc_t;
 
 static void doc_free(stats_doc_t *d)
@@ -83,25 +107,29 @@ static void doc_free(stats_doc_t *d)
     if (d == NULL)
         return;
     free(d->sessions);
+    free(d->top);
     free(d->ops);
     free(d->namespaces);
     free(d);
 }
 
-static stats_doc_t *doc_take(const server_t *sv)
+/* A snapshot with the namespaces from offset on, at most max of them. */
+static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
 {
     stats_doc_t *d = calloc(1, sizeof *d);
+    const session_limits_t *lim;
     server_view_t v;
-    uint32_t nns;
+    uint32_t nns, seen = 0;
 
     if (d == NULL)
         return NULL;
     server_view(sv, &v);
     nns = ns_count(v.namespaces);
     d->sessions = calloc(STATS_SESSIONS_MAX, sizeof *d->sessions);
+    d->top = calloc(STATS_TOP_SESSIONS, sizeof *d->top);
     d->ops = calloc(server_op_count(), sizeof *d->ops);
-    d->namespaces = calloc(nns > 0 ? nns : 1, sizeof *d->namespaces);
-    if (d->sessions == NULL || d->ops == NULL || d->namespaces == NULL) {
+    d->namespaces = calloc(max < nns ? max : (nns > 0 ? nns : 1), sizeof *d->namespaces);
+    if (d->sessions == NULL || d->top == NULL || d->ops == NULL || d->namespaces == NULL) {
         doc_free(d);
         return NULL;
     }
@@ -117,6 +145,22 @@ static stats_doc_t *doc_take(const server_t *sv)
     d->save_ops_remembered = admission_remembered(v.admission);
     d->server = *v.counters;
     d->nsessions = sessions_info(v.sessions, v.now_ms, d->sessions, STATS_SESSIONS_MAX);
+    d->ntop = sessions_top(v.sessions, v.now_ms, d->top, STATS_TOP_SESSIONS);
+    sessions_usage(v.sessions, v.now_ms, &d->usage);
+    d->held_bytes = session_usage_held(&d->usage);
+    d->scount = *sessions_counters(v.sessions);
+    lim = sessions_limits(v.sessions);
+    d->limits = (stats_limits_t){.max_clients = lim->max_sessions,
+                                 .max_in_flight = lim->in_flight,
+                                 .session_max_namespaces = lim->namespaces,
+                                 .max_namespaces = ns_max(v.namespaces),
+                                 .session_reply_bytes = lim->reply_bytes,
+                                 .max_reply_bytes = lim->max_reply_bytes,
+                                 .session_held_bytes = lim->held_bytes,
+                                 .max_held_bytes = lim->max_held_bytes,
+                                 .session_max_reads = lim->disk_reads,
+                                 .max_reads_queued = v.cfg->disk.max_reads_queued};
+    d->namespaces_removed = ns_removed(v.namespaces);
     d->nops = server_op_count();
     for (size_t i = 0; i < d->nops; i++) {
         const hist_t *h = &v.counters->op_latency[i];
@@ -126,16 +170,24 @@ static stats_doc_t *doc_take(const server_t *sv)
                                  .p99_us = hist_percentile(h, 99.0),
                                  .max_us = hist_max(h)};
     }
-    for (uint32_t id = 1; id <= nns; id++) {
-        const ns_t *ns = ns_get(v.namespaces, id);
-        const server_timing_t *lt = &v.counters->ns_lookup[id];
-        stats_ns_t *o = &d->namespaces[d->nnamespaces++];
+    d->page = (stats_page_t){.total = nns, .offset = offset};
+    for (uint32_t slot = 0; slot < NS_MAX; slot++) {
+        const ns_t *ns = ns_at(v.namespaces, slot);
+        stats_ns_t *o;
 
+        if (ns == NULL || seen++ < offset)
+            continue;
+        if (d->nnamespaces == max) {
+            d->page.next = offset + (uint32_t)d->nnamespaces;
+            break;
+        }
+        o = &d->namespaces[d->nnamespaces++];
         o->ns = *ns;
         o->cfg = *gates_cfg(ns->gates);
         gates_state(ns->gates, &o->gates);
-        o->mean_lookup_us = lt->count ? (double)lt->sum_us / (double)lt->count : 0.0;
+        o->mean_lookup_us = ns->lookups ? (double)ns->lookup_us / (double)ns->lookups : 0.0;
     }
+    d->page.shown = (uint32_t)d->nnamespaces;
     return d;
 }
 
@@ -271,6 +323,18 @@ static const stats_field_t ram_fields[] = {
         "Arena bytes reserved by shared-memory saves not committed yet."),
     NUM(D, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
         "Bytes of chunks pinned by shared-memory loads not released yet."),
+    NUMM(D, "nospace_held", T_U64, ram.counts.nospace_held, COUNTER, NULL,
+         "Chunks refused for lack of room because leases, pins or reservations held it.",
+         "kvtier_ram_nospace_held_total", NULL),
+    NUMM(D, "leased_bytes", T_U64, usage.leased_bytes, GAUGE, "bytes",
+         "Bytes leased by lookups, until the leases expire (in 100 ms steps).",
+         "kvtier_ram_leased_bytes", NULL),
+    NUMM(D, "lent_bytes", T_U64, usage.lent_bytes, GAUGE, "bytes",
+         "Arena bytes of load replies lent to ZeroMQ (pinned until sent).", "kvtier_ram_lent_bytes",
+         NULL),
+    NUMM(D, "held_bytes", T_U64, held_bytes, GAUGE, "bytes",
+         "Leased, pinned, lent and reserved bytes: what eviction cannot take.",
+         "kvtier_ram_held_bytes", NULL),
 };
 
 static const stats_field_t recovery_fields[] = {
@@ -429,11 +493,91 @@ static const stats_field_t session_fields[] = {
         "Arena bytes its shared-memory saves reserved."),
     NUM(session_info_t, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
         "Bytes of chunks its shared-memory loads pinned."),
+    NUM(session_info_t, "in_flight", T_U32, use.in_flight, GAUGE, NULL,
+        "Its requests in flight: deferred replies and replies queued in ZeroMQ."),
+    NUM(session_info_t, "reply_bytes", T_U64, use.reply_bytes, GAUGE, "bytes",
+        "Bytes of those replies (heap copies and lent arena bytes)."),
+    NUM(session_info_t, "lent_bytes", T_U64, use.lent_bytes, GAUGE, "bytes",
+        "Arena bytes of its load replies lent to ZeroMQ."),
+    NUM(session_info_t, "disk_reads", T_U32, use.disk_reads, GAUGE, NULL,
+        "Disk reads its loads wait for."),
+    NUM(session_info_t, "leased_bytes", T_U64, use.leased_bytes, GAUGE, "bytes",
+        "Bytes its lookups leased, until the leases expire."),
+    NUM(session_info_t, "held_bytes", T_U64, held_bytes, GAUGE, "bytes",
+        "Leased, pinned, lent and reserved bytes (ram.session_held_share bounds them)."),
+    NUM(session_info_t, "stalled", T_BOOL, stalled, GAUGE, NULL,
+        "Its queue was full: its requests are dropped until its queued replies left."),
+    NUM(session_info_t, "refused", T_U64, refused, COUNTER, NULL,
+        "Its requests refused with EBUSY over a bound."),
+    NUM(session_info_t, "replies_dropped", T_U64, replies_dropped, COUNTER, NULL,
+        "Replies to it that were not delivered."),
 };
 
 static const stats_field_t session_elem = ELEM(session_fields, "One session.");
 
 ITEMS(doc_sessions, stats_doc_t, sessions, nsessions)
+ITEMS(doc_top, stats_doc_t, top, ntop)
+
+#define USE(k, t, m, kd, u, h, fam) NUMM(D, k, t, usage.m, kd, u, h, fam, NULL)
+
+static const stats_field_t usage_fields[] = {
+    USE("in_flight", T_U32, in_flight, GAUGE, NULL,
+        "Requests in flight: deferred replies and replies queued in ZeroMQ.",
+        "kvtier_server_in_flight"),
+    USE("reply_bytes", T_U64, reply_bytes, GAUGE, "bytes",
+        "Bytes of those replies (server.max_reply_bytes bounds them).",
+        "kvtier_server_reply_bytes"),
+    USE("lent_bytes", T_U64, lent_bytes, GAUGE, "bytes", "Arena bytes of them lent to ZeroMQ.",
+        NULL),
+    USE("disk_reads", T_U32, disk_reads, GAUGE, NULL, "Disk reads that load replies wait for.",
+        "kvtier_server_disk_reads"),
+    USE("leased_bytes", T_U64, leased_bytes, GAUGE, "bytes", "Bytes under lookup leases.", NULL),
+    USE("pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes", "Shared-memory load pins.", NULL),
+    USE("reserved_bytes", T_U64, reserved_bytes, GAUGE, "bytes", "Shared-memory reservations.",
+        NULL),
+    NUMM(D, "held_bytes", T_U64, held_bytes, GAUGE, "bytes",
+         "Leased, pinned, lent and reserved bytes (ram.max_held_share bounds them).",
+         "kvtier_server_held_bytes", NULL),
+    USE("namespaces", T_U32, namespaces, GAUGE, NULL, "Namespace declarations of sessions.", NULL),
+};
+
+#define LIM(k, t, m, u, h) NUM(D, k, t, limits.m, GAUGE, u, h)
+
+static const stats_field_t limits_fields[] = {
+    LIM("max_clients", T_U32, max_clients, NULL, "server.max_clients."),
+    LIM("max_in_flight", T_U32, max_in_flight, NULL, "server.max_in_flight (per session)."),
+    LIM("session_max_namespaces", T_U32, session_max_namespaces, NULL,
+        "server.session_max_namespaces."),
+    LIM("max_namespaces", T_U32, max_namespaces, NULL, "server.max_namespaces."),
+    LIM("session_reply_bytes", T_U64, session_reply_bytes, "bytes", "server.session_reply_bytes."),
+    LIM("max_reply_bytes", T_U64, max_reply_bytes, "bytes", "server.max_reply_bytes."),
+    LIM("session_held_bytes", T_U64, session_held_bytes, "bytes",
+        "ram.session_held_share x ram.capacity_bytes."),
+    LIM("max_held_bytes", T_U64, max_held_bytes, "bytes",
+        "ram.max_held_share x ram.capacity_bytes."),
+    LIM("session_max_reads", T_U32, session_max_reads, NULL, "disk.session_max_reads."),
+    LIM("max_reads_queued", T_U32, max_reads_queued, NULL, "disk.max_reads_queued."),
+};
+
+#define REF(k, b)                                                                                  \
+    {                                                                                              \
+        .key = k, .type = T_U64, .off = offsetof(D, scount.refused[b]), .kind = COUNTER,           \
+        .help = "Requests refused with EBUSY over this bound.",                                    \
+        .metric = "kvtier_server_refused_total", .labels = "bound=\"" k "\""                       \
+    }
+
+static const stats_field_t refused_fields[] = {
+    REF("clients", SESSION_BOUND_CLIENTS),
+    REF("in_flight", SESSION_BOUND_IN_FLIGHT),
+    REF("namespaces", SESSION_BOUND_NAMESPACES),
+    REF("max_namespaces", SESSION_BOUND_MAX_NAMESPACES),
+    REF("reply_bytes", SESSION_BOUND_REPLY_BYTES),
+    REF("max_reply_bytes", SESSION_BOUND_MAX_REPLY_BYTES),
+    REF("held_bytes", SESSION_BOUND_HELD),
+    REF("max_held_bytes", SESSION_BOUND_MAX_HELD),
+    REF("disk_reads", SESSION_BOUND_DISK_READS),
+    REF("max_disk_reads", SESSION_BOUND_MAX_DISK_READS),
+};
 
 static const stats_field_t server_fields[] = {
     NUMM(D, "clients", T_U32, clients, GAUGE, NULL, "Sessions remembered.", "kvtier_clients", NULL),
@@ -445,8 +589,10 @@ static const stats_field_t server_fields[] = {
          "Reply bytes sent (every part after the routing id).", "kvtier_bytes_sent_total", NULL),
     NUM(D, "bytes_committed", T_U64, server.bytes_committed, COUNTER, "bytes",
         "Payload bytes published through the shared arena."),
-    NUM(D, "replies_dropped", T_U64, server.replies_dropped, COUNTER, NULL,
-        "Replies ZeroMQ refused because the client's queue was full."),
+    NUMM(D, "replies_dropped", T_U64, server.replies_dropped, COUNTER, NULL,
+         "Replies not delivered: the client's queue was full or it was gone, or its session was "
+         "stalled or forgotten first.",
+         "kvtier_server_replies_dropped_total", NULL),
     NUM(D, "save_ops_remembered", T_U32, save_ops_remembered, GAUGE, NULL,
         "Save operations whose admission decision is remembered for their other ranks."),
     OBJ("errors", error_fields, "ERROR replies by class."),
@@ -457,6 +603,31 @@ static const stats_field_t server_fields[] = {
      .elem = &session_elem,
      .items = doc_sessions,
      .elem_size = sizeof(session_info_t)},
+    {.key = "top_sessions",
+     .type = T_ARRAY,
+     .kind = INFO,
+     .help = "The sessions holding the most (held + reply bytes), at most 8, largest first.",
+     .elem = &session_elem,
+     .items = doc_top,
+     .elem_size = sizeof(session_info_t)},
+    OBJ("usage", usage_fields, "What all sessions hold and have in flight."),
+    OBJ("limits", limits_fields, "The bounds on sessions (configuration)."),
+    OBJ("refused", refused_fields, "Requests refused with EBUSY, by bound."),
+    NUMM(D, "leases_capped", T_U64, server.leases_capped, COUNTER, NULL,
+         "Lookups answered without the lease they asked for (a held bound).",
+         "kvtier_server_leases_capped_total", NULL),
+    NUMM(D, "stalls", T_U64, scount.stalls, COUNTER, NULL,
+         "Sessions stalled because their queue was full (they did not read their replies).",
+         "kvtier_server_stalls_total", NULL),
+    NUM(D, "peers_gone", T_U64, scount.peers_gone, COUNTER, NULL,
+        "Sessions forgotten because a reply found their peer gone."),
+    NUM(D, "sessions_expired", T_U64, scount.expired, COUNTER, NULL,
+        "Sessions forgotten after server.client_idle_ms of silence."),
+    NUM(D, "namespaces_removed", T_U64, namespaces_removed, COUNTER, NULL,
+        "Namespaces removed: expired (no session, no chunk) or evicted."),
+    NUMM(D, "namespaces_evicted", T_U64, server.namespaces_evicted, COUNTER, NULL,
+         "Namespaces dropped with their chunks to make room for a new one.",
+         "kvtier_server_namespaces_evicted_total", NULL),
 };
 
 #define OPM(k, m, kd, u, h, fam, lab) NUMM(stats_op_t, k, T_U64, m, kd, u, h, fam, lab)
@@ -584,6 +755,15 @@ static void ns_labels(const void *elem, char *buf, size_t cap)
     snprintf(buf, cap, "ns=\"%s\",id=\"%u\"", n->ns.model, n->ns.id);
 }
 
+static const stats_field_t page_fields[] = {
+    NUMM(D, "total", T_U32, page.total, GAUGE, NULL, "Namespaces that exist.", "kvtier_namespaces",
+         NULL),
+    NUM(D, "offset", T_U32, page.offset, INFO, NULL, "The offset of the first one listed."),
+    NUM(D, "shown", T_U32, page.shown, INFO, NULL, "How many are listed."),
+    NUM(D, "next", T_U32, page.next, INFO, NULL,
+        "The offset of the next page (?namespaces=NEXT), 0 when this is the last."),
+};
+
 static const stats_field_t doc_fields[] = {
     TXT(D, "version", T_STR, version, "kvtierd's version."),
     NUM(D, "uptime_s", T_DOUBLE, uptime_s, GAUGE, "seconds", "Time since the daemon started."),
@@ -604,11 +784,13 @@ static const stats_field_t doc_fields[] = {
     {.key = "namespaces",
      .type = T_ARRAY,
      .kind = INFO,
-     .help = "The declared namespaces, by id.",
+     .help = "The namespaces, in table order: at most 64 per document (namespaces_page).",
      .elem = &ns_elem,
      .items = doc_namespaces,
      .elem_size = sizeof(stats_ns_t),
      .elem_labels = ns_labels},
+    OBJ("namespaces_page", page_fields,
+        "Which namespaces this document lists: GET /status?namespaces=OFFSET for the others."),
 };
 
 #undef N
@@ -725,9 +907,33 @@ static json_t *json_fields(const stats_field_t *fields, size_t n, const char *ba
     return o;
 }
 
+/* The offset of a query "namespaces=N" (other keys and malformed values are ignored). */
+static uint32_t query_offset(const char *query)
+{
+    const char *p = query;
+
+    while (p != NULL && *p != '\0') {
+        if (strncmp(p, "namespaces=", 11) == 0) {
+            char *end;
+            unsigned long v = strtoul(p + 11, &end, 10);
+            if (end != p + 11 && (*end == '\0' || *end == '&') && v <= NS_MAX)
+                return (uint32_t)v;
+        }
+        p = strchr(p, '&');
+        if (p != NULL)
+            p++;
+    }
+    return 0;
+}
+
 int stats_status_json(const server_t *sv, char **body, size_t *len)
 {
-    stats_doc_t *d = doc_take(sv);
+    return stats_status_json_query(sv, "", body, len);
+}
+
+int stats_status_json_query(const server_t *sv, const char *query, char **body, size_t *len)
+{
+    stats_doc_t *d = doc_take(sv, query_offset(query), STATS_NS_PAGE);
     json_t *root = d != NULL ? json_fields(doc_fields, NFIELDS(doc_fields), (const char *)d) : NULL;
 
     doc_free(d);
@@ -837,7 +1043,7 @@ static void metrics_fields(textbuf_t *tb, const stats_field_t *fields, size_t n,
 
 int stats_metrics_text(const server_t *sv, char **body, size_t *len)
 {
-    stats_doc_t *d = doc_take(sv);
+    stats_doc_t *d = doc_take(sv, 0, NS_MAX);
     textbuf_t tb = {.cap = 4096};
 
     tb.buf = malloc(tb.cap);

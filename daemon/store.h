@@ -52,11 +52,13 @@ typedef struct store store_t;
 typedef struct index_entry store_chunk_t;
 
 typedef struct {
-    uint64_t hits;      /* chunks found by lookups and loads (in any tier) */
-    uint64_t misses;    /* chunks asked by lookups and loads and not found */
-    uint64_t evictions; /* chunks evicted from RAM to make room */
-    uint64_t nospace;   /* chunks refused for lack of evictable space */
-    uint64_t stored;    /* chunks stored */
+    uint64_t hits;         /* chunks found by lookups and loads (in any tier) */
+    uint64_t misses;       /* chunks asked by lookups and loads and not found */
+    uint64_t evictions;    /* chunks evicted from RAM to make room */
+    uint64_t nospace;      /* chunks refused for lack of evictable space */
+    uint64_t nospace_held; /* of those, refused because leases, pins or reservations held the
+                              room (a chunk larger than the arena is the other cause) */
+    uint64_t stored;       /* chunks stored */
 } store_stats_t;
 
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */
@@ -160,6 +162,41 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
  * background, for the next load; nothing is reported. Without a disk tier, does nothing. (The
  * shared-memory load path answers from RAM only and calls this for its misses.) */
 void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
+
+/*
+ * Costs for the bounds of contract C3 (session.h): what a request would cost before it runs, so
+ * the server can charge it to a session or refuse it.
+ *
+ * store_load_cost: for a frames LOAD of n chunks of one rank, the bytes its RAM hits would lend
+ * (arena bytes pinned until the reply is sent), the bytes of the copies it would make (chunks in
+ * the disk write buffer, and chunks read from disk), and the disk reads it would queue. The load
+ * itself (store_load_batch) must follow in the same loop callback for the figures to hold.
+ */
+typedef struct {
+    uint64_t ram_bytes;  /* RAM-resident hits (lent) */
+    uint64_t copy_bytes; /* write-buffer hits and disk reads (malloc'd copies) */
+    uint32_t disk_reads; /* chunks only on disk */
+} store_cost_t;
+
+void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                     size_t n, store_cost_t *out);
+
+/* Leases (separate from store_lookup, so a lease can be refused over a bound): the payload bytes
+ * of the chunks of the prefix h[0..hit) that are not leased now (a lease is never extended), of
+ * rank, or of every rank with KVT_RANK_ALL (then the prefix of every rank); and the lease of
+ * those chunks until now_ms + ram.lease_ms. h may be unaligned. */
+uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                          uint32_t hit, uint64_t now_ms);
+void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
+                 uint64_t now_ms);
+
+/* Drops every chunk of ns from every tier (a namespace evicted to make room for another; its
+ * disk records become dead bytes). Returns 0 when none is left, or -EBUSY when pinned chunks
+ * had to stay (they go when their pins do; ns->chunks says how many). O(index). */
+int store_drop_namespace(store_t *s, ns_t *ns);
+
+/* Disk reads queued or running on the thread pool (0 without a disk tier). */
+uint32_t store_disk_reads(const store_t *s);
 
 /* Prefix hit of one rank; leases the hit chunks when lease is true. */
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,

@@ -102,6 +102,13 @@ static int write_config(harness_t *h, const char *extra_json)
     return rc;
 }
 
+const char *harness_kvtierd(void)
+{
+    const char *bin = getenv("KVT_TEST_KVTIERD");
+
+    return bin != NULL && bin[0] != '\0' ? bin : KVTIERD_PATH;
+}
+
 static void exec_daemon(const harness_t *h, pid_t parent)
 {
     sigset_t none;
@@ -118,7 +125,7 @@ static void exec_daemon(const harness_t *h, pid_t parent)
     fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (fd >= 0)
         dup2(fd, STDIN_FILENO);
-    execl(KVTIERD_PATH, "kvtierd", "-c", h->config_path, (char *)NULL);
+    execl(harness_kvtierd(), "kvtierd", "-c", h->config_path, (char *)NULL);
     _exit(127);
 }
 

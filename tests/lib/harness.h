@@ -48,6 +48,10 @@ typedef struct {
     uint32_t lease_ms;
 } harness_t;
 
+/* The kvtierd binary tests start: $KVT_TEST_KVTIERD when set (to run a test against another
+ * build, e.g. to see it fail on an older daemon), else the one of this build. */
+const char *harness_kvtierd(void);
+
 /* Starts a daemon (opts may be NULL) and returns once GET /status answers. Never NULL. */
 harness_t *harness_start(const harness_opts_t *opts);
 
