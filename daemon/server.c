@@ -51,6 +51,7 @@ static void sweep_cb(uv_timer_t *t)
     uint32_t gone;
 
     sessions_expire(sv->sessions, uv_now(sv->loop), sv->cfg->server.client_idle_ms);
+    store_disk_check(sv->store);
     gone = ns_expire(sv->nst);
     if (gone > 0)
         log_debug("namespaces_expired", "count=%u left=%u", gone, ns_count(sv->nst));

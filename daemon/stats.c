@@ -282,6 +282,7 @@ struct stats_field {
 
 static const char *const disk_state_words[] = {"off", "unavailable", "ok", "degraded", NULL};
 static const char *const data_path_words[] = {"none", "frames", "shm", NULL};
+static const char *const fault_op_words[] = {"", "write", "read", "segment", NULL};
 
 static bool tier_open(const void *base)
 {
@@ -417,7 +418,21 @@ static const stats_field_t disk_fields[] = {
      .type = T_ERRNO,
      .off = offsetof(D, disk.tier.last_error),
      .kind = INFO,
-     .help = "The error of the last failed flush.",
+     .help = "The error of the last fault: a failed flush or read, a segment truncated or deleted.",
+     .when = tier_open},
+    {.key = "last_error_op",
+     .type = T_WORD,
+     .off = offsetof(D, disk.tier.last_error_op),
+     .kind = INFO,
+     .help = "What last_error is of: \"\", \"write\", \"read\" or \"segment\".",
+     .words = fault_op_words,
+     .when = tier_open},
+    {.key = "segment_faults",
+     .type = T_U64,
+     .off = offsetof(D, disk.tier.segment_faults),
+     .kind = COUNTER,
+     .help = "Segment files found truncated or deleted under the daemon.",
+     .metric = "kvtier_disk_segment_faults_total",
      .when = tier_open},
     DISK("reclaimed_segments", reclaimed_segments, COUNTER, NULL,
          "Segments reclaimed (oldest first) to make room."),

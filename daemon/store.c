@@ -980,6 +980,12 @@ int store_drop_namespace(store_t *s, ns_t *ns)
     return ns->chunks == 0 && !c.failed ? 0 : -EBUSY;
 }
 
+void store_disk_check(store_t *s)
+{
+    if (s->disk != NULL && !s->closing)
+        disk_check_files(s->disk);
+}
+
 uint32_t store_disk_reads(const store_t *s)
 {
     return s->disk != NULL ? disk_reads_pending(s->disk) : 0;
@@ -1116,7 +1122,9 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
     } else {
         s->st.misses++;
         s->dk.misses++;
-        if (rc == -EBADMSG && same) {
+        /* a record that failed its check, or that cannot be read (a truncated segment, an I/O
+         * error), is gone: the next load must not try it again */
+        if ((rc == -EBADMSG || rc == -EIO) && same) {
             log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
                      c->ns, c->rank, c->loc.seg, c->loc.off);
             disk_forget(s, e);

@@ -195,6 +195,10 @@ void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_
  * had to stay (they go when their pins do; ns->chunks says how many). O(index). */
 int store_drop_namespace(store_t *s, ns_t *ns);
 
+/* Looks for segment files truncated or deleted under the daemon (disk_check_files): a fault
+ * that status reports. Without a disk tier, does nothing. Called once a second (the sweep). */
+void store_disk_check(store_t *s);
+
 /* Disk reads queued or running on the thread pool (0 without a disk tier). */
 uint32_t store_disk_reads(const store_t *s);
 

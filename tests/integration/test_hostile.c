@@ -48,93 +48,6 @@
 
 /* --- helpers --- */
 
-/* RssAnon of process pid in bytes (fails the test when unreadable). */
-static uint64_t rss_anon(pid_t pid)
-{
-    char path[64], line[256];
-    uint64_t kb = 0;
-    FILE *f;
-    int found = 0;
-
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-    while (fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "RssAnon: %lu kB", (unsigned long *)&kb) == 1) {
-            found = 1;
-            break;
-        }
-    fclose(f);
-    ck_assert_msg(found, "no RssAnon in %s", path);
-    return kb * 1024;
-}
-
-/* Saves n chunks of len bytes of chain seed through c (as chains of at most 16); returns how
- * many were stored or existed. */
-static size_t save_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank)
-{
-    kvt_hash_t *hs = calloc(n, sizeof *hs);
-    size_t ok = 0;
-
-    ck_assert_ptr_nonnull(hs);
-    harness_chain(seed, hs, n);
-    for (size_t at = 0; at < n; at += 16) {
-        size_t k = n - at < 16 ? n - at : 16;
-        const void *bufs[16];
-        size_t lens[16];
-        uint8_t out[16];
-        kvt_save_opts_t o = {.parent = at > 0 ? &hs[at - 1] : NULL};
-        for (size_t i = 0; i < k; i++) {
-            void *b = malloc(len);
-            ck_assert_ptr_nonnull(b);
-            harness_fill(b, len, rank, (uint64_t)seed << 32 | (at + i));
-            bufs[i] = b;
-            lens[i] = len;
-        }
-        if (kvt_save(c, &hs[at], k, bufs, lens, &o, out) == 0)
-            for (size_t i = 0; i < k; i++)
-                ok += out[i] == KVT_SAVE_STORED || out[i] == KVT_SAVE_EXISTS;
-        for (size_t i = 0; i < k; i++)
-            free((void *)bufs[i]);
-    }
-    free(hs);
-    return ok;
-}
-
-/* Loads chain seed (n chunks of len bytes) and fails on any chunk with other bytes; returns the
- * chunks that loaded. */
-static size_t load_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank)
-{
-    kvt_hash_t *hs = calloc(n, sizeof *hs);
-    size_t got = 0;
-
-    ck_assert_ptr_nonnull(hs);
-    harness_chain(seed, hs, n);
-    for (size_t at = 0; at < n; at += 16) {
-        size_t k = n - at < 16 ? n - at : 16, lens[16], caps[16], nhit = 0;
-        void *bufs[16];
-        int rc;
-        for (size_t i = 0; i < k; i++) {
-            bufs[i] = malloc(len);
-            caps[i] = len;
-        }
-        rc = kvt_load(c, &hs[at], k, bufs, caps, lens, &nhit);
-        ck_assert_msg(rc == 0, "kvt_load: %s (%s)", kvt_strerror(rc), kvt_last_error(c));
-        for (size_t i = 0; i < k; i++) {
-            if (lens[i] > 0) {
-                ck_assert_uint_eq(lens[i], len);
-                ck_assert_msg(
-                    harness_check_fill(bufs[i], len, rank, (uint64_t)seed << 32 | (at + i)),
-                    "chain %u chunk %zu loaded with other bytes", seed, at + i);
-                got++;
-            }
-            free(bufs[i]);
-        }
-    }
-    free(hs);
-    return got;
-}
-
 /* Sends a raw LOAD (protocol 1) of hs[0..n) in namespace ns without waiting for the reply. */
 static void raw_load_send(void *s, uint32_t ns, const kvt_hash_t *hs, size_t n, uint64_t rid,
                           int flags)
@@ -251,13 +164,13 @@ START_TEST(test_non_reading_client_disk)
     /* 80 chunks of 1 MiB through a 16 MiB RAM tier: most are on disk afterwards */
     owner = harness_client(h, "victim", 1, 0, 0);
     for (uint32_t k = 0; k < CHUNKS / 8; k++) /* paced: every demotion finds the buffer free */
-        ck_assert_uint_eq(save_chain(owner, 100 + k, 8, len, 0), 8);
+        ck_assert_uint_eq(harness_save_chain(owner, 100 + k, 8, len, 0), 8);
     for (uint32_t k = 0; k < CHUNKS / 8; k++)
         harness_chain(100 + k, &hs[8 * k], 8);
     st = harness_status(h);
     ck_assert_int_gt(harness_jint(st, "disk.chunks"), CHUNKS / 2);
     json_decref(st);
-    rss0 = rss_anon(h->pid);
+    rss0 = harness_rss_anon(h->pid);
 
     /* The attacker: RCVHWM 1, 300 LOADs of the 80 chunks, never reading. */
     ctx = zmq_ctx_new();
@@ -283,7 +196,7 @@ START_TEST(test_non_reading_client_disk)
     good = harness_client(h, "bystander", 1, 0, 0);
     t0 = harness_now_ms();
     for (uint32_t round = 0;; round++) {
-        uint64_t rss = rss_anon(h->pid);
+        uint64_t rss = harness_rss_anon(h->pid);
         int64_t queued, reqs;
         st = harness_status(h);
         ck_assert_ptr_nonnull(st);
@@ -299,8 +212,8 @@ START_TEST(test_non_reading_client_disk)
                       (unsigned long long)(rss >> 20));
         ck_assert_msg(queued <= (int64_t)reads_bound + 8, "%lld disk reads queued or running",
                       (long long)queued);
-        ck_assert_uint_eq(save_chain(good, 900 + round, 2, 64 * KIB, 0), 2);
-        ck_assert_uint_eq(load_chain(good, 900 + round, 2, 64 * KIB, 0), 2);
+        ck_assert_uint_eq(harness_save_chain(good, 900 + round, 2, 64 * KIB, 0), 2);
+        ck_assert_uint_eq(harness_load_chain(good, 900 + round, 2, 64 * KIB, 0), 2);
         if (reqs >= LOADS + 1 && round >= 10)
             break;
         ck_assert_msg(harness_now_ms() - t0 < 60000, "the daemon did not take the 300 loads");
@@ -350,7 +263,7 @@ START_TEST(test_non_reading_client_ram)
 
     /* 28 MiB of a 32 MiB arena, then 300 LOADs of all of it that are never read */
     for (uint32_t k = 0; k < CHUNKS / 16; k++)
-        ck_assert_uint_eq(save_chain(owner, 200 + k, 16, len, 0), 16);
+        ck_assert_uint_eq(harness_save_chain(owner, 200 + k, 16, len, 0), 16);
     for (uint32_t k = 0; k < CHUNKS / 16; k++)
         harness_chain(200 + k, &hs[16 * k], 16);
     ctx = zmq_ctx_new();
@@ -379,8 +292,8 @@ START_TEST(test_non_reading_client_ram)
     /* Another client's fresh chunks: they must find room, not be evicted by each other because
      * the attacker's loads pin the rest. */
     good = harness_client(h, "fresh", 1, 0, 0);
-    ck_assert_uint_eq(save_chain(good, 300, OTHERS, len, 0), OTHERS);
-    survived = load_chain(good, 300, OTHERS, len, 0);
+    ck_assert_uint_eq(harness_save_chain(good, 300, OTHERS, len, 0), OTHERS);
+    survived = harness_load_chain(good, 300, OTHERS, len, 0);
     st = harness_status(h);
     printf("non-reading client (RAM): %zu of %d fresh chunks survived; lent_bytes %lld, "
            "pinned chunks' replies dropped %lld\n",
@@ -413,7 +326,7 @@ START_TEST(test_max_in_flight)
     int busy = 0, received;
     uint32_t ns;
 
-    ck_assert_uint_eq(save_chain(c, 1, 4, 16 * KIB, 0), 4);
+    ck_assert_uint_eq(harness_save_chain(c, 1, 4, 16 * KIB, 0), 4);
     harness_chain(1, hs, 4);
     ns = harness_raw_hello(s, "window",
                            kvt_ns_fingerprint(&(kvt_ns_desc_t){.model = "window",
@@ -733,7 +646,7 @@ START_TEST(test_lease_starvation)
     for (uint32_t k = 0; k < 8; k++) {
         kvt_hash_t hs[8];
         kvt_lookup_result_t res = {0};
-        ck_assert_uint_eq(save_chain(hog, 400 + k, 8, len, 0), 8);
+        ck_assert_uint_eq(harness_save_chain(hog, 400 + k, 8, len, 0), 8);
         harness_chain(400 + k, hs, 8);
         ck_assert_int_eq(kvt_lookup(hog, hs, 8, &(kvt_lookup_opts_t){.lease = 1}, &res), 0);
         ck_assert_uint_eq(res.hit, 8);
@@ -741,10 +654,10 @@ START_TEST(test_lease_starvation)
     /* everyone else still stores and keeps fresh chunks */
     good = harness_client(h, "starved", 1, 0, 0);
     for (uint32_t k = 0; k < OTHERS / 8; k++)
-        stored += save_chain(good, 500 + k, 8, len, 0);
+        stored += harness_save_chain(good, 500 + k, 8, len, 0);
     survived = 0;
     for (uint32_t k = 0; k < OTHERS / 8; k++)
-        survived += load_chain(good, 500 + k, 8, len, 0);
+        survived += harness_load_chain(good, 500 + k, 8, len, 0);
     st = harness_status(h);
     printf("lease starvation: %zu of %d stored, %zu survive; leased_chunks %lld, leases_capped "
            "%lld, nospace %lld (held %lld)\n",
@@ -777,11 +690,11 @@ START_TEST(test_nospace_held_counted)
     kvt_lookup_result_t res = {0};
     json_t *st;
 
-    ck_assert_uint_eq(save_chain(c, 1, 16, len, 0), 16);
+    ck_assert_uint_eq(harness_save_chain(c, 1, 16, len, 0), 16);
     harness_chain(1, hs, 16);
     ck_assert_int_eq(kvt_lookup(c, hs, 16, &(kvt_lookup_opts_t){.lease = 1}, &res), 0);
     ck_assert_int_eq(res.leased, 1);
-    ck_assert_uint_eq(save_chain(c, 2, 4, len, 0), 0); /* NOSPACE: all of RAM is leased */
+    ck_assert_uint_eq(harness_save_chain(c, 2, 4, len, 0), 0); /* NOSPACE: all of RAM is leased */
     st = harness_status(h);
     ck_assert_int_eq(harness_jint(st, "ram.nospace"), 4);
     ck_assert_int_eq(harness_jint(st, "ram.nospace_held"), 4);
@@ -809,6 +722,7 @@ START_TEST(test_reserve_starvation)
     uint32_t ns;
     size_t stored = 0, survived = 0;
     int reserved = 0;
+    json_t *st;
 
     snprintf(arena, sizeof arena, "/dev/shm/kvt-hostile-%d.arena", (int)getpid());
     snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\", \"prefault\": false}}",
@@ -837,13 +751,15 @@ START_TEST(test_reserve_starvation)
 
     good = harness_client(h, "starved", 1, 0, 0);
     for (uint32_t k = 0; k < OTHERS / 8; k++)
-        stored += save_chain(good, 700 + k, 8, len, 0);
+        stored += harness_save_chain(good, 700 + k, 8, len, 0);
     for (uint32_t k = 0; k < OTHERS / 8; k++)
-        survived += load_chain(good, 700 + k, 8, len, 0);
+        survived += harness_load_chain(good, 700 + k, 8, len, 0);
+    st = harness_status(h);
     printf("reserve starvation: hog reserved %d of %d chunks; others stored %zu of %d, %zu "
            "survive; refused held_bytes %lld\n",
            reserved, HOG, stored, OTHERS, survived,
-           (long long)harness_stat(h, "server.refused.held_bytes"));
+           (long long)jint_or(st, "server.refused.held_bytes"));
+    json_decref(st);
     ck_assert_uint_eq(stored, OTHERS);
     ck_assert_uint_ge(survived, OTHERS / 2);
     zmq_close(s);
@@ -889,7 +805,7 @@ START_TEST(test_modes_under_umask0)
     h = harness_start(&o);
     c = harness_client(h, "modes", 1, 0, 0);
     for (uint32_t k = 0; k < 12; k++) /* 6 MiB in a 4 MiB arena: some reach the disk */
-        ck_assert_uint_eq(save_chain(c, 1 + k, 8, 64 * KIB, 0), 8);
+        ck_assert_uint_eq(harness_save_chain(c, 1 + k, 8, 64 * KIB, 0), 8);
     kvt_close(&c);
 
     ck_assert_uint_eq(mode_of(h->endpoint + 6, S_IFSOCK), 0660);

@@ -408,6 +408,88 @@ int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key)
     return ok;
 }
 
+uint64_t harness_rss_anon(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kb = 0;
+    FILE *f;
+    int found = 0;
+
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "RssAnon: %lu kB", (unsigned long *)&kb) == 1) {
+            found = 1;
+            break;
+        }
+    fclose(f);
+    ck_assert_msg(found, "no RssAnon in %s", path);
+    return kb * 1024;
+}
+
+size_t harness_save_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank)
+{
+    kvt_hash_t *hs = calloc(n, sizeof *hs);
+    size_t ok = 0;
+
+    ck_assert_ptr_nonnull(hs);
+    harness_chain(seed, hs, n);
+    for (size_t at = 0; at < n; at += 16) {
+        size_t k = n - at < 16 ? n - at : 16;
+        const void *bufs[16];
+        size_t lens[16];
+        uint8_t out[16];
+        kvt_save_opts_t o = {.parent = at > 0 ? &hs[at - 1] : NULL};
+        for (size_t i = 0; i < k; i++) {
+            void *b = malloc(len);
+            ck_assert_ptr_nonnull(b);
+            harness_fill(b, len, rank, (uint64_t)seed << 32 | (at + i));
+            bufs[i] = b;
+            lens[i] = len;
+        }
+        if (kvt_save(c, &hs[at], k, bufs, lens, &o, out) == 0)
+            for (size_t i = 0; i < k; i++)
+                ok += out[i] == KVT_SAVE_STORED || out[i] == KVT_SAVE_EXISTS;
+        for (size_t i = 0; i < k; i++)
+            free((void *)bufs[i]);
+    }
+    free(hs);
+    return ok;
+}
+
+size_t harness_load_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank)
+{
+    kvt_hash_t *hs = calloc(n, sizeof *hs);
+    size_t got = 0;
+
+    ck_assert_ptr_nonnull(hs);
+    harness_chain(seed, hs, n);
+    for (size_t at = 0; at < n; at += 16) {
+        size_t k = n - at < 16 ? n - at : 16, lens[16], caps[16], nhit = 0;
+        void *bufs[16];
+        int rc;
+        for (size_t i = 0; i < k; i++) {
+            bufs[i] = malloc(len);
+            caps[i] = len;
+        }
+        rc = kvt_load(c, &hs[at], k, bufs, caps, lens, &nhit);
+        ck_assert_msg(rc == 0, "kvt_load: %s (%s)", kvt_strerror(rc), kvt_last_error(c));
+        for (size_t i = 0; i < k; i++) {
+            if (lens[i] > 0) {
+                ck_assert_uint_eq(lens[i], len);
+                ck_assert_msg(
+                    harness_check_fill(bufs[i], len, rank, (uint64_t)seed << 32 | (at + i)),
+                    "chain %u chunk %zu loaded with other bytes", seed, at + i);
+                got++;
+            }
+            free(bufs[i]);
+        }
+    }
+    free(hs);
+    return got;
+}
+
 /* --- raw ZeroMQ peers --- */
 
 void *harness_raw_open(void *ctx, const char *endpoint, int rcv_timeout_ms)

@@ -110,6 +110,18 @@ void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n);
 void harness_fill(void *buf, size_t len, uint32_t rank, uint64_t key);
 int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key);
 
+/* Saves chain seed: n chunks of len bytes (harness_chain(seed)), in calls of at most 16 chained by
+ * parent, each filled with harness_fill(rank, seed << 32 | i). Returns how many were stored or
+ * existed (a failed call counts none). */
+size_t harness_save_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank);
+
+/* Loads chain seed as saved by harness_save_chain and fails the test on any chunk that loads with
+ * other bytes or another length; returns how many loaded. */
+size_t harness_load_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank);
+
+/* RssAnon of process pid in bytes (/proc/<pid>/status; fails the test when unreadable). */
+uint64_t harness_rss_anon(pid_t pid);
+
 /* Monotonic milliseconds. */
 int64_t harness_now_ms(void);
 
