@@ -198,6 +198,8 @@ typedef struct {
 static int errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Formats a message; control characters (a key or a value from the file may hold a newline)
+ * become '?', so that the message stays one line (fuzz_config found a key "\n..."). */
 static int errf(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -207,6 +209,9 @@ static int errf(char *err, size_t errlen, const char *fmt, ...)
         if (vsnprintf(err, errlen, fmt, ap) < 0)
             err[0] = '\0';
         va_end(ap);
+        for (char *p = err; *p != '\0'; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
     }
     return -1;
 }
