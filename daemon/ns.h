@@ -47,6 +47,9 @@ typedef struct {
                                re-declared from disk since the start) */
     uint64_t lookup_us;     /* LOOKUP service time, summed (the lookup-skip gate's figures) */
     uint64_t lookups;       /* LOOKUPs timed */
+    uint64_t drops;         /* operator drops that matched it (server_drop_ns) */
+    uint64_t drop_chunks;   /* chunks they removed */
+    uint64_t drop_bytes;    /* payload bytes they removed */
     gates_t *gates;
 } ns_t;
 

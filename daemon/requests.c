@@ -46,13 +46,16 @@
 static int hello_declare(server_t *sv, const ns_ident_t *id, const char *model, ns_t **out)
 {
     int rc = ns_declare(sv->nst, id, config_gates_for(sv->cfg, model), out);
+    store_drop_t d;
     ns_t *victim;
 
     if (rc != -ENOSPC || (victim = ns_victim(sv->nst)) == NULL)
         return rc;
-    if (store_drop_namespace(sv->store, victim) != 0)
+    if (store_evict_ns(sv->store, victim, &d) != 0)
         return -ENOSPC;
-    log_info("namespace_evicted", "ns=%s id=%u for=%s", victim->model, victim->id, model);
+    log_info("namespace_evicted",
+             "ns=\"%s\" id=%u chunks=%" PRIu64 " pinned=%" PRIu64 " for=\"%s\"", victim->model,
+             victim->id, d.chunks, d.pinned, model);
     sv->counters.namespaces_evicted++;
     ns_remove(sv->nst, victim);
     return ns_declare(sv->nst, id, config_gates_for(sv->cfg, model), out);

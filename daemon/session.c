@@ -135,7 +135,8 @@ static int ring_add(lease_ring_t *r, uint64_t bytes, uint64_t until_ms)
 
     if (r->n > 0) {
         struct lease_bucket *tail = &r->b[(r->head + r->n - 1) % r->cap];
-        if (tail->until_ms >= until) { /* same bucket (never earlier: one lease time for all) */
+        if (tail->until_ms >= until) { /* same bucket, or earlier after a reload shortened
+                                          ram.lease_ms: the cost then outlives its lease */
             tail->bytes += bytes;
             return 0;
         }

@@ -279,7 +279,7 @@ START_TEST(test_enospc_restart)
     }
     h = start(dir, "16MiB", "1MiB", 4u << 20);
     c = harness_client(h, "faults", 1, 0, 0);
-    save_chains(h, c, 1, 10, 0); /* 10 MiB through 4 MiB of RAM onto a 2 MiB filesystem */
+    save_chains(h, c, 1, 10, 1); /* 10 MiB through 4 MiB of RAM onto a 2 MiB filesystem */
     st = wait_state(h, "degraded");
     ck_assert_str_eq(disk_str(st, "last_error"), strerror(ENOSPC));
     ck_assert_str_eq(disk_str(st, "last_error_op"), "write");
