@@ -305,8 +305,8 @@ static void do_load_shm(server_t *sv, const server_req_t *r)
     if (!shm_ok(sv, r))
         return;
     /* its load pins within the held bounds (contract C3) */
-    store_load_cost(sv->store, ns, l->rank, l->hashes, l->nhashes, &cost);
-    if (!server__admit(sv, r, &(session_charge_t){0}, cost.ram_bytes))
+    store_load_cost(sv->store, ns, l->rank, l->hashes, l->nhashes, uv_now(sv->loop), &cost);
+    if (!server__admit(sv, r, &(session_charge_t){0}, cost.ram_new_bytes))
         return;
     session_set_path(ss, SESSION_PATH_SHM);
     m.hdr.flags = KVT_LOADR_SHM;
@@ -429,10 +429,10 @@ static void do_load(server_t *sv, const server_req_t *r)
     }
     session_set_path(ss, SESSION_PATH_FRAMES);
     /* its reply bytes, lent arena bytes and disk reads within the bounds (contract C3) */
-    store_load_cost(sv->store, ns, l->rank, l->hashes, l->nhashes, &cost);
+    store_load_cost(sv->store, ns, l->rank, l->hashes, l->nhashes, uv_now(sv->loop), &cost);
     if (!server__admit(sv, r,
                        &(session_charge_t){.reply_bytes = cost.ram_bytes + cost.copy_bytes,
-                                           .lent_bytes = cost.ram_bytes,
+                                           .lent_bytes = cost.ram_new_bytes,
                                            .disk_reads = cost.disk_reads},
                        0))
         return;

@@ -207,7 +207,7 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
 }
 
 void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                     size_t n, store_cost_t *out)
+                     size_t n, uint64_t now_ms, store_cost_t *out)
 {
     *out = (store_cost_t){0};
     for (size_t i = 0; i < n; i++) {
@@ -216,6 +216,9 @@ void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_
             continue;
         if (e->flags & INDEX_F_RAM) {
             out->ram_bytes += e->len;
+            /* held already: leased without a disk copy (eviction cannot take it anyway) */
+            if (!index_leased(e, now_ms) || (e->flags & INDEX_F_DISK))
+                out->ram_new_bytes += e->len;
         } else if (e->flags & INDEX_F_WBUF) {
             out->copy_bytes += e->len;
         } else if ((e->flags & INDEX_F_DISK) && s->disk != NULL && !s->closing) {
@@ -259,7 +262,8 @@ static void lease_cost_cb(index_entry_t *e, void *arg)
 {
     struct lease_acc *a = arg;
 
-    if (!index_leased(e, a->now_ms))
+    /* a lease holds RAM only for a chunk that is in RAM and nowhere else (index_victim) */
+    if (!index_leased(e, a->now_ms) && (e->flags & INDEX_F_RAM) && !(e->flags & INDEX_F_DISK))
         a->bytes += e->len;
 }
 

@@ -168,24 +168,29 @@ void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_has
  * Costs for the bounds of contract C3 (session.h): what a request would cost before it runs, so
  * the server can charge it to a session or refuse it.
  *
- * store_load_cost: for a frames LOAD of n chunks of one rank, the bytes its RAM hits would lend
- * (arena bytes pinned until the reply is sent), the bytes of the copies it would make (chunks in
- * the disk write buffer, and chunks read from disk), and the disk reads it would queue. The load
- * itself (store_load_batch) must follow in the same loop callback for the figures to hold.
+ * store_load_cost: for a LOAD of n chunks of one rank, the bytes its RAM hits would lend or pin
+ * (arena bytes held until the reply is sent or released), of which the bytes of chunks that a
+ * lease does not hold already (one leased at now_ms without a disk copy: pinning it holds nothing
+ * more), the bytes of
+ * the copies it would make (chunks in the disk write buffer, and chunks read from disk), and the
+ * disk reads it would queue. The load itself must follow in the same loop callback for the
+ * figures to hold.
  */
 typedef struct {
-    uint64_t ram_bytes;  /* RAM-resident hits (lent) */
-    uint64_t copy_bytes; /* write-buffer hits and disk reads (malloc'd copies) */
-    uint32_t disk_reads; /* chunks only on disk */
+    uint64_t ram_bytes;     /* RAM-resident hits (lent, or pinned for a shared-memory load) */
+    uint64_t ram_new_bytes; /* of those, the bytes of chunks no lease holds */
+    uint64_t copy_bytes;    /* write-buffer hits and disk reads (malloc'd copies) */
+    uint32_t disk_reads;    /* chunks only on disk */
 } store_cost_t;
 
 void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                     size_t n, store_cost_t *out);
+                     size_t n, uint64_t now_ms, store_cost_t *out);
 
 /* Leases (separate from store_lookup, so a lease can be refused over a bound): the payload bytes
- * of the chunks of the prefix h[0..hit) that are not leased now (a lease is never extended), of
- * rank, or of every rank with KVT_RANK_ALL (then the prefix of every rank); and the lease of
- * those chunks until now_ms + ram.lease_ms. h may be unaligned. */
+ * that leasing the prefix h[0..hit) would hold in RAM: its chunks that are not leased now (a lease
+ * is never extended) and are in RAM only (a chunk with a disk copy may leave RAM while leased:
+ * index.h), of rank, or of every rank with KVT_RANK_ALL (then the prefix of every rank); and the
+ * lease of the prefix's chunks until now_ms + ram.lease_ms. h may be unaligned. */
 uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                           uint32_t hit, uint64_t now_ms);
 void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
