@@ -590,6 +590,50 @@ static double jnum(const json_t *obj, const char *path)
     return json_is_number(v) ? json_number_value(v) : -1;
 }
 
+/* The bounds of contract C3 at work and the sessions that hold the most (server.top_sessions):
+ * lines after the summary's, only when there is something to say. */
+static void print_consumers(const json_t *st)
+{
+    const json_t *top = tool_json_path(st, "server.top_sessions"), *s;
+    double refused = 0, stalls = jnum(st, "server.stalls"),
+           dropped = jnum(st, "server.replies_dropped");
+    const json_t *ref = tool_json_path(st, "server.refused");
+    char a[32], b[32], c[32], d[32], e[32], f[32];
+    const char *key;
+    json_t *v;
+    size_t i;
+
+    json_object_foreach((json_t *)ref, key, v) refused +=
+        json_is_integer(v) ? (double)json_integer_value(v) : 0;
+    if (refused > 0 || stalls > 0 || dropped > 0) {
+        printf("refused %.0f (", refused);
+        i = 0;
+        json_object_foreach((json_t *)ref, key,
+                            v) if (json_is_integer(v) && json_integer_value(v) > 0)
+            printf("%s%s %lld", i++ ? ", " : "", key, (long long)json_integer_value(v));
+        printf("), stalled sessions %.0f, replies dropped %.0f\n", stalls, dropped);
+    }
+    if (json_array_size(top) == 0)
+        return;
+    printf("top sessions: held %s of %s per session, replies %s per session\n",
+           tool_human_bytes(jnum(st, "ram.held_bytes"), a, sizeof a),
+           tool_human_bytes(jnum(st, "server.limits.session_held_bytes"), b, sizeof b),
+           tool_human_bytes(jnum(st, "server.limits.session_reply_bytes"), c, sizeof c));
+    json_array_foreach(top, i, s)
+    {
+        const char *id = json_string_value(json_object_get(s, "id"));
+        printf("  %s: held %s (leased %s, pinned %s, lent %s, reserved %s), %.0f in flight, "
+               "%s queued, %.0f disk reads%s\n",
+               id ? id : "?", tool_human_bytes(jnum(s, "held_bytes"), a, sizeof a),
+               tool_human_bytes(jnum(s, "leased_bytes"), b, sizeof b),
+               tool_human_bytes(jnum(s, "pinned_bytes"), c, sizeof c),
+               tool_human_bytes(jnum(s, "lent_bytes"), d, sizeof d),
+               tool_human_bytes(jnum(s, "reserved_bytes"), e, sizeof e), jnum(s, "in_flight"),
+               tool_human_bytes(jnum(s, "reply_bytes"), f, sizeof f), jnum(s, "disk_reads"),
+               json_is_true(json_object_get(s, "stalled")) ? ", stalled" : "");
+    }
+}
+
 static void print_status_summary(const json_t *st)
 {
     const char *version = json_string_value(json_object_get(st, "version"));
@@ -615,12 +659,20 @@ static void print_status_summary(const json_t *st)
                    jnum(st, "disk.chunks"), jnum(st, "disk.hits"), jnum(st, "disk.misses"));
     }
     printf("clients %.0f\n", jnum(st, "server.clients"));
-    printf("namespaces %zu\n", json_array_size(nss));
+    /* status lists 64 namespaces per page; the count is all of them (an older daemon lists all) */
+    printf("namespaces %.0f\n", jnum(st, "server.namespaces_declared") >= 0
+                                    ? jnum(st, "server.namespaces_declared")
+                                    : (double)json_array_size(nss));
     json_array_foreach(nss, i, ns)
     {
         const char *model = json_string_value(json_object_get(ns, "model"));
         printf("  %s: %.0f chunks\n", model ? model : "?", jnum(ns, "chunks"));
     }
+    if (jnum(st, "namespaces_page.next") > 0)
+        printf("  ... %.0f more (GET /status?namespaces=%.0f)\n",
+               jnum(st, "namespaces_page.total") - jnum(st, "namespaces_page.shown"),
+               jnum(st, "namespaces_page.next"));
+    print_consumers(st);
 }
 
 /* A number of seconds in [0.1, 86400] (a fraction allowed): 0, or -1. */
