@@ -22,13 +22,8 @@
 #include "codec.h"
 #include "record.h"
 
-#define FUZZ_CHECK(c)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_codec: check failed at line %d: %s\n", __LINE__, #c);            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_codec"
+#include "fuzz_check.h"
 
 #define FUZZ_RAW_MAX 65536u
 

@@ -18,13 +18,8 @@
 
 #include "config.h"
 
-#define FUZZ_CHECK(c)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_config: check failed at line %d: %s\n", __LINE__, #c);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_config"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

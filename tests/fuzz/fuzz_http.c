@@ -23,13 +23,8 @@
 
 #include "http.h"
 
-#define FUZZ_CHECK(c)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_http: check failed at line %d: %s\n", __LINE__, #c);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_http"
+#include "fuzz_check.h"
 
 static volatile unsigned sink;
 

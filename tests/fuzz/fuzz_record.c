@@ -23,13 +23,8 @@
 #include "kvt_proto.h"
 #include "record.h"
 
-#define FUZZ_CHECK(c)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_record: check failed at line %d: %s\n", __LINE__, #c);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_record"
+#include "fuzz_check.h"
 
 #define OFF_SUM 80u /* the checksum field (record.h) */
 

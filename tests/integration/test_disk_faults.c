@@ -52,21 +52,6 @@ static harness_t *start(const char *dir, const char *capacity, const char *segme
     return harness_start(&o);
 }
 
-static int pred_drained(json_t *st, void *arg)
-{
-    (void)arg;
-    return harness_jint(st, "disk.write_buffer_chunks") == 0 &&
-           harness_jint(st, "disk.reads_in_flight") == 0;
-}
-
-static void wait_drained(const harness_t *h)
-{
-    json_t *st = harness_wait_status(h, pred_drained, NULL, HARNESS_DEADLINE_MS);
-
-    ck_assert_msg(st != NULL, "the write buffer never drained");
-    json_decref(st);
-}
-
 static const char *disk_str(json_t *st, const char *key)
 {
     json_t *v = json_object_get(json_object_get(st, "disk"), key);
@@ -95,7 +80,7 @@ static void save_chains(const harness_t *h, kvt_client_t *c, uint32_t first, uin
     for (uint32_t s = first; s <= last; s++) {
         ck_assert_uint_eq(harness_save_chain(c, s, PER, CH, 0), PER);
         if (paced)
-            wait_drained(h);
+            harness_wait_disk_drained(h);
     }
 }
 
@@ -182,6 +167,22 @@ static void report(const harness_t *h, uint32_t last, const char *what)
     kvt_close(&c);
 }
 
+/* The end of a segment fault test (chains 1..8 saved, the oldest segment damaged): writes and
+ * reads succeed again, so the tier is ok again (chain 4's records are in a later segment); then
+ * a restart serves no wrong byte. */
+static void segment_fault_end(harness_t **h, kvt_client_t **c, const char *dir, char **segs,
+                              size_t n, const char *what)
+{
+    uint32_t next = 9;
+
+    recover_ok(*h, *c, &next, 4);
+    kvt_close(c);
+    free_paths(segs, n);
+    restart(h, dir, "64MiB", "2MiB");
+    report(*h, next - 1, what);
+    harness_stop(h);
+}
+
 static int pred_segment_faults(json_t *st, void *arg)
 {
     return harness_jint(st, "disk.segment_faults") >= *(int64_t *)arg;
@@ -193,7 +194,6 @@ START_TEST(test_truncated_segment)
     harness_t *h;
     kvt_client_t *c;
     size_t n, loaded;
-    uint32_t next = 9;
     int64_t one = 1;
     struct stat sb;
     json_t *st;
@@ -217,13 +217,7 @@ START_TEST(test_truncated_segment)
            "chain loaded\n",
            disk_str(st, "last_error"), disk_str(st, "last_error_op"), loaded, PER);
     json_decref(st);
-    /* writes and reads succeed again: ok (chain 4's records are in a later segment) */
-    recover_ok(h, c, &next, 4);
-    kvt_close(&c);
-    free_paths(segs, n);
-    restart(&h, dir, "64MiB", "2MiB");
-    report(h, next - 1, "truncated segment");
-    harness_stop(&h);
+    segment_fault_end(&h, &c, dir, segs, n, "truncated segment");
 }
 END_TEST
 
@@ -233,7 +227,6 @@ START_TEST(test_deleted_segment)
     harness_t *h;
     kvt_client_t *c;
     size_t n;
-    uint32_t next = 9;
     int64_t one = 1;
     json_t *st;
 
@@ -252,12 +245,7 @@ START_TEST(test_deleted_segment)
     json_decref(st);
     /* still readable through the open descriptor until the restart */
     ck_assert_uint_eq(harness_load_chain(c, 1, PER, CH, 0), PER);
-    recover_ok(h, c, &next, 4);
-    kvt_close(&c);
-    free_paths(segs, n);
-    restart(&h, dir, "64MiB", "2MiB");
-    report(h, next - 1, "deleted segment");
-    harness_stop(&h);
+    segment_fault_end(&h, &c, dir, segs, n, "deleted segment");
 }
 END_TEST
 
@@ -354,14 +342,6 @@ START_TEST(test_unwritable_directory)
 }
 END_TEST
 
-static uint64_t prng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 START_TEST(test_bit_flips_across_segments)
 {
     enum { FLIPS = 64 };
@@ -381,7 +361,7 @@ START_TEST(test_bit_flips_across_segments)
     n = segments(dir, segs, 64);
     ck_assert_uint_ge(n, 3);
     for (int i = 0; i < FLIPS; i++) {
-        const char *p = segs[prng(&rng) % n];
+        const char *p = segs[harness_prng(&rng) % n];
         struct stat sb;
         uint8_t b;
         off_t off;
@@ -389,9 +369,9 @@ START_TEST(test_bit_flips_across_segments)
         ck_assert_int_ge(fd, 0);
         ck_assert_int_eq(fstat(fd, &sb), 0);
         if (sb.st_size > 0) {
-            off = (off_t)(prng(&rng) % (uint64_t)sb.st_size);
+            off = (off_t)(harness_prng(&rng) % (uint64_t)sb.st_size);
             ck_assert_int_eq(pread(fd, &b, 1, off), 1);
-            b ^= (uint8_t)(1u << (prng(&rng) % 8));
+            b ^= (uint8_t)(1u << (harness_prng(&rng) % 8));
             ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
             flipped++;
         }

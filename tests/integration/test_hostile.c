@@ -48,6 +48,23 @@
 
 /* --- helpers --- */
 
+/* A raw DEALER for namespace model (declared by harness_client: the same layout) with a receive
+ * high-water mark of rcvhwm messages; its ns id in *ns. */
+static void *attacker_open(void *ctx, const harness_t *h, const char *model, int rcvhwm,
+                           uint32_t *ns)
+{
+    kvt_ns_desc_t d = harness_ns_desc(model, 1, 0, 32);
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+
+    ck_assert_ptr_nonnull(s);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
+    zmq_setsockopt(s, ZMQ_LINGER, &(int){0}, sizeof(int));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &(int){5000}, sizeof(int));
+    ck_assert_int_eq(zmq_connect(s, h->endpoint), 0);
+    *ns = harness_raw_hello(s, model, kvt_ns_fingerprint(&d), 0, 1, 1);
+    return s;
+}
+
 /* Sends a raw LOAD (protocol 1) of hs[0..n) in namespace ns without waiting for the reply. */
 static void raw_load_send(void *s, uint32_t ns, const kvt_hash_t *hs, size_t n, uint64_t rid,
                           int flags)
@@ -143,7 +160,7 @@ START_TEST(test_non_reading_client_disk)
     kvt_client_t *owner, *good;
     kvt_hash_t hs[CHUNKS];
     void *ctx, *bad;
-    int hwm = 1, busy = 0, received;
+    int busy = 0, received;
     uint64_t rss0, rss_max = 0;
     int64_t queued_max = 0, t0;
     uint32_t ns;
@@ -163,8 +180,10 @@ START_TEST(test_non_reading_client_disk)
 
     /* 80 chunks of 1 MiB through a 16 MiB RAM tier: most are on disk afterwards */
     owner = harness_client(h, "victim", 1, 0, 0);
-    for (uint32_t k = 0; k < CHUNKS / 8; k++) /* paced: every demotion finds the buffer free */
+    for (uint32_t k = 0; k < CHUNKS / 8; k++) { /* paced: every demotion finds the buffer free */
         ck_assert_uint_eq(harness_save_chain(owner, 100 + k, 8, len, 0), 8);
+        harness_wait_disk_drained(h);
+    }
     for (uint32_t k = 0; k < CHUNKS / 8; k++)
         harness_chain(100 + k, &hs[8 * k], 8);
     st = harness_status(h);
@@ -174,20 +193,7 @@ START_TEST(test_non_reading_client_disk)
 
     /* The attacker: RCVHWM 1, 300 LOADs of the 80 chunks, never reading. */
     ctx = zmq_ctx_new();
-    bad = zmq_socket(ctx, ZMQ_DEALER);
-    zmq_setsockopt(bad, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(bad, ZMQ_LINGER, &(int){0}, sizeof(int));
-    zmq_setsockopt(bad, ZMQ_RCVTIMEO, &(int){5000}, sizeof(int));
-    ck_assert_int_eq(zmq_connect(bad, h->endpoint), 0);
-    ns = harness_raw_hello(bad, "victim",
-                           kvt_ns_fingerprint(&(kvt_ns_desc_t){.model = "victim",
-                                                               .dtype = "bf16",
-                                                               .chunk_tokens = 16,
-                                                               .num_layers = 32,
-                                                               .num_kv_heads = 8,
-                                                               .head_dim = 128,
-                                                               .world_size = 1}),
-                           0, 1, 1);
+    bad = attacker_open(ctx, h, "victim", 1, &ns);
     for (uint64_t i = 0; i < LOADS; i++) /* the oldest 64: only on disk by now */
         raw_load_send(bad, ns, hs, DISK_CHUNKS, 10 + i, 0);
 
@@ -255,9 +261,8 @@ START_TEST(test_non_reading_client_ram)
     kvt_client_t *good;
     kvt_hash_t hs[CHUNKS];
     void *ctx, *bad;
-    int hwm = 1, received, busy = 0;
+    int received, busy = 0;
     size_t survived;
-    pred_requests_t pr;
     json_t *st;
     uint32_t ns;
 
@@ -267,23 +272,9 @@ START_TEST(test_non_reading_client_ram)
     for (uint32_t k = 0; k < CHUNKS / 16; k++)
         harness_chain(200 + k, &hs[16 * k], 16);
     ctx = zmq_ctx_new();
-    bad = zmq_socket(ctx, ZMQ_DEALER);
-    zmq_setsockopt(bad, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(bad, ZMQ_LINGER, &(int){0}, sizeof(int));
-    zmq_setsockopt(bad, ZMQ_RCVTIMEO, &(int){5000}, sizeof(int));
-    ck_assert_int_eq(zmq_connect(bad, h->endpoint), 0);
-    ns = harness_raw_hello(bad, "pinner",
-                           kvt_ns_fingerprint(&(kvt_ns_desc_t){.model = "pinner",
-                                                               .dtype = "bf16",
-                                                               .chunk_tokens = 16,
-                                                               .num_layers = 32,
-                                                               .num_kv_heads = 8,
-                                                               .head_dim = 128,
-                                                               .world_size = 1}),
-                           0, 1, 1);
+    bad = attacker_open(ctx, h, "pinner", 1, &ns);
     for (uint64_t i = 0; i < LOADS; i++)
         raw_load_send(bad, ns, &hs[(i % 7) * 16], 16, 10 + i, 0);
-    pr.requests = harness_stat(h, "server.requests") + 0;
     st = harness_wait_status(h, pred_requests, &(pred_requests_t){.requests = LOADS + 1},
                              HARNESS_DEADLINE_MS * 3);
     ck_assert_ptr_nonnull(st);
@@ -304,7 +295,6 @@ START_TEST(test_non_reading_client_ram)
 
     received = raw_drain_all(h, bad, &busy);
     ck_assert_int_eq(received + harness_stat(h, "server.replies_dropped"), LOADS);
-    (void)pr;
     zmq_close(bad);
     zmq_ctx_term(ctx);
     kvt_close(&good);
@@ -320,23 +310,14 @@ START_TEST(test_max_in_flight)
     harness_opts_t o = {.extra_json = "{\"server\": {\"max_in_flight\": 8}}"};
     harness_t *h = harness_start(&o);
     kvt_client_t *c = harness_client(h, "window", 1, 0, 0);
-    void *ctx = zmq_ctx_new();
-    void *s = harness_raw_open(ctx, h->endpoint, 5000);
+    void *ctx = zmq_ctx_new(), *s;
     kvt_hash_t hs[4];
     int busy = 0, received;
     uint32_t ns;
 
     ck_assert_uint_eq(harness_save_chain(c, 1, 4, 16 * KIB, 0), 4);
     harness_chain(1, hs, 4);
-    ns = harness_raw_hello(s, "window",
-                           kvt_ns_fingerprint(&(kvt_ns_desc_t){.model = "window",
-                                                               .dtype = "bf16",
-                                                               .chunk_tokens = 16,
-                                                               .num_layers = 32,
-                                                               .num_kv_heads = 8,
-                                                               .head_dim = 128,
-                                                               .world_size = 1}),
-                           0, 1, 1);
+    s = attacker_open(ctx, h, "window", 1000, &ns);
     /* a burst of loads without reading: the daemon sees more than 8 outstanding */
     for (uint64_t i = 0; i < SENT; i++)
         raw_load_send(s, ns, hs, 4, 100 + i, 0);

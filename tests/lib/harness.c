@@ -382,7 +382,7 @@ void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n)
     free(tok);
 }
 
-static uint64_t splitmix(uint64_t *s)
+uint64_t harness_prng(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -396,7 +396,7 @@ void harness_fill(void *buf, size_t len, uint32_t rank, uint64_t key)
     uint8_t *b = buf;
 
     for (size_t i = 0; i < len; i += 8) {
-        uint64_t v = splitmix(&s);
+        uint64_t v = harness_prng(&s);
         size_t k = len - i < 8 ? len - i : 8;
         memcpy(b + i, &v, k);
     }
@@ -412,6 +412,21 @@ int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key)
     ok = memcmp(want, buf, len) == 0;
     free(want);
     return ok;
+}
+
+static int pred_disk_drained(json_t *st, void *arg)
+{
+    (void)arg;
+    return harness_jint(st, "disk.write_buffer_chunks") == 0 &&
+           harness_jint(st, "disk.reads_in_flight") == 0;
+}
+
+void harness_wait_disk_drained(const harness_t *h)
+{
+    json_t *st = harness_wait_status(h, pred_disk_drained, NULL, HARNESS_DEADLINE_MS);
+
+    ck_assert_msg(st != NULL, "the disk tier's write buffer never drained");
+    json_decref(st);
 }
 
 uint64_t harness_rss_anon(pid_t pid)

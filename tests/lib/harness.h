@@ -123,8 +123,16 @@ size_t harness_save_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, 
  * other bytes or another length; returns how many loaded. */
 size_t harness_load_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank);
 
+/* Waits (polling status) until the disk tier's write buffer is empty and no read runs: a
+ * demotion made after it finds the buffer free. Fails the test after HARNESS_DEADLINE_MS. */
+void harness_wait_disk_drained(const harness_t *h);
+
 /* RssAnon of process pid in bytes (/proc/<pid>/status; fails the test when unreadable). */
 uint64_t harness_rss_anon(pid_t pid);
+
+/* A pseudo-random sequence (splitmix64) of the state *s, for tests that need reproducible
+ * choices. */
+uint64_t harness_prng(uint64_t *s);
 
 /* Monotonic milliseconds. */
 int64_t harness_now_ms(void);
