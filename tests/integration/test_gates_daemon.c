@@ -19,6 +19,9 @@
  * single folds leave it (0.0; 1.0 for paid ones), and with alpha 0.5 (scenario 6) both give
  * 0.5^200 exactly, then 1.0; so each scenario's decisions are the ones GATES.md states.
  *
+ * Every configuration here names policy atom (value is the default since issue 12): these are
+ * atom's scenarios, unchanged; tests/integration/test_value_daemon.c covers policy value.
+ *
  * Threads: one per test (Check forks each test). Every test starts its own daemon.
  * Invariants: a save operation here is one kvt_save call; its chunks' hashes are unique per
  * (test, operation), so operations never collide in the daemon's table of decisions.
@@ -249,7 +252,8 @@ static int log_count(const harness_t *h, const char *needle)
  * Tallies: two engine instances, a counter reset, scenarios 7, 8, 10, 11, 12, the log line
  */
 
-static const char tally_cfg[] = "{\"namespaces\": {"
+static const char tally_cfg[] = "{\"gates\": {\"admission\": {\"policy\": \"atom\"}},"
+                                " \"namespaces\": {"
                                 " \"tally\": {\"gates\": {\"admission\": {\"report_every\": 16}}},"
                                 " \"clamp\": {\"gates\": {\"admission\": {\"alpha\": 1}}},"
                                 " \"half\": {\"gates\": {\"admission\": {\"alpha\": 0.5}}}"
@@ -393,7 +397,7 @@ END_TEST
  */
 
 static const char adm_cfg[] =
-    "{\"namespaces\": {"
+    "{\"gates\": {\"admission\": {\"policy\": \"atom\"}}, \"namespaces\": {"
     " \"adm1\": {\"gates\": {\"admission\": {\"warmup\": 0, \"floor\": 0}}},"
     " \"adm2\": {\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 100, \"floor\": 0,"
     "   \"alpha\": 1}}},"
@@ -627,7 +631,8 @@ START_TEST(test_adm_shm_reserve)
     gsnap_t s;
 
     snprintf(extra, sizeof extra,
-             "{\"ram\": {\"arena_path\": \"%s/shm-%d.arena\"}, \"namespaces\": {\"shm\": "
+             "{\"gates\": {\"admission\": {\"policy\": \"atom\"}},"
+             " \"ram\": {\"arena_path\": \"%s/shm-%d.arena\"}, \"namespaces\": {\"shm\": "
              "{\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 0, \"floor\": 0.25, "
              "\"alpha\": 1}}}}}",
              check_scratch_dir(), (int)getpid());
@@ -655,8 +660,8 @@ END_TEST
 START_TEST(test_namespaces_independent)
 {
     static const char cfg[] =
-        "{\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 0, \"floor\": 0.25,"
-        "   \"alpha\": 1}},"
+        "{\"gates\": {\"admission\": {\"policy\": \"atom\", \"enabled\": true, \"warmup\": 0,"
+        "   \"floor\": 0.25, \"alpha\": 1}},"
         " \"namespaces\": {\"m2\": {\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 0,"
         "   \"floor\": 0.5, \"alpha\": 1}, \"lookup_skip\": {\"enabled\": true,"
         "   \"min_load_tokens\": 64}}}}}";
@@ -741,7 +746,7 @@ END_TEST
 #define PLEN 3525
 
 static const char skip_cfg[] =
-    "{\"gates\": {\"lookup_skip\": {\"enabled\": true}},"
+    "{\"gates\": {\"admission\": {\"policy\": \"atom\"}, \"lookup_skip\": {\"enabled\": true}},"
     " \"namespaces\": {"
     "  \"skip-off\": {\"gates\": {\"lookup_skip\": {\"enabled\": false}}},"
     "  \"skip-19992\": {\"gates\": {\"lookup_skip\": {\"min_load_tokens\": 19992}}},"
@@ -1044,7 +1049,8 @@ END_TEST
 /* A skipped all-ranks lookup still answers one (zero) hit per rank, as PROTOCOL.md states. */
 START_TEST(test_skip_all_ranks)
 {
-    harness_opts_t ho = {.extra_json = "{\"gates\": {\"lookup_skip\": {\"enabled\": true}}}"};
+    harness_opts_t ho = {.extra_json = "{\"gates\": {\"admission\": {\"policy\": \"atom\"},"
+                                       " \"lookup_skip\": {\"enabled\": true}}}"};
     harness_t *h = harness_start(&ho);
     kvt_client_t *c = harness_client(h, "skip-all", 3, 0, 1);
     kvt_lookup_opts_t lo = {.all_ranks = 1, .lease = 1, .has_prompt = 1, .prompt_tokens = 100};

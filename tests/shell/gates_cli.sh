@@ -26,6 +26,7 @@ cat >"$dir/kvtierd.json" <<EOF
   "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
   "ram": {"capacity_bytes": "8MiB", "arena_path": "", "max_chunk_bytes": "64KiB"},
   "log": {"level": "info"},
+  "gates": {"admission": {"policy": "atom"}},
   "namespaces": {
     "cli3": {"gates": {"admission": {"enabled": true, "warmup": 10, "floor": 0.25, "alpha": 1,
                                      "report_every": 100}}},
