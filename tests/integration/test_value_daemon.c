@@ -93,31 +93,12 @@ static vsnap_t snap(const harness_t *h, const char *model)
     return v;
 }
 
-static int log_count(const harness_t *h, const char *needle)
-{
-    FILE *f = fopen(h->log_path, "r");
-    char line[2048];
-    int n = 0;
-
-    ck_assert_ptr_nonnull(f);
-    while (fgets(line, sizeof line, f) != NULL)
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
 /* --- client helpers --- */
 
 static kvt_client_t *client(const harness_t *h, const char *model, uint32_t world, uint32_t rank,
                             int data_path)
 {
-    kvt_ns_desc_t d = harness_ns_desc(model, world, 0, 32);
-    kvt_connect_opts_t o = {.timeout_ms = 5000, .data_path = data_path};
-    kvt_client_t *c = NULL;
-    int rc = kvt_connect(h->endpoint, &d, rank, &o, &c);
-
-    ck_assert_msg(rc == 0, "kvt_connect(%s, rank %u): %s", model, rank, kvt_strerror(rc));
-    return c;
+    return harness_client_with(h, model, world, rank, CT, data_path);
 }
 
 static kvt_hash_t op_hash(uint32_t tag, uint32_t op, uint32_t i)
@@ -408,11 +389,12 @@ START_TEST(test_policy_per_namespace)
     ck_assert_str_eq(v.policy, "value");
     ck_assert_int_eq(v.skipped, 4);
     ck_assert_int_eq(v.atom_would_decline, 0); /* atom's warmup (64 verdicts) runs still */
-    ck_assert_int_eq(log_count(h, "event=admission_value ns=new policy=value "), 1);
-    ck_assert_int_eq(log_count(h, "event=admission_value ns=old policy=atom "), 1);
+    ck_assert_int_eq(harness_log_count(h, "event=admission_value ns=new policy=value "), 1);
+    ck_assert_int_eq(harness_log_count(h, "event=admission_value ns=old policy=atom "), 1);
     ck_assert_int_eq(
-        log_count(h, "event=admission_value ns=new policy=value density=0.000000 share=0.000000 "
-                     "served=0 regret=0 written=128 declined=128 ghosts=8 saved=2 skipped=2"),
+        harness_log_count(
+            h, "event=admission_value ns=new policy=value density=0.000000 share=0.000000 "
+               "served=0 regret=0 written=128 declined=128 ghosts=8 saved=2 skipped=2"),
         1);
     kvt_close(&nv);
     kvt_close(&na);
