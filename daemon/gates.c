@@ -1,32 +1,74 @@
 /*
  * gates.c - save admission and lookup skip of one namespace (see gates.h, docs/GATES.md).
  *
- * Design. Two small estimators and two decisions, all counting events (never time):
- *   - admission: `payoff` is an exponential moving average of verdict payoffs, folded one at a
- *     time (gates_fold_one) or as a uniform batch (gates_fold_batch). gates_admit turns the
- *     share derived from it into admissions with a deterministic credit accumulator.
- *   - lookup skip: `act_ema` is an exponential moving average of "this answered lookup could
- *     have produced a load". gates_lookup_decide skips lookups whose answer cannot matter,
- *     unless the tier is measurably load-bearing, and forces one probe every probe_every.
- * Every formula is written exactly as GATES.md writes it, in double and in the same order: the
- * tests compare exact sequences. This file is compiled with -ffp-contract=off so that no
- * multiply-add is fused behind our back.
+ * What admission is for. Writing a prefix into the tier costs the engine time on every prefill;
+ * it pays only through the loads that come back for it. Per namespace and in tokens, the tier
+ * is worth net = served - c * written, c (cost_ratio) being the cost of writing a token over
+ * that of recomputing it. The gate must maximise net: admit everything while what the tier
+ * serves per token written is above c, almost nothing while it is far below.
  *
- * Shadow mode. While a gate is disabled its estimators still run and the decision it would have
- * taken is computed on separate shadow state (shadow credit, shadow skip counter) so that the
- * status can show would_decline / would_skip without the shadow ever touching real state.
+ * Policy value (GATES.md 6, the default). It estimates the value density D, tokens served per
+ * token offered had every save been admitted, over an exponential window in *offered tokens*
+ * (the gate has no clock): a new offer of x tokens ages the window by keep = exp(-x/H) and
+ * enters it spread over the step (xw = xw * keep - H * expm1(-x/H), so the window depends on the
+ * total offered only, not on how it was cut into operations); value adds at face value; D =
+ * vw / xw. In steady state only the rates matter, whatever the delay between a write and the
+ * loads it serves. The value is what the engines tallied as served (token tallies; the lookups'
+ * own estimate by the verdict rule while no token tally came) plus *regret*: when a lookup's hit
+ * stops at a chunk the gate declined, the prefix would have reached on through every ghosted or
+ * stored chunk, and what that longer hit would have loaded by the verdict rule, beyond what the
+ * real one loads, is what the declines cost. The declined chunks are remembered in a fixed-size
+ * ghost table (ghost.h); a chunk offered again after a decline is no new offer (under full
+ * admission it was written the first time). So the gate's own declines do not lower its
+ * estimate, the circularity that made atom keep a cold tier shut, and its floor can be small.
+ *
+ * It starts optimistic: the window holds a prior of X0 offered tokens that served as many
+ * (density 1), X0 = c * E(B) / (1 - c) with E(X) = H * expm1(X / H), so that without evidence D
+ * reaches c after exactly B = learn_tokens offered tokens; evidence, or its absence, takes over
+ * from there (warmup ends on evidence, not on a count of events). The window starts moving only
+ * once the namespace has shown reuse (an engine's verdict, or reused prefixes adding up to
+ * min_load_tokens): a workload that has reused nothing has said nothing about the tier. The
+ * share is 1 at D >= c, value_floor at D <= c / 2, linear between (near c the net hardly depends
+ * on the choice and the estimate is least certain), and atom's credit accumulator turns it into
+ * decisions. An operation whose declared parent was declined is declined without credit: stored,
+ * it could not be hit before its predecessor is saved again.
+ *
+ * Why these defaults (GATES.md 6.7 explains each): c 0.05 (a 70B-class GQA model writing over
+ * PCIe; from the KV bytes per token against the prefill FLOPs per token of the deployment),
+ * learn_tokens = window_tokens = 4M tokens (about one or two HBM prefix caches of a large engine:
+ * the tier cannot show its worth before the engine has written more than its HBM holds; the best
+ * sum of net over the tuning traces), value_floor 0.02, 262144 ghost fingerprints (2 MiB). With
+ * no value the gate writes 5.1M tokens and then 2% of what it is offered.
+ *
+ * Policy atom (GATES.md 2), kept bit for bit: `payoff` is an exponential moving average of
+ * verdict payoffs, folded one at a time (gates_fold_one) or as a uniform batch
+ * (gates_fold_batch), turned into a share against `target` with a floor. Lookup skip (GATES.md
+ * 3): `act_ema` is an exponential moving average of "this answered lookup could have produced a
+ * load"; gates_lookup_decide skips lookups whose answer cannot matter, unless the tier is
+ * measurably load-bearing, and forces one probe every probe_every. Every formula is written
+ * exactly as GATES.md writes it, in double and in the same order: the tests compare exact
+ * sequences. This file is compiled with -ffp-contract=off so that no multiply-add is fused
+ * behind our back.
+ *
+ * Shadow mode. Every estimator runs whether its gate is enabled or not. The configured policy
+ * decides while admission is enabled; the other one (and both while it is disabled) decides on
+ * a shadow credit of its own, so that status shows atom.would_decline / value.would_decline
+ * (and would_decline / would_skip for the disabled gates) without a shadow ever touching real
+ * state. Declines feed the ghost table whichever policy made them.
  *
  * Engine tallies. Engines push cumulative totals; the last totals per engine instance are kept
  * in a fixed table of GATES_ENGINE_MAX slots (least recently seen slot reused), each with the
  * last cumulative count of every reason name the namespace knows (up to GATES_REASON_MAX names;
- * further names are ignored). A tally scans the table linearly: at most 256 slots, once per
- * engine step.
+ * further names are ignored) and the last token totals. A tally scans the table linearly: at
+ * most 256 slots, once per engine step.
  *
  * Threads: loop thread only; no locks, no I/O, no allocation after gates_new.
  *
- * Invariants: paid <= probes; saved + skipped = gates_admit calls; skips + forced_probes =
+ * Invariants: paid <= probes; saved + skipped = decisions; written + declined = the WANTED
+ * tokens of decided operations; offered <= written + declined; skips + forced_probes =
  * skip_counter (skippable lookups met while enabled and not load-bearing); the shadow state
- * (shadow_credit, shadow_skip_counter) only ever feeds would_decline / would_skip.
+ * (shadow_credit, value_shadow_credit, shadow_skip_counter) only ever feeds the would_* counts;
+ * xw > 0 once anything was offered after the first reuse.
  */
 #include "gates.h"
 
