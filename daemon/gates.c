@@ -172,6 +172,15 @@ const gates_cfg_t *gates_cfg(const gates_t *g)
     return &g->cfg;
 }
 
+void gates_set_cfg(gates_t *g, const gates_cfg_t *cfg)
+{
+    uint64_t learn = g->cfg.admission.learn_tokens, ghosts = g->cfg.admission.ghost_entries;
+
+    g->cfg = *cfg;
+    g->cfg.admission.learn_tokens = learn;   /* sized the prior at creation */
+    g->cfg.admission.ghost_entries = ghosts; /* sized the ghost table at creation */
+}
+
 /* A modulus of 0 would be undefined; config validation rejects it, this keeps the state machine
  * defined even if a caller skipped validation. */
 static uint64_t at_least_one(uint64_t v)

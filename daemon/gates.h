@@ -81,6 +81,14 @@ gates_t *gates_new(const gates_cfg_t *cfg);
 void gates_destroy(gates_t **g);
 const gates_cfg_t *gates_cfg(const gates_t *g);
 
+/* Replaces the settings (a configuration reload): the estimators, credits, counters and tallies
+ * keep their state, and the next event is folded and decided with the new settings (a gate
+ * enabled by the reload enforces at once, past its warmup; a policy named by the reload decides
+ * at once with the state its shadow kept). cfg is copied, except admission.learn_tokens and
+ * admission.ghost_entries, which sized the value window's prior and the ghost table when the
+ * gate was made: those stay as they were (they apply to namespaces made after a restart). */
+void gates_set_cfg(gates_t *g, const gates_cfg_t *cfg);
+
 /* --- admission estimator --- */
 
 /* Folds one verdict (paid or not). */

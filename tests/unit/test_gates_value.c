@@ -703,6 +703,33 @@ START_TEST(test_op_accounting)
 }
 END_TEST
 
+/* A reload (gates_set_cfg) applies the policy and the value settings at once, state kept, but
+ * not learn_tokens and ghost_entries, which sized the prior and the ghost table. */
+START_TEST(test_reload_keeps_what_was_sized)
+{
+    gates_cfg_t c = cfg_s(), next;
+    gates_t *g = new_gates(&c);
+    gates_state_t st;
+
+    show_reuse(g);
+    save_op(g, 16, 0, 4, NULL);
+    next = c;
+    next.admission.policy = GATES_POLICY_ATOM;
+    next.admission.cost_ratio = 0.1;
+    next.admission.learn_tokens = 7;
+    next.admission.ghost_entries = 8;
+    gates_set_cfg(g, &next);
+    st = state_of(g);
+    ck_assert_int_eq(st.policy, GATES_POLICY_ATOM);
+    ck_assert(gates_cfg(g)->admission.cost_ratio == 0.1);
+    ck_assert_uint_eq(gates_cfg(g)->admission.learn_tokens, 50000);
+    ck_assert_uint_eq(gates_cfg(g)->admission.ghost_entries, 16384);
+    ck_assert_uint_eq(st.ghost.capacity, 16384);
+    ck_assert_uint_eq(st.written_tokens, 4000);
+    gates_destroy(&g);
+}
+END_TEST
+
 static Suite *gates_value_suite(void)
 {
     Suite *s = suite_create("gates_value");
@@ -721,6 +748,7 @@ static Suite *gates_value_suite(void)
     tcase_add_test(tc, test_reuse_starts_the_window);
     tcase_add_test(tc, test_shadows);
     tcase_add_test(tc, test_op_accounting);
+    tcase_add_test(tc, test_reload_keeps_what_was_sized);
     suite_add_tcase(s, tc);
     return s;
 }
