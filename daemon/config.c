@@ -7,10 +7,11 @@
  * defaults from the rows, the loader walks the JSON objects and resolves every key against the
  * rows (a path that is neither a row nor the prefix of one is an unknown key), and config_dump()
  * rebuilds the JSON tree from the rows. Adding a key means adding one row. A key that takes one
- * of a few words (log.level, disk.compression, disk.fsync) is a KEY_WORD row pointing at the one
- * word list of its enum (log_level_words in log.h, codec_mode_words in codec.h,
- * config_fsync_words here): that list parses, validates, names the choices in the error message
- * and dumps, and the field holds the enum, so the disk tier never parses a word again.
+ * of a few words (log.level, disk.compression, disk.fsync, gates.admission.policy) is a KEY_WORD
+ * row pointing at the one word list of its enum (log_level_words in log.h, codec_mode_words in
+ * codec.h, gates_policy_words in gates.h, config_fsync_words here): that list parses, validates,
+ * names the choices in the error message and dumps, and the field holds the enum, so the disk tier
+ * never parses a word again.
  *
  * Gate rows are stored relative to a gates_cfg_t so the same rows serve the global "gates"
  * object (applied to cfg->gates) and each "namespaces": {"<model>": {"gates": ...}} entry
@@ -134,6 +135,15 @@ static int check_nonempty(const char *s, char *why, size_t whylen);
         .path = p, .type = KEY_DOUBLE, GATE_FIELD(m), .dmin = lo, .dmax = hi, .dmin_open = open,   \
         .ddef = def, .live = true                                                                  \
     }
+#define ROW_GU64R(p, m, lo, hi, def, ...)                                                          \
+    {                                                                                              \
+        .path = p, .type = KEY_U64, GATE_FIELD(m), .umin = lo, .umax = hi, .udef = def,            \
+        __VA_ARGS__                                                                                \
+    }
+#define ROW_GWORD(p, m, list, def)                                                                 \
+    {                                                                                              \
+        .path = p, .type = KEY_WORD, GATE_FIELD(m), .words = list, .udef = def, .live = true       \
+    }
 
 /* Every key, in the order config_dump() writes them. The gate rows are the only place the gate
  * defaults are written (docs/GATES.md explains them; gates.c takes its settings from here). */
@@ -177,6 +187,16 @@ static const config_key_t config_keys[] = {
     ROW_GDBL("gates.admission.alpha", admission.alpha, true, 0.0, 1.0, 1.0 / 16),
     ROW_GU64("gates.admission.warmup", admission.warmup, 0, 64),
     ROW_GU64("gates.admission.report_every", admission.report_every, 1, 256),
+    ROW_GWORD("gates.admission.policy", admission.policy, gates_policy_words, GATES_POLICY_VALUE),
+    ROW_GDBL("gates.admission.cost_ratio", admission.cost_ratio, true, 0.0, 0.5, 0.05),
+    ROW_GDBL("gates.admission.value_floor", admission.value_floor, false, 0.0, 1.0, 0.02),
+    ROW_GU64R("gates.admission.window_tokens", admission.window_tokens, 1024, 1ull << 40, 4194304,
+              .live = true),
+    /* these two size what a namespace's gate makes when it is created (its prior, its ghost
+     * table): a reload changes neither for an existing namespace (gates_set_cfg keeps them) */
+    ROW_GU64R("gates.admission.learn_tokens", admission.learn_tokens, 0, 1ull << 40, 4194304),
+    ROW_GU64R("gates.admission.ghost_entries", admission.ghost_entries, 0, GHOST_ENTRIES_MAX,
+              262144),
     ROW_GBOOL("gates.lookup_skip.enabled", lookup_skip.enabled, false),
     ROW_GU64("gates.lookup_skip.min_load_tokens", lookup_skip.min_load_tokens, 0, 8192),
     ROW_GDBL("gates.lookup_skip.cut", lookup_skip.cut, false, 0.0, 1.0, 0.01),
@@ -194,6 +214,7 @@ const char *const config_fsync_words[] = {"none", "segment", "record", NULL};
 _Static_assert(sizeof(log_level_t) == sizeof(int), "log_level_t is an int-sized enum");
 _Static_assert(sizeof(codec_mode_t) == sizeof(int), "codec_mode_t is an int-sized enum");
 _Static_assert(sizeof(config_fsync_t) == sizeof(int), "config_fsync_t is an int-sized enum");
+_Static_assert(sizeof(gates_policy_t) == sizeof(int), "gates_policy_t is an int-sized enum");
 
 /* Where a walk writes: a whole config_t (global keys) or one namespace's gates_cfg_t. */
 typedef struct {

@@ -10,7 +10,11 @@
  * SAVE_BEGIN, SAVE_RESERVE) ask admission_decide(), which decides each save operation once for
  * all its ranks; an operation whose chunks all exist gets no decision and consumes no credit,
  * and SAVE_DATA of a declined operation stores nothing. Lookups that carry prompt info go
- * through the lookup-skip gate and feed its estimator; the gates' report lines are logged here.
+ * through the lookup-skip gate and feed its estimator; answered ones of rank 0 or of every rank
+ * also give the value policy its evidence (served estimate, regret through the ghost table, the
+ * reuse they show), once per engine request however many ranks look up. Tallies fold their
+ * token totals when a protocol 2 TALLY carries KVT_TALLY_TOKENS. The gates' report lines are
+ * logged here (the value policy's in admission.c).
  *
  * Loads (frames path): store_load_batch() reports every chunk once; RAM chunks arrive pinned and
  * their arena bytes are lent to ZeroMQ instead of copied (zcref.h: the chunk stays pinned until
@@ -164,6 +168,21 @@ static void log_admission_report(const ns_t *ns)
              ns->model, st.probes, st.payoff, st.saved, st.skipped);
 }
 
+/* The store's answer to "is this chunk stored" for the value policy's walk through the ghost
+ * table (gates_lookup_value). */
+typedef struct {
+    store_t *store;
+    const ns_t *ns;
+    uint16_t rank;
+} lookup_stored_t;
+
+static bool lookup_stored_cb(void *arg, const kvt_wire_hash_t *h)
+{
+    const lookup_stored_t *ls = arg;
+
+    return store_find(ls->store, ls->ns, ls->rank, h) != NULL;
+}
+
 static void do_lookup(server_t *sv, const server_req_t *r)
 {
     ns_t *ns = r->ns;
@@ -208,6 +227,11 @@ static void do_lookup(server_t *sv, const server_req_t *r)
                                  gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
                                  l->hbm_tokens))
             log_skip_report(ns);
+        if (all || l->rank == 0) {
+            lookup_stored_t ls = {.store = sv->store, .ns = ns, .rank = 0};
+            gates_lookup_value(ns->gates, l->hashes, l->nhashes, hit, l->prompt_tokens,
+                               l->hbm_tokens, ns->chunk_tokens, lookup_stored_cb, &ls);
+        }
     }
     m.u.lookup_ok.hit = hit;
     if (leased) {
@@ -617,7 +641,16 @@ static void do_tally(server_t *sv, const server_req_t *r)
         reasons[nr].count = count;
         nr++;
     }
-    if (gates_tally(ns->gates, t->engine_id, t->paid_total, t->probes_total, reasons, nr))
+    if (gates_tally_fold(ns->gates,
+                         &(gates_tally_t){.engine_id = t->engine_id,
+                                          .paid_total = t->paid_total,
+                                          .probes_total = t->probes_total,
+                                          .has_tokens = req->hdr.version >= 2 &&
+                                                        (req->hdr.flags & KVT_TALLY_TOKENS) != 0,
+                                          .served_tokens_total = t->served_tokens_total,
+                                          .lookup_tokens_total = t->lookup_tokens_total,
+                                          .reasons = reasons,
+                                          .nreasons = nr}))
         log_admission_report(ns);
     gates_state(ns->gates, &st);
     m.u.tally_ok.payoff = st.payoff;
@@ -628,6 +661,13 @@ static void do_tally(server_t *sv, const server_req_t *r)
     m.u.tally_ok.gate_flags = (uint16_t)((gc->admission.enabled ? KVT_GATE_ADMISSION_ON : 0) |
                                          (gc->lookup_skip.enabled ? KVT_GATE_SKIP_ON : 0) |
                                          (st.load_bearing ? KVT_GATE_LOAD_BEARING : 0));
+    /* protocol 2 (not encoded in a protocol 1 reply) */
+    m.u.tally_ok.policy = (uint8_t)st.policy;
+    m.u.tally_ok.density = st.density;
+    m.u.tally_ok.served_tokens = st.served_tokens;
+    m.u.tally_ok.regret_tokens = st.regret_tokens;
+    m.u.tally_ok.written_tokens = st.written_tokens;
+    m.u.tally_ok.declined_tokens = st.declined_tokens;
     server__send(sv, server__reply_head(sv, r->rid, &m));
 }
 

@@ -101,9 +101,9 @@ extern const server_op_t server__ops[];
 extern const size_t server__nops;
 
 /* Protocol 2 feature bits (KVT_FEAT_*) this daemon implements; HELLO_OK answers the subset a
- * client offers. Checksums, token tallies and arena generation checks each add their bit when
- * they are in place. */
-#define SERVER_FEATURES 0ull
+ * client offers. Checksums and arena generation checks each add their bit when they are in
+ * place; the gates fold token tallies (TOKENS). */
+#define SERVER_FEATURES (KVT_FEAT_TOKENS)
 
 /* The arena generation HELLO_OK and ARENA_OK announce: 0 without a shared arena; otherwise 1,
  * since every start creates the arena anew (generations start counting when the arena can

@@ -67,8 +67,9 @@ static const char usage_text[] =
     "  get HASH FILE                               load chunk HASH into FILE (exit 1: miss)\n"
     "  lookup [--all-ranks] [--lease] [--prompt-tokens N] [--hbm-tokens N] HASH...\n"
     "                                              prefix hit in chunks\n"
-    "  tally PAID PROBES [--engine ID] [--reason NAME=COUNT...]\n"
-    "                                              push verdict totals, print the gate state\n"
+    "  tally PAID PROBES [--engine ID] [--served-tokens N --lookup-tokens N]\n"
+    "        [--reason NAME=COUNT...]              push verdict (and token) totals, print the\n"
+    "                                              gate state\n"
     "HASH is 32 hex digits. Defaults: -c " TOOL_DEFAULT_CONFIG ", --ns kvtierctl, --rank 0,\n"
     "--world 1, --chunk-tokens 256, --timeout 5000, --data-path frames.\n"
     "drop prints the number of chunks removed. Exit: 0 ok, 1 miss (get; drop: no such\n"
@@ -512,9 +513,10 @@ static int verb_tally(ctl_t *o, int argc, char **argv)
     kvt_reason_t reasons[16];
     kvt_gate_state_t st;
     kvt_client_t *c = NULL;
+    kvt_tally_tokens_t tokens = {0};
     uint64_t engine = 0, totals[2];
     size_t nreasons = 0, npos = 0;
-    int rc, in_reasons = 0;
+    int rc, in_reasons = 0, has_served = 0, has_lookup = 0;
 
     for (int i = 0; i < argc;) {
         char *eq;
@@ -522,10 +524,16 @@ static int verb_tally(ctl_t *o, int argc, char **argv)
             if (rc != 1)
                 return rc;
             in_reasons = 0;
-        } else if (strcmp(argv[i], "--engine") == 0) {
-            if ((rc = tool_opt_u64("--engine", i + 1 < argc ? argv[i + 1] : NULL, 0, UINT64_MAX,
-                                   &engine)) != 0)
+        } else if (strcmp(argv[i], "--engine") == 0 || strcmp(argv[i], "--served-tokens") == 0 ||
+                   strcmp(argv[i], "--lookup-tokens") == 0) {
+            uint64_t *to = strcmp(argv[i], "--engine") == 0          ? &engine
+                           : strcmp(argv[i], "--served-tokens") == 0 ? &tokens.served_tokens_total
+                                                                     : &tokens.lookup_tokens_total;
+            if ((rc = tool_opt_u64(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 0,
+                                   to == &engine ? UINT64_MAX : INT64_MAX, to)) != 0)
                 return rc;
+            has_served |= to == &tokens.served_tokens_total;
+            has_lookup |= to == &tokens.lookup_tokens_total;
             in_reasons = 0;
             i += 2;
         } else if (strcmp(argv[i], "--reason") == 0) {
@@ -558,25 +566,35 @@ static int verb_tally(ctl_t *o, int argc, char **argv)
     }
     if (npos != 2)
         return tool_usage_error("tally: expected PAID PROBES");
+    if (has_served != has_lookup)
+        return tool_usage_error("tally: --served-tokens and --lookup-tokens go together");
     if ((rc = ctl_connect(o, &c)) != 0)
         return rc;
-    rc = kvt_tally(c, engine, totals[0], totals[1], reasons, nreasons, &st);
+    rc = kvt_tally2(c, engine, totals[0], totals[1], has_served ? &tokens : NULL, reasons, nreasons,
+                    &st);
     if (rc != 0) {
         rc = fail_kvt("tally", NULL, c, rc);
         goto out;
     }
     if (o->json)
-        rc = print_json(json_pack("{s:f,s:f,s:f,s:I,s:I,s:b,s:b,s:b}", "payoff", st.payoff, "share",
-                                  st.share, "act_ema", st.act_ema, "probes", (json_int_t)st.probes,
-                                  "lookups", (json_int_t)st.lookups, "admission_enabled",
-                                  st.admission_enabled, "skip_enabled", st.skip_enabled,
-                                  "load_bearing", st.load_bearing));
+        rc = print_json(json_pack(
+            "{s:f,s:f,s:f,s:I,s:I,s:b,s:b,s:b,s:s,s:f,s:I,s:I,s:I,s:I}", "payoff", st.payoff,
+            "share", st.share, "act_ema", st.act_ema, "probes", (json_int_t)st.probes, "lookups",
+            (json_int_t)st.lookups, "admission_enabled", st.admission_enabled, "skip_enabled",
+            st.skip_enabled, "load_bearing", st.load_bearing, "policy",
+            st.policy == KVT_ADMISSION_ATOM ? "atom" : "value", "density", st.density,
+            "served_tokens", (json_int_t)st.served_tokens, "regret_tokens",
+            (json_int_t)st.regret_tokens, "written_tokens", (json_int_t)st.written_tokens,
+            "declined_tokens", (json_int_t)st.declined_tokens));
     else
-        printf("payoff %.6f share %.6f act_ema %.6f probes %" PRIu64 " lookups %" PRIu64
-               " admission %s skip %s load_bearing %s\n",
-               st.payoff, st.share, st.act_ema, st.probes, st.lookups,
-               st.admission_enabled ? "on" : "off", st.skip_enabled ? "on" : "off",
-               st.load_bearing ? "yes" : "no");
+        printf(
+            "payoff %.6f share %.6f act_ema %.6f probes %" PRIu64 " lookups %" PRIu64
+            " admission %s skip %s load_bearing %s policy %s density %.6f served_tokens %" PRIu64
+            " regret_tokens %" PRIu64 " written_tokens %" PRIu64 " declined_tokens %" PRIu64 "\n",
+            st.payoff, st.share, st.act_ema, st.probes, st.lookups,
+            st.admission_enabled ? "on" : "off", st.skip_enabled ? "on" : "off",
+            st.load_bearing ? "yes" : "no", st.policy == KVT_ADMISSION_ATOM ? "atom" : "value",
+            st.density, st.served_tokens, st.regret_tokens, st.written_tokens, st.declined_tokens);
 out:
     kvt_close(&c);
     return rc;

@@ -356,6 +356,22 @@ kvt_ns_desc_t harness_ns_desc(const char *model, uint32_t world, int mla, uint32
     return d;
 }
 
+kvt_client_t *harness_client_with(const harness_t *h, const char *model, uint32_t world,
+                                  uint32_t rank, uint32_t chunk_tokens, int data_path)
+{
+    kvt_ns_desc_t d = harness_ns_desc(model, world, 0, 32);
+    kvt_connect_opts_t o = {.timeout_ms = 5000, .data_path = data_path};
+    kvt_client_t *c = NULL;
+    int rc;
+
+    d.chunk_tokens = chunk_tokens;
+    rc = kvt_connect(h->endpoint, &d, rank, &o, &c);
+    ck_assert_msg(rc == 0, "kvt_connect(%s, %s, rank %u/%u): %s", h->endpoint, model, rank, world,
+                  kvt_strerror(rc));
+    ck_assert_ptr_nonnull(c);
+    return c;
+}
+
 kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t world, int mla,
                              uint32_t rank)
 {
@@ -368,6 +384,19 @@ kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t wor
                   kvt_strerror(rc));
     ck_assert_ptr_nonnull(c);
     return c;
+}
+
+int harness_log_count(const harness_t *h, const char *needle)
+{
+    FILE *f = fopen(h->log_path, "r");
+    char line[2048];
+    int n = 0;
+
+    ck_assert_msg(f != NULL, "cannot open %s", h->log_path);
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
 }
 
 void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n)

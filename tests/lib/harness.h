@@ -102,6 +102,14 @@ int harness_pred_int_eq(json_t *status, void *arg);
 kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t world, int mla,
                              uint32_t rank);
 
+/* The same for a namespace of chunk_tokens tokens per chunk (not MLA), on a data path
+ * (KVT_DATA_PATH_*). */
+kvt_client_t *harness_client_with(const harness_t *h, const char *model, uint32_t world,
+                                  uint32_t rank, uint32_t chunk_tokens, int data_path);
+
+/* Lines of the daemon's log (its stderr so far) that contain needle. */
+int harness_log_count(const harness_t *h, const char *needle);
+
 /* The descriptor harness_client() uses; num_layers distinguishes layouts of one model. */
 kvt_ns_desc_t harness_ns_desc(const char *model, uint32_t world, int mla, uint32_t num_layers);
 
