@@ -326,7 +326,7 @@ static int hello(kvt_client_t *c, int64_t deadline)
     req.u.hello.chunk_tokens = c->chunk_tokens;
     req.u.hello.rank = c->rank;
     req.u.hello.world = c->world;
-    req.u.hello.features = 0;
+    req.u.hello.features = KVT_FEAT_TOKENS;
     rc = call_once(c, &req, frames, 2, KVT_MSG_HELLO_OK, deadline, &rep);
     if (rc == KVT_EVERSION) {
         memcpy(c->last_error, old_daemon, sizeof old_daemon);
@@ -853,6 +853,13 @@ int kvt_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *b
 int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
               const kvt_reason_t *reasons, size_t nreasons, kvt_gate_state_t *state)
 {
+    return kvt_tally2(c, engine_id, paid_total, probes_total, NULL, reasons, nreasons, state);
+}
+
+int kvt_tally2(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
+               const kvt_tally_tokens_t *tokens, const kvt_reason_t *reasons, size_t nreasons,
+               kvt_gate_state_t *state)
+{
     uint8_t buf[KVT_REASON_MAX * (1 + KVT_REASON_NAME_MAX + 8)];
     kvt_msg_t req = {0}, rep;
     kvt_frame_t rf = {.data = buf, .len = 0};
@@ -876,6 +883,11 @@ int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t
     req.u.tally.engine_id = engine_id;
     req.u.tally.paid_total = paid_total;
     req.u.tally.probes_total = probes_total;
+    if (tokens != NULL) {
+        req.hdr.flags = KVT_TALLY_TOKENS;
+        req.u.tally.served_tokens_total = tokens->served_tokens_total;
+        req.u.tally.lookup_tokens_total = tokens->lookup_tokens_total;
+    }
     rc = call(c, &req, &rf, 1, KVT_MSG_TALLY_OK, call_deadline(c), &recovered, &rep);
     if (rc != 0 || state == NULL)
         return rc;
@@ -887,6 +899,12 @@ int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t
     state->admission_enabled = (rep.u.tally_ok.gate_flags & KVT_GATE_ADMISSION_ON) != 0;
     state->skip_enabled = (rep.u.tally_ok.gate_flags & KVT_GATE_SKIP_ON) != 0;
     state->load_bearing = (rep.u.tally_ok.gate_flags & KVT_GATE_LOAD_BEARING) != 0;
+    state->policy = rep.u.tally_ok.policy;
+    state->density = rep.u.tally_ok.density;
+    state->served_tokens = rep.u.tally_ok.served_tokens;
+    state->regret_tokens = rep.u.tally_ok.regret_tokens;
+    state->written_tokens = rep.u.tally_ok.written_tokens;
+    state->declined_tokens = rep.u.tally_ok.declined_tokens;
     return 0;
 }
 

@@ -159,7 +159,8 @@ KVT_API int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const 
 KVT_API int kvt_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *bufs,
                      const size_t *caps, size_t *lens, size_t *nhit);
 
-/* Gate state answered to a tally. */
+/* Gate state answered to a tally. The fields after load_bearing are the admission gate's value
+ * evidence, answered by a protocol 2 daemon (0 otherwise). */
 typedef struct {
     double payoff;
     double share;
@@ -169,7 +170,16 @@ typedef struct {
     int admission_enabled;
     int skip_enabled;
     int load_bearing;
+    int policy;               /* KVT_ADMISSION_ATOM or KVT_ADMISSION_VALUE */
+    double density;           /* tokens served (and regretted) per token offered */
+    uint64_t served_tokens;   /* tokens the engines loaded from the tier (token tallies) */
+    uint64_t regret_tokens;   /* tokens declined saves would have served */
+    uint64_t written_tokens;  /* tokens of admitted save operations */
+    uint64_t declined_tokens; /* tokens of declined save operations */
 } kvt_gate_state_t;
+
+#define KVT_ADMISSION_ATOM 0  /* kvt_gate_state_t.policy: the verdict-payoff gate */
+#define KVT_ADMISSION_VALUE 1 /* tokens served per token written, at the daemon's cost ratio */
 
 typedef struct {
     const char *name;
@@ -181,6 +191,17 @@ typedef struct {
 KVT_API int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total,
                       uint64_t probes_total, const kvt_reason_t *reasons, size_t nreasons,
                       kvt_gate_state_t *state);
+
+/* An engine instance's cumulative token totals, since it started (docs/GATES.md section 6). */
+typedef struct {
+    uint64_t served_tokens_total; /* tokens loaded from the tier and used, on paid verdicts */
+    uint64_t lookup_tokens_total; /* prompt tokens of the requests that got a verdict */
+} kvt_tally_tokens_t;
+
+/* kvt_tally with the token totals too (tokens may be NULL: then exactly kvt_tally). */
+KVT_API int kvt_tally2(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total,
+                       uint64_t probes_total, const kvt_tally_tokens_t *tokens,
+                       const kvt_reason_t *reasons, size_t nreasons, kvt_gate_state_t *state);
 
 /* The message the daemon sent with the last error reply on this client, or "". */
 KVT_API const char *kvt_last_error(const kvt_client_t *c);

@@ -57,6 +57,10 @@ typedef struct {
         uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
         uint32_t max_in_flight;              /* requests a connection may have outstanding,
                                                 1..65536 (256), announced in HELLO_OK */
+        uint32_t session_max_namespaces;     /* namespaces one connection may declare (16) */
+        uint32_t max_namespaces;             /* namespaces alive at once, 1..1024 (1024) */
+        uint64_t session_reply_bytes;        /* reply bytes one connection may have queued */
+        uint64_t max_reply_bytes;            /* the same for all connections together */
         uint32_t stop_drain_ms;              /* graceful stop: how long in-flight requests and
                                                 reservations may take to finish, 0..10000
                                                 (2000) */
@@ -64,7 +68,8 @@ typedef struct {
                                                 beside the disk's, 0..256 (0: one per CPU) */
     } server;
     struct {
-        uint64_t capacity_bytes;          /* hard limit of the arena */
+        uint64_t capacity_bytes;          /* the RAM tier's capacity (with the disk tier the
+                                             arena adds 2 x disk.write_buffer_bytes) */
         char arena_path[CONFIG_PATH_MAX]; /* file under /dev/shm, or "" for an anonymous memfd */
         uint64_t max_chunk_bytes;         /* largest chunk payload accepted */
         uint32_t lease_ms;                /* lookup lease time, 1..600000 (30000) */
@@ -75,6 +80,9 @@ typedef struct {
         uint64_t clean_target_bytes;      /* with the disk tier: RAM the cleaner keeps free or
                                              clean (written to disk, evictable at once); 0: half
                                              the capacity */
+        double session_held_share;        /* leased + pinned + lent + reserved bytes one
+                                             connection may hold, share of capacity (0.5) */
+        double max_held_share;            /* the same for all connections together (0.75) */
     } ram;
     struct {
         bool enabled;                 /* the disk tier is on (production: true) */
@@ -85,6 +93,8 @@ typedef struct {
         double compression_threshold; /* auto keeps lz4 when stored/raw <= this (0.9) */
         config_fsync_t fsync;         /* "none" | "segment" | "record" */
         uint32_t max_reads_in_flight; /* disk reads on the thread pool at once (8) */
+        uint32_t session_max_reads;   /* disk reads queued or running for one connection */
+        uint32_t max_reads_queued;    /* disk reads queued or running in all (16384) */
         uint64_t write_buffer_bytes;  /* the budget of one of the two write batches */
         bool direct_io;               /* O_DIRECT segment I/O where the filesystem allows it */
     } disk;

@@ -223,6 +223,89 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
     return min;
 }
 
+void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                     size_t n, uint64_t now_ms, store_cost_t *out)
+{
+    *out = (store_cost_t){0};
+    for (size_t i = 0; i < n; i++) {
+        const index_entry_t *e = store_find(s, ns, rank, &h[i]);
+        if (e == NULL || store__absent(e))
+            continue;
+        if (e->flags & INDEX_F_RAM) { /* also while its write is in flight, or spilled */
+            out->ram_bytes += e->len;
+            /* held already: leased without a disk copy (eviction cannot take it anyway) */
+            if (!index_leased(e, now_ms) || (e->flags & INDEX_F_DISK))
+                out->ram_new_bytes += e->len;
+        } else if ((e->flags & INDEX_F_DISK) && s->disk != NULL && !s->closing) {
+            out->copy_bytes += e->len;
+            out->disk_reads++;
+        }
+    }
+}
+
+/* Calls fn for the chunks of the prefix h[0..hit) of rank (or of every rank: KVT_RANK_ALL, one
+ * probe per chunk for all of them: the index's rank group). */
+static void prefix_each(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                        uint32_t hit, void (*fn)(index_entry_t *e, void *arg), void *arg)
+{
+    uint16_t ranks = ns->replicated ? 1 : ns->world;
+
+    for (uint32_t i = 0; i < hit; i++) {
+        kvt_wire_hash_t k;
+        memcpy(&k, &h[i], sizeof k);
+        if (rank == KVT_RANK_ALL) {
+            const index_group_t *g = index_find_group(s->ix, ns->id, &k);
+            for (uint16_t r = 0; g != NULL && r < ranks && r < g->nslots; r++)
+                if (g->slot[r] != NULL)
+                    fn(g->slot[r], arg);
+        } else {
+            index_entry_t *e = index_find(s->ix, ns->id, ns_store_rank(ns, rank), &k);
+            if (e != NULL)
+                fn(e, arg);
+        }
+    }
+}
+
+struct lease_acc {
+    index_t *ix;
+    uint64_t now_ms;
+    uint64_t bytes;
+    uint32_t lease_ms;
+};
+
+static void lease_cost_cb(index_entry_t *e, void *arg)
+{
+    struct lease_acc *a = arg;
+
+    /* a lease holds RAM only for a chunk that is in RAM and nowhere else (index_victim) */
+    if (!index_leased(e, a->now_ms) && (e->flags & INDEX_F_RAM) && !(e->flags & INDEX_F_DISK))
+        a->bytes += e->len;
+}
+
+static void lease_cb(index_entry_t *e, void *arg)
+{
+    struct lease_acc *a = arg;
+
+    index_lease(a->ix, e, a->now_ms, a->lease_ms);
+}
+
+uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                          uint32_t hit, uint64_t now_ms)
+{
+    struct lease_acc a = {.now_ms = now_ms};
+
+    prefix_each(s, ns, rank, h, hit, lease_cost_cb, &a);
+    return a.bytes;
+}
+
+void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
+                 uint64_t now_ms)
+{
+    struct lease_acc a = {.ix = s->ix, .now_ms = now_ms, .lease_ms = s->cfg->ram.lease_ms};
+
+    prefix_each(s, ns, rank, h, hit, lease_cb, &a);
+}
+
 size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                         size_t n, uint8_t *status)
 {
@@ -355,10 +438,8 @@ static void spill(store_t *s, index_entry_t *e)
 
 void store__spill_done(store_t *s, index_entry_t *e)
 {
-    bool leased = index_leased(e, s->loop != NULL ? uv_now(s->loop) : 0);
-
     store__spill_end(s, e);
-    if ((e->flags & INDEX_F_DISK) && e->pins == 0 && !leased)
+    if ((e->flags & INDEX_F_DISK) && e->pins == 0) /* a lease keeps its disk copy (index.h) */
         store__ram_release(s, e);
 }
 
@@ -409,10 +490,11 @@ static index_entry_t *spill_candidate(const store_t *s, uint64_t now_ms)
     return NULL;
 }
 
-/* The oldest clean ancestor of c still in RAM that nobody holds, looking at most
+/* The oldest clean ancestor of c still in RAM that nobody pins (a lease does not hold a chunk
+ * with a disk copy in RAM: index.h), looking at most
  * STORE_SPILL_SCAN ancestors up; NULL when none. Releasing it costs nothing, frees its RAM at
  * once, and it is older than c (a chain's head is written first, but leaves RAM last). */
-static index_entry_t *clean_ancestor(const index_entry_t *c, uint64_t now_ms)
+static index_entry_t *clean_ancestor(const index_entry_t *c)
 {
     index_entry_t *found = NULL;
     unsigned n = 0;
@@ -420,14 +502,37 @@ static index_entry_t *clean_ancestor(const index_entry_t *c, uint64_t now_ms)
     for (index_entry_t *p = c->parent; p != NULL && n < STORE_SPILL_SCAN; p = p->parent, n++)
         if ((p->flags & (INDEX_F_RAM | INDEX_F_DISK | INDEX_F_SPILL)) ==
                 (INDEX_F_RAM | INDEX_F_DISK) &&
-            p->pins == 0 && !index_leased(p, now_ms))
+            p->pins == 0)
             found = p;
     return found;
+}
+
+/*
+ * An allocation of len bytes failed with nothing left to evict. A chunk that fits the RAM tier
+ * finds no room only because what is left is held: leased or pinned chunks (and their ancestors,
+ * which wait for those tails), or reservations. That is reported as such (ram.nospace_held and a
+ * log line at most once a second), apart from a chunk larger than the RAM tier. Returns -ENOSPC.
+ */
+static int nospace(store_t *s, uint64_t len, uint64_t now_ms)
+{
+    s->nospace_held = len <= s->ram_cap;
+    if (s->nospace_held && (s->nospace_log_ms == 0 || now_ms >= s->nospace_log_ms + 1000)) {
+        s->nospace_log_ms = now_ms;
+        log_warn("ram_nospace",
+                 "cause=held bytes=%" PRIu64 " used_bytes=%" PRIu64 " capacity_bytes=%" PRIu64
+                 " chunks=%" PRIu64 " nospace_held=%" PRIu64
+                 " hint=\"leases, pins and reservations hold the arena (status server.sessions, "
+                 "ram.session_held_share, ram.max_held_share)\"",
+                 len, tier_used(s), s->ram_cap, s->ram_chunks, s->st.nospace_held + 1);
+    }
+    return -ENOSPC;
 }
 
 int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uint64_t *off)
 {
     uint64_t foot = ram_footprint(s->ram, len);
+
+    s->nospace_held = false;
 
     for (;;) {
         index_entry_t *v;
@@ -449,12 +554,12 @@ int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uin
                 v = c;
         }
         if (v != NULL && (v->flags & INDEX_F_WBUF)) {
-            index_entry_t *a = clean_ancestor(v, now_ms); /* older, and released at once */
+            index_entry_t *a = clean_ancestor(v); /* older, and released at once */
             if (a != NULL)
                 v = a;
         }
         if (v == NULL)
-            return -ENOSPC;
+            return nospace(s, len, now_ms);
         if (v->flags & INDEX_F_DISK) {
             s->st.evictions++;
             s->dk.demoted_clean++;
@@ -534,7 +639,9 @@ static void collect_ns(const index_entry_t *e, void *arg)
         c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
 }
 
-int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
+/* Removes every chunk of ns from the index (pinned ones into the limbo), counting in *out.
+ * 0 or -ENOMEM (nothing removed). */
+static int drop_ns_chunks(store_t *s, ns_t *ns, store_drop_t *out)
 {
     struct ns_collect c = {.ns = ns->id};
 
@@ -562,6 +669,18 @@ int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
         }
     }
     free(c.keys);
+    return 0;
+}
+
+int store_evict_ns(store_t *s, ns_t *ns, store_drop_t *out)
+{
+    return drop_ns_chunks(s, ns, out);
+}
+
+int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
+{
+    if (drop_ns_chunks(s, ns, out) != 0)
+        return -ENOMEM;
     if (s->disk != NULL) {
         uint64_t seg, off;
         disk_log_end(s->disk, &seg, &off);
@@ -837,7 +956,7 @@ static void put_start(put_t *p)
 
 int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
-               uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost)
+               uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent)
 {
     put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
     bool full = false;
@@ -861,20 +980,21 @@ int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *paren
         if (full || store__alloc(s, payloads[i].len, now_ms, true, &off) != 0) {
             p->c[i].pre = PUT_NOSPACE;
             s->st.nospace++;
+            s->st.nospace_held += s->nospace_held; /* the cause of the first refusal */
             full = true;
             continue;
         }
         put_item(p, i, off, payloads[i].len, payloads[i].data);
     }
-    if (cost != NULL)
-        cost->ingest_bytes += p->held;
+    if (spent != NULL)
+        spent->ingest_bytes += p->held;
     put_start(p);
     return 0;
 }
 
 int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
-                 uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost)
+                 uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent)
 {
     put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
 
@@ -893,8 +1013,8 @@ int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *par
         else
             put_pin(p, index_find(s->ix, ns->id, p->rank, &p->hashes[i]));
     }
-    if (cost != NULL)
-        cost->ingest_bytes += p->held;
+    if (spent != NULL)
+        spent->ingest_bytes += p->held;
     put_start(p);
     return 0;
 }
@@ -926,6 +1046,10 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
     rc = store__alloc(s, len, now_ms, true, off);
     if (keep != NULL)
         store_unpin(s, keep);
+    if (rc != 0) {
+        s->st.nospace++;
+        s->st.nospace_held += s->nospace_held;
+    }
     return rc == 0 ? 0 : -ENOSPC;
 }
 

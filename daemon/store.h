@@ -82,11 +82,13 @@ typedef struct store store_t;
 typedef struct index_entry store_chunk_t;
 
 typedef struct {
-    uint64_t hits;      /* chunks found by lookups and loads (in any tier) */
-    uint64_t misses;    /* chunks asked by lookups and loads and not found */
-    uint64_t evictions; /* chunks evicted from RAM to make room */
-    uint64_t nospace;   /* chunks refused for lack of evictable space */
-    uint64_t stored;    /* chunks stored */
+    uint64_t hits;         /* chunks found by lookups and loads (in any tier) */
+    uint64_t misses;       /* chunks asked by lookups and loads and not found */
+    uint64_t evictions;    /* chunks evicted from RAM to make room */
+    uint64_t nospace;      /* chunks refused for lack of evictable space */
+    uint64_t nospace_held; /* of those, refused because leases, pins or reservations held the
+                              room (a chunk larger than the arena is the other cause) */
+    uint64_t stored;       /* chunks stored */
 } store_stats_t;
 
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */
@@ -148,14 +150,14 @@ typedef struct {
 
 /*
  * What one request holds until its callback, for the per-session bounds (robust stream, C3):
- * filled by store_save, store_commit and store_load_batch when cost is not NULL (the fields
- * are added to, so one cost can gather several calls).
+ * filled by store_save, store_commit and store_load_batch when spent is not NULL (the fields
+ * are added to, so one store_spent_t can gather several calls).
  */
 typedef struct {
     uint32_t disk_reads;      /* disk reads this request started (a joined read counts 0) */
     uint64_t disk_read_bytes; /* their stored bytes */
     uint64_t ingest_bytes;    /* arena bytes reserved for its copies and checksums */
-} store_cost_t;
+} store_spent_t;
 
 /* Threads the libuv pool needs (UV_THREADPOOL_SIZE, set before the loop queues work): the copy
  * and checksum workers (server.cpu_workers, or one per CPU) plus, with the disk tier, one per
@@ -223,7 +225,46 @@ typedef void (*store_batch_cb)(void *arg);
  * reported). h (borrowed for the call) may be unaligned. */
 int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
                      bool arena, store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg,
-                     store_cost_t *cost);
+                     store_spent_t *spent);
+
+/*
+ * Costs for the bounds of contract C3 (session.h): what a request would cost before it runs, so
+ * the server can charge it to a session or refuse it.
+ *
+ * store_load_cost: for a LOAD of n chunks of one rank, the bytes its RAM hits would lend or pin
+ * (arena bytes held until the reply is sent or released), of which the bytes of chunks that a
+ * lease does not hold already (one leased at now_ms without a disk copy: pinning it holds nothing
+ * more), the bytes of
+ * the copies it would make (chunks in the disk write buffer, and chunks read from disk), and the
+ * disk reads it would queue. The load itself must follow in the same loop callback for the
+ * figures to hold.
+ */
+typedef struct {
+    uint64_t ram_bytes;     /* RAM-resident hits (lent, or pinned for a shared-memory load) */
+    uint64_t ram_new_bytes; /* of those, the bytes of chunks no lease holds */
+    uint64_t copy_bytes;    /* write-buffer hits and disk reads (malloc'd copies) */
+    uint32_t disk_reads;    /* chunks only on disk */
+} store_cost_t;
+
+void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                     size_t n, uint64_t now_ms, store_cost_t *out);
+
+/* Leases (separate from store_lookup, so a lease can be refused over a bound): the payload bytes
+ * that leasing the prefix h[0..hit) would hold in RAM: its chunks that are not leased now (a lease
+ * is never extended) and are in RAM only (a chunk with a disk copy may leave RAM while leased:
+ * index.h), of rank, or of every rank with KVT_RANK_ALL (then the prefix of every rank); and the
+ * lease of the prefix's chunks until now_ms + ram.lease_ms. h may be unaligned. */
+uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                          uint32_t hit, uint64_t now_ms);
+void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
+                 uint64_t now_ms);
+
+/* Looks for segment files truncated or deleted under the daemon (disk_check_files): a fault
+ * that status reports. Without a disk tier, does nothing. Called once a second (the sweep). */
+void store_disk_check(store_t *s);
+
+/* Disk reads queued or running on the thread pool (0 without a disk tier). */
+uint32_t store_disk_reads(const store_t *s);
 
 /* Prefix hit of one rank; leases the hit chunks when lease is true. */
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
@@ -256,7 +297,7 @@ typedef void (*store_done_cb)(void *arg);
  */
 int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
-               uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost);
+               uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent);
 
 /* The stored bytes of one chunk in RAM (borrowed, valid until the next
  * store call), or NULL (not stored, or only on disk: see store_load_batch). Counts a hit or a
@@ -288,7 +329,7 @@ int store_reserve(store_t *s, uint64_t len, store_chunk_t *keep, uint64_t now_ms
 void store_unreserve(store_t *s, uint64_t off, uint64_t len);
 int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
-                 uint8_t *status, store_done_cb done, void *arg, store_cost_t *cost);
+                 uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent);
 
 /* A client found chunk h's bytes corrupt (RELEASE CORRUPT): re-hash its RAM
  * bytes on the thread pool and remove it when they do not match its csum (ram.verify_drops); a
@@ -316,6 +357,12 @@ typedef struct {
 } store_drop_t;
 
 int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out);
+
+/* The same without a tombstone: a namespace evicted to make room for another (ns.h). Its disk
+ * records may come back at a restart, as a namespace nobody declares, evictable in its turn; a
+ * tombstone would cost a synchronous file write per eviction, which a flood of new namespaces
+ * could make the loop pay at the rate of its HELLOs. */
+int store_evict_ns(store_t *s, ns_t *ns, store_drop_t *out);
 
 /* Pins c (see store_chunk_t): the only way to hold a chunk across other store calls. Pins
  * count; each store_pin() needs one store_unpin(). */

@@ -49,10 +49,12 @@ struct store {
     int disk_error;
     bool closing;
     store_disk_counts_t dk;
-    drops_t *drops;       /* tombstones of dropped namespaces (with the disk tier) */
-    uint64_t last_seq;    /* the last write ticket issued */
-    uint64_t done_seq;    /* the last one whose flush finished */
-    index_entry_t *limbo; /* dropped while pinned: unindexed, freed at the last unpin */
+    bool nospace_held;       /* the last allocation that failed did so because of holds */
+    uint64_t nospace_log_ms; /* when ram_nospace was last logged (once a second at most) */
+    drops_t *drops;          /* tombstones of dropped namespaces (with the disk tier) */
+    uint64_t last_seq;       /* the last write ticket issued */
+    uint64_t done_seq;       /* the last one whose flush finished */
+    index_entry_t *limbo;    /* dropped while pinned: unindexed, freed at the last unpin */
     /* arena bytes (footprints) held outside the RAM tier's chunks */
     uint64_t ingest_bytes; /* saves and commits being checksummed */
     uint64_t promo_bytes;  /* disk reads landing in the arena */
@@ -121,8 +123,8 @@ void store__clean_ahead(store_t *s);
 
 /* Ends e's spill (INDEX_F_SPILL): its bytes count in the RAM tier again. */
 void store__spill_end(store_t *s, index_entry_t *e);
-/* Spilled e's write is over and nobody holds it: it leaves RAM when it is on disk and not
- * leased, else it rejoins the RAM tier. */
+/* Spilled e's write is over and nobody pins it: it leaves RAM when it is on disk, else it
+ * rejoins the RAM tier. */
 void store__spill_done(store_t *s, index_entry_t *e);
 
 /* The list of chunks being written: e joins when its write starts, leaves when it commits. */

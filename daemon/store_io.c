@@ -109,6 +109,7 @@ static void clean_timer_cb(uv_timer_t *t)
 void store__clean_ahead(store_t *s)
 {
     uint64_t cap;
+    int rc;
 
     if (s->disk == NULL || s->closing || s->clean_target == 0)
         return;
@@ -128,10 +129,13 @@ void store__clean_ahead(store_t *s)
         }
         if (!disk_admits(s->disk, e->len))
             return; /* the disk's budget is spent: again when a flush commits */
-        if (store__write_back(s, ns, e) == -E2BIG) {
+        rc = store__write_back(s, ns, e);
+        if (rc == -E2BIG) {
             store__dirty_del(s, e); /* can never fit a write batch: it stays RAM-only */
             continue;
         }
+        if (rc != 0)
+            return; /* the full batch waits to go: again when it commits */
     }
     if (!s->clean_pending) {
         s->clean_pending = true;
@@ -377,6 +381,17 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     return 0;
 }
 
+void store_disk_check(store_t *s)
+{
+    if (s->disk != NULL && !s->closing)
+        disk_check_files(s->disk);
+}
+
+uint32_t store_disk_reads(const store_t *s)
+{
+    return s->disk != NULL ? disk_reads_pending(s->disk) : 0;
+}
+
 int store_disk_error(const store_t *s)
 {
     return s->disk_error;
@@ -555,7 +570,9 @@ static void read_done_cb(void *arg, int rc)
             ram_free(s->ram, r->off, r->len);
         }
     }
-    if (rc == -EBADMSG && same) {
+    /* a record that failed its check, or that cannot be read (a truncated segment, an I/O
+     * error), is gone: the next load must not try it again */
+    if ((rc == -EBADMSG || rc == -EIO) && same) {
         log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
                  e->ns, e->rank, r->loc.seg, r->loc.off);
         store__disk_forget(s, e); /* absent now unless in RAM; dropped with its last pin */
@@ -586,7 +603,7 @@ static void read_done_cb(void *arg, int rc)
 /* Starts the read of disk-only entry e for slot (or joins the one in flight). 0, or -1 when
  * it cannot be read (a miss). */
 static int read_start(store_t *s, index_entry_t *e, bool arena, batch_slot_t *slot,
-                      store_cost_t *cost)
+                      store_spent_t *spent)
 {
     store_read_t *r = e->reading;
     uint64_t now = uv_now(s->loop);
@@ -624,9 +641,9 @@ static int read_start(store_t *s, index_entry_t *e, bool arena, batch_slot_t *sl
         if (e->reading == NULL)
             e->reading = r;
     }
-    if (cost != NULL) {
-        cost->disk_reads++;
-        cost->disk_read_bytes += e->dstored;
+    if (spent != NULL) {
+        spent->disk_reads++;
+        spent->disk_read_bytes += e->dstored;
     }
     return 0;
 
@@ -641,7 +658,7 @@ fail:
 
 int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
                      bool arena, store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg,
-                     store_cost_t *cost)
+                     store_spent_t *spent)
 {
     load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
 
@@ -668,7 +685,7 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
         if (e != NULL && !store__absent(e) && (e->flags & INDEX_F_DISK) && s->disk != NULL &&
             !s->closing) {
             store__touch(s, e);
-            if (read_start(s, e, arena, slot, cost) == 0) {
+            if (read_start(s, e, arena, slot, spent) == 0) {
                 b->outstanding++;
                 continue;
             }
