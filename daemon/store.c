@@ -327,19 +327,39 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
 
 /* --- tiers and eviction --- */
 
+/* The dirty FIFO and the list of writes in flight share an entry's dirty_prev/dirty_next (an
+ * entry is on one of them at most): a list is its head and tail. */
+static void link_append(index_entry_t **head, index_entry_t **tail, index_entry_t *e)
+{
+    e->dirty_next = NULL;
+    e->dirty_prev = *tail;
+    if (*tail != NULL)
+        (*tail)->dirty_next = e;
+    else
+        *head = e;
+    *tail = e;
+}
+
+static void link_remove(index_entry_t **head, index_entry_t **tail, index_entry_t *e)
+{
+    if (e->dirty_prev != NULL)
+        e->dirty_prev->dirty_next = e->dirty_next;
+    else
+        *head = e->dirty_next;
+    if (e->dirty_next != NULL)
+        e->dirty_next->dirty_prev = e->dirty_prev;
+    else
+        *tail = e->dirty_prev;
+    e->dirty_prev = e->dirty_next = NULL;
+}
+
 void store__dirty_add(store_t *s, index_entry_t *e)
 {
     if (s->disk == NULL || !(e->flags & INDEX_F_RAM) ||
         (e->flags & (INDEX_F_DIRTY | INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD | INDEX_F_LIMBO)))
         return;
     e->flags |= INDEX_F_DIRTY;
-    e->dirty_next = NULL;
-    e->dirty_prev = s->dirty_tail;
-    if (s->dirty_tail != NULL)
-        s->dirty_tail->dirty_next = e;
-    else
-        s->dirty_head = e;
-    s->dirty_tail = e;
+    link_append(&s->dirty_head, &s->dirty_tail, e);
     s->dirty_bytes += e->len;
 }
 
@@ -347,15 +367,7 @@ void store__dirty_del(store_t *s, index_entry_t *e)
 {
     if (!(e->flags & INDEX_F_DIRTY))
         return;
-    if (e->dirty_prev != NULL)
-        e->dirty_prev->dirty_next = e->dirty_next;
-    else
-        s->dirty_head = e->dirty_next;
-    if (e->dirty_next != NULL)
-        e->dirty_next->dirty_prev = e->dirty_prev;
-    else
-        s->dirty_tail = e->dirty_prev;
-    e->dirty_prev = e->dirty_next = NULL;
+    link_remove(&s->dirty_head, &s->dirty_tail, e);
     e->flags &= (uint16_t)~INDEX_F_DIRTY;
     s->dirty_bytes -= e->len;
 }
@@ -454,26 +466,12 @@ void store__spill_end(store_t *s, index_entry_t *e)
 
 void store__wb_add(store_t *s, index_entry_t *e)
 {
-    e->dirty_next = NULL;
-    e->dirty_prev = s->wb_tail;
-    if (s->wb_tail != NULL)
-        s->wb_tail->dirty_next = e;
-    else
-        s->wb_head = e;
-    s->wb_tail = e;
+    link_append(&s->wb_head, &s->wb_tail, e);
 }
 
 void store__wb_del(store_t *s, index_entry_t *e)
 {
-    if (e->dirty_prev != NULL)
-        e->dirty_prev->dirty_next = e->dirty_next;
-    else
-        s->wb_head = e->dirty_next;
-    if (e->dirty_next != NULL)
-        e->dirty_next->dirty_prev = e->dirty_prev;
-    else
-        s->wb_tail = e->dirty_prev;
-    e->dirty_prev = e->dirty_next = NULL;
+    link_remove(&s->wb_head, &s->wb_tail, e);
 }
 
 /* The oldest chunk being written that can be spilled (no holder but its write, no lease, not

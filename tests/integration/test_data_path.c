@@ -86,21 +86,10 @@ typedef struct {
 static void peer_call(peer_t *p, kvt_msg_t *m, const kvt_frame_t *rest, size_t nrest,
                       harness_raw_msg_t *r, kvt_msg_t *rep)
 {
-    uint8_t head[160];
-    kvt_frame_t f[HARNESS_RAW_MAX_FRAMES];
-
-    ck_assert_uint_le(nrest + 1, HARNESS_RAW_MAX_FRAMES);
     m->hdr.version = 2;
     m->hdr.req_id = p->rid++;
     m->hdr.ns_id = p->ns;
-    f[0].data = head;
-    f[0].len = kvt_head_encode(head, sizeof head, m);
-    ck_assert_uint_gt(f[0].len, 0);
-    for (size_t i = 0; i < nrest; i++)
-        f[1 + i] = rest[i];
-    ck_assert_int_eq(harness_raw_send(p->s, f, nrest + 1), 0);
-    ck_assert_msg(harness_raw_recv(p->s, r) == 0, "no reply to %s", kvt_msg_type_name(m->hdr.type));
-    harness_raw_decode(r, rep);
+    harness_raw_call(p->s, m, rest, nrest, r, rep);
     ck_assert_uint_eq(rep->hdr.version, 2);
 }
 
