@@ -264,6 +264,38 @@ bad:
     assert(!"alloc_put: run not allocated");
 }
 
+/* The last free run is found from the tag of the arena's last unit in O(1); the claimed run
+ * splits it into a free head (when the run does not start it), the run, and a free tail. */
+int alloc_claim(alloc_t *a, uint64_t off, uint64_t len)
+{
+    uint32_t u, n, last, start, run;
+
+    if (len == 0 || len > alloc_capacity(a) || (off & ((UINT64_C(1) << a->shift) - 1)) != 0 ||
+        (off >> a->shift) >= a->nunits)
+        return -EINVAL;
+    u = (uint32_t)(off >> a->shift);
+    n = len_units(a, len);
+    last = a->tag[a->nunits - 1];
+    if (!tag_is_free(last) || n > a->nunits - u)
+        return -EINVAL;
+    run = tag_len(last);
+    start = a->nunits - run;
+    if (u < start)
+        return -EINVAL;
+    bin_remove(a, start, run);
+    if (u > start) {
+        run_mark(a, start, u - start, 1);
+        bin_insert(a, start, u - start);
+    }
+    run_mark(a, u, n, 0);
+    if (u + n < a->nunits) {
+        run_mark(a, u + n, a->nunits - u - n, 1);
+        bin_insert(a, u + n, a->nunits - u - n);
+    }
+    a->used_units += n;
+    return 0;
+}
+
 uint64_t alloc_footprint(const alloc_t *a, uint64_t len)
 {
     uint64_t mask = (UINT64_C(1) << a->shift) - 1;

@@ -40,6 +40,13 @@ int alloc_get(alloc_t *a, uint64_t len, uint64_t *off);
  * a run that is not allocated is a programmer error (assert). */
 void alloc_put(alloc_t *a, uint64_t off, uint64_t len);
 
+/* Marks the run (off, len) allocated, for rebuilding an allocator's state (the arena's
+ * re-attach): the run must lie inside the last free run of the arena, so that a caller claiming
+ * runs in increasing offset order on a fresh allocator (no alloc_get between) always succeeds.
+ * Returns 0, or -EINVAL (unaligned, outside the arena, overlapping a claimed run or out of
+ * order). */
+int alloc_claim(alloc_t *a, uint64_t off, uint64_t len);
+
 /* Bytes an allocation of len occupies (len rounded up to whole units). */
 uint64_t alloc_footprint(const alloc_t *a, uint64_t len);
 

@@ -171,6 +171,8 @@ static const config_key_t config_keys[] = {
     ROW_SIZE("ram.clean_target_bytes", ram.clean_target_bytes, 0, 16 * TIB, 0),
     ROW_DBL("ram.session_held_share", ram.session_held_share, true, 0.0, 1.0, 0.5),
     ROW_DBL("ram.max_held_share", ram.max_held_share, true, 0.0, 1.0, 0.75),
+    ROW_BOOL("ram.reattach", ram.reattach, true),
+    ROW_STR("ram.journal_path", ram.journal_path, "", NULL),
     ROW_BOOL("disk.enabled", disk.enabled, false),
     ROW_STR("disk.dir", disk.dir, "/var/lib/kvtier/disk", check_nonempty),
     ROW_SIZE("disk.capacity_bytes", disk.capacity_bytes, 2 * MIB, 1024 * TIB, 64 * GIB),

@@ -83,6 +83,12 @@ typedef struct {
         double session_held_share;        /* leased + pinned + lent + reserved bytes one
                                              connection may hold, share of capacity (0.5) */
         double max_held_share;            /* the same for all connections together (0.75) */
+
+        /* across restarts (README "Restarts") */
+        bool reattach; /* keep a matching arena file at start and rebuild the RAM tier from it and
+                          the journal (true) */
+        char journal_path[CONFIG_PATH_MAX]; /* the RAM tier's journal; "": <disk.dir>/
+                                               arena.journal */
     } ram;
     struct {
         bool enabled;                 /* the disk tier is on (production: true) */
@@ -104,6 +110,8 @@ typedef struct {
     gates_cfg_t gates; /* global gate defaults */
     int n_ns;
     config_ns_override_t ns[CONFIG_NS_OVERRIDES_MAX];
+    bool cold_start; /* not a key: kvtierd --cold-start (this start ignores the arena's contents;
+                        with ram.reattach the journal is still kept for the next start) */
 } config_t;
 
 /* Fills cfg with every default. */

@@ -63,10 +63,11 @@ typedef struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvtierd -c FILE [--check-config]\n"
+    fprintf(f, "usage: kvtierd -c FILE [--check-config] [--cold-start]\n"
                "       kvtierd --print-defaults | --version | --help\n"
                "  -c, --config FILE   configuration (JSON); see configs/kvtierd.json\n"
                "      --check-config  validate the configuration and exit (0 valid, 1 not)\n"
+               "      --cold-start    ignore what the RAM arena holds (ram.reattach stays as set)\n"
                "      --print-defaults  print every key with its default value\n"
                "Signals: SIGHUP reloads the configuration, SIGTERM or SIGINT stops gracefully.\n");
 }
@@ -244,12 +245,15 @@ out_loop:
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},   {"check-config", no_argument, NULL, 'k'},
-        {"print-defaults", no_argument, NULL, 'p'}, {"version", no_argument, NULL, 'V'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"check-config", no_argument, NULL, 'k'},
+                                         {"print-defaults", no_argument, NULL, 'p'},
+                                         {"version", no_argument, NULL, 'V'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"cold-start", no_argument, NULL, 'C'},
+                                         {NULL, 0, NULL, 0}};
     const char *path = NULL;
-    int check = 0, defaults = 0, c;
+    int check = 0, defaults = 0, cold = 0, c;
     char err[512];
     config_t *cfg = malloc(sizeof *cfg);
     int rc;
@@ -266,6 +270,9 @@ int main(int argc, char **argv)
             break;
         case 'p':
             defaults = 1;
+            break;
+        case 'C':
+            cold = 1;
             break;
         case 'V':
             printf("kvtierd %s\n", KVT_VERSION_STRING);
@@ -306,6 +313,7 @@ int main(int argc, char **argv)
         free(cfg);
         return 0;
     }
+    cfg->cold_start = cold != 0;
     log_set_level(cfg->log.level);
     rc = run(path, cfg);
     free(cfg);

@@ -7,12 +7,23 @@
  * write (SIGBUS), and no save pays for page allocation. Without prefault the file is sparse
  * and pages are allocated on first write. The arena is mapped once for the life of the daemon;
  * allocation state lives in alloc_t, out of band, so the daemon never touches a page it has not
- * written chunk bytes to. Freed runs keep their pages: resident memory is bounded by the capacity,
- * and reusing a page costs no fault. Threads: loop thread only.
+ * written chunk bytes to (but the header page). Freed runs keep their pages: resident memory is
+ * bounded by the capacity, and reusing a page costs no fault.
+ *
+ * The header page is the first page of the file; the allocator works in chunk-area offsets and
+ * this file adds RAM_HDR_BYTES, so every offset outside is a file offset. A re-attach keeps the
+ * file only when its size and header match this configuration exactly; the header is written
+ * (the generation bumped) before the first chunk is served. Clients map the header read-write
+ * too (they map the whole file): a scribbled header makes the next start a cold one (its
+ * checksum fails), never a wrong chunk - the store accepts only chunks its private journal
+ * vouches for, byte for byte (journal.h).
+ *
+ * Threads: loop thread only.
  */
 #include "ram.h"
 
 #include "alloc.h"
+#include "ingest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,36 +32,124 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <stddef.h>
+#include <time.h>
 #include <unistd.h>
+
+#define RAM_MAGIC "KVTARENA"
+
+/* The header page's fields (little-endian, as the host: the arena never leaves the machine). */
+typedef struct {
+    char magic[8];
+    uint32_t version;
+    uint32_t unit;
+    uint64_t chunk_off;
+    uint64_t capacity;
+    uint64_t arena_id;
+    uint32_t gen;
+    uint32_t reserved;
+    uint64_t csum; /* XXH3-64 of the bytes above */
+} ram_hdr_t;
 
 struct ram {
     int fd;
     uint8_t *base;
-    uint64_t capacity;
+    uint64_t capacity;  /* of the chunk area (whole units) */
+    uint64_t map_bytes; /* RAM_HDR_BYTES + capacity */
     alloc_t *alloc;
+    uint32_t gen;
+    uint64_t arena_id;
+    bool keep;
     char path[256];
 };
 
-int ram_new(const char *path, const char *group, uint64_t capacity, bool prefault, ram_t **out)
+static const char *const cold_names[RAM_COLD_COUNT] = {
+    [RAM_ATTACHED] = "attached",    [RAM_COLD_DISABLED] = "disabled", [RAM_COLD_MEMFD] = "memfd",
+    [RAM_COLD_NO_FILE] = "no_file", [RAM_COLD_SIZE] = "size",         [RAM_COLD_HEADER] = "header",
+    [RAM_COLD_VERSION] = "version", [RAM_COLD_LAYOUT] = "layout"};
+
+const char *ram_cold_reason_name(ram_cold_reason_t r)
 {
+    return r < RAM_COLD_COUNT ? cold_names[r] : "unknown";
+}
+
+static uint64_t hdr_csum(const ram_hdr_t *h)
+{
+    return ingest_hash(h, offsetof(ram_hdr_t, csum));
+}
+
+/* Reads the header of an existing file of st_size bytes and decides whether it can be kept.
+ * *prev_gen receives the generation of any header that decodes (0 when none does). */
+static ram_cold_reason_t hdr_judge(int fd, uint64_t st_size, const ram_t *r, uint64_t unit,
+                                   uint32_t *prev_gen, uint64_t *arena_id)
+{
+    ram_hdr_t h;
+
+    *prev_gen = 0;
+    if (st_size == 0)
+        return RAM_COLD_NO_FILE;
+    if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, RAM_MAGIC, 8) != 0 ||
+        h.csum != hdr_csum(&h))
+        return RAM_COLD_HEADER;
+    *prev_gen = h.gen;
+    if (h.version != RAM_FORMAT_VERSION)
+        return RAM_COLD_VERSION;
+    if (h.unit != unit || h.chunk_off != RAM_HDR_BYTES || h.capacity != r->capacity)
+        return RAM_COLD_LAYOUT;
+    if (st_size != r->map_bytes)
+        return RAM_COLD_SIZE;
+    *arena_id = h.arena_id;
+    return RAM_ATTACHED;
+}
+
+void ram_write_header(ram_t *r)
+{
+    ram_hdr_t h = {.version = RAM_FORMAT_VERSION,
+                   .unit = ALLOC_UNIT_DEFAULT,
+                   .chunk_off = RAM_HDR_BYTES,
+                   .capacity = r->capacity,
+                   .arena_id = r->arena_id,
+                   .gen = r->gen};
+
+    memcpy(h.magic, RAM_MAGIC, 8);
+    h.csum = hdr_csum(&h);
+    memcpy(r->base, &h, sizeof h);
+}
+
+static uint64_t random_id(void)
+{
+    uint64_t v = 0;
+
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v)
+        v = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+    return v != 0 ? v : 1;
+}
+
+int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
+{
+    const char *path = o->path != NULL ? o->path : "";
+    ram_cold_reason_t reason = RAM_COLD_DISABLED;
+    uint32_t prev_gen = 0;
+    struct stat st;
     ram_t *r;
     int rc;
 
-    if (capacity == 0 || (path != NULL && strlen(path) >= sizeof r->path))
+    if (o->capacity == 0 || strlen(path) >= sizeof r->path)
         return -EINVAL;
     r = calloc(1, sizeof *r);
     if (r == NULL)
         return -ENOMEM;
     r->fd = -1;
-    r->capacity = capacity;
-    if (path != NULL)
-        strcpy(r->path, path);
-    r->alloc = alloc_new(capacity, ALLOC_UNIT_DEFAULT);
+    strcpy(r->path, path);
+    r->alloc = alloc_new(o->capacity, ALLOC_UNIT_DEFAULT);
     if (r->alloc == NULL) {
         rc = -ENOMEM;
         goto fail_alloc;
     }
+    r->capacity = alloc_capacity(r->alloc);
+    r->map_bytes = RAM_HDR_BYTES + r->capacity;
     if (r->path[0] == '\0')
         r->fd = memfd_create("kvtier-arena", MFD_CLOEXEC);
     else
@@ -69,8 +168,8 @@ int ram_new(const char *path, const char *group, uint64_t capacity, bool prefaul
         rc = -errno;
         goto fail_size;
     }
-    if (r->path[0] != '\0' && group != NULL && group[0] != '\0') {
-        struct group *gr = getgrnam(group);
+    if (r->path[0] != '\0' && o->group != NULL && o->group[0] != '\0') {
+        struct group *gr = getgrnam(o->group);
         if (gr == NULL) {
             rc = -ENOENT;
             goto fail_size;
@@ -80,29 +179,46 @@ int ram_new(const char *path, const char *group, uint64_t capacity, bool prefaul
             goto fail_size;
         }
     }
-    /* Drop whatever a previous run left, then size the (sparse) arena. */
-    if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)capacity) != 0) {
+    if (fstat(r->fd, &st) != 0) {
         rc = -errno;
         goto fail_size;
+    }
+    if (r->path[0] == '\0') {
+        reason = RAM_COLD_MEMFD;
+    } else {
+        ram_cold_reason_t judged =
+            hdr_judge(r->fd, (uint64_t)st.st_size, r, ALLOC_UNIT_DEFAULT, &prev_gen, &r->arena_id);
+        reason = o->reattach ? judged : RAM_COLD_DISABLED;
+    }
+    if (reason != RAM_ATTACHED) {
+        /* Drop whatever a previous run left, then size the (sparse) arena. */
+        r->arena_id = random_id();
+        if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)r->map_bytes) != 0) {
+            rc = -errno;
+            goto fail_size;
+        }
     }
     /* Allocating every page now turns "not enough room in /dev/shm" into a start-up error
      * instead of a SIGBUS on some later write, and spares every writer the page allocation. */
-    if (prefault && fallocate(r->fd, 0, 0, (off_t)capacity) != 0) {
+    if (o->prefault && fallocate(r->fd, 0, 0, (off_t)r->map_bytes) != 0) {
         rc = -errno;
         goto fail_size;
     }
-    r->base = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | (prefault ? MAP_POPULATE : 0), r->fd, 0);
+    r->base = mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | (o->prefault ? MAP_POPULATE : 0), r->fd, 0);
     if (r->base == MAP_FAILED) {
         rc = -errno;
         goto fail_size;
     }
+    r->gen = prev_gen + 1 != 0 ? prev_gen + 1 : 1;
+    *why = reason;
     *out = r;
     return 0;
 
 fail_size:
     close(r->fd);
-    if (r->path[0] != '\0')
+    /* a file kept for a re-attach is left as it was found (only a cold start changed it) */
+    if (r->path[0] != '\0' && reason != RAM_ATTACHED)
         unlink(r->path);
 fail_open:
     alloc_destroy(&r->alloc);
@@ -111,15 +227,26 @@ fail_alloc:
     return rc;
 }
 
+void ram_gen_above(ram_t *r, uint32_t seen)
+{
+    if (seen >= r->gen && seen != UINT32_MAX)
+        r->gen = seen + 1;
+}
+
+void ram_keep(ram_t *r)
+{
+    r->keep = r->path[0] != '\0';
+}
+
 void ram_destroy(ram_t **pr)
 {
     ram_t *r = *pr;
 
     if (r == NULL)
         return;
-    munmap(r->base, r->capacity);
+    munmap(r->base, r->map_bytes);
     close(r->fd);
-    if (r->path[0] != '\0')
+    if (r->path[0] != '\0' && !r->keep)
         unlink(r->path);
     alloc_destroy(&r->alloc);
     free(r);
@@ -128,12 +255,29 @@ void ram_destroy(ram_t **pr)
 
 int ram_alloc(ram_t *r, uint64_t len, uint64_t *off)
 {
-    return alloc_get(r->alloc, len, off);
+    int rc = alloc_get(r->alloc, len, off);
+
+    if (rc == 0)
+        *off += RAM_HDR_BYTES;
+    return rc;
 }
 
 void ram_free(ram_t *r, uint64_t off, uint64_t len)
 {
-    alloc_put(r->alloc, off, len);
+    alloc_put(r->alloc, off - RAM_HDR_BYTES, len);
+}
+
+int ram_claim(ram_t *r, uint64_t off, uint64_t len)
+{
+    if (!ram_extent_ok(r, off, len))
+        return -EINVAL;
+    return alloc_claim(r->alloc, off - RAM_HDR_BYTES, len);
+}
+
+bool ram_extent_ok(const ram_t *r, uint64_t off, uint64_t len)
+{
+    return off >= RAM_HDR_BYTES && len > 0 && len <= r->capacity &&
+           off - RAM_HDR_BYTES <= r->capacity - len && (off % ALLOC_UNIT_DEFAULT) == 0;
 }
 
 void *ram_ptr(const ram_t *r, uint64_t off)
@@ -148,7 +292,22 @@ int ram_fd(const ram_t *r)
 
 uint64_t ram_capacity(const ram_t *r)
 {
-    return alloc_capacity(r->alloc);
+    return r->capacity;
+}
+
+uint64_t ram_file_bytes(const ram_t *r)
+{
+    return r->map_bytes;
+}
+
+uint32_t ram_gen(const ram_t *r)
+{
+    return r->gen;
+}
+
+uint64_t ram_arena_id(const ram_t *r)
+{
+    return r->arena_id;
 }
 
 uint64_t ram_used(const ram_t *r)

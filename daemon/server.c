@@ -78,6 +78,8 @@ static server_err_t err_class(int code)
         return SERVER_ERR_UNSUPPORTED;
     case KVT_WIRE_EBUSY:
         return SERVER_ERR_BUSY;
+    case KVT_WIRE_ESTALE:
+        return SERVER_ERR_STALE;
     default:
         return SERVER_ERR_MALFORMED;
     }
@@ -85,7 +87,32 @@ static server_err_t err_class(int code)
 
 uint32_t server__arena_gen(const server_t *sv)
 {
-    return store_arena_path(sv->store)[0] != '\0' ? 1 : 0;
+    return store_arena_path(sv->store)[0] != '\0' ? store_arena_gen(sv->store) : 0;
+}
+
+/* A request that names arena locations (or pins in the arena): its generation is checked. */
+static bool names_arena(const kvt_msg_t *m)
+{
+    switch (m->hdr.type) {
+    case KVT_MSG_SAVE_RESERVE:
+    case KVT_MSG_SAVE_COMMIT:
+    case KVT_MSG_RELEASE:
+        return true;
+    case KVT_MSG_LOAD:
+        return (m->hdr.flags & KVT_LOAD_SHM) != 0;
+    default:
+        return false;
+    }
+}
+
+/* Protocol 2 shared-memory requests carry the generation of the arena the client mapped; one of
+ * another generation (a daemon restarted since: its locations, reservations and pins mean
+ * nothing now) is ESTALE. Generation 0 is "not checked" (PROTOCOL.md), and protocol 1 requests
+ * carry none: they are served as they are (README, "Restarts"). */
+static bool arena_stale(const server_t *sv, const kvt_msg_t *m)
+{
+    return m->hdr.version >= 2 && m->hdr.gen != 0 && names_arena(m) &&
+           m->hdr.gen != server__arena_gen(sv);
 }
 
 /* A reply's charge, riding on its last part (see the opening comment). */
@@ -519,6 +546,13 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     if (r.op == NULL) {
         reply_error(sv, rid, &req.hdr, KVT_WIRE_EUNSUPP, "%s is not a request",
                     kvt_msg_type_name(req.hdr.type));
+        goto out;
+    }
+    if (arena_stale(sv, &req)) {
+        reply_error(sv, rid, &req.hdr, KVT_WIRE_ESTALE,
+                    "%s: arena generation %u is not the daemon's (%u): say HELLO again and map "
+                    "the arena anew",
+                    kvt_msg_type_name(req.hdr.type), req.hdr.gen, server__arena_gen(sv));
         goto out;
     }
     if (sv->draining && starts_save(req.hdr.type)) {

@@ -93,6 +93,7 @@ typedef enum {
     SERVER_ERR_CONFLICT,    /* KVT_WIRE_ECONFLICT */
     SERVER_ERR_UNSUPPORTED, /* KVT_WIRE_EUNSUPP */
     SERVER_ERR_BUSY,        /* KVT_WIRE_EBUSY */
+    SERVER_ERR_STALE,       /* KVT_WIRE_ESTALE */
     SERVER_ERR_COUNT
 } server_err_t;
 

@@ -108,12 +108,12 @@ extern const size_t server__nops;
 /* Protocol 2 feature bits (KVT_FEAT_*) this daemon implements; HELLO_OK answers the subset a
  * client offers. Checksums, token tallies and arena generation checks each add their bit when
  * they are in place. CHECKSUMS: every LOAD_OK carries the commit checksum of each chunk; the
- * gates fold token tallies (TOKENS). */
-#define SERVER_FEATURES (KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS)
+ * gates fold token tallies (TOKENS); shared-memory requests of another arena generation are
+ * ESTALE (ARENA_GEN, server.c). */
+#define SERVER_FEATURES (KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN)
 
-/* The arena generation HELLO_OK and ARENA_OK announce: 0 without a shared arena; otherwise 1,
- * since every start creates the arena anew (generations start counting when the arena can
- * survive a restart). */
+/* The arena generation HELLO_OK and ARENA_OK announce: 0 without a shared arena; otherwise the
+ * arena header's, one more at every start (re-attached or created anew: ram.h). */
 uint32_t server__arena_gen(const server_t *sv);
 
 /* --- bounds of contract C3 (server.c) ---

@@ -439,12 +439,36 @@ static void label_append(char *buf, size_t cap, const char *name, const char *va
 #define D stats_doc_t
 #define RAMV(k, m, kd, u, h) NUM(D, k, T_U64, ram.m, kd, u, h)
 
+static const stats_field_t ram_recovery_fields[] = {
+    TXT(D, "path", T_STR, ram.recovery.path,
+        "\"reattach\" (the arena file was kept and its journal replayed) or \"cold\"."),
+    TXT(D, "reason", T_STR, ram.recovery.reason,
+        "Why a cold start (\"disabled\", \"memfd\", \"no_file\", \"size\", \"header\", "
+        "\"version\", \"layout\"), or \"attached\"."),
+    NUM(D, "ms", T_U64, ram.recovery.ms, GAUGE, "milliseconds",
+        "Time the RAM tier's recovery at start took (journal replay, checksums, index).",
+        .metric = "kvtier_ram_recovery_duration_seconds"),
+    NUM(D, "chunks", T_U64, ram.recovery.chunks, GAUGE, NULL,
+        "Chunks re-attached from the arena at start."),
+    NUM(D, "bytes", T_U64, ram.recovery.bytes, GAUGE, "bytes",
+        "Payload bytes of the chunks re-attached at start."),
+    NUM(D, "discarded", T_U64, ram.recovery.discarded, GAUGE, NULL,
+        "Journal entries not re-attached at start: outside the arena, overlapping, of a namespace "
+        "that could not be declared, of a key recovered otherwise (1 for a journal of another "
+        "arena)."),
+    NUM(D, "checksum_drops", T_U64, ram.recovery.checksum_drops, GAUGE, NULL,
+        "Journal entries discarded at start because the arena's bytes no longer match."),
+    NUM(D, "journal_records", T_U64, ram.recovery.journal_records, GAUGE, NULL,
+        "Journal records read at start."),
+};
+
 static const stats_field_t ram_fields[] = {
     RAMV("capacity_bytes", capacity_bytes, GAUGE, "bytes",
          "Capacity of the RAM tier (ram.capacity_bytes)."),
     RAMV("arena_bytes", arena_bytes, GAUGE, "bytes",
-         "Size of the RAM arena: the capacity, plus with the disk tier a write headroom of 2 x "
-         "disk.write_buffer_bytes for chunks evicted while their disk write is in flight."),
+         "Size of the RAM arena file: a 4 KiB header page, the capacity, plus with the disk tier "
+         "a write headroom of 2 x disk.write_buffer_bytes for chunks evicted while their disk "
+         "write is in flight."),
     RAMV("used_bytes", used_bytes, GAUGE, "bytes",
          "Arena bytes allocated to the RAM tier, rounded to allocation units (at most the "
          "capacity, but for moments after a write commits under a reader)."),
@@ -487,6 +511,12 @@ static const stats_field_t ram_fields[] = {
          "demotion, shutdown persist)."),
     RAMV("nospace_held", counts.nospace_held, COUNTER, NULL,
          "Chunks refused for lack of room because leases, pins or reservations held it."),
+    NUM(D, "arena_gen", T_U32, ram.arena_gen, GAUGE, NULL,
+        "The arena's generation: one more at every start (HELLO_OK and ARENA_OK answer it)."),
+    RAMV("journal_bytes", journal_bytes, GAUGE, "bytes",
+         "Size of the RAM tier's journal (0 without one: a memfd arena or ram.reattach false)."),
+    TXT(D, "journal_path", T_STR, ram.journal_path, "The RAM tier's journal (\"\" without one)."),
+    OBJ("recovery", ram_recovery_fields, "What the start found in the arena."),
     NUM(D, "leased_bytes", T_U64, usage.leased_bytes, GAUGE, "bytes",
         "Bytes leased by lookups, until the leases expire (in 100 ms steps)."),
     NUM(D, "lent_bytes", T_U64, usage.lent_bytes, GAUGE, "bytes",
@@ -672,10 +702,15 @@ static const stats_field_t disk_fields[] = {
         .metric = "kvtier_server_errors_total", .labels = "class=\"" k "\"")
 
 static const stats_field_t error_fields[] = {
-    ERR("malformed", SERVER_ERR_MALFORMED),     ERR("version", SERVER_ERR_VERSION),
-    ERR("unknown_ns", SERVER_ERR_UNKNOWN_NS),   ERR("too_big", SERVER_ERR_TOO_BIG),
-    ERR("invalid", SERVER_ERR_INVALID),         ERR("conflict", SERVER_ERR_CONFLICT),
-    ERR("unsupported", SERVER_ERR_UNSUPPORTED), ERR("busy", SERVER_ERR_BUSY),
+    ERR("malformed", SERVER_ERR_MALFORMED),
+    ERR("version", SERVER_ERR_VERSION),
+    ERR("unknown_ns", SERVER_ERR_UNKNOWN_NS),
+    ERR("too_big", SERVER_ERR_TOO_BIG),
+    ERR("invalid", SERVER_ERR_INVALID),
+    ERR("conflict", SERVER_ERR_CONFLICT),
+    ERR("unsupported", SERVER_ERR_UNSUPPORTED),
+    ERR("busy", SERVER_ERR_BUSY),
+    ERR("stale", SERVER_ERR_STALE),
 };
 
 ITEMS(session_namespaces, session_info_t, namespaces, nnamespaces)

@@ -72,6 +72,7 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         return -ENOMEM;
     s->nst = nst;
     s->cfg = cfg;
+    s->rec = (store_ram_recovery_t){.path = "cold", .reason = "disabled"};
     s->workers = cpu_workers(cfg);
     s->ix = index_new();
     if (s->ix == NULL) {
@@ -81,11 +82,19 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
     /* With the disk tier the arena holds, beyond the RAM tier, the chunks evicted while their
      * write is in flight: at most the disk's two batches of write_buffer_bytes. */
     s->ram_cap = cfg->ram.capacity_bytes;
-    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group,
-                 s->ram_cap + (cfg->disk.enabled ? 2 * cfg->disk.write_buffer_bytes : 0),
-                 cfg->ram.prefault, &s->ram);
+    rc = ram_open(
+        &(ram_opts_t){.path = cfg->ram.arena_path,
+                      .group = cfg->ram.arena_group,
+                      .capacity =
+                          s->ram_cap + (cfg->disk.enabled ? 2 * cfg->disk.write_buffer_bytes : 0),
+                      .prefault = cfg->ram.prefault,
+                      .reattach = cfg->ram.reattach && !cfg->cold_start},
+        &s->ram, &s->ram_why);
     if (rc != 0)
         goto fail_ram;
+    /* with ram.reattach the file outlives the daemon, whichever way it stops */
+    if (cfg->ram.reattach)
+        ram_keep(s->ram);
     *out = s;
     return 0;
 
@@ -104,6 +113,7 @@ void store_destroy(store_t **ps)
         return;
     disk_destroy(&s->disk);
     drops_destroy(&s->drops);
+    journal_close(&s->journal, true);
     while (s->limbo != NULL) { /* every holder returned its pins before (server_free) */
         index_entry_t *e = s->limbo;
         s->limbo = e->lru_next;
@@ -119,6 +129,10 @@ void store_destroy(store_t **ps)
 void store_tick(store_t *s, uint64_t now_ms)
 {
     index_prune_leases(s->ix, now_ms);
+    if (s->journal != NULL && !s->closing &&
+        journal_records(s->journal) >
+            JOURNAL_COMPACT_FACTOR * s->ram_chunks + JOURNAL_COMPACT_FLOOR)
+        store__journal_compact(s, false);
 }
 
 /* --- lookups --- */
@@ -384,6 +398,7 @@ void store__touch(store_t *s, index_entry_t *e)
 void store__ram_release(store_t *s, index_entry_t *e)
 {
     store__dirty_del(s, e);
+    store__journal_del(s, e);
     ram_free(s->ram, e->off, e->len);
     s->stored_bytes -= e->len;
     s->ram_chunks--;
@@ -538,8 +553,10 @@ int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uin
 
         if (!tier_full) {
             int rc = ram_alloc(s->ram, len, off);
-            if (rc != -ENOSPC)
+            if (rc != -ENOSPC) {
+                store__journal_flush(s); /* the extents given up, before one is reused */
                 return rc;
+            }
         }
         v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
         if (s->disk != NULL && (v == NULL || !(v->flags & (INDEX_F_DISK | INDEX_F_WBUF)))) {
@@ -590,6 +607,7 @@ void store__limbo_free(store_t *s, index_entry_t *e)
     if (e->lru_next != NULL)
         e->lru_next->lru_prev = e->lru_prev;
     if (e->flags & INDEX_F_RAM) {
+        store__journal_del(s, e); /* written at the drop already: harmless, and in order */
         ram_free(s->ram, e->off, e->len);
         s->stored_bytes -= e->len;
         s->ram_chunks--;
@@ -606,6 +624,9 @@ static void limbo_add(store_t *s, index_entry_t *e)
 
     store__dirty_del(s, e);
     store__spill_end(s, e);
+    /* out of the index now: a restart must not bring it back, even before its last unpin */
+    if (e->flags & INDEX_F_RAM)
+        store__journal_del(s, e);
     if (e->flags & INDEX_F_DISK)
         store__disk_forget(s, e);
     if (e->flags & INDEX_F_WBUF)
@@ -667,6 +688,7 @@ static int drop_ns_chunks(store_t *s, ns_t *ns, store_drop_t *out)
         }
     }
     free(c.keys);
+    store__journal_flush(s);
     return 0;
 }
 
@@ -733,6 +755,7 @@ static uint8_t place(store_t *s, ns_t *ns, uint16_t r, const kvt_wire_hash_t *k,
     s->ram_chunks++;
     s->st.stored++;
     store__dirty_add(s, e);
+    store__journal_add(s, ns, e);
     c->prev = e;
     c->declared = true;
     return KVT_CHUNK_STORED;
@@ -915,6 +938,7 @@ static void put_publish(put_t *p)
     s->ingest_bytes -= p->held;
     for (size_t i = 0; i < p->npins; i++)
         store_unpin(s, p->pins[i]);
+    store__journal_flush(s); /* on file before the client is told STORED */
     p->done(p->arg);
     put_free(p);
     store__clean_ahead(s);
@@ -1103,7 +1127,12 @@ const char *store_arena_path(const store_t *s)
 
 uint64_t store_arena_bytes(const store_t *s)
 {
-    return ram_capacity(s->ram);
+    return ram_file_bytes(s->ram);
+}
+
+uint32_t store_arena_gen(const store_t *s)
+{
+    return ram_gen(s->ram);
 }
 
 void store_foreach(const store_t *s, void (*fn)(const index_entry_t *e, void *arg), void *arg)
@@ -1119,7 +1148,7 @@ const store_stats_t *store_stats(const store_t *s)
 void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
 {
     *out = (store_ram_stats_t){.capacity_bytes = s->ram_cap,
-                               .arena_bytes = ram_capacity(s->ram),
+                               .arena_bytes = ram_file_bytes(s->ram),
                                .demoting_bytes = s->spill_bytes,
                                .used_bytes = tier_used(s),
                                .resident_bytes = ram_resident(s->ram),
@@ -1136,7 +1165,11 @@ void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
                                .promoting_bytes = s->promo_bytes,
                                .clean_target_bytes = s->clean_target,
                                .verifies = s->verifies,
-                               .verify_drops = s->verify_drops};
+                               .verify_drops = s->verify_drops,
+                               .arena_gen = ram_gen(s->ram),
+                               .journal_bytes = s->journal ? journal_bytes(s->journal) : 0,
+                               .journal_path = s->journal ? journal_path(s->journal) : "",
+                               .recovery = s->rec};
 }
 
 void store_disk_stats(const store_t *s, store_disk_stats_t *out)

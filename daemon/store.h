@@ -91,6 +91,21 @@ typedef struct {
     uint64_t stored;       /* chunks stored */
 } store_stats_t;
 
+/* What the start found in the arena ("ram.recovery"; README "Restarts"). */
+typedef struct {
+    const char *path;         /* "reattach" (the arena was kept) or "cold" (created anew) */
+    const char *reason;       /* why cold (ram.h's words: "disabled", "size", ...), or "attached" */
+    uint64_t ms;              /* the RAM tier's recovery: journal replay, checksums, index */
+    uint64_t chunks;          /* chunks re-attached */
+    uint64_t bytes;           /* their payload bytes */
+    uint64_t discarded;       /* journal entries not re-attached: outside the arena, overlapping,
+                                 a namespace that cannot be declared, a key held by another copy,
+                                 or the whole journal when it belongs to another arena */
+    uint64_t checksum_drops;  /* entries whose bytes in the arena no longer match their csum */
+    uint64_t journal_records; /* records the replay read */
+    int journal_error;        /* 0, or the negative errno that keeps the journal off */
+} store_ram_recovery_t;
+
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */
 typedef struct {
     uint64_t capacity_bytes; /* the RAM tier's capacity (ram.capacity_bytes) */
@@ -112,6 +127,10 @@ typedef struct {
     uint64_t clean_target_bytes; /* RAM the cleaner keeps free or clean (0: no disk tier) */
     uint64_t verifies;           /* re-verifications clients asked for (RELEASE CORRUPT) */
     uint64_t verify_drops;       /* chunks removed: their bytes no longer matched their csum */
+    uint32_t arena_gen;          /* the arena's generation (ram.h) */
+    uint64_t journal_bytes;      /* the journal's size (0: no journal) */
+    const char *journal_path;    /* borrowed; "" without a journal */
+    store_ram_recovery_t recovery;
 } store_ram_stats_t;
 
 /* The store's counts of the disk tier. */
@@ -165,7 +184,8 @@ typedef struct {
  * a save's checksum never queues behind a disk read. */
 unsigned store_pool_threads(const config_t *cfg);
 
-/* Creates the RAM arena per cfg->ram. Returns 0 or a negative errno. */
+/* Creates the RAM arena per cfg->ram: with ram.reattach, a matching arena file is kept as it is
+ * (ram.h) and its chunks come back at store_attach_disk(). Returns 0 or a negative errno. */
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out);
 void store_destroy(store_t **s);
 
@@ -173,22 +193,28 @@ void store_destroy(store_t **s);
  * Gives the store its loop (saves, commits and verifications need it for their thread-pool
  * jobs, with or without a disk tier) and opens the disk tier when cfg->disk.enabled: recovers
  * the segments found in cfg->disk.dir (namespaces are re-declared in the ns table from the
- * records, with their revision; chains relinked by parent hash) before returning. Returns 0
- * (also when the tier is disabled) or a negative errno; on error the store keeps working without
- * a disk tier and its status says "unavailable".
+ * records, with their revision; chains relinked by parent hash) before returning. Then the RAM
+ * tier: a re-attached arena's chunks that its journal vouches for (journal.h) join the index
+ * (a chunk also found on disk gets its RAM copy back), and a new journal is started (with a file
+ * arena and ram.reattach); the arena's header then takes the new generation. Returns 0 (also
+ * when the tier is disabled) or a negative errno of the disk tier; on error the store keeps
+ * working without a disk tier and its status says "unavailable".
  */
 int store_attach_disk(store_t *s, uv_loop_t *loop);
 
 /* The error that kept the disk tier from attaching (negative errno), or 0. */
 int store_disk_error(const store_t *s);
 
-/* Periodic upkeep (the server's sweep timer): drops expired leases from the lease FIFO. */
+/* Periodic upkeep (the server's sweep timer): drops expired leases from the lease FIFO, and
+ * compacts the RAM journal once it has grown past JOURNAL_COMPACT_FACTOR x the RAM chunks. */
 void store_tick(store_t *s, uint64_t now_ms);
 
 /* Stops the store: waits for the saves, commits and verifications in flight (they complete and
  * call back), writes the chunks only in RAM to the disk tier, then stops the disk tier (cancels
- * queued reads, lets running jobs finish, flushes), then calls done(arg) on the loop (at once
- * when nothing is in flight and there is no disk tier). Then store_destroy(). */
+ * queued reads, lets running jobs finish, flushes), compacts the RAM journal to the chunks RAM
+ * holds and fsyncs it, then calls done(arg) on the loop (at once when nothing is in flight and
+ * there is no disk tier). Then store_destroy(), which keeps the arena file for the next start
+ * with ram.reattach. */
 void store_close(store_t *s, void (*done)(void *arg), void *arg);
 
 /*
@@ -373,9 +399,11 @@ void store_pin(store_t *s, store_chunk_t *c);
  * by this call. */
 void store_unpin(store_t *s, store_chunk_t *c);
 
-/* The arena: its file path ("" for a memfd) and its size. */
+/* The arena: its file path ("" for a memfd), its size (the file's: what a client maps) and its
+ * generation (ram.h). */
 const char *store_arena_path(const store_t *s);
 uint64_t store_arena_bytes(const store_t *s);
+uint32_t store_arena_gen(const store_t *s);
 
 const store_stats_t *store_stats(const store_t *s);
 

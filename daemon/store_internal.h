@@ -14,6 +14,7 @@
 #include "disk.h"
 #include "drops.h"
 #include "index.h"
+#include "journal.h"
 #include "ram.h"
 
 #define STORE_VICTIM_SCAN 4096u
@@ -77,6 +78,11 @@ struct store {
     int close_handles;
     void (*close_done)(void *arg);
     void *close_arg;
+    /* the RAM tier across restarts (store_reattach.c) */
+    ram_cold_reason_t ram_why; /* RAM_ATTACHED: the arena was kept */
+    journal_t *journal;        /* NULL: no journal (a memfd, ram.reattach false, or it failed) */
+    char journal_path[4096];
+    store_ram_recovery_t rec;
 };
 
 /* An entry none of whose copies exists any more (pinned while its disk record failed its
@@ -143,5 +149,31 @@ void store__limbo_free(store_t *s, index_entry_t *e);
 
 /* A save, commit or verification in flight finished (store_close may go on). */
 void store__job_done(store_t *s);
+
+/* The RAM journal (store_reattach.c; journal.h). store__journal_add: RAM-resident e of ns (just
+ * published or promoted) is journaled; store__journal_del: e's extent is about to be given up
+ * (before its ram_free); store__journal_flush: what is gathered reaches the file (before a save
+ * is answered, and before an extent given up can be handed out again). No-ops without a
+ * journal. */
+void store__journal_add(store_t *s, const ns_t *ns, const index_entry_t *e);
+void store__journal_del(store_t *s, const index_entry_t *e);
+void store__journal_flush(store_t *s);
+
+/* Re-attach (store_attach_disk, after the disk tier's recovery and before the chains are
+ * relinked): the journal's chunks whose bytes match join the index (their parent links queued
+ * in s->relink), a new journal is started and the arena's header written. */
+void store__ram_recover(store_t *s);
+
+/* Recovery: chunk h of (ns, rank) had the predecessor parent; store__relink links it (or marks
+ * it an orphan) once every tier is recovered, and frees the queue. */
+void store__relink_queue(store_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                         const uint8_t parent[16]);
+void store__relink(store_t *s);
+
+/* Rewrites the journal to the chunks RAM holds now (sync: fsync'd, at a clean stop). */
+void store__journal_compact(store_t *s, bool sync);
+
+/* The end of store_close: the journal is compacted, then the caller's done. */
+void store__close_finish(void *arg);
 
 #endif /* KVT_STORE_INTERNAL_H */

@@ -213,21 +213,26 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
     ns->chunks++;
     ns->bytes += m->raw_len;
     set_disk_loc(s, e, loc);
-    if ((m->flags & RECORD_F_PARENT) != 0) {
-        if (s->nrelink == s->relinkcap) {
-            size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
-            relink_t *nr = realloc(s->relink, nc * sizeof *nr);
-            if (nr == NULL)
-                return; /* the chunk stays, without its chain link */
-            s->relink = nr;
-            s->relinkcap = nc;
-        }
-        s->relink[s->nrelink].ns = ns->id;
-        s->relink[s->nrelink].rank = m->rank;
-        s->relink[s->nrelink].hash = h;
-        memcpy(s->relink[s->nrelink].parent.b, m->parent, 16);
-        s->nrelink++;
+    if ((m->flags & RECORD_F_PARENT) != 0)
+        store__relink_queue(s, ns->id, m->rank, &h, m->parent);
+}
+
+void store__relink_queue(store_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
+                         const uint8_t parent[16])
+{
+    if (s->nrelink == s->relinkcap) {
+        size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
+        relink_t *nr = realloc(s->relink, nc * sizeof *nr);
+        if (nr == NULL)
+            return; /* the chunk stays, without its chain link */
+        s->relink = nr;
+        s->relinkcap = nc;
     }
+    s->relink[s->nrelink].ns = ns;
+    s->relink[s->nrelink].rank = rank;
+    s->relink[s->nrelink].hash = *h;
+    memcpy(s->relink[s->nrelink].parent.b, parent, 16);
+    s->nrelink++;
 }
 
 static void verify_dropped(store_t *s, const index_entry_t *e, const char *where)
@@ -344,8 +349,11 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     int rc;
 
     s->loop = loop;
-    if (!s->cfg->disk.enabled)
+    if (!s->cfg->disk.enabled) {
+        store__ram_recover(s);
+        store__relink(s);
         return 0;
+    }
     rc = drops_open(s->cfg->disk.dir, &s->drops);
     if (rc == 0)
         rc = disk_open(loop, s->cfg, &store__disk_ops, s, &s->disk);
@@ -357,8 +365,26 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         s->relink = NULL;
         s->nrelink = s->relinkcap = 0;
         s->dk = (store_disk_counts_t){0};
+        store__ram_recover(s);
+        store__relink(s);
         return rc;
     }
+    /* the RAM tier after the disk's: a chunk in both gets its RAM copy back, and the chains of
+     * both tiers are relinked together */
+    store__ram_recover(s);
+    store__relink(s);
+    drops_prune(s->drops, disk_first_segment(s->disk));
+    s->clean_target = s->cfg->ram.clean_target_bytes;
+    if (s->clean_target == 0 || s->clean_target > s->ram_cap)
+        s->clean_target = s->ram_cap / 2;
+    uv_timer_init(loop, &s->persist_timer);
+    uv_timer_init(loop, &s->clean_timer);
+    s->persist_timer.data = s->clean_timer.data = s;
+    return 0;
+}
+
+void store__relink(store_t *s)
+{
     for (size_t i = 0; i < s->nrelink; i++) {
         const relink_t *r = &s->relink[i];
         index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
@@ -371,14 +397,6 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     free(s->relink);
     s->relink = NULL;
     s->nrelink = s->relinkcap = 0;
-    drops_prune(s->drops, disk_first_segment(s->disk));
-    s->clean_target = s->cfg->ram.clean_target_bytes;
-    if (s->clean_target == 0 || s->clean_target > s->ram_cap)
-        s->clean_target = s->ram_cap / 2;
-    uv_timer_init(loop, &s->persist_timer);
-    uv_timer_init(loop, &s->clean_timer);
-    s->persist_timer.data = s->clean_timer.data = s;
-    return 0;
 }
 
 void store_disk_check(store_t *s)
@@ -406,7 +424,7 @@ static void close_handle_cb(uv_handle_t *h)
     store_t *s = h->data;
 
     if (--s->close_handles == 0)
-        disk_close(s->disk, s->close_done, s->close_arg);
+        disk_close(s->disk, store__close_finish, s);
 }
 
 /* Writes the dirty chunks, oldest first (a slice per turn); waits (a short timer) while the
@@ -462,7 +480,7 @@ static void persist_step_cb(uv_timer_t *t)
 void store__persist_begin(store_t *s)
 {
     if (s->disk == NULL) {
-        s->close_done(s->close_arg);
+        store__close_finish(s);
         return;
     }
     uv_timer_stop(&s->clean_timer);
@@ -566,6 +584,7 @@ static void read_done_cb(void *arg, int rc)
             s->stored_bytes += e->len;
             s->ram_chunks++;
             s->dk.promoted++;
+            store__journal_add(s, ns_get(s->nst, e->ns), e);
         } else {
             ram_free(s->ram, r->off, r->len);
         }

@@ -1,0 +1,468 @@
+/*
+ * test_reattach.c - the RAM tier across restarts (README "Restarts", store_reattach.c): the
+ * arena file in /dev/shm is kept, and a restarted daemon re-attaches it, trusting only the
+ * chunks its journal vouches for byte for byte.
+ *
+ * Each test names its own arena file (/dev/shm/kvt-reattach-<pid>-<n>) and journal directory
+ * (under the run's scratch directory), both outside the harness's per-start directory, so that
+ * a second harness_start() finds them; the arena file is removed at the end. State is read from
+ * status (ram.recovery, ram.used_bytes, disk.hits), never waited for by sleeping.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "check_main.h"
+#include "harness.h"
+
+#define PER 16u /* chunks per chain */
+
+typedef struct {
+    char arena[128];
+    char dir[256]; /* the journal's directory, and the disk tier's (dir/disk) */
+    uint64_t capacity;
+    uint64_t chunk;
+    bool disk;
+} persist_t;
+
+static void persist_init(persist_t *p, uint64_t capacity, uint64_t chunk, bool disk)
+{
+    static int n;
+
+    memset(p, 0, sizeof *p);
+    snprintf(p->arena, sizeof p->arena, "/dev/shm/kvt-reattach-%d-%d", (int)getpid(), n++);
+    snprintf(p->dir, sizeof p->dir, "%s/persist-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(p->dir));
+    p->capacity = capacity;
+    p->chunk = chunk;
+    p->disk = disk;
+}
+
+static void persist_done(persist_t *p)
+{
+    unlink(p->arena);
+}
+
+/* Starts a daemon on p's arena and journal; more: extra members of "ram" (may be ""). */
+static harness_t *persist_start(const persist_t *p, uint64_t capacity, const char *more)
+{
+    char extra[1024];
+    harness_opts_t o = {.capacity_bytes = capacity, .max_chunk_bytes = p->chunk};
+
+    snprintf(extra, sizeof extra,
+             "{\"ram\": {\"arena_path\": \"%s\", \"journal_path\": \"%s/arena.journal\"%s}, "
+             "\"disk\": {\"enabled\": %s, \"dir\": \"%s/disk\", \"capacity_bytes\": \"64MiB\", "
+             "\"segment_bytes\": \"4MiB\", \"write_buffer_bytes\": \"1MiB\", \"fsync\": "
+             "\"none\"}}",
+             p->arena, p->dir, more, p->disk ? "true" : "false", p->dir);
+    o.extra_json = extra;
+    return harness_start(&o);
+}
+
+static const char *jstr(json_t *st, const char *a, const char *b, const char *c)
+{
+    json_t *v = json_object_get(json_object_get(json_object_get(st, a), b), c);
+
+    return json_string_value(v) != NULL ? json_string_value(v) : "";
+}
+
+static void expect_path(const harness_t *h, const char *path, const char *reason)
+{
+    json_t *st = harness_status(h);
+
+    ck_assert_str_eq(jstr(st, "ram", "recovery", "path"), path);
+    ck_assert_str_eq(jstr(st, "ram", "recovery", "reason"), reason);
+    json_decref(st);
+}
+
+/* Flips one byte of the arena file at off (the daemon is stopped), through a read-write
+ * mapping as a client would have it. */
+static void scribble(const char *arena, uint64_t off)
+{
+    int fd = open(arena, O_RDWR);
+    struct stat st;
+    uint8_t *m;
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_uint_gt((uint64_t)st.st_size, off);
+    m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    m[off] ^= 0x5a;
+    munmap(m, (size_t)st.st_size);
+    close(fd);
+}
+
+/* Fill RAM, SIGTERM, restart: every chunk comes back from the arena, byte-exact, with no disk
+ * read although the clean stop also wrote them to the disk tier. */
+START_TEST(test_reattach_clean_stop)
+{
+    persist_t p;
+    harness_t *h;
+    kvt_client_t *c;
+    int64_t gen;
+    size_t got = 0;
+
+    persist_init(&p, 4u << 20, 64u << 10, true);
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "cold", "no_file");
+    gen = harness_stat(h, "ram.arena_gen");
+    c = harness_client(h, "reattach", 1, 0, 0);
+    for (uint32_t seed = 1; seed <= 3; seed++)
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, p.chunk, 0), PER);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), 3 * PER);
+    kvt_close(&c);
+    harness_stop(&h);
+
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "reattach", "attached");
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), 3 * PER);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.bytes"), 3 * PER * p.chunk);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.checksum_drops"), 0);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.discarded"), 0);
+    ck_assert_int_eq(harness_stat(h, "ram.arena_gen"), gen + 1);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), 3 * PER);
+    ck_assert_int_gt(harness_stat(h, "ram.journal_bytes"), 0);
+    c = harness_client(h, "reattach", 1, 0, 0);
+    for (uint32_t seed = 1; seed <= 3; seed++)
+        got += harness_load_chain(c, seed, PER, p.chunk, 0); /* asserts the bytes */
+    ck_assert_uint_eq(got, 3 * PER);
+    ck_assert_int_eq(harness_stat(h, "disk.hits"), 0);
+    ck_assert_int_eq(harness_stat(h, "disk.bytes_read"), 0);
+    kvt_close(&c);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
+/* The saver: chains from 1 up, each reported on fd once its every chunk was STORED; runs until
+ * its daemon is gone. A forked process: it reports by exit status, not by Check. */
+static void saver(const char *endpoint, const persist_t *p, int fd)
+{
+    kvt_connect_opts_t o = {.timeout_ms = 2000, .data_path = KVT_DATA_PATH_SHM};
+    kvt_ns_desc_t d = harness_ns_desc("killed", 1, 0, 32); /* harness_client's layout */
+    kvt_client_t *c = NULL;
+    void *bufs[PER];
+    size_t lens[PER];
+
+    if (kvt_connect(endpoint, &d, 0, &o, &c) != 0)
+        _exit(2);
+    for (size_t i = 0; i < PER; i++) {
+        bufs[i] = malloc(p->chunk);
+        lens[i] = p->chunk;
+    }
+    for (uint32_t seed = 1;; seed++) {
+        kvt_hash_t hs[PER];
+        uint8_t out[PER];
+        kvt_save_opts_t so = {0};
+        harness_chain(seed, hs, PER);
+        for (size_t i = 0; i < PER; i++)
+            harness_fill(bufs[i], p->chunk, 0, (uint64_t)seed << 32 | i);
+        if (kvt_save(c, hs, PER, (const void *const *)bufs, lens, &so, out) != 0)
+            break;
+        for (size_t i = 0; i < PER; i++)
+            if (out[i] != KVT_SAVE_STORED)
+                _exit(3);
+        if (write(fd, &seed, sizeof seed) != (ssize_t)sizeof seed)
+            break;
+    }
+    _exit(0);
+}
+
+/* SIGKILL while a client saves through the shared arena (and another holds a reservation it
+ * never commits): after the restart every chain that was answered STORED loads byte-exact, the
+ * reservation is gone, and the RAM accounting is exactly the chunks that came back. */
+START_TEST(test_reattach_sigkill_during_saves)
+{
+    persist_t p;
+    harness_t *h;
+    int pfd[2], status;
+    pid_t pid;
+    uint32_t seed, done = 0;
+    kvt_client_t *c;
+    void *ctx, *s;
+    kvt_hello_ok_t hello;
+    kvt_msg_t m, rep;
+    harness_raw_msg_t r;
+    uint8_t hash[KVT_HASH_BYTES] = {0x77}, lens[8];
+    kvt_frame_t f[2];
+    int64_t chunks, foot;
+
+    persist_init(&p, 32u << 20, 16u << 10, false);
+    h = persist_start(&p, p.capacity, "");
+    /* a reservation that is never committed */
+    ctx = zmq_ctx_new();
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    hello = harness_raw_hello2(s, "reserver", "", 1);
+    kvt_put_u64(lens, p.chunk);
+    memset(&m, 0, sizeof m);
+    m.hdr = (kvt_hdr_t){.version = 2,
+                        .type = KVT_MSG_SAVE_RESERVE,
+                        .req_id = 2,
+                        .ns_id = hello.ns_id,
+                        .gen = hello.arena_gen};
+    m.u.save.nhashes = 1;
+    f[0] = (kvt_frame_t){hash, sizeof hash};
+    f[1] = (kvt_frame_t){lens, sizeof lens};
+    harness_raw_call(s, &m, f, 2, &r, &rep);
+    ck_assert_int_eq(rep.hdr.type, KVT_MSG_SAVE_RESERVE_OK);
+    harness_raw_msg_close(&r);
+    ck_assert_int_gt(harness_stat(h, "ram.reserved_bytes"), 0);
+
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        saver(h->endpoint, &p, pfd[1]);
+    }
+    close(pfd[1]);
+    /* kill while it saves: after its 40th chain, with the 41st on its way */
+    while (done < 40 && read(pfd[0], &seed, sizeof seed) == (ssize_t)sizeof seed)
+        done = seed;
+    ck_assert_uint_eq(done, 40);
+    harness_kill9(h);
+    while (read(pfd[0], &seed, sizeof seed) == (ssize_t)sizeof seed)
+        done = seed; /* answered before the kill, read after it */
+    close(pfd[0]);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "saver status %d", status);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    harness_free(&h);
+
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "reattach", "attached");
+    c = harness_client(h, "killed", 1, 0, 0);
+    for (seed = 1; seed <= done; seed++)
+        ck_assert_uint_eq(harness_load_chain(c, seed, PER, p.chunk, 0), PER);
+    chunks = harness_stat(h, "ram.chunks");
+    foot = (int64_t)((p.chunk + 4095) / 4096 * 4096);
+    ck_assert_int_ge(chunks, (int64_t)done * PER);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), chunks);
+    ck_assert_int_eq(harness_stat(h, "ram.reserved_bytes"), 0);
+    ck_assert_int_eq(harness_stat(h, "ram.used_bytes"), chunks * foot);
+    ck_assert_int_eq(harness_stat(h, "ram.stored_bytes"), chunks * (int64_t)p.chunk);
+    printf("test_reattach_sigkill_during_saves: %u chains answered before SIGKILL, %lld chunks "
+           "re-attached\n",
+           done, (long long)chunks);
+    kvt_close(&c);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
+/* Bytes changed in the arena while no daemon ran (a client's read-write mapping): that chunk is
+ * a checksum drop and a miss, the rest survive; a scribbled header page makes a cold start. */
+START_TEST(test_reattach_scribbled)
+{
+    persist_t p;
+    harness_t *h;
+    kvt_client_t *c;
+
+    persist_init(&p, 4u << 20, 64u << 10, false);
+    h = persist_start(&p, p.capacity, "");
+    c = harness_client(h, "scribbled", 1, 0, 0);
+    ck_assert_uint_eq(harness_save_chain(c, 1, PER, p.chunk, 0), PER);
+    ck_assert_uint_eq(harness_save_chain(c, 2, PER, p.chunk, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+
+    /* the first chunk saved is the first extent of the chunk area: chain 1's first chunk */
+    scribble(p.arena, 4096 + 1000);
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "reattach", "attached");
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.checksum_drops"), 1);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), 2 * PER - 1);
+    c = harness_client(h, "scribbled", 1, 0, 0);
+    ck_assert_uint_eq(harness_load_chain(c, 2, PER, p.chunk, 0), PER);
+    ck_assert_uint_lt(harness_load_chain(c, 1, PER, p.chunk, 0), PER); /* no wrong byte */
+    kvt_close(&c);
+    harness_stop(&h);
+
+    scribble(p.arena, 3); /* the header page's magic */
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "cold", "header");
+    ck_assert_int_eq(harness_log_count(h, "event=ram_cold_start"), 1);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), 0);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
+/* A changed ram.capacity_bytes, or ram.reattach false: a clean cold start with a log line. */
+START_TEST(test_reattach_config_changes)
+{
+    persist_t p;
+    harness_t *h;
+    kvt_client_t *c;
+
+    persist_init(&p, 4u << 20, 64u << 10, false);
+    h = persist_start(&p, p.capacity, "");
+    c = harness_client(h, "resized", 1, 0, 0);
+    ck_assert_uint_eq(harness_save_chain(c, 1, PER, p.chunk, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+
+    h = persist_start(&p, 8u << 20, "");
+    expect_path(h, "cold", "layout");
+    ck_assert_int_eq(harness_log_count(h, "event=ram_cold_start"), 1);
+    ck_assert_int_eq(harness_log_count(h, "ram.capacity_bytes"), 1);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), 0);
+    c = harness_client(h, "resized", 1, 0, 0);
+    ck_assert_uint_eq(harness_load_chain(c, 1, PER, p.chunk, 0), 0);
+    ck_assert_uint_eq(harness_save_chain(c, 3, PER, p.chunk, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+
+    h = persist_start(&p, 8u << 20, ", \"reattach\": false");
+    expect_path(h, "cold", "disabled");
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), 0);
+    ck_assert_int_eq(harness_stat(h, "ram.journal_bytes"), 0);
+    harness_stop(&h);
+    /* without re-attach the arena file goes with the daemon, as before */
+    ck_assert_int_eq(access(p.arena, F_OK), -1);
+    persist_done(&p);
+}
+END_TEST
+
+static int64_t post_drop(const harness_t *h, const char *query)
+{
+    char url[256], *body = NULL;
+    int code = 0;
+
+    snprintf(url, sizeof url, "/admin/drop?%s", query);
+    ck_assert_int_eq(harness_http(h->status_path, "POST", url, &code, NULL, 0, &body), 0);
+    free(body);
+    return code;
+}
+
+/* A dropped namespace never comes back through a re-attach, even after a SIGKILL (the journal's
+ * DEL records, not the clean stop's compaction); the other namespace's chunks do. */
+START_TEST(test_reattach_drop_stays_dropped)
+{
+    persist_t p;
+    harness_t *h;
+    kvt_client_t *a, *b;
+
+    persist_init(&p, 4u << 20, 32u << 10, false);
+    h = persist_start(&p, p.capacity, "");
+    a = harness_client(h, "dropme", 1, 0, 0);
+    b = harness_client(h, "keepme", 1, 0, 0);
+    ck_assert_uint_eq(harness_save_chain(a, 1, PER, p.chunk, 0), PER);
+    ck_assert_uint_eq(harness_save_chain(b, 2, PER, p.chunk, 0), PER);
+    ck_assert_int_eq(post_drop(h, "ns=dropme"), 200);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), PER);
+    kvt_close(&a);
+    kvt_close(&b);
+    harness_kill9(h);
+    harness_free(&h);
+
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "reattach", "attached");
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), PER);
+    a = harness_client(h, "dropme", 1, 0, 0);
+    b = harness_client(h, "keepme", 1, 0, 0);
+    ck_assert_uint_eq(harness_load_chain(a, 1, PER, p.chunk, 0), 0);
+    ck_assert_uint_eq(harness_load_chain(b, 2, PER, p.chunk, 0), PER);
+    kvt_close(&a);
+    kvt_close(&b);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
+static int reserve_code(void *s, const kvt_hello_ok_t *hello, int version, uint32_t gen,
+                        uint64_t rid, uint64_t chunk)
+{
+    uint8_t hash[KVT_HASH_BYTES] = {(uint8_t)rid}, lens[8];
+    kvt_frame_t f[2] = {{hash, sizeof hash}, {lens, sizeof lens}};
+    harness_raw_msg_t r;
+    kvt_msg_t m, rep;
+    int code;
+
+    kvt_put_u64(lens, chunk);
+    memset(&m, 0, sizeof m);
+    m.hdr = (kvt_hdr_t){.version = (uint8_t)version,
+                        .type = KVT_MSG_SAVE_RESERVE,
+                        .req_id = rid,
+                        .ns_id = hello->ns_id,
+                        .gen = version >= 2 ? gen : 0};
+    m.u.save.nhashes = 1;
+    harness_raw_call(s, &m, f, 2, &r, &rep);
+    code = rep.hdr.type == KVT_MSG_ERROR ? rep.u.error.code : 0;
+    if (rep.hdr.type != KVT_MSG_ERROR)
+        ck_assert_int_eq(rep.hdr.type, KVT_MSG_SAVE_RESERVE_OK);
+    harness_raw_msg_close(&r);
+    return code;
+}
+
+/* Every start is a new generation: a shared-memory request naming the old one is ESTALE
+ * (protocol 2); generation 0 and protocol 1 requests are not checked. */
+START_TEST(test_reattach_estale)
+{
+    persist_t p;
+    harness_t *h;
+    void *ctx = zmq_ctx_new(), *s;
+    kvt_hello_ok_t a, b;
+
+    persist_init(&p, 4u << 20, 16u << 10, false);
+    h = persist_start(&p, p.capacity, "");
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    a = harness_raw_hello2(s, "gen", "", 1);
+    ck_assert_uint_gt(a.arena_gen, 0);
+    ck_assert_uint_eq(a.features & KVT_FEAT_ARENA_GEN, KVT_FEAT_ARENA_GEN);
+    ck_assert_int_eq(reserve_code(s, &a, 2, a.arena_gen, 2, p.chunk), 0);
+    ck_assert_int_eq(reserve_code(s, &a, 2, a.arena_gen + 1, 3, p.chunk), KVT_WIRE_ESTALE);
+    zmq_close(s);
+    harness_stop(&h);
+
+    h = persist_start(&p, p.capacity, "");
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    b = harness_raw_hello2(s, "gen", "", 1);
+    ck_assert_uint_eq(b.arena_gen, a.arena_gen + 1);
+    ck_assert_int_eq(reserve_code(s, &b, 2, a.arena_gen, 4, p.chunk), KVT_WIRE_ESTALE);
+    ck_assert_int_eq(reserve_code(s, &b, 2, b.arena_gen, 5, p.chunk), 0);
+    ck_assert_int_eq(reserve_code(s, &b, 2, 0, 6, p.chunk), 0);
+    ck_assert_int_eq(harness_stat(h, "server.errors.stale"), 1);
+    zmq_close(s);
+    /* protocol 1 carries no generation: served as it is */
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    {
+        kvt_hello_ok_t v1 = {.ns_id = harness_raw_hello(s, "gen1", 1, 0, 1, 1)};
+        ck_assert_int_eq(reserve_code(s, &v1, 1, 0, 7, p.chunk), 0);
+    }
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
+static Suite *reattach_suite(void)
+{
+    Suite *su = suite_create("reattach");
+    TCase *tc = tcase_create("reattach");
+
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_reattach_clean_stop);
+    tcase_add_test(tc, test_reattach_sigkill_during_saves);
+    tcase_add_test(tc, test_reattach_scribbled);
+    tcase_add_test(tc, test_reattach_config_changes);
+    tcase_add_test(tc, test_reattach_drop_stays_dropped);
+    tcase_add_test(tc, test_reattach_estale);
+    suite_add_tcase(su, tc);
+    return su;
+}
+
+const check_program_t check_program = {.suite = reattach_suite, .scratch = "kvtra"};
