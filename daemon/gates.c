@@ -72,7 +72,9 @@
  */
 #include "gates.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +116,18 @@ struct gates {
 };
 
 const char *const gates_policy_words[] = {"atom", "value", NULL};
+
+/* The learned state is struct gates but for its settings and the ghost table's pointer: the two
+ * runs of fields either side of the pointer, copied as they are (gates_export). The tag names
+ * the layout, so that a file of another build is refused rather than misread. */
+#define GATES_RUN1_OFF offsetof(struct gates, payoff)
+#define GATES_RUN1_LEN (offsetof(struct gates, ghost) - GATES_RUN1_OFF)
+#define GATES_RUN2_OFF offsetof(struct gates, act_ema)
+#define GATES_RUN2_LEN (sizeof(struct gates) - GATES_RUN2_OFF)
+#define GATES_LAYOUT_TAG                                                                           \
+    ((uint64_t)sizeof(struct gates) << 32 ^ (uint64_t)GATES_RUN1_OFF << 16 ^                       \
+     (uint64_t)GATES_RUN2_OFF ^ (uint64_t)GATES_ENGINE_MAX << 48 ^                                 \
+     (uint64_t)GATES_REASON_MAX << 56)
 
 /* E(X) of GATES.md 6: the offered tokens a window that ages by exp(-x / H) holds after X offered
  * tokens, counted from the start (H * (e^(X/H) - 1)). */
@@ -682,4 +696,41 @@ void gates_state(const gates_t *g, gates_state_t *st)
     st->load_bearing = lookup_load_bearing(g);
     st->nreasons = g->nreasons;
     memcpy(st->reasons, g->reasons, sizeof st->reasons);
+}
+
+size_t gates_export_bytes(const gates_t *g)
+{
+    return 8 + GATES_RUN1_LEN + GATES_RUN2_LEN +
+           (g->ghost != NULL ? ghost_export_bytes(g->ghost) : 0);
+}
+
+void gates_export(const gates_t *g, void *buf)
+{
+    uint8_t *p = buf;
+    uint64_t tag = GATES_LAYOUT_TAG;
+
+    memcpy(p, &tag, 8);
+    memcpy(p + 8, (const uint8_t *)g + GATES_RUN1_OFF, GATES_RUN1_LEN);
+    memcpy(p + 8 + GATES_RUN1_LEN, (const uint8_t *)g + GATES_RUN2_OFF, GATES_RUN2_LEN);
+    if (g->ghost != NULL)
+        ghost_export(g->ghost, p + 8 + GATES_RUN1_LEN + GATES_RUN2_LEN);
+}
+
+int gates_import(gates_t *g, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    size_t fixed = 8 + GATES_RUN1_LEN + GATES_RUN2_LEN;
+    uint64_t tag;
+    int rc = 0;
+
+    if (len < fixed)
+        return -EBADMSG;
+    memcpy(&tag, p, 8);
+    if (tag != GATES_LAYOUT_TAG)
+        return -EPROTO;
+    if (g->ghost == NULL || ghost_import(g->ghost, p + fixed, len - fixed) != 0)
+        rc = 1; /* the table (another ghost_entries, or none) starts empty */
+    memcpy((uint8_t *)g + GATES_RUN1_OFF, p + 8, GATES_RUN1_LEN);
+    memcpy((uint8_t *)g + GATES_RUN2_OFF, p + 8 + GATES_RUN1_LEN, GATES_RUN2_LEN);
+    return rc;
 }

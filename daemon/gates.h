@@ -241,4 +241,14 @@ typedef struct {
 
 void gates_state(const gates_t *g, gates_state_t *st);
 
+/* The learned state (the estimators, counters, shadows, tally baselines and the ghost table;
+ * not the settings) as bytes, for a clean restart (state.h). gates_export writes
+ * gates_export_bytes(g) bytes in the host layout of this build; gates_import restores them into
+ * g when they carry this build's layout tag (another build's: -EPROTO) and, for the ghost table,
+ * g's capacity (else the table starts empty and the rest is restored: returns 1). 0, 1, or
+ * -EPROTO / -EBADMSG (g unchanged). */
+size_t gates_export_bytes(const gates_t *g);
+void gates_export(const gates_t *g, void *buf);
+int gates_import(gates_t *g, const void *buf, size_t len);
+
 #endif /* KVT_GATES_H */

@@ -13,6 +13,7 @@
  */
 #include "ghost.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -146,4 +147,61 @@ bool ghost_remove(ghost_t *g, uint64_t fp)
 void ghost_stats(const ghost_t *g, ghost_stats_t *out)
 {
     *out = g->st;
+}
+
+/* The export is the figures and the used fingerprints, every bucket oldest first: adding them
+ * back in that order rebuilds each bucket exactly (ghost_add puts each at the front). */
+size_t ghost_export_bytes(const ghost_t *g)
+{
+    return sizeof g->st + (size_t)g->st.entries * sizeof *g->slot;
+}
+
+void ghost_export(const ghost_t *g, void *buf)
+{
+    uint8_t *p = (uint8_t *)buf + sizeof g->st;
+
+    memcpy(buf, &g->st, sizeof g->st);
+    for (uint64_t b = 0; b < g->st.capacity; b += GHOST_WAYS) {
+        unsigned used = 0;
+        while (used < GHOST_WAYS && g->slot[b + used] != 0)
+            used++;
+        while (used-- > 0) {
+            memcpy(p, &g->slot[b + used], sizeof *g->slot);
+            p += sizeof *g->slot;
+        }
+    }
+}
+
+/* Empties g (its capacity stays). */
+static void clear(ghost_t *g)
+{
+    if (g->st.capacity > 0)
+        memset(g->slot, 0, (size_t)g->st.capacity * sizeof *g->slot);
+    g->st = (ghost_stats_t){.capacity = g->st.capacity};
+}
+
+int ghost_import(ghost_t *g, const void *buf, size_t len)
+{
+    ghost_stats_t st;
+    const uint8_t *p = (const uint8_t *)buf + sizeof st;
+
+    clear(g);
+    if (len < sizeof st)
+        return -EBADMSG;
+    memcpy(&st, buf, sizeof st);
+    if (st.capacity != g->st.capacity || st.entries > st.capacity ||
+        len != sizeof st + (size_t)st.entries * sizeof *g->slot)
+        return -EBADMSG;
+    for (uint64_t i = 0; i < st.entries; i++) {
+        uint64_t fp;
+        memcpy(&fp, p + i * sizeof fp, sizeof fp);
+        if (fp != 0)
+            ghost_add(g, fp);
+    }
+    if (g->st.entries != st.entries || g->st.evictions != 0 || g->st.refreshes != 0) {
+        clear(g); /* not what an export of a table of this capacity holds */
+        return -EBADMSG;
+    }
+    g->st = st;
+    return 0;
 }

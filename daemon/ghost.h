@@ -22,6 +22,7 @@
 #define KVT_GHOST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvt_proto.h"
@@ -61,5 +62,14 @@ void ghost_add(ghost_t *g, uint64_t fp);
 bool ghost_remove(ghost_t *g, uint64_t fp);
 
 void ghost_stats(const ghost_t *g, ghost_stats_t *out);
+
+/* The table as bytes, for the state kept across a clean restart (state.h): ghost_export writes
+ * ghost_export_bytes(g) bytes (its figures and the fingerprints in use, O(entries); host layout:
+ * the same build reads them); ghost_import replaces g's contents with them when they describe a
+ * table of g's capacity, each bucket in its replacement order. 0, or -EBADMSG (g is empty
+ * then). */
+size_t ghost_export_bytes(const ghost_t *g);
+void ghost_export(const ghost_t *g, void *buf);
+int ghost_import(ghost_t *g, const void *buf, size_t len);
 
 #endif /* KVT_GHOST_H */

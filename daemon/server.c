@@ -34,6 +34,7 @@
 
 #include "gates.h"
 #include "log.h"
+#include "state.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -702,6 +703,10 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     if (store_attach_disk(sv->store, loop) != 0)
         log_error("disk", "dir=%s error=\"%s\" action=running_without_disk_tier", cfg->disk.dir,
                   strerror(-store_disk_error(sv->store)));
+    /* the gates' learned state and the leases of the last clean stop, over the recovered tiers */
+    if (store_state_dir(sv->store, sv->state_dir, sizeof sv->state_dir))
+        state_load(sv->state_dir, sv->nst, sv->store, cfg, uv_now(loop),
+                   &sv->counters.state_namespaces, &sv->counters.state_leases);
     sv->lm = loopmon_new(loop); /* status without it shows zeros: not a reason to fail */
     uv_timer_init(loop, &sv->sweep);
     sv->sweep.data = sv;
@@ -754,6 +759,8 @@ void server_close(server_t **psv)
     if (sv == NULL)
         return;
     zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
+    if (sv->state_dir[0] != '\0') /* no request runs any more: the gates' state is final */
+        state_save(sv->state_dir, sv->nst, sv->store, uv_now(sv->loop));
     loopmon_close(&sv->lm);
     sv->close_waits = 4;
     uv_close((uv_handle_t *)&sv->drain_timer, drain_closed_cb);

@@ -123,6 +123,8 @@ typedef struct {
     hist_t *op_latency;                /* service time per request type: server_op_count() */
     uint64_t leases_capped;            /* lookups answered without the lease they asked for */
     uint64_t namespaces_evicted;       /* namespaces dropped with their chunks to make room */
+    uint64_t state_namespaces;         /* gate states restored at start (state.h) */
+    uint64_t state_leases;             /* leases restored at start */
 } server_counters_t;
 
 /* The request types of the operation table, in its order (the order of status "ops"). */

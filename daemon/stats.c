@@ -892,6 +892,11 @@ static const stats_field_t server_fields[] = {
         "Sessions forgotten after server.client_idle_ms of silence."),
     NUM(D, "namespaces_removed", T_U64, namespaces_removed, COUNTER, NULL,
         "Namespaces removed: expired (no session, no chunk) or evicted."),
+    NUM(D, "state_namespaces", T_U64, server.state_namespaces, GAUGE, NULL,
+        "Namespaces whose gate state (estimators, ghost table) the start restored from the last "
+        "clean stop."),
+    NUM(D, "state_leases", T_U64, server.state_leases, GAUGE, NULL,
+        "Lookup leases the start restored from the last clean stop."),
     NUM(D, "namespaces_evicted", T_U64, server.namespaces_evicted, COUNTER, NULL,
         "Namespaces dropped with their chunks to make room for a new one."),
 };

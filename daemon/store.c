@@ -1120,6 +1120,41 @@ const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
     return ram_ptr(s->ram, e->off);
 }
 
+struct lease_walk {
+    const store_t *s;
+    uint64_t now_ms;
+    store_lease_fn fn;
+    void *arg;
+};
+
+static void lease_walk_cb(const index_entry_t *e, void *arg)
+{
+    struct lease_walk *w = arg;
+    const ns_t *ns;
+
+    if (!index_leased(e, w->now_ms) || (ns = ns_get(w->s->nst, e->ns)) == NULL)
+        return;
+    w->fn(w->arg, ns, e->rank, &e->hash, e->lease_until_ms - w->now_ms);
+}
+
+void store_leases(const store_t *s, uint64_t now_ms, store_lease_fn fn, void *arg)
+{
+    struct lease_walk w = {.s = s, .now_ms = now_ms, .fn = fn, .arg = arg};
+
+    index_foreach(s->ix, lease_walk_cb, &w);
+}
+
+int store_lease_restore(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                        uint64_t now_ms, uint32_t remaining_ms)
+{
+    index_entry_t *e = store_find(s, ns, rank, h);
+
+    if (e == NULL || store__absent(e) || index_leased(e, now_ms) || remaining_ms == 0)
+        return -ENOENT;
+    index_lease(s->ix, e, now_ms, remaining_ms);
+    return 0;
+}
+
 const char *store_arena_path(const store_t *s)
 {
     return ram_path(s->ram);

@@ -285,6 +285,23 @@ uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const
 void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
                  uint64_t now_ms);
 
+/* Where what a clean restart keeps beside the chunks goes (state.h): disk.dir with the disk
+ * tier enabled, else the RAM journal's directory when there is a journal. false: nowhere (no
+ * tier outlives the process, so there is nothing for that state to serve). */
+bool store_state_dir(const store_t *s, char *buf, size_t cap);
+
+/* The unexpired leases at now_ms (a clean stop keeps them: state.h): fn is called for each with
+ * its namespace, rank, hash and the milliseconds it has left. fn must not modify the store. */
+typedef void (*store_lease_fn)(void *arg, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                               uint64_t remaining_ms);
+void store_leases(const store_t *s, uint64_t now_ms, store_lease_fn fn, void *arg);
+
+/* Leases chunk h of (ns, rank) until now_ms + remaining_ms (a lease kept across a restart).
+ * Leases must be restored in expiry order, before any new one is granted (the lease FIFO,
+ * index.h). 0, or -ENOENT (no such chunk, or it holds a lease already). */
+int store_lease_restore(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                        uint64_t now_ms, uint32_t remaining_ms);
+
 /* Looks for segment files truncated or deleted under the daemon (disk_check_files): a fault
  * that status reports. Without a disk tier, does nothing. Called once a second (the sweep). */
 void store_disk_check(store_t *s);

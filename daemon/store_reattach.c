@@ -515,3 +515,17 @@ void store__ram_recover(store_t *s)
                  ram_path(s->ram), s->journal_path, ram_gen(s->ram), s->rec.chunks, s->rec.bytes,
                  s->rec.discarded, s->rec.checksum_drops, s->rec.journal_records, s->rec.ms);
 }
+
+bool store_state_dir(const store_t *s, char *buf, size_t cap)
+{
+    const char *slash;
+
+    if (s->cfg->disk.enabled) {
+        snprintf(buf, cap, "%s", s->cfg->disk.dir);
+        return true;
+    }
+    if (s->journal == NULL || (slash = strrchr(s->journal_path, '/')) == NULL)
+        return false;
+    snprintf(buf, cap, "%.*s", (int)(slash - s->journal_path), s->journal_path);
+    return buf[0] != '\0';
+}

@@ -8,7 +8,9 @@
  */
 #include "check_main.h"
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ghost.h"
@@ -141,6 +143,53 @@ START_TEST(test_remove)
 END_TEST
 
 /* A large table keeps far more than one bucket's worth: 10000 fingerprints in 2^18 slots. */
+/* Export and import rebuild the table exactly: the same members, the same replacement order in
+ * every bucket (the next evictions agree), the same figures; a table of another capacity or
+ * bytes that are not an export are refused and leave the table empty. */
+START_TEST(test_export_import)
+{
+    ghost_t *a = ghost_new(64), *b = ghost_new(64), *other = ghost_new(128);
+    ghost_stats_t sa, sb;
+    uint8_t *buf;
+    size_t n;
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(other);
+    for (uint64_t i = 1; i <= 200; i++)
+        ghost_add(a, i * 0x9e3779b97f4a7c15ull);
+    ghost_add(a, 5 * 0x9e3779b97f4a7c15ull); /* a refresh */
+    n = ghost_export_bytes(a);
+    buf = malloc(n);
+    ck_assert_ptr_nonnull(buf);
+    ghost_export(a, buf);
+    ck_assert_int_eq(ghost_import(b, buf, n), 0);
+    ghost_stats(a, &sa);
+    ghost_stats(b, &sb);
+    ck_assert_mem_eq(&sa, &sb, sizeof sa);
+    for (uint64_t i = 1; i <= 400; i++) {
+        uint64_t fp = i * 0x9e3779b97f4a7c15ull;
+        ck_assert_int_eq(ghost_has(a, fp), ghost_has(b, fp));
+    }
+    for (uint64_t i = 1000; i < 1100; i++) { /* the same victims from here on */
+        ghost_add(a, i * 0x51ed2701ull + 1);
+        ghost_add(b, i * 0x51ed2701ull + 1);
+    }
+    for (uint64_t i = 1; i <= 200; i++) {
+        uint64_t fp = i * 0x9e3779b97f4a7c15ull;
+        ck_assert_int_eq(ghost_has(a, fp), ghost_has(b, fp));
+    }
+    ck_assert_int_eq(ghost_import(other, buf, n), -EBADMSG);
+    ck_assert_int_eq(ghost_import(b, buf, n - 8), -EBADMSG);
+    ghost_stats(b, &sb);
+    ck_assert_uint_eq(sb.entries, 0);
+    free(buf);
+    ghost_destroy(&a);
+    ghost_destroy(&b);
+    ghost_destroy(&other);
+}
+END_TEST
+
 START_TEST(test_large_table)
 {
     ghost_t *g = ghost_new(262144);
@@ -168,6 +217,7 @@ static Suite *ghost_suite(void)
     tcase_add_test(tc, test_bucket_replacement);
     tcase_add_test(tc, test_remove);
     tcase_add_test(tc, test_large_table);
+    tcase_add_test(tc, test_export_import);
     suite_add_tcase(s, tc);
     return s;
 }
