@@ -704,8 +704,8 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
         log_error("disk", "dir=%s error=\"%s\" action=running_without_disk_tier", cfg->disk.dir,
                   strerror(-store_disk_error(sv->store)));
     /* the gates' learned state and the leases of the last clean stop, over the recovered tiers */
-    if (store_state_dir(sv->store, sv->state_dir, sizeof sv->state_dir))
-        state_load(sv->state_dir, sv->nst, sv->store, cfg, uv_now(loop),
+    if (store_state_path(sv->store, sv->state_path, sizeof sv->state_path))
+        state_load(sv->state_path, sv->nst, sv->store, cfg, uv_now(loop),
                    &sv->counters.state_namespaces, &sv->counters.state_leases);
     sv->lm = loopmon_new(loop); /* status without it shows zeros: not a reason to fail */
     uv_timer_init(loop, &sv->sweep);
@@ -759,8 +759,8 @@ void server_close(server_t **psv)
     if (sv == NULL)
         return;
     zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
-    if (sv->state_dir[0] != '\0') /* no request runs any more: the gates' state is final */
-        state_save(sv->state_dir, sv->nst, sv->store, uv_now(sv->loop));
+    if (sv->state_path[0] != '\0') /* no request runs any more: the gates' state is final */
+        state_save(sv->state_path, sv->nst, sv->store, uv_now(sv->loop));
     loopmon_close(&sv->lm);
     sv->close_waits = 4;
     uv_close((uv_handle_t *)&sv->drain_timer, drain_closed_cb);

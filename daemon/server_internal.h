@@ -33,7 +33,7 @@
 struct server {
     uv_loop_t *loop;
     const config_t *cfg;
-    char state_dir[4096]; /* where the gate state and leases are kept (state.h), or "" */
+    char state_path[4200]; /* where the gate state and leases are kept (state.h), or "" */
     zsock_t *zs;
     zcref_t *zc;   /* chunks lent to ZeroMQ by load replies (pinned until returned) */
     loopmon_t *lm; /* the loop's busy share and turn durations (status "loop") */

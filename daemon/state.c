@@ -215,7 +215,7 @@ static void put_ns(buf_t *b, const ns_t *ns)
     gates_export(ns->gates, p + 19);
 }
 
-void state_save(const char *dir, const ns_table_t *nst, const store_t *st, uint64_t now_ms)
+void state_save(const char *path, const ns_table_t *nst, const store_t *st, uint64_t now_ms)
 {
     save_ctx_t c = {.nst = nst};
     buf_t b = {0};
@@ -257,15 +257,21 @@ void state_save(const char *dir, const ns_table_t *nst, const store_t *st, uint6
     kvt_put_u32(b.b + 20, 0);
     kvt_put_u64(b.b + 24, wall_ms());
     kvt_put_u64(p, ingest_hash(b.b, b.len - 8));
-    rc = fsutil_mkdirs(dir, true);
-    if (rc == 0)
-        rc = fsutil_write_atomic(dir, STATE_FILE, b.b, b.len);
+    {
+        const char *slash = strrchr(path, '/');
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", slash != NULL ? (int)(slash - path) : 1,
+                 slash != NULL ? path : ".");
+        rc = fsutil_mkdirs(path, false);
+        if (rc == 0)
+            rc = fsutil_write_atomic(dir, slash != NULL ? slash + 1 : path, b.b, b.len);
+    }
 out:
     if (rc == 0)
-        log_info("state_saved", "path=%s/%s namespaces=%u leases=%u bytes=%zu", dir, STATE_FILE,
-                 c.nids, nleases, b.len);
+        log_info("state_saved", "path=%s namespaces=%u leases=%u bytes=%zu", path, c.nids, nleases,
+                 b.len);
     else
-        log_warn("state_saved", "path=%s/%s error=\"%s\"", dir, STATE_FILE, strerror(-rc));
+        log_warn("state_saved", "path=%s error=\"%s\"", path, strerror(-rc));
     free(c.ids);
     free(c.l);
     free(b.b);
@@ -332,10 +338,9 @@ static int count_ns_cb(void *arg, uint32_t index, const state_ns_t *s)
     return 0;
 }
 
-void state_load(const char *dir, ns_table_t *nst, store_t *st, const config_t *cfg, uint64_t now_ms,
-                uint64_t *nns, uint64_t *nleases)
+void state_load(const char *path, ns_table_t *nst, store_t *st, const config_t *cfg,
+                uint64_t now_ms, uint64_t *nns, uint64_t *nleases)
 {
-    char path[4200];
     FILE *f;
     uint8_t *buf = NULL;
     long len;
@@ -344,7 +349,6 @@ void state_load(const char *dir, ns_table_t *nst, store_t *st, const config_t *c
     state_visit_t count = {.ns = count_ns_cb}, visit = {.ns = load_ns_cb, .lease = load_lease_cb};
     int rc;
 
-    snprintf(path, sizeof path, "%s/%s", dir, STATE_FILE);
     f = fopen(path, "rb");
     if (f == NULL) {
         if (errno != ENOENT)

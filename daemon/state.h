@@ -1,8 +1,8 @@
 /*
  * state.h - what a clean restart keeps beside the chunks: every namespace's learned gate state
  * (gates.h: the estimators, counters, tally baselines and the value policy's ghost table) and
- * the lookup leases still running, in one small versioned file, <disk.dir>/gates.state (mode
- * 0600).
+ * the lookup leases still running, in one small versioned file (mode 0600): <disk.dir>/gates.state
+ * with the disk tier, else <the RAM journal>.gates (store_state_path).
  *
  * Written at a clean stop (state_save, atomically: a temporary file, fsync, rename, fsync of the
  * directory: fsutil_write_atomic), read at the next start after the tiers are recovered
@@ -33,7 +33,6 @@
 #include "store.h"
 
 #define STATE_VERSION 1u
-#define STATE_FILE "gates.state"
 
 typedef struct {
     ns_ident_t id; /* model and revision point into the decoded buffer */
@@ -61,12 +60,12 @@ typedef struct {
 int state_decode(const uint8_t *buf, size_t n, const state_visit_t *v, void *arg,
                  uint64_t *saved_ms);
 
-/* The server's part (server.c calls these, dir is disk.dir): state_save writes the file for
+/* The server's part (server.c calls these with store_state_path): state_save writes the file for
  * every namespace and every unexpired lease (store_leases); state_load restores it into the
  * namespaces (declaring those that are not) and the index, counts what it restored in *nns and
  * *nleases, and removes the file. Both log what they did; neither fails the daemon. */
-void state_save(const char *dir, const ns_table_t *nst, const store_t *st, uint64_t now_ms);
-void state_load(const char *dir, ns_table_t *nst, store_t *st, const config_t *cfg, uint64_t now_ms,
-                uint64_t *nns, uint64_t *nleases);
+void state_save(const char *path, const ns_table_t *nst, const store_t *st, uint64_t now_ms);
+void state_load(const char *path, ns_table_t *nst, store_t *st, const config_t *cfg,
+                uint64_t now_ms, uint64_t *nns, uint64_t *nleases);
 
 #endif /* KVT_STATE_H */

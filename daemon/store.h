@@ -285,10 +285,10 @@ uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const
 void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
                  uint64_t now_ms);
 
-/* Where what a clean restart keeps beside the chunks goes (state.h): disk.dir with the disk
- * tier enabled, else the RAM journal's directory when there is a journal. false: nowhere (no
- * tier outlives the process, so there is nothing for that state to serve). */
-bool store_state_dir(const store_t *s, char *buf, size_t cap);
+/* The file what a clean restart keeps beside the chunks goes to (state.h): <disk.dir>/
+ * gates.state with the disk tier enabled, else <the RAM journal>.gates when there is a journal.
+ * false: nowhere (no tier outlives the process, so there is nothing for that state to serve). */
+bool store_state_path(const store_t *s, char *buf, size_t cap);
 
 /* The unexpired leases at now_ms (a clean stop keeps them: state.h): fn is called for each with
  * its namespace, rank, hash and the milliseconds it has left. fn must not modify the store. */

@@ -480,10 +480,14 @@ void store__ram_recover(store_t *s)
 
     s->rec.path = s->ram_why == RAM_ATTACHED ? "reattach" : "cold";
     s->rec.reason = ram_cold_reason_name(s->ram_why);
-    if (cfg->ram.journal_path[0] != '\0')
+    if (cfg->ram.journal_path[0] != '\0') {
         snprintf(s->journal_path, sizeof s->journal_path, "%s", cfg->ram.journal_path);
-    else
-        snprintf(s->journal_path, sizeof s->journal_path, "%s/arena.journal", cfg->disk.dir);
+    } else {
+        /* named after the arena: daemons of two arenas sharing a disk.dir keep two journals */
+        const char *base = strrchr(ram_path(s->ram), '/');
+        snprintf(s->journal_path, sizeof s->journal_path, "%s/%s.journal", cfg->disk.dir,
+                 base != NULL ? base + 1 : ram_path(s->ram));
+    }
     if (ram_path(s->ram)[0] == '\0' || !cfg->ram.reattach) {
         /* nothing to keep: no journal, no cost per save */
         s->journal_path[0] = '\0';
@@ -516,16 +520,13 @@ void store__ram_recover(store_t *s)
                  s->rec.discarded, s->rec.checksum_drops, s->rec.journal_records, s->rec.ms);
 }
 
-bool store_state_dir(const store_t *s, char *buf, size_t cap)
+bool store_state_path(const store_t *s, char *buf, size_t cap)
 {
-    const char *slash;
-
-    if (s->cfg->disk.enabled) {
-        snprintf(buf, cap, "%s", s->cfg->disk.dir);
-        return true;
-    }
-    if (s->journal == NULL || (slash = strrchr(s->journal_path, '/')) == NULL)
+    if (s->cfg->disk.enabled)
+        snprintf(buf, cap, "%s/gates.state", s->cfg->disk.dir);
+    else if (s->journal != NULL)
+        snprintf(buf, cap, "%s.gates", s->journal_path);
+    else
         return false;
-    snprintf(buf, cap, "%.*s", (int)(slash - s->journal_path), s->journal_path);
-    return buf[0] != '\0';
+    return true;
 }

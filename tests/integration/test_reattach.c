@@ -5,8 +5,8 @@
  *
  * Each test names its own arena file (/dev/shm/kvt-reattach-<pid>-<n>) and journal directory
  * (under the run's scratch directory), both outside the harness's per-start directory, so that
- * a second harness_start() finds them; the arena file is removed at the end. State is read from
- * status (ram.recovery, ram.used_bytes, disk.hits), never waited for by sleeping.
+ * a second harness_start() finds them (keep_arena); the arena file is removed at the end. State is
+ * read from status (ram.recovery, ram.used_bytes, disk.hits), never waited for by sleeping.
  */
 #include <check.h>
 #include <errno.h>
@@ -57,7 +57,7 @@ static void persist_done(persist_t *p)
 static harness_t *persist_start(const persist_t *p, uint64_t capacity, const char *more)
 {
     char extra[1024];
-    harness_opts_t o = {.capacity_bytes = capacity, .max_chunk_bytes = p->chunk};
+    harness_opts_t o = {.capacity_bytes = capacity, .max_chunk_bytes = p->chunk, .keep_arena = 1};
 
     snprintf(extra, sizeof extra,
              "{\"ram\": {\"arena_path\": \"%s\", \"journal_path\": \"%s/arena.journal\"%s}, "

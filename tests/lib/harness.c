@@ -84,11 +84,14 @@ static int write_config(harness_t *h, const char *extra_json)
     json_error_t jerr;
     int rc;
 
-    cfg = json_pack("{s:{s:s, s:s}, s:{s:I, s:s, s:I, s:i}, s:{s:s}}", "server", "endpoint",
-                    h->endpoint, "status_socket", h->status_path, "ram", "capacity_bytes",
-                    (json_int_t)h->capacity_bytes, "arena_path", "", "max_chunk_bytes",
-                    (json_int_t)h->max_chunk_bytes, "lease_ms", (int)h->lease_ms, "log", "level",
-                    "info");
+    char disk_dir[160];
+
+    snprintf(disk_dir, sizeof disk_dir, "%s/disk", h->dir);
+    cfg = json_pack("{s:{s:s, s:s}, s:{s:I, s:s, s:I, s:i}, s:{s:s}, s:{s:s}}", "server",
+                    "endpoint", h->endpoint, "status_socket", h->status_path, "ram",
+                    "capacity_bytes", (json_int_t)h->capacity_bytes, "arena_path", "",
+                    "max_chunk_bytes", (json_int_t)h->max_chunk_bytes, "lease_ms", (int)h->lease_ms,
+                    "disk", "dir", disk_dir, "log", "level", "info");
     ck_assert_ptr_nonnull(cfg);
     if (extra_json != NULL) {
         extra = json_loads(extra_json, 0, &jerr);
@@ -96,6 +99,11 @@ static int write_config(harness_t *h, const char *extra_json)
                       jerr.text);
         ck_assert_int_eq(json_object_update_recursive(cfg, extra), 0);
         json_decref(extra);
+    }
+    {
+        const char *arena =
+            json_string_value(json_object_get(json_object_get(cfg, "ram"), "arena_path"));
+        snprintf(h->arena_path, sizeof h->arena_path, "%s", arena != NULL ? arena : "");
     }
     rc = json_dump_file(cfg, h->config_path, JSON_INDENT(2));
     json_decref(cfg);
@@ -144,6 +152,7 @@ harness_t *harness_start(const harness_opts_t *opts)
     h->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : 4u << 20;
     h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
     h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
+    h->keep_arena = o.keep_arena;
 
     n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
                  check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");
@@ -259,6 +268,9 @@ void harness_free(harness_t **hp)
         waitpid(h->pid, NULL, 0);
     }
     check_rmtree(h->dir);
+    /* the daemon keeps its arena file for a re-attach (ram.reattach): tests do not */
+    if (h->arena_path[0] != '\0' && !h->keep_arena)
+        unlink(h->arena_path);
     free(h);
     *hp = NULL;
 }

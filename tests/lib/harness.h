@@ -4,7 +4,9 @@
  * harness_start() creates a fresh directory (mkdtemp, under the run's scratch directory of
  * check_main.h, else /tmp; short paths so that ipc and Unix socket paths stay under 100 bytes),
  * writes a small JSON config there (memfd arena, endpoint ipc://<dir>/kvt.zmq, status socket
- * <dir>/status.sock), starts kvtierd with stderr in <dir>/kvtierd.log and waits, polling GET
+ * <dir>/status.sock, disk.dir <dir>/disk whether the tier is enabled or not, so that what the
+ * daemon keeps for a restart - a RAM journal, the gate state - stays in the directory), starts
+ * kvtierd with stderr in <dir>/kvtierd.log and waits, polling GET
  * /status with a deadline, until it answers. harness_stop() sends SIGTERM, waits for exit status 0
  * and fails the test if the log holds a sanitizer report. The daemon is started with
  * PR_SET_PDEATHSIG so that a test that fails (Check's forked child _exit()s) never leaves a daemon
@@ -34,6 +36,8 @@ typedef struct {
     uint64_t max_chunk_bytes; /* 0: 256 KiB */
     uint32_t lease_ms;        /* 0: 30000 */
     const char *extra_json;   /* NULL, or a JSON object deep-merged over the generated config */
+    int keep_arena; /* a file arena (ram.arena_path) outlives harness_stop/harness_free, for a
+                       test that restarts on it (the test removes it); else it is removed */
 } harness_opts_t;
 
 typedef struct {
@@ -46,6 +50,8 @@ typedef struct {
     uint64_t capacity_bytes;
     uint64_t max_chunk_bytes;
     uint32_t lease_ms;
+    char arena_path[256]; /* the config's ram.arena_path ("" for a memfd) */
+    int keep_arena;
 } harness_t;
 
 /* The kvtierd binary tests start: $KVT_TEST_KVTIERD when set (to run a test against another
@@ -66,7 +72,8 @@ void harness_reap(harness_t *h);
 /* SIGKILL the daemon and reap it; the harness stays valid (paths remain) until harness_free(). */
 void harness_kill9(harness_t *h);
 
-/* Removes the directory and frees a harness whose daemon was killed; sets *h to NULL. */
+/* Removes the directory (and a file arena unless keep_arena) and frees a harness whose daemon
+ * was killed; sets *h to NULL. */
 void harness_free(harness_t **h);
 
 /* One HTTP/1.0 request on a Unix socket (tool_http_request, bounded by 3 s). Returns 0 and fills

@@ -26,7 +26,7 @@ cat >"$dir/disk.json" <<JSON
  "log": {"level": "info"}}
 JSON
 cat >"$dir/ram.json" <<JSON
-{$server, $ram, "log": {"level": "info"}}
+{$server, $ram, "disk": {"dir": "$dir/disk"}, "log": {"level": "info"}}
 JSON
 
 # A daemon without a disk tier: disk mode refuses with a message (exit 2).

@@ -47,6 +47,7 @@ cat >"$dir/kvtierd.json" <<EOF
 {
   "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
   "ram": {"capacity_bytes": "64MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"},
+  "disk": {"dir": "$dir/disk"},
   "log": {"level": "info"}
 }
 EOF
