@@ -185,6 +185,7 @@ static const config_key_t config_keys[] = {
     ROW_U32("disk.max_reads_queued", disk.max_reads_queued, 1, 1048576, 16384),
     ROW_SIZE("disk.write_buffer_bytes", disk.write_buffer_bytes, 64 * KIB, 4 * GIB, 80 * MIB),
     ROW_BOOL("disk.direct_io", disk.direct_io, true),
+    ROW_U32("disk.checkpoint_interval_s", disk.checkpoint_interval_s, 0, 86400, 300),
     ROW_WORD("log.level", log.level, log_level_words, LOG_INFO, .live = true),
     ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
     ROW_GDBL("gates.admission.target", admission.target, false, 0.0, 1.0, 0.10),

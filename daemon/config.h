@@ -103,6 +103,10 @@ typedef struct {
         uint32_t max_reads_queued;    /* disk reads queued or running in all (16384) */
         uint64_t write_buffer_bytes;  /* the budget of one of the two write batches */
         bool direct_io;               /* O_DIRECT segment I/O where the filesystem allows it */
+
+        /* the index checkpoint (checkpoint.h): every this many seconds while running, and at a
+           clean stop; 0..86400 (300; 0: at the stop only) */
+        uint32_t checkpoint_interval_s;
     } disk;
     struct {
         log_level_t level;

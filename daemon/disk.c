@@ -89,6 +89,7 @@
 #include "disk.h"
 
 #include "codec.h"
+#include "checkpoint.h"
 #include "fsutil.h"
 #include "kvt_proto.h"
 #include "log.h"
@@ -271,6 +272,7 @@ struct disk {
         busy_reclaims;
     uint64_t flush_ns, read_ns;
     disk_recovery_stats_t rec;
+    uint64_t rec_report; /* when recovery last reported its progress (uv_hrtime) */
 };
 
 static void kick(disk_t *d);
@@ -1271,11 +1273,12 @@ static int recover_verify(const uint8_t *hdr, size_t hl, record_meta_t *m, recov
     return record_csum(raw, m->raw_len) == m->csum;
 }
 
-/* Scans one segment; returns the length of its valid prefix, or -1 when unreadable. */
-static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, recover_bufs_t *b)
+/* Scans one segment from offset from (0, or the end a checkpoint covers); returns the length of
+ * its valid prefix, or -1 when unreadable. */
+static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t from, uint64_t size, recover_bufs_t *b)
 {
     uint8_t hdr[RECORD_HEADER_MAX];
-    uint64_t off = 0;
+    uint64_t off = from;
 
     while (off < size) {
         size_t avail = size - off < sizeof hdr ? (size_t)(size - off) : sizeof hdr, hl;
@@ -1364,13 +1367,290 @@ static void recover_progress(const disk_t *d, size_t done, size_t total, uint64_
                     done, total, d->rec.records, bytes >> 20);
 }
 
+/* Opens segment id (in d->dir) into *fd and its size; false (logged, counted) when it cannot be
+ * used. */
+static bool recover_open(disk_t *d, uint64_t id, int *fd, uint64_t *size)
+{
+    char path[DISK_PATH_MAX];
+    struct stat st;
+
+    seg_path(d->dir, id, path, sizeof path);
+    *fd = open(path, O_RDWR | O_CLOEXEC);
+    if (*fd < 0 || fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path,
+                 *fd < 0 ? strerror(errno) : "not a regular file");
+        d->rec.bad_files++;
+        if (*fd >= 0)
+            close(*fd);
+        return false;
+    }
+    *size = (uint64_t)st.st_size;
+    return true;
+}
+
+/* Scans segment s (its file of size bytes) from offset from, truncates a torn tail, and makes
+ * it ready (its size, O_DIRECT). Adds the bytes scanned to *bytes. */
+static void recover_scan(disk_t *d, seg_t *s, uint64_t from, uint64_t size, recover_bufs_t *b,
+                         uint64_t *bytes)
+{
+    char path[DISK_PATH_MAX];
+    int64_t good;
+
+    seg_path(d->dir, s->id, path, sizeof path);
+    good = recover_segment(d, s, from, size, b);
+    if (good < 0) {
+        log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path, strerror(errno));
+        d->rec.bad_files++;
+        good = (int64_t)from;
+    }
+    if ((uint64_t)good < size) {
+        d->rec.torn_bytes += size - (uint64_t)good;
+        log_info("disk_recovery_truncate", "segment=%016" PRIx64 " from=%" PRIu64 " to=%" PRId64,
+                 s->id, size, good);
+        if (ftruncate(s->fd, good) != 0)
+            log_warn("disk_recovery_truncate", "path=%s error=\"%s\"", path, strerror(errno));
+    }
+    seg_set_size(d, s, (uint64_t)good);
+    recover_reopen(d, s, path);
+    d->rec.segments++;
+    d->rec.scanned_bytes += (uint64_t)good - from;
+    *bytes += (uint64_t)good;
+}
+
+/* --- the checkpoint (checkpoint.h) --- */
+
+typedef struct {
+    uint64_t id, size;
+    uint8_t version;
+} ckseg_t;
+
+typedef struct {
+    disk_t *d;
+    ckseg_t *segs;
+    size_t nsegs, cap;
+    const uint64_t *ids; /* the segment files found, sorted */
+    size_t nids;
+    const char *why; /* why the checkpoint cannot be used */
+} ckplan_t;
+
+static const ckseg_t *plan_seg(const ckplan_t *p, uint64_t id)
+{
+    size_t lo = 0, hi = p->nsegs;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->segs[mid].id == id)
+            return &p->segs[mid];
+        if (p->segs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static int plan_seg_cb(void *arg, uint64_t id, uint64_t size, uint8_t version)
+{
+    ckplan_t *p = arg;
+
+    if (p->nsegs > 0 && id <= p->segs[p->nsegs - 1].id)
+        return -EBADMSG;
+    if (p->nsegs == p->cap) {
+        size_t nc = p->cap ? 2 * p->cap : 64;
+        ckseg_t *ns = realloc(p->segs, nc * sizeof *ns);
+        if (ns == NULL)
+            return -ENOMEM;
+        p->segs = ns;
+        p->cap = nc;
+    }
+    p->segs[p->nsegs++] = (ckseg_t){.id = id, .size = size, .version = version};
+    return 0;
+}
+
+static int plan_rec_cb(void *arg, const record_meta_t *m, const ckpt_loc_t *loc)
+{
+    const ckseg_t *s = plan_seg(arg, loc->seg);
+
+    (void)m;
+    if (s == NULL || loc->off + loc->hdr_len + loc->stored > s->size)
+        return -EBADMSG; /* a record outside what the checkpoint covers */
+    return 0;
+}
+
+static int replay_rec_cb(void *arg, const record_meta_t *m, const ckpt_loc_t *loc)
+{
+    disk_t *d = arg;
+    disk_loc_t l = {.seg = loc->seg,
+                    .off = loc->off,
+                    .hdr_len = loc->hdr_len,
+                    .stored = loc->stored,
+                    .version = loc->version};
+
+    d->ops.recovered(d->arg, m, &l);
+    d->rec.records++;
+    d->rec.records_v1 += m->version == RECORD_VERSION_V1;
+    d->rec.checkpoint_records++;
+    return 0;
+}
+
+/* Whether the checkpoint in buf[n] is intact and current for the segment files ids[nids]
+ * (checkpoint.h); p->why says why not. */
+static bool ckpt_usable(disk_t *d, const uint8_t *buf, size_t n, ckplan_t *p)
+{
+    ckpt_visit_t v = {.seg = plan_seg_cb, .rec = plan_rec_cb};
+    int rc = ckpt_decode(buf, n, &v, p, NULL);
+
+    if (rc != 0) {
+        p->why = rc == -EPROTO ? "another version" : "corrupted";
+        return false;
+    }
+    for (size_t i = 0; i < p->nsegs; i++) {
+        const ckseg_t *s = &p->segs[i];
+        char path[DISK_PATH_MAX];
+        struct stat st;
+        seg_path(d->dir, s->id, path, sizeof path);
+        if (stat(path, &st) != 0) {
+            p->why = "stale: a segment it covers is missing";
+            return false;
+        }
+        if ((uint64_t)st.st_size < s->size ||
+            ((uint64_t)st.st_size != s->size && i + 1 < p->nsegs)) {
+            p->why = "stale: a segment it covers changed size";
+            return false;
+        }
+    }
+    for (size_t i = 0; i < p->nids && p->nsegs > 0; i++)
+        if (p->ids[i] < p->segs[p->nsegs - 1].id && plan_seg(p, p->ids[i]) == NULL) {
+            p->why = "stale: a segment older than its newest is not covered";
+            return false;
+        }
+    return true;
+}
+
+/* Recovers from the checkpoint: the segments it covers come back with the sizes it recorded
+ * and their records from it (the newest one's tail past that size is scanned), then the newer
+ * segments are scanned. 0, or -ENOMEM. */
+static int recover_from_ckpt(disk_t *d, const uint8_t *buf, size_t n, const ckplan_t *p,
+                             recover_bufs_t *b, uint64_t *bytes)
+{
+    ckpt_visit_t v = {.rec = replay_rec_cb};
+    seg_t *last = NULL;
+    uint64_t last_size = 0;
+
+    for (size_t i = 0; i < p->nsegs; i++) {
+        uint64_t size;
+        int fd;
+        seg_t *s;
+        if (!recover_open(d, p->segs[i].id, &fd, &size))
+            return -EIO; /* it was there a moment ago: the scan path decides */
+        s = seg_add(d, p->segs[i].id, fd, 0);
+        if (s == NULL) {
+            close(fd);
+            return -ENOMEM;
+        }
+        s->version = p->segs[i].version;
+        seg_set_size(d, s, p->segs[i].size);
+        last = s;
+        last_size = size;
+    }
+    ckpt_decode(buf, n, &v, d, NULL); /* validated already */
+    for (size_t i = 0; i < p->nsegs; i++) {
+        seg_t *s = d->segs[i];
+        char path[DISK_PATH_MAX];
+        if (s == last && last_size > s->size) {
+            recover_scan(d, s, s->size, last_size, b, bytes);
+            continue;
+        }
+        seg_path(d->dir, s->id, path, sizeof path);
+        recover_reopen(d, s, path);
+        d->rec.segments++;
+        *bytes += s->size;
+    }
+    for (size_t i = 0; i < p->nids; i++) {
+        uint64_t size;
+        int fd;
+        seg_t *s;
+        if (p->nsegs > 0 && p->ids[i] <= p->segs[p->nsegs - 1].id)
+            continue;
+        if (!recover_open(d, p->ids[i], &fd, &size))
+            continue;
+        s = seg_add(d, p->ids[i], fd, 0);
+        if (s == NULL) {
+            close(fd);
+            return -ENOMEM;
+        }
+        recover_scan(d, s, 0, size, b, bytes);
+    }
+    return 0;
+}
+
+/* The checkpoint path when its file is usable, else the full scan (a log line says why). */
+static int recover_segments(disk_t *d, const uint64_t *ids, size_t nids, recover_bufs_t *b,
+                            uint64_t *bytes)
+{
+    char path[DISK_PATH_MAX];
+    ckplan_t p = {.d = d, .ids = ids, .nids = nids, .why = "no checkpoint"};
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    int rc;
+
+    snprintf(path, sizeof path, "%s/%s", d->dir, CKPT_FILE);
+    if (fsutil_read_file(path, &buf, &n) == 0 && ckpt_usable(d, buf, n, &p)) {
+        rc = recover_from_ckpt(d, buf, n, &p, b, bytes);
+        free(buf);
+        free(p.segs);
+        if (rc != -EIO) {
+            d->rec.path = "checkpoint";
+            d->rec.reason = "";
+            recover_progress(d, d->nsegs, d->nsegs, *bytes);
+            return rc;
+        }
+        /* undo what was set up, then scan */
+        while (d->nsegs > 0) {
+            seg_t *s = d->segs[--d->nsegs];
+            close(s->fd);
+            free(s);
+        }
+        d->used = 0;
+        p.why = "stale: a segment it covers could not be opened";
+        *bytes = 0;
+        d->rec = (disk_recovery_stats_t){0};
+        buf = NULL;
+    }
+    free(buf);
+    free(p.segs);
+    d->rec.path = "scan";
+    d->rec.reason = p.why;
+    if (strcmp(p.why, "no checkpoint") != 0)
+        log_warn("disk_checkpoint", "dir=%s reason=\"%s\" action=full_scan", d->dir, p.why);
+    for (size_t i = 0; i < nids; i++) {
+        uint64_t size;
+        int fd;
+        seg_t *s;
+        if (!recover_open(d, ids[i], &fd, &size))
+            continue;
+        s = seg_add(d, ids[i], fd, 0);
+        if (s == NULL) {
+            close(fd);
+            return -ENOMEM;
+        }
+        recover_scan(d, s, 0, size, b, bytes);
+        if (i + 1 == nids || uv_hrtime() - d->rec_report >= DISK_PROGRESS_MS * 1000000ull) {
+            recover_progress(d, i + 1, nids, *bytes);
+            d->rec_report = uv_hrtime();
+        }
+    }
+    return 0;
+}
+
 static int recover(disk_t *d)
 {
-    uint64_t t0 = uv_hrtime(), *ids = NULL, last_report, bytes = 0;
+    uint64_t t0 = uv_hrtime(), *ids = NULL, bytes = 0;
     size_t nids = 0, idcap = 0;
     recover_bufs_t b = {0};
     struct dirent *de;
     DIR *dir = opendir(d->dir);
+    int rc;
 
     if (dir == NULL)
         return -errno;
@@ -1396,67 +1676,23 @@ static int recover(disk_t *d)
         qsort(ids, nids, sizeof *ids, cmp_u64);
     d->next_id = nids > 0 ? ids[nids - 1] + 1 : 1;
     recover_progress(d, 0, nids, 0);
-    last_report = uv_hrtime();
-    for (size_t i = 0; i < nids; i++) {
-        char path[DISK_PATH_MAX];
-        struct stat st;
-        int64_t good;
-        seg_t *s;
-        int fd;
-
-        seg_path(d->dir, ids[i], path, sizeof path);
-        fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path,
-                     fd < 0 ? strerror(errno) : "not a regular file");
-            d->rec.bad_files++;
-            if (fd >= 0)
-                close(fd);
-            continue;
-        }
-        s = seg_add(d, ids[i], fd, 0);
-        if (s == NULL) {
-            close(fd);
-            free(ids);
-            free(b.buf);
-            free(b.raw);
-            free(b.scratch);
-            return -ENOMEM;
-        }
-        good = recover_segment(d, s, (uint64_t)st.st_size, &b);
-        if (good < 0) {
-            log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path, strerror(errno));
-            d->rec.bad_files++;
-            good = 0;
-        }
-        if ((uint64_t)good < (uint64_t)st.st_size) {
-            d->rec.torn_bytes += (uint64_t)st.st_size - (uint64_t)good;
-            log_info("disk_recovery_truncate",
-                     "segment=%016" PRIx64 " from=%" PRIu64 " to=%" PRId64, s->id,
-                     (uint64_t)st.st_size, good);
-            if (ftruncate(fd, good) != 0)
-                log_warn("disk_recovery_truncate", "path=%s error=\"%s\"", path, strerror(errno));
-        }
-        seg_set_size(d, s, (uint64_t)good);
-        recover_reopen(d, s, path);
-        d->rec.segments++;
-        bytes += (uint64_t)good;
-        if (i + 1 == nids || uv_hrtime() - last_report >= DISK_PROGRESS_MS * 1000000ull) {
-            recover_progress(d, i + 1, nids, bytes);
-            last_report = uv_hrtime();
-        }
-    }
+    d->rec_report = uv_hrtime();
+    rc = recover_segments(d, ids, nids, &b, &bytes);
     free(ids);
     free(b.buf);
     free(b.raw);
     free(b.scratch);
+    if (rc != 0)
+        return rc;
     d->rec.ms = (uv_hrtime() - t0) / 1000000;
     log_info("disk_recovery",
-             "dir=%s segments=%" PRIu64 " records=%" PRIu64 " records_v1=%" PRIu64
-             " checksum_drops=%" PRIu64 " bad_headers=%" PRIu64 " torn_bytes=%" PRIu64
-             " bad_files=%" PRIu64 " used_bytes=%" PRIu64 " ms=%" PRIu64,
-             d->dir, d->rec.segments, d->rec.records, d->rec.records_v1, d->rec.checksum_drops,
-             d->rec.bad_headers, d->rec.torn_bytes, d->rec.bad_files, d->used, d->rec.ms);
+             "dir=%s path=%s segments=%" PRIu64 " records=%" PRIu64 " checkpoint_records=%" PRIu64
+             " scanned_bytes=%" PRIu64 " records_v1=%" PRIu64 " checksum_drops=%" PRIu64
+             " bad_headers=%" PRIu64 " torn_bytes=%" PRIu64 " bad_files=%" PRIu64
+             " used_bytes=%" PRIu64 " ms=%" PRIu64,
+             d->dir, d->rec.path, d->rec.segments, d->rec.records, d->rec.checkpoint_records,
+             d->rec.scanned_bytes, d->rec.records_v1, d->rec.checksum_drops, d->rec.bad_headers,
+             d->rec.torn_bytes, d->rec.bad_files, d->used, d->rec.ms);
     return 0;
 }
 
@@ -1667,4 +1903,18 @@ int disk_check(const disk_t *d)
     if (sum + d->reserved != d->used)
         return -1;
     return d->used <= d->capacity ? 0 : -1;
+}
+
+void disk_checkpoint_segments(const disk_t *d, ckpt_buf_t *c)
+{
+    for (size_t i = 0; i < d->nsegs; i++) {
+        const seg_t *s = d->segs[i];
+        if (s->fd >= 0 && !s->dead)
+            ckpt_put_seg(c, s->id, s->size, s->version != 0 ? s->version : RECORD_VERSION);
+    }
+}
+
+const char *disk_dir(const disk_t *d)
+{
+    return d->dir;
 }

@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "checkpoint.h"
 #include "codec.h"
 #include "config.h"
 #include "record.h"
@@ -152,6 +153,12 @@ void disk_log_end(const disk_t *d, uint64_t *seg, uint64_t *off);
 /* The id of the oldest segment, or the next id when there is none. */
 uint64_t disk_first_segment(const disk_t *d);
 
+/* Starts checkpoint c (checkpoint.h) with the segments as they are now: every live segment
+ * file with its committed size. The caller adds the records of those segments (the committed
+ * ones: their flush finished), seals it and writes it with ckpt_write(disk_dir(d), c). */
+void disk_checkpoint_segments(const disk_t *d, ckpt_buf_t *c);
+const char *disk_dir(const disk_t *d);
+
 /* What recovery found at start (disk_open). */
 typedef struct {
     uint64_t ms;             /* time it took */
@@ -162,6 +169,12 @@ typedef struct {
     uint64_t bad_headers;    /* scans ended by a header that does not decode */
     uint64_t torn_bytes;     /* bytes truncated off segment tails */
     uint64_t bad_files;      /* files that could not be opened or read */
+
+    /* the index checkpoint (checkpoint.h) */
+    const char *path;            /* "checkpoint" or "scan" */
+    const char *reason;          /* the scan's: why the checkpoint was not used ("" on its path) */
+    uint64_t checkpoint_records; /* records taken from the checkpoint (not read) */
+    uint64_t scanned_bytes;      /* segment bytes read: the tails and segments after it */
 } disk_recovery_stats_t;
 
 /* The disk tier's own figures (status "disk", with the store's counters beside them). */

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -72,4 +73,37 @@ int fsutil_write_atomic(const char *dir, const char *name, const void *data, siz
         rc = -errno;
     close(dfd);
     return rc;
+}
+
+int fsutil_read_file(const char *path, uint8_t **buf, size_t *len)
+{
+    struct stat st;
+    uint8_t *b;
+    size_t got = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    b = malloc((size_t)st.st_size + 1);
+    if (b == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    *buf = b;
+    *len = got;
+    return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* mkdir -p: creates every missing directory of path with mode 0750, the last component too
  * when last is true (otherwise only the directories leading to it). Relative paths are
@@ -18,5 +19,9 @@ int fsutil_mkdirs(const char *path, bool last);
  * it, renames it over dir/name and fsyncs dir, so that a crash leaves the old file or the new
  * one, never a torn one. Returns 0 or a negative errno (the temporary file is removed). */
 int fsutil_write_atomic(const char *dir, const char *name, const void *data, size_t len);
+
+/* Reads the whole file at path into a malloc'd buffer (*buf, *len; the caller frees it). 0, or
+ * a negative errno (-ENOENT: no such file). */
+int fsutil_read_file(const char *path, uint8_t **buf, size_t *len);
 
 #endif /* KVT_FSUTIL_H */

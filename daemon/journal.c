@@ -15,6 +15,7 @@
  */
 #include "journal.h"
 
+#include "fsutil.h"
 #include "ingest.h"
 #include "kvt_proto.h"
 
@@ -376,33 +377,5 @@ const char *journal_path(const journal_t *j)
 
 int journal_read(const char *path, uint8_t **buf, size_t *len)
 {
-    struct stat st;
-    uint8_t *b;
-    size_t got = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
-
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        close(fd);
-        return rc;
-    }
-    b = malloc((size_t)st.st_size + 1);
-    if (b == NULL) {
-        close(fd);
-        return -ENOMEM;
-    }
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    *buf = b;
-    *len = got;
-    return 0;
+    return fsutil_read_file(path, buf, len);
 }

@@ -341,30 +341,24 @@ static int count_ns_cb(void *arg, uint32_t index, const state_ns_t *s)
 void state_load(const char *path, ns_table_t *nst, store_t *st, const config_t *cfg,
                 uint64_t now_ms, uint64_t *nns, uint64_t *nleases)
 {
-    FILE *f;
     uint8_t *buf = NULL;
-    long len;
+    size_t len = 0;
     uint64_t saved = 0, wall = wall_ms();
     load_ctx_t c = {.nst = nst, .st = st, .cfg = cfg, .now_ms = now_ms};
     state_visit_t count = {.ns = count_ns_cb}, visit = {.ns = load_ns_cb, .lease = load_lease_cb};
     int rc;
 
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        if (errno != ENOENT)
-            log_warn("state_load", "path=%s error=\"%s\" action=priors", path, strerror(errno));
+    rc = fsutil_read_file(path, &buf, &len);
+    if (rc != 0) {
+        if (rc != -ENOENT)
+            log_warn("state_load", "path=%s error=\"%s\" action=priors", path, strerror(-rc));
         return;
     }
-    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
-        (buf = malloc((size_t)len + 1)) == NULL || fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        log_warn("state_load", "path=%s error=\"unreadable\" action=priors", path);
-        goto out;
-    }
-    rc = state_decode(buf, (size_t)len, &count, &c.nns, &saved);
+    rc = state_decode(buf, len, &count, &c.nns, &saved);
     if (rc == 0) {
         c.ns = calloc(c.nns + 1, sizeof *c.ns);
         c.elapsed_ms = wall > saved ? wall - saved : 0;
-        rc = c.ns != NULL ? state_decode(buf, (size_t)len, &visit, &c, &saved) : -ENOMEM;
+        rc = c.ns != NULL ? state_decode(buf, len, &visit, &c, &saved) : -ENOMEM;
     }
     if (rc != 0) {
         log_warn("state_load", "path=%s error=\"%s\" action=priors", path,
@@ -380,7 +374,6 @@ void state_load(const char *path, ns_table_t *nst, store_t *st, const config_t *
              " down_ms=%" PRIu64,
              path, c.restored_ns, c.leases, c.ghost_reset, c.elapsed_ms);
 out:
-    fclose(f);
     free(buf);
     free(c.ns);
     /* consumed: a later crash must not bring back a state older than what it stops with */

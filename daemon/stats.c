@@ -542,6 +542,17 @@ static const stats_field_t recovery_fields[] = {
         "Segment files that could not be opened or read at start."),
     NUM(D, "records_v1", T_U64, disk.tier.recovery.records_v1, GAUGE, NULL,
         "Valid records found at start in the old format (version 1)."),
+    TXT(D, "path", T_STR, disk.tier.recovery.path,
+        "\"checkpoint\" (the index checkpoint, then the segments after it) or \"scan\" (every "
+        "record read)."),
+    TXT(D, "reason", T_STR, disk.tier.recovery.reason,
+        "On the scan path: why the checkpoint was not used (\"no checkpoint\", \"corrupted\", "
+        "\"stale: ...\")."),
+    NUM(D, "checkpoint_records", T_U64, disk.tier.recovery.checkpoint_records, GAUGE, NULL,
+        "Records taken from the checkpoint at start, without reading them."),
+    NUM(D, "scanned_bytes", T_U64, disk.tier.recovery.scanned_bytes, GAUGE, "bytes",
+        "Segment bytes read at start (every segment on the scan path; a tail and the segments "
+        "after the checkpoint on its path)."),
 };
 
 /* With the tier open, the disk module's figures; without, state, error and zero sizes. */
@@ -695,6 +706,14 @@ static const stats_field_t disk_fields[] = {
         "Records found at start whose namespace conflicts with one declared before."),
     NUM(D, "recovery_dropped", T_U64, disk.counts.recover_dropped, GAUGE, NULL,
         "Records found at start that belong to a dropped namespace (left unindexed)."),
+    NUM(D, "checkpoints", T_U64, disk.counts.checkpoints, COUNTER, NULL,
+        "Index checkpoints written (every disk.checkpoint_interval_s and at a clean stop)."),
+    NUM(D, "checkpoint_failures", T_U64, disk.counts.checkpoint_fails, COUNTER, NULL,
+        "Index checkpoints that could not be written (the log says why)."),
+    NUM(D, "checkpoint_bytes", T_U64, disk.counts.checkpoint_bytes, GAUGE, "bytes",
+        "Size of the last index checkpoint written."),
+    NUM(D, "checkpoint_records", T_U64, disk.counts.checkpoint_records, GAUGE, NULL,
+        "Records in the last index checkpoint built."),
 };
 
 #define ERR(k, e)                                                                                  \

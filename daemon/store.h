@@ -149,6 +149,12 @@ typedef struct {
     uint64_t orphaned;        /* successors detached from a dropped chunk */
     uint64_t recover_skipped; /* recovered records of conflicting namespaces */
     uint64_t recover_dropped; /* recovered records of a dropped namespace (drops.h) */
+
+    /* the index checkpoint (checkpoint.h) */
+    uint64_t checkpoints;        /* written */
+    uint64_t checkpoint_fails;   /* that could not be written */
+    uint64_t checkpoint_bytes;   /* the size of the last one written */
+    uint64_t checkpoint_records; /* the records it holds */
 } store_disk_counts_t;
 
 typedef enum {

@@ -83,6 +83,10 @@ struct store {
     journal_t *journal;        /* NULL: no journal (a memfd, ram.reattach false, or it failed) */
     char journal_path[4096];
     store_ram_recovery_t rec;
+    /* the disk index checkpoint (store_io.c; checkpoint.h) */
+    uv_timer_t ckpt_timer;   /* every disk.checkpoint_interval_s (initialised with the disk) */
+    bool ckpt_busy;          /* a periodic checkpoint is being written on the thread pool */
+    bool ckpt_close_waiting; /* the stop waits for it before writing its own */
 };
 
 /* An entry none of whose copies exists any more (pinned while its disk record failed its
@@ -173,7 +177,10 @@ void store__relink(store_t *s);
 /* Rewrites the journal to the chunks RAM holds now (sync: fsync'd, at a clean stop). */
 void store__journal_compact(store_t *s, bool sync);
 
-/* The end of store_close: the journal is compacted, then the caller's done. */
+/* The end of store_close: the disk index checkpoint is written (store__checkpoint_at_stop; it
+ * returns false when a periodic one is still being written, and calls store__close_finish again
+ * once it is), the journal is compacted, then the caller's done. */
 void store__close_finish(void *arg);
+bool store__checkpoint_at_stop(store_t *s);
 
 #endif /* KVT_STORE_INTERNAL_H */

@@ -49,6 +49,8 @@
 #define STORE_CLEAN_BUDGET 64u
 #define STORE_RECLAIM_SLICE 1024u
 
+static void ckpt_timer_cb(uv_timer_t *t);
+
 /* --- the cleaner --- */
 
 /* The record of entry e of namespace ns (the chunk's csum, its chain link for recovery). */
@@ -344,6 +346,165 @@ static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
 const disk_ops_t store__disk_ops = {
     .recovered = recovered_cb, .committed = committed_cb, .reclaim = reclaim_cb};
 
+/* --- the index checkpoint (checkpoint.h) --- */
+
+static int entry_loc_cmp(const void *a, const void *b)
+{
+    const index_entry_t *x = *(const index_entry_t *const *)a,
+                        *y = *(const index_entry_t *const *)b;
+
+    if (x->dseg != y->dseg)
+        return x->dseg < y->dseg ? -1 : 1;
+    return x->doff < y->doff ? -1 : x->doff > y->doff;
+}
+
+struct ckpt_collect {
+    const index_entry_t **e;
+    size_t n;
+};
+
+static void ckpt_collect_cb(const index_entry_t *e, void *arg)
+{
+    struct ckpt_collect *c = arg;
+
+    if (e->flags & INDEX_F_DISK)
+        c->e[c->n++] = e;
+}
+
+/* The checkpoint of the disk tier as it is now: its segments, and the record of every entry
+ * with a disk copy (committed: its flush finished), in segment and offset order. */
+static int ckpt_build(store_t *s, ckpt_buf_t *c)
+{
+    struct ckpt_collect col;
+    int rc = ckpt_begin(c, 0);
+
+    if (rc != 0)
+        return rc;
+    col.e = malloc((index_count(s->ix) + 1) * sizeof *col.e);
+    col.n = 0;
+    if (col.e == NULL) {
+        ckpt_free(c);
+        return -ENOMEM;
+    }
+    disk_checkpoint_segments(s->disk, c);
+    index_foreach(s->ix, ckpt_collect_cb, &col);
+    qsort(col.e, col.n, sizeof *col.e, entry_loc_cmp);
+    for (size_t i = 0; i < col.n; i++) {
+        const index_entry_t *e = col.e[i];
+        const ns_t *ns = ns_get(s->nst, e->ns);
+        record_meta_t m;
+        ckpt_loc_t loc = {.seg = e->dseg,
+                          .off = e->doff,
+                          .hdr_len = e->dhdr,
+                          .stored = e->dstored,
+                          .version = e->dver};
+        if (ns == NULL)
+            continue;
+        record_of(ns, e, &m);
+        m.version = e->dver;
+        m.stored_len = e->dstored;
+        ckpt_put_rec(c, &m, &loc);
+    }
+    s->dk.checkpoint_records = col.n;
+    free(col.e);
+    rc = ckpt_finish(c);
+    if (rc != 0)
+        ckpt_free(c);
+    return rc;
+}
+
+static void ckpt_done(store_t *s, const ckpt_buf_t *c, int rc)
+{
+    if (rc == 0) {
+        s->dk.checkpoints++;
+        s->dk.checkpoint_bytes = c->len;
+        log_debug("disk_checkpoint_written", "records=%" PRIu64 " bytes=%zu",
+                  s->dk.checkpoint_records, c->len);
+    } else {
+        s->dk.checkpoint_fails++;
+        log_warn("disk_checkpoint_write", "dir=%s error=\"%s\"", s->cfg->disk.dir, strerror(-rc));
+    }
+}
+
+typedef struct {
+    uv_work_t req;
+    store_t *s;
+    ckpt_buf_t c;
+    char dir[CONFIG_PATH_MAX];
+    int rc;
+} ckpt_job_t;
+
+static void ckpt_work(uv_work_t *req)
+{
+    ckpt_job_t *j = req->data;
+
+    j->rc = ckpt_write(j->dir, &j->c);
+}
+
+static void ckpt_after(uv_work_t *req, int status)
+{
+    ckpt_job_t *j = req->data;
+    store_t *s = j->s;
+
+    ckpt_done(s, &j->c, status != 0 ? status : j->rc);
+    ckpt_free(&j->c);
+    free(j);
+    s->ckpt_busy = false;
+    if (s->ckpt_close_waiting) {
+        s->ckpt_close_waiting = false;
+        store__close_finish(s);
+    }
+}
+
+/* Every disk.checkpoint_interval_s: built on the loop (O(entries with a disk copy)), written
+ * (with its fsyncs) on the thread pool. */
+static void ckpt_timer_cb(uv_timer_t *t)
+{
+    store_t *s = t->data;
+    ckpt_job_t *j;
+
+    if (s->closing || s->ckpt_busy || (j = calloc(1, sizeof *j)) == NULL)
+        return;
+    if (ckpt_build(s, &j->c) != 0) {
+        free(j);
+        s->dk.checkpoint_fails++;
+        return;
+    }
+    j->s = s;
+    j->req.data = j;
+    snprintf(j->dir, sizeof j->dir, "%s", s->cfg->disk.dir);
+    if (uv_queue_work(s->loop, &j->req, ckpt_work, ckpt_after) != 0) {
+        ckpt_free(&j->c);
+        free(j);
+        return;
+    }
+    s->ckpt_busy = true;
+}
+
+/* The stop's checkpoint, after the last flush: written here, on the loop (nobody is served any
+ * more). false when a periodic one is still being written: the stop waits for it. */
+bool store__checkpoint_at_stop(store_t *s)
+{
+    ckpt_buf_t c;
+    int rc;
+
+    if (s->disk == NULL)
+        return true;
+    if (s->ckpt_busy) {
+        s->ckpt_close_waiting = true;
+        return false;
+    }
+    rc = ckpt_build(s, &c);
+    if (rc == 0) {
+        rc = ckpt_write(s->cfg->disk.dir, &c);
+        ckpt_done(s, &c, rc);
+        ckpt_free(&c);
+    } else {
+        ckpt_done(s, &c, rc);
+    }
+    return true;
+}
+
 int store_attach_disk(store_t *s, uv_loop_t *loop)
 {
     int rc;
@@ -379,7 +540,13 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         s->clean_target = s->ram_cap / 2;
     uv_timer_init(loop, &s->persist_timer);
     uv_timer_init(loop, &s->clean_timer);
-    s->persist_timer.data = s->clean_timer.data = s;
+    uv_timer_init(loop, &s->ckpt_timer);
+    s->persist_timer.data = s->clean_timer.data = s->ckpt_timer.data = s;
+    if (s->cfg->disk.checkpoint_interval_s > 0) {
+        uint64_t ms = (uint64_t)s->cfg->disk.checkpoint_interval_s * 1000u;
+        uv_timer_start(&s->ckpt_timer, ckpt_timer_cb, ms, ms);
+        uv_unref((uv_handle_t *)&s->ckpt_timer);
+    }
     return 0;
 }
 
@@ -464,9 +631,10 @@ static void persist_step(store_t *s)
     log_info("disk_persist",
              "chunks=%" PRIu64 " dirty_bytes=%" PRIu64 " left_bytes=%" PRIu64 " ms=%" PRIu64,
              s->persist_appended, s->persist_dirty, s->dirty_bytes, now - s->persist_start);
-    s->close_handles = 2;
+    s->close_handles = 3;
     uv_close((uv_handle_t *)&s->persist_timer, close_handle_cb);
     uv_close((uv_handle_t *)&s->clean_timer, close_handle_cb);
+    uv_close((uv_handle_t *)&s->ckpt_timer, close_handle_cb);
 }
 
 static void persist_step_cb(uv_timer_t *t)

@@ -168,6 +168,8 @@ void store__close_finish(void *arg)
 {
     store_t *s = arg;
 
+    if (!store__checkpoint_at_stop(s))
+        return; /* called again when the periodic checkpoint in flight is written */
     if (s->journal != NULL)
         store__journal_compact(s, true);
     s->close_done(s->close_arg);
