@@ -241,8 +241,10 @@ int ckpt_decode(const uint8_t *buf, size_t n, const ckpt_visit_t *v, void *arg,
             d.model = p + 1;
             d.revision_len = p[1 + d.model_len];
             d.revision = p + 2 + d.model_len;
-            if (len != 2u + d.model_len + d.revision_len + 15 || d.model_len == 0)
-                goto out;
+            if (len != 2u + d.model_len + d.revision_len + 15 || d.model_len == 0 ||
+                memchr(d.model, 0, d.model_len) != NULL ||
+                memchr(d.revision, 0, d.revision_len) != NULL)
+                goto out; /* names hold no NUL */
             p += 2 + d.model_len + d.revision_len;
             d.fingerprint = kvt_get_u64(p);
             d.world = get16(p + 8);

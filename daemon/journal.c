@@ -138,8 +138,8 @@ int journal_decode(const uint8_t *b, size_t n, journal_rec_t *out)
         return -EBADMSG;
     if (n < len)
         return 0;
-    if (get64(b + len - 8) != ingest_hash(b, len - 8))
-        return -EBADMSG;
+    if (get64(b + len - 8) != ingest_hash(b, len - 8) || b[3] != 0)
+        return -EBADMSG; /* reserved bytes are 0: one encoding per record */
     body = len - JOURNAL_FRAME - 8;
     memset(out, 0, sizeof *out);
     out->type = (journal_type_t)b[2];
@@ -153,8 +153,9 @@ int journal_decode(const uint8_t *b, size_t n, journal_rec_t *out)
         if (body < JOURNAL_NS_BODY_MIN + 1 + ml)
             return -EBADMSG;
         rl = p[20 + ml];
-        if (body != JOURNAL_NS_BODY_MIN + 1 + ml + rl)
-            return -EBADMSG;
+        if (body != JOURNAL_NS_BODY_MIN + 1 + ml + rl || memchr(p + 20, 0, ml) != NULL ||
+            memchr(p + 21 + ml, 0, rl) != NULL)
+            return -EBADMSG; /* names hold no NUL */
         ns->ns = get32(p);
         ns->world = get16(p + 4);
         ns->flags = p[6];
@@ -170,7 +171,7 @@ int journal_decode(const uint8_t *b, size_t n, journal_rec_t *out)
     }
     case JOURNAL_ADD: {
         journal_add_t *a = &out->u.add;
-        if (body != JOURNAL_ADD_BODY)
+        if (body != JOURNAL_ADD_BODY || p[7] != 0)
             return -EBADMSG;
         a->ns = get32(p);
         a->rank = get16(p + 4);

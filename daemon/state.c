@@ -74,7 +74,8 @@ int state_decode(const uint8_t *buf, size_t n, const state_visit_t *v, void *arg
     for (uint32_t i = 0; i < nns; i++) {
         state_ns_t ns = {0};
         const uint8_t *model, *rev;
-        if (!take(&c, 1, &q) || q[0] == 0 || !take(&c, q[0], &model))
+        if (!take(&c, 1, &q) || q[0] == 0 || !take(&c, q[0], &model) ||
+            memchr(model, 0, q[0]) != NULL)
             return -EBADMSG;
         ns.id.model = (const char *)model;
         ns.id.model_len = q[0];
