@@ -7,9 +7,10 @@
  * documents of stats.c and its POST /admin/drop with admin.c.
  *
  * Lifecycle (notify.h says what systemd sees):
- *   - start: the server is created (the RAM arena, then the disk tier's recovery, which reports
- *     its progress), then the status socket; only then, in one place (run() below), READY=1.
- *     Whatever recovery a later version adds runs inside server_new() and so before READY.
+ *   - start: the server is created (the RAM arena, the disk tier's recovery, which reports its
+ *     progress, the RAM tier's re-attach and the gate state of the last clean stop), then the
+ *     status socket; only then, in one place (run() below), READY=1. Every recovery runs
+ *     inside server_new() and so before READY. --cold-start: this start does not re-attach.
  *   - SIGHUP: reload_config() (reload.h); an invalid file keeps the running config.
  *   - SIGTERM / SIGINT, a graceful stop within the unit's TimeoutStopSec (30 s): STOPPING=1;
  *     saves are refused while what is in flight finishes (server_drain, at most
