@@ -36,8 +36,9 @@
 #define KVT_DEFAULT_WINDOW 16  /* window for a daemon that announces none (max_in_flight 0) */
 #define KVT_RELEASE_DELAY_MS 1 /* a release waits at most this long for a request to ride on */
 #define KVT_RECV_BATCH 32      /* replies handled per turn of the I/O loop */
-#define KVT_RX_FRAMES_MAX (65536 + 3) /* frames of the largest reply (LOAD_OK, max_chunks 65536)   \
-                                       */
+#define KVT_RX_FRAMES_MAX                                                                          \
+    (65536 + 3) /* frames of the largest reply (LOAD_OK, max_chunks 65536)                         \
+                 */
 
 /* Request kinds: the public KVT_OP_* and the library's own. */
 enum {

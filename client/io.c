@@ -307,6 +307,10 @@ static void finish(kvt_client_t *c, req_t *r, int status)
         free(r);
         return;
     }
+    if (r->kind == RK_HELLO) { /* the connect: counted by nobody */
+        q_push(&c->done_head, &c->done_tail, r);
+        return;
+    }
     atomic_fetch_add_explicit(&c->n_completed, 1, memory_order_relaxed);
     if (status != 0)
         atomic_fetch_add_explicit(&c->n_failed, 1, memory_order_relaxed);

@@ -230,7 +230,8 @@ static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
         wake = true;
     }
     pthread_mutex_unlock(&c->mu);
-    atomic_fetch_add_explicit(&c->n_submitted, 1, memory_order_relaxed);
+    if (r->kind != RK_HELLO) /* the connect's own HELLO is no request of the caller's */
+        atomic_fetch_add_explicit(&c->n_submitted, 1, memory_order_relaxed);
     if (wake) {
         uint64_t one = 1;
         (void)!write(c->wake_fd, &one, sizeof one);

@@ -122,32 +122,11 @@ static void exec_daemon(const harness_t *h, pid_t parent)
     _exit(127);
 }
 
-harness_t *harness_start(const harness_opts_t *opts)
+/* Starts the daemon of h (its config written) and waits until GET /status answers. */
+static void spawn_ready(harness_t *h)
 {
-    harness_opts_t o = {0};
-    harness_t *h;
-    int64_t deadline;
     pid_t parent = getpid();
-    int n;
-
-    if (opts != NULL)
-        o = *opts;
-    h = calloc(1, sizeof *h);
-    ck_assert_ptr_nonnull(h);
-    h->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : 4u << 20;
-    h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
-    h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
-
-    n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
-                 check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");
-    ck_assert(n > 0 && (size_t)n < sizeof h->dir);
-    ck_assert_msg(mkdtemp(h->dir) != NULL, "mkdtemp %s: %s", h->dir, strerror(errno));
-    snprintf(h->endpoint, sizeof h->endpoint, "ipc://%s/kvt.zmq", h->dir);
-    snprintf(h->status_path, sizeof h->status_path, "%s/status.sock", h->dir);
-    snprintf(h->config_path, sizeof h->config_path, "%s/kvtierd.json", h->dir);
-    n = snprintf(h->log_path, sizeof h->log_path, "%s/kvtierd.log", h->dir);
-    ck_assert(n > 0 && (size_t)n < sizeof h->log_path);
-    ck_assert_int_eq(write_config(h, o.extra_json), 0);
+    int64_t deadline;
 
     h->pid = fork();
     ck_assert_msg(h->pid >= 0, "fork: %s", strerror(errno));
@@ -179,6 +158,33 @@ harness_t *harness_start(const harness_opts_t *opts)
         }
         pause_ms(POLL_PAUSE_MS);
     }
+}
+
+harness_t *harness_start(const harness_opts_t *opts)
+{
+    harness_opts_t o = {0};
+    harness_t *h;
+    int n;
+
+    if (opts != NULL)
+        o = *opts;
+    h = calloc(1, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    h->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : 4u << 20;
+    h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
+    h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
+
+    n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
+                 check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");
+    ck_assert(n > 0 && (size_t)n < sizeof h->dir);
+    ck_assert_msg(mkdtemp(h->dir) != NULL, "mkdtemp %s: %s", h->dir, strerror(errno));
+    snprintf(h->endpoint, sizeof h->endpoint, "ipc://%s/kvt.zmq", h->dir);
+    snprintf(h->status_path, sizeof h->status_path, "%s/status.sock", h->dir);
+    snprintf(h->config_path, sizeof h->config_path, "%s/kvtierd.json", h->dir);
+    n = snprintf(h->log_path, sizeof h->log_path, "%s/kvtierd.log", h->dir);
+    ck_assert(n > 0 && (size_t)n < sizeof h->log_path);
+    ck_assert_int_eq(write_config(h, o.extra_json), 0);
+    spawn_ready(h);
     return h;
 }
 
@@ -195,16 +201,14 @@ static void check_log_clean(const harness_t *h)
     free(log);
 }
 
-void harness_stop(harness_t **hp)
+/* SIGTERM, wait, assert exit status 0 and a clean log; the harness stays. */
+static void stop_daemon(harness_t *h)
 {
-    harness_t *h = *hp;
     int64_t deadline;
     int wst = 0;
     pid_t r;
 
-    if (h == NULL)
-        return;
-    ck_assert_msg(h->pid > 0, "harness_stop on a daemon that is not running");
+    ck_assert_msg(h->pid > 0, "stopping a daemon that is not running");
     ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
     deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
     while ((r = waitpid(h->pid, &wst, WNOHANG)) == 0 && harness_now_ms() < deadline)
@@ -224,7 +228,23 @@ void harness_stop(harness_t **hp)
                      WIFEXITED(wst) ? "status" : "signal",
                      WIFEXITED(wst) ? WEXITSTATUS(wst) : WTERMSIG(wst), log_tail(log));
     }
+}
+
+void harness_stop(harness_t **hp)
+{
+    harness_t *h = *hp;
+
+    if (h == NULL)
+        return;
+    stop_daemon(h);
     harness_free(hp);
+}
+
+void harness_restart(harness_t *h)
+{
+    if (h->pid > 0)
+        stop_daemon(h);
+    spawn_ready(h);
 }
 
 void harness_kill9(harness_t *h)

@@ -55,6 +55,11 @@ harness_t *harness_start(const harness_opts_t *opts);
  * directory, free *h and set it to NULL. */
 void harness_stop(harness_t **h);
 
+/* Starts the daemon again with the same directory, config and endpoint: after harness_kill9(),
+ * or, when it runs, after a clean stop (SIGTERM, exit 0, clean log asserted). Returns once GET
+ * /status answers. (The log is started anew.) */
+void harness_restart(harness_t *h);
+
 /* SIGKILL the daemon and reap it; the harness stays valid (paths remain) until harness_free(). */
 void harness_kill9(harness_t *h);
 
