@@ -6,6 +6,7 @@
  *   io.c      the I/O thread: the DEALER socket, the in-flight window, every request's wire
  *             steps and copies, timeouts, release batching, namespace and arena recovery
  *   shm.c     the arena mapping (reference counted) and the checksum helpers
+ *   pool.c    the send buffers of the frames path, lent to ZeroMQ
  *   hash.c    chunk hashes, engine keys, fingerprints, hash text
  *
  * Ownership: a req_t is one request from submit to kvt_completion_free. Until its completion
@@ -59,6 +60,14 @@ typedef struct arena_map {
     ino_t ino;
     atomic_int refs;
 } arena_map_t;
+
+/* Send buffers lent to ZeroMQ (pool.c). */
+struct pool_buf;
+typedef struct kvt_pool {
+    pthread_mutex_t mu;
+    struct pool_buf *free;
+    size_t held; /* bytes on the free list */
+} kvt_pool_t;
 
 typedef struct req req_t;
 
@@ -144,6 +153,7 @@ struct kvt_client {
     int wake_fd;         /* eventfd: wakes the I/O thread */
     pthread_t io;
     bool io_started;
+    kvt_pool_t pool; /* send buffers: lives until the ZeroMQ context is terminated */
 
     /* mu */
     pthread_mutex_t mu;
@@ -203,6 +213,15 @@ arena_map_t *kvt__map_ref(arena_map_t *m);
 void kvt__map_unref(arena_map_t *m);
 /* The extent a 16-byte wire location names inside m, or NULL when it is not inside. */
 uint8_t *kvt__map_at(const arena_map_t *m, const uint8_t *loc, uint64_t *len);
+
+/* --- pool.c --- */
+void kvt__pool_init(kvt_pool_t *p);
+/* Frees the buffers on the free list; every lent buffer must be back (context terminated). */
+void kvt__pool_destroy(kvt_pool_t *p);
+/* A buffer of at least len bytes, or NULL. I/O thread. */
+void *kvt__pool_take(kvt_pool_t *p, size_t len);
+/* The zmq_free_fn of a pool buffer: back to its pool (any thread). */
+void kvt__pool_release(void *data, void *hint);
 
 /* --- queues (kvtier.c) --- */
 void kvt__relq_add(relq_t *q, const kvt_hash_t *h, int64_t now_ms);

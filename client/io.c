@@ -17,8 +17,9 @@
  * Replies are matched by req_id; one whose request is gone (timed out) is dropped. Every payload
  * copy happens here, never on a submitting thread: into the arena before a commit, out of the
  * arena or of a reply frame into the caller's buffer with its checksum verified in the same
- * pass. Payload frames are sent with zmq_send, which copies: a zero-copy frame could still sit
- * in ZeroMQ's queue after its request timed out and its buffer went back to the caller.
+ * pass. Payload frames are copied into buffers of the client's send pool (pool.c) lent to
+ * ZeroMQ, never the caller's own: a frame can still sit in ZeroMQ's queue after its request
+ * timed out and its buffer went back to the caller.
  *
  * The window: at most c->window messages are on the wire (HELLO_OK max_in_flight, or the
  * connect option when smaller); the rest wait in submission order. A RELEASE and a request that
@@ -128,7 +129,8 @@ static int wire_add(kvt_client_t *c, uint64_t id, req_t *r, int64_t expire_ms)
         c->wires_cap = cap;
     }
     c->wires[c->nwires++] = (wire_t){.id = id, .req = r, .expire_ms = expire_ms};
-    atomic_store_explicit(&c->n_inflight, (unsigned)c->nwires, memory_order_relaxed);
+    if (r != NULL)
+        atomic_fetch_add_explicit(&c->n_inflight, 1, memory_order_relaxed);
     if (r == NULL)
         note_deadline(c, expire_ms);
     return 0;
@@ -136,8 +138,20 @@ static int wire_add(kvt_client_t *c, uint64_t id, req_t *r, int64_t expire_ms)
 
 static void wire_remove(kvt_client_t *c, size_t i)
 {
+    if (c->wires[i].req != NULL)
+        atomic_fetch_sub_explicit(&c->n_inflight, 1, memory_order_relaxed);
     c->wires[i] = c->wires[--c->nwires];
-    atomic_store_explicit(&c->n_inflight, (unsigned)c->nwires, memory_order_relaxed);
+}
+
+/* Wire entry i's request completes without its reply: the entry stays, answered by nobody, until
+ * its reply comes or expire_ms. */
+static void wire_forget(kvt_client_t *c, size_t i, int64_t expire_ms)
+{
+    if (c->wires[i].req != NULL)
+        atomic_fetch_sub_explicit(&c->n_inflight, 1, memory_order_relaxed);
+    c->wires[i].req = NULL;
+    c->wires[i].expire_ms = expire_ms;
+    note_deadline(c, expire_ms);
 }
 
 static long wire_find(const kvt_client_t *c, uint64_t id)
@@ -150,10 +164,37 @@ static long wire_find(const kvt_client_t *c, uint64_t id)
 
 /* --- sending --- */
 
-/* Sends the message m (head) with its variable frames, copying them into ZeroMQ. 0 or KVT_ESYS
- * (the socket refused: nothing or everything of the message was queued, ZeroMQ sends
- * multipart messages whole). */
-static int send_frames(kvt_client_t *c, const kvt_msg_t *m, const kvt_frame_t *f, size_t nf)
+#define KVT_POOL_MIN (64u << 10) /* smaller payloads are copied by zmq_send */
+
+/* Sends one frame of len bytes: copied into a pool buffer lent to ZeroMQ when pooled and large
+ * (pool.c), else by zmq_send. */
+static int send_one(kvt_client_t *c, const void *p, size_t len, int flags, bool pooled)
+{
+    void *buf = pooled && len >= KVT_POOL_MIN ? kvt__pool_take(&c->pool, len) : NULL;
+    int rc;
+
+    if (buf != NULL) {
+        zmq_msg_t msg;
+        memcpy(buf, p, len);
+        zmq_msg_init_data(&msg, buf, len, kvt__pool_release, NULL);
+        do {
+            rc = zmq_msg_send(&msg, c->sock, flags);
+        } while (rc < 0 && errno == EINTR);
+        if (rc < 0)
+            zmq_msg_close(&msg); /* returns the buffer */
+        return rc;
+    }
+    do {
+        rc = zmq_send(c->sock, p, len, flags);
+    } while (rc < 0 && errno == EINTR);
+    return rc;
+}
+
+/* Sends the message m (head) with its variable frames, copying them into ZeroMQ (frames from
+ * pool_from on through the send pool). 0 or KVT_ESYS (the socket refused: nothing or
+ * everything of the message was queued, ZeroMQ sends multipart messages whole). */
+static int send_frames(kvt_client_t *c, const kvt_msg_t *m, const kvt_frame_t *f, size_t nf,
+                       size_t pool_from)
 {
     static const uint8_t empty;
     uint8_t head[KVT_HDR_BYTES + 96];
@@ -164,14 +205,11 @@ static int send_frames(kvt_client_t *c, const kvt_msg_t *m, const kvt_frame_t *f
     for (size_t i = 0; i <= nf; i++) {
         const void *p = i == 0 ? head : f[i - 1].data;
         size_t len = i == 0 ? hl : f[i - 1].len;
-        int flags = ZMQ_DONTWAIT | (i < nf ? ZMQ_SNDMORE : 0), rc;
+        int flags = ZMQ_DONTWAIT | (i < nf ? ZMQ_SNDMORE : 0);
 
         if (len == 0 || p == NULL)
             p = &empty;
-        do {
-            rc = zmq_send(c->sock, p, len, flags);
-        } while (rc < 0 && errno == EINTR);
-        if (rc < 0)
+        if (send_one(c, p, len, flags, i > pool_from) < 0)
             return KVT_ESYS;
     }
     return 0;
@@ -192,14 +230,14 @@ static kvt_msg_t head_of(const kvt_client_t *c, int type, const arena_map_t *map
 }
 
 /* Sends step m of request r (r NULL: a message nobody waits for) and takes its place on the
- * wire. 0, or an error (r is then not on the wire). */
+ * wire. 0, or an error (r is then not on the wire). SAVE_DATA payloads go through the pool. */
 static int send_step(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame_t *f, size_t nf)
 {
     int64_t now = kvt__now_ms();
     int rc;
 
     m->hdr.req_id = ++c->next_wire_id;
-    rc = send_frames(c, m, f, nf);
+    rc = send_frames(c, m, f, nf, m->hdr.type == KVT_MSG_SAVE_DATA ? 1 : SIZE_MAX);
     if (rc == 0)
         rc = wire_add(c, m->hdr.req_id, r, r == NULL ? now + c->timeout_ms : 0);
     if (rc != 0)
@@ -1244,9 +1282,7 @@ static void expire(kvt_client_t *c, int64_t now)
         }
         if (w->req != NULL && w->req->deadline_ms <= now) {
             req_t *r = w->req;
-            w->req = NULL;
-            w->expire_ms = now + c->timeout_ms;
-            note_deadline(c, w->expire_ms);
+            wire_forget(c, i, now + c->timeout_ms);
             if (r->kind == RK_HELLO)
                 recovery_end(c, r, KVT_ETIMEDOUT);
             else
@@ -1355,7 +1391,7 @@ static void close_all(kvt_client_t *c)
 
     for (size_t i = 0; i < c->nwires; i++) {
         req_t *r = c->wires[i].req;
-        c->wires[i].req = NULL;
+        wire_forget(c, i, now);
         if (r == NULL)
             continue;
         if (r->kind == RK_HELLO)

@@ -823,7 +823,8 @@ static void client_free(kvt_client_t *c)
     if (c->sock != NULL)
         zmq_close(c->sock);
     if (c->ctx != NULL)
-        zmq_ctx_term(c->ctx);
+        zmq_ctx_term(c->ctx); /* every lent send buffer is back when it returns */
+    kvt__pool_destroy(&c->pool);
     if (c->comp_fd >= 0)
         close(c->comp_fd);
     if (c->wake_fd >= 0)
@@ -915,6 +916,7 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     if (c == NULL)
         return KVT_ENOMEM;
     c->comp_fd = c->wake_fd = -1;
+    kvt__pool_init(&c->pool);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->sync_cv, NULL);
     if (copy_str(c->model, sizeof c->model, &c->model_len, ns->model) != 0 ||

@@ -5,8 +5,11 @@
  * two barriers of run_step().
  *
  * Backends: kvtier on the shared-memory path and on the frames path (one client each, its data
- * path forced) and Redis (redis.c); bk_call() is the one place that tells them apart. The lookup
- * workload runs on a separate namespace of 4 KiB chunks (lookups carry no chunk bytes).
+ * path forced), kvtier's zero-copy calls (--zero-copy, async.c) and Redis (redis.c); bk_call()
+ * is the one place that tells the synchronous ones apart, and with --depth every kvtier backend
+ * runs through async.c instead. The lookup workload runs on a separate namespace of 4 KiB chunks
+ * (lookups carry no chunk bytes); with --all-ranks every rank of the world holds them, so that
+ * all-ranks lookups and single-rank lookups of the same chunks can be compared.
  *
  * Threads: one per rank; during a step each thread writes only its own rank_t and reads bench_t,
  * which the main thread does not change until the end barrier.
@@ -74,6 +77,8 @@ static int bk_call(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t i, s
 static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, series_t *lat)
 {
     size_t batch = r->b->o.batch, chain = r->b->chain_len;
+    if (bk != BK_REDIS && (r->b->o.depth > 0 || bk == BK_ZC))
+        return async_chain(r, bk, op, h, n, lat);
     if (bk == BK_REDIS && op == OP_SAVE) {
         r->rkeys = h; /* before the first SET: a failed save is unlinked too */
         r->nrkeys = n;
@@ -187,6 +192,13 @@ static void setup_kvtier(rank_t *r)
             return;
         }
     }
+    if (!r->shm_rc && b->bk_state[BK_ZC] == BK_ON) {
+        rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_SHM, &r->bk[BK_ZC].kv);
+        if (rc) {
+            rank_fail(r, 1, "connect %s (zero-copy client): %s", b->o.endpoint, kvt_strerror(rc));
+            return;
+        }
+    }
     rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_FRAMES, &r->bk[BK_FRAMES].kv);
     if (rc == 0)
         rc = connect_ns(r, &b->lookup_ns, KVT_DATA_PATH_FRAMES, &r->lk);
@@ -215,17 +227,32 @@ static void step_setup(rank_t *r)
     r->lens = calloc(o->chunks, sizeof *r->lens);
     r->lookup.v = calloc(o->lookups, sizeof(uint64_t));
     r->zlookup.v = calloc(o->lookups, sizeof(uint64_t));
+    r->lookup_single.v = calloc(o->lookups, sizeof(uint64_t));
+    r->zrtt.v = calloc(calls, sizeof(uint64_t));
+    nomem |= !r->lookup_single.v || !r->zrtt.v;
     if (o->disk_dir[0]) {
         r->dsave.v = calloc(b->calls_per_round, sizeof(uint64_t));
         r->dload.v = calloc(b->calls_per_round, sizeof(uint64_t));
         nomem |= !r->dsave.v || !r->dload.v;
     }
     for (int k = 0; k < BK_N; k++) {
+        rank_bk_t *rb = &r->bk[k];
         if (b->bk_state[k] == BK_OFF)
             continue;
-        r->bk[k].save.v = calloc(calls, sizeof(uint64_t));
-        r->bk[k].load.v = calloc(calls, sizeof(uint64_t));
-        nomem |= !r->bk[k].save.v || !r->bk[k].load.v;
+        rb->save.v = calloc(calls, sizeof(uint64_t));
+        rb->load.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !rb->save.v || !rb->load.v;
+        if (k == BK_REDIS || (o->depth == 0 && k != BK_ZC))
+            continue;
+        rb->submit_save.v = calloc(calls, sizeof(uint64_t));
+        rb->submit_load.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !rb->submit_save.v || !rb->submit_load.v;
+        if (k != BK_ZC)
+            continue;
+        rb->reserve.v = calloc(calls, sizeof(uint64_t));
+        rb->commit.v = calloc(calls, sizeof(uint64_t));
+        rb->pin.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !rb->reserve.v || !rb->commit.v || !rb->pin.v;
     }
     if (nomem || !r->src || !r->dst || !r->small || !r->outcomes || !r->lens || !r->lookup.v ||
         !r->zlookup.v) {
@@ -271,10 +298,8 @@ static void do_lookups(rank_t *r, uint32_t count, series_t *lat)
     const bench_t *b = r->b;
     uint32_t world = b->o.world;
     uint32_t rank_hits[world];
-    uint32_t expect = b->o.prompt_chunks;
-    if (b->o.all_ranks && b->o.ranks < world)
-        expect = 0; /* ranks that no thread fills hit 0 */
-    kvt_lookup_opts_t lo = {.all_ranks = b->o.all_ranks};
+    uint32_t expect = b->o.prompt_chunks; /* every rank of the world holds them (fill) */
+    kvt_lookup_opts_t lo = {.all_ranks = b->o.all_ranks && !b->lookup_single};
     for (uint32_t i = 0; i < count; i++) {
         kvt_lookup_result_t res = {.rank_hits = rank_hits, .rank_hits_cap = world};
         uint64_t t0 = now_ns();
@@ -290,6 +315,26 @@ static void do_lookups(rank_t *r, uint32_t count, series_t *lat)
             r->lookup_skipped += res.skipped != 0;
         }
     }
+}
+
+/* Saves the lookup chunks for rank `rank` of the world through c. */
+static int fill_lookup_rank(rank_t *r, kvt_client_t *c, const void **bufs, const size_t *lens,
+                            uint8_t *oc)
+{
+    const bench_t *b = r->b;
+    uint32_t n = b->o.prompt_chunks;
+    int rc = kvt_save(c, b->lookup_hashes, n, bufs, lens, NULL, oc);
+    if (rc) {
+        rank_fail_kvt(r, "save (lookup namespace)", rc, c);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (oc[i] == KVT_SAVE_STORED || oc[i] == KVT_SAVE_EXISTS)
+            r->fill_stored++;
+        else
+            r->fill_other++;
+    }
+    return 0;
 }
 
 static void step_fill_lookup(rank_t *r)
@@ -311,16 +356,22 @@ static void step_fill_lookup(rank_t *r)
         bufs[i] = r->small + (size_t)i * BENCH_LOOKUP_CHUNK_BYTES;
         lens[i] = BENCH_LOOKUP_CHUNK_BYTES;
     }
-    int rc = kvt_save(r->lk, b->lookup_hashes, n, bufs, lens, NULL, oc);
-    if (rc) {
-        rank_fail_kvt(r, "save (lookup namespace)", rc, r->lk);
+    if (fill_lookup_rank(r, r->lk, bufs, lens, oc))
         goto out;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        if (oc[i] == KVT_SAVE_STORED || oc[i] == KVT_SAVE_EXISTS)
-            r->fill_stored++;
-        else
-            r->fill_other++;
+    /* the ranks of the world no thread runs: filled by the threads in turn, so that every rank
+     * holds the chunks (an all-ranks lookup answers the minimum over ranks) */
+    for (uint32_t rank = r->rank + b->o.ranks; rank < b->o.world; rank += b->o.ranks) {
+        kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS, .data_path = KVT_DATA_PATH_FRAMES};
+        kvt_client_t *c = NULL;
+        int rc = kvt_connect(b->o.endpoint, &b->lookup_ns, rank, &co, &c);
+        if (rc) {
+            rank_fail(r, 1, "connect %s (rank %u): %s", b->o.endpoint, rank, kvt_strerror(rc));
+            goto out;
+        }
+        rc = fill_lookup_rank(r, c, bufs, lens, oc);
+        kvt_close(&c);
+        if (rc)
+            goto out;
     }
 out:
     free(lens);
@@ -377,7 +428,7 @@ static void rank_run_step(rank_t *r)
         break;
     case STEP_LOOKUP:
         if (is_lookup_thread(r))
-            do_lookups(r, b->slice, &r->lookup);
+            do_lookups(r, b->slice, b->lookup_single ? &r->lookup_single : &r->lookup);
         break;
     case STEP_Z_CONNECT:
         step_z_connect(r);
@@ -399,6 +450,9 @@ static void rank_run_step(rank_t *r)
     case STEP_Z_LOOKUP:
         if (is_lookup_thread(r))
             z_lookup_like(r, b->slice, &r->zlookup);
+        break;
+    case STEP_Z_RTT:
+        z_rtt_like(r, b->calls_per_round, &r->zrtt);
         break;
     case STEP_DISK_SAVE:
         if (run_chain(r, b->primary, OP_SAVE, b->disk_hashes, n, &r->dsave) == 0)
