@@ -186,7 +186,8 @@ static int reap(pipe_t *p)
     return on_completion(p, comp);
 }
 
-int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, series_t *lat)
+int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, size_t n,
+                series_t *lat)
 {
     const bench_t *b = r->b;
     size_t batch = b->o.batch, chain = b->chain_len, depth = b->o.depth ? b->o.depth : 1;
@@ -199,7 +200,7 @@ int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, seri
                 .measured = lat != NULL,
                 .lat = lat,
                 .depth = depth};
-    size_t i = 0, free_slot = 0;
+    size_t i = from, end = from + n, free_slot = 0;
     int rc = 0;
 
     p.slots = calloc(depth, sizeof *p.slots);
@@ -207,9 +208,9 @@ int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, seri
         rank_fail(r, 1, "out of memory");
         return -1;
     }
-    while (rc == 0 && (i < n || p.inflight > 0)) {
-        if (i < n && p.inflight < depth) {
-            size_t left = chain - i % chain, k = n - i < batch ? n - i : batch;
+    while (rc == 0 && (i < end || p.inflight > 0)) {
+        if (i < end && p.inflight < depth) {
+            size_t left = chain - i % chain, k = end - i < batch ? end - i : batch;
             k = k < left ? k : left;
             while (p.slots[free_slot].busy)
                 free_slot = (free_slot + 1) % depth;

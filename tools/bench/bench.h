@@ -181,7 +181,9 @@ typedef struct {
     uint64_t lookup_short, lookup_skipped;
     uint64_t zbytes_save, zbytes_load;
     series_t dsave, dload; /* disk mode: per-call latencies of the save and the load step */
-    counts_t dn;           /* disk mode: outcomes and verified loads */
+    series_t dload_shm;    /* disk mode: of the load step's shared-memory half */
+    counts_t dn;           /* disk mode: outcomes and verified loads (frames half) */
+    counts_t dn_shm;       /* disk mode: verified loads of the shared-memory half */
     int failed;            /* 1 error, 2 usage-class error (limits) */
     char msg[512];
 } rank_t;
@@ -199,6 +201,7 @@ struct bench {
     uint32_t chain_len;      /* chunks per chain: --chunks, or --chain-chunks in disk mode */
     kvt_hash_t *disk_hashes; /* disk mode: chunks hashes, chains of chain_len */
     uint32_t disk_load_n;    /* disk mode: the oldest chunks loaded back (disk-only by then) */
+    uint32_t disk_load_from, disk_load_count; /* disk mode: the chunks of this load step */
     kvt_server_info_t info;
     bk_state_t bk_state[BK_N];
     char bk_why[BK_N][160];
@@ -311,11 +314,12 @@ void redis_close(rank_t *r);
 
 /* --- async.c (rank threads; the main thread for the fill) --- */
 
-/* The workload's calls for chunks [0, n) of chains h through backend bk with --depth calls in
- * flight (at least one): like run_chain, outcomes into r->outcomes, sizes into r->lens; per-call
- * latencies (submit to completion) into lat, submit times and zero-copy round trips into the
- * backend's series when lat is set. 0, or -1 after rank_fail. */
-int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, series_t *lat);
+/* The workload's calls for chunks [from, from + n) of chains h through backend bk with --depth
+ * calls in flight (at least one): like run_chain, outcomes into r->outcomes, sizes into r->lens;
+ * per-call latencies (submit to completion) into lat, submit times and zero-copy round trips into
+ * the backend's series when lat is set. 0, or -1 after rank_fail. */
+int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, size_t n,
+                series_t *lat);
 
 /* --- steady.c (main thread) --- */
 

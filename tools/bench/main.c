@@ -144,6 +144,7 @@ static void bench_free(bench_t *b)
         free(r->zrtt.v);
         free(r->dsave.v);
         free(r->dload.v);
+        free(r->dload_shm.v);
     }
     free(b->disk_hashes);
     free(b->ranks);

@@ -71,21 +71,22 @@ static int bk_call(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t i, s
     return op == OP_SAVE ? kv_save(r, c, h, i, k) : kv_load(r, c, h, i, k);
 }
 
-/* The measured workload: chains h of n chunks (chain_len each, the last may be shorter) saved
- * from src (outcomes) or loaded into dst (lens) through backend bk in calls of --batch chunks
- * that never cross a chain; lat (may be NULL) gets each call's latency. */
-static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, series_t *lat)
+/* The measured workload: chunks [from, from + n) of chains h (chain_len each, the last may be
+ * shorter) saved from src (outcomes) or loaded into dst (lens) through backend bk in calls of
+ * --batch chunks that never cross a chain; lat (may be NULL) gets each call's latency. */
+static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, size_t n,
+                     series_t *lat)
 {
-    size_t batch = r->b->o.batch, chain = r->b->chain_len;
+    size_t batch = r->b->o.batch, chain = r->b->chain_len, end = from + n;
     if (bk != BK_REDIS && (r->b->o.depth > 0 || bk == BK_ZC))
-        return async_chain(r, bk, op, h, n, lat);
+        return async_chain(r, bk, op, h, from, n, lat);
     if (bk == BK_REDIS && op == OP_SAVE) {
         r->rkeys = h; /* before the first SET: a failed save is unlinked too */
-        r->nrkeys = n;
+        r->nrkeys = end;
     }
-    for (size_t i = 0, k; i < n; i += k) {
+    for (size_t i = from, k; i < end; i += k) {
         size_t left = chain - i % chain;
-        k = n - i < batch ? n - i : batch;
+        k = end - i < batch ? end - i : batch;
         k = k < left ? k : left;
         uint64_t t0 = now_ns();
         int rc = bk_call(r, bk, op, h, i, k);
@@ -98,12 +99,12 @@ static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n,
     return 0;
 }
 
-/* Checks the loaded chunks against the saved ones; with count, counts hits, misses and lost
- * chunks into c. */
-static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t n, counts_t *c)
+/* Checks the loaded chunks [from, from + n) against the saved ones; with count, counts hits,
+ * misses and lost chunks into c. */
+static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t from, size_t n, counts_t *c)
 {
     size_t chunk = r->b->o.chunk_bytes;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = from; i < from + n; i++) {
         char hex[33];
         if (r->lens[i] == 0) {
             int kept = r->outcomes[i] == KVT_SAVE_STORED || r->outcomes[i] == KVT_SAVE_EXISTS;
@@ -233,7 +234,8 @@ static void step_setup(rank_t *r)
     if (o->disk_dir[0]) {
         r->dsave.v = calloc(b->calls_per_round, sizeof(uint64_t));
         r->dload.v = calloc(b->calls_per_round, sizeof(uint64_t));
-        nomem |= !r->dsave.v || !r->dload.v;
+        r->dload_shm.v = calloc(b->calls_per_round, sizeof(uint64_t));
+        nomem |= !r->dsave.v || !r->dload.v || !r->dload_shm.v;
     }
     for (int k = 0; k < BK_N; k++) {
         rank_bk_t *rb = &r->bk[k];
@@ -280,10 +282,10 @@ static void step_warmup(rank_t *r)
     bench_t *b = r->b;
     const kvt_hash_t *h = chain_of(b, b->cur, 0, 1);
     prepare_chain(r, h, b->nwarm);
-    if (run_chain(r, b->cur, OP_SAVE, h, b->nwarm, NULL) ||
-        run_chain(r, b->cur, OP_LOAD, h, b->nwarm, NULL))
+    if (run_chain(r, b->cur, OP_SAVE, h, 0, b->nwarm, NULL) ||
+        run_chain(r, b->cur, OP_LOAD, h, 0, b->nwarm, NULL))
         return;
-    verify_chain(r, h, b->nwarm, NULL);
+    verify_chain(r, h, 0, b->nwarm, NULL);
     if (!r->failed && b->cur == BK_REDIS)
         redis_drop(r);
 }
@@ -408,14 +410,14 @@ static void rank_run_step(rank_t *r)
         prepare_chain(r, h, n);
         break;
     case STEP_SAVE:
-        if (run_chain(r, b->cur, OP_SAVE, h, n, &rb->save) == 0)
+        if (run_chain(r, b->cur, OP_SAVE, h, 0, n, &rb->save) == 0)
             count_outcomes(r, n, &rb->n);
         break;
     case STEP_LOAD:
-        run_chain(r, b->cur, OP_LOAD, h, n, &rb->load);
+        run_chain(r, b->cur, OP_LOAD, h, 0, n, &rb->load);
         break;
     case STEP_VERIFY:
-        verify_chain(r, h, n, &rb->n);
+        verify_chain(r, h, 0, n, &rb->n);
         if (!r->failed && b->cur == BK_REDIS)
             redis_drop(r);
         break;
@@ -455,14 +457,16 @@ static void rank_run_step(rank_t *r)
         z_rtt_like(r, b->calls_per_round, &r->zrtt);
         break;
     case STEP_DISK_SAVE:
-        if (run_chain(r, b->primary, OP_SAVE, b->disk_hashes, n, &r->dsave) == 0)
+        if (run_chain(r, b->primary, OP_SAVE, b->disk_hashes, 0, n, &r->dsave) == 0)
             count_outcomes(r, n, &r->dn);
         break;
     case STEP_DISK_LOAD:
-        run_chain(r, BK_FRAMES, OP_LOAD, b->disk_hashes, b->disk_load_n, &r->dload);
+        run_chain(r, b->cur, OP_LOAD, b->disk_hashes, b->disk_load_from, b->disk_load_count,
+                  b->cur == BK_FRAMES ? &r->dload : &r->dload_shm);
         break;
     case STEP_DISK_VERIFY:
-        verify_chain(r, b->disk_hashes, b->disk_load_n, &r->dn);
+        verify_chain(r, b->disk_hashes, b->disk_load_from, b->disk_load_count,
+                     b->cur == BK_FRAMES ? &r->dn : &r->dn_shm);
         break;
     case STEP_EXIT:
         break;
