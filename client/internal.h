@@ -3,8 +3,9 @@
  *
  *   kvtier.c  the public calls: connect, shutdown/close, every submit, the synchronous wrappers,
  *             the completion queue, stats, errors
- *   io.c      the I/O thread: the DEALER socket, the in-flight window, every request's wire
- *             steps and copies, timeouts, release batching, namespace and arena recovery
+ *   io.c      the I/O thread: the DEALER socket, the in-flight window, timeouts, release
+ *             batching, namespace and arena recovery
+ *   requests.c every request kind's wire steps, reply handlers and copies
  *   shm.c     the arena mapping (reference counted) and the checksum helpers
  *   pool.c    the send buffers of the frames path, lent to ZeroMQ
  *   hash.c    chunk hashes, engine keys, fingerprints, hash text
@@ -202,6 +203,23 @@ void kvt__req_free(kvt_client_t *c, req_t *r);
 
 /* --- io.c (the I/O thread) --- */
 void *kvt__io_main(void *arg);
+/* A head of type for a request of this client (protocol 2, its namespace, map's generation). */
+kvt_msg_t kvt__head_of(const kvt_client_t *c, int type, const arena_map_t *map);
+/* Sends step m of r (r NULL: a message nobody waits for) and takes its place on the wire. 0, or
+ * an error (r is then not on the wire). */
+int kvt__send_step(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame_t *f, size_t nf);
+/* r is done with status (queued for delivery at the end of the turn). */
+void kvt__finish(kvt_client_t *c, req_t *r, int status);
+/* The recovery (or the connect) HELLO r ended with status. */
+void kvt__recovery_end(kvt_client_t *c, req_t *r, int status);
+/* r was answered ENONS or ESTALE (code): retried after a recovery, or finished. */
+void kvt__recover(kvt_client_t *c, req_t *r, int code);
+
+/* --- requests.c (the I/O thread) --- */
+/* Starts r from its first step (again, after a recovery). */
+void kvt__begin(kvt_client_t *c, req_t *r);
+/* A reply for r, already off the wire. */
+void kvt__on_reply(kvt_client_t *c, req_t *r, const kvt_msg_t *rep);
 
 /* --- shm.c --- */
 /* Maps the arena file at path (arena_bytes, from ARENA_OK). 0, KVT_ESYS or KVT_ENOMEM. */
