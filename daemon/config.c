@@ -21,7 +21,13 @@
  * runs without JSON_ALLOW_NUL, so every string and key is a plain C string, and with
  * JSON_REJECT_DUPLICATES, so a key given twice is a syntax error rather than a silent override.
  *
- * Threads: main thread at start-up only; no global mutable state.
+ * Reload: a row's live flag says whether a SIGHUP applies a new value while the daemon runs
+ * (config.h lists them). config_merge_live() compares the two configs row by row, copies the
+ * live fields, counts the others (they need a restart) and takes the namespace overrides whole
+ * (every gate key is live). A key a later stream adds is live only when it is read where it is
+ * used, on the loop thread (a timeout, a bound, a level): mark it `.live = true` then.
+ *
+ * Threads: any one thread at a time; no global mutable state.
  * Invariants: every value in a config_t that came out of config_defaults() or a successful load
  * is inside its row's range, and ram.max_chunk_bytes <= ram.capacity_bytes.
  */
@@ -77,6 +83,7 @@ typedef struct {
     const char *sdef; /* default of KEY_STRING */
     config_check_fn check;
     const char *const *words; /* KEY_WORD: the accepted words (NULL-terminated), by enum value */
+    bool live;                /* a reload (SIGHUP) applies a new value at once (config.h) */
 } config_key_t;
 
 static int check_endpoint(const char *s, char *why, size_t whylen);
@@ -86,45 +93,46 @@ static int check_nonempty(const char *s, char *why, size_t whylen);
 #define CFG_FIELD(m) .off = offsetof(config_t, m)
 #define GATE_FIELD(m) .gate = true, .off = offsetof(gates_cfg_t, m)
 
-#define ROW_STR(p, m, def, chk)                                                                    \
+#define ROW_STR(p, m, def, chk, ...)                                                               \
     {                                                                                              \
         .path = p, .type = KEY_STRING, CFG_FIELD(m), .len = sizeof(((config_t *)0)->m),            \
-        .sdef = def, .check = chk                                                                  \
+        .sdef = def, .check = chk, __VA_ARGS__                                                     \
     }
-#define ROW_U32(p, m, lo, hi, def)                                                                 \
+#define ROW_U32(p, m, lo, hi, def, ...)                                                            \
     {                                                                                              \
-        .path = p, .type = KEY_U32, CFG_FIELD(m), .umin = lo, .umax = hi, .udef = def              \
+        .path = p, .type = KEY_U32, CFG_FIELD(m), .umin = lo, .umax = hi, .udef = def, __VA_ARGS__ \
     }
-#define ROW_SIZE(p, m, lo, hi, def)                                                                \
+#define ROW_SIZE(p, m, lo, hi, def, ...)                                                           \
     {                                                                                              \
-        .path = p, .type = KEY_SIZE, CFG_FIELD(m), .umin = lo, .umax = hi, .udef = def             \
+        .path = p, .type = KEY_SIZE, CFG_FIELD(m), .umin = lo, .umax = hi, .udef = def,            \
+        __VA_ARGS__                                                                                \
     }
-#define ROW_BOOL(p, m, def)                                                                        \
+#define ROW_BOOL(p, m, def, ...)                                                                   \
     {                                                                                              \
-        .path = p, .type = KEY_BOOL, CFG_FIELD(m), .udef = def                                     \
+        .path = p, .type = KEY_BOOL, CFG_FIELD(m), .udef = def, __VA_ARGS__                        \
     }
-#define ROW_DBL(p, m, open, lo, hi, def)                                                           \
+#define ROW_DBL(p, m, open, lo, hi, def, ...)                                                      \
     {                                                                                              \
         .path = p, .type = KEY_DOUBLE, CFG_FIELD(m), .dmin = lo, .dmax = hi, .dmin_open = open,    \
-        .ddef = def                                                                                \
+        .ddef = def, __VA_ARGS__                                                                   \
     }
-#define ROW_WORD(p, m, list, def)                                                                  \
+#define ROW_WORD(p, m, list, def, ...)                                                             \
     {                                                                                              \
-        .path = p, .type = KEY_WORD, CFG_FIELD(m), .words = list, .udef = def                      \
+        .path = p, .type = KEY_WORD, CFG_FIELD(m), .words = list, .udef = def, __VA_ARGS__         \
     }
 #define ROW_GBOOL(p, m, def)                                                                       \
     {                                                                                              \
-        .path = p, .type = KEY_BOOL, GATE_FIELD(m), .udef = def                                    \
+        .path = p, .type = KEY_BOOL, GATE_FIELD(m), .udef = def, .live = true                      \
     }
 #define ROW_GU64(p, m, lo, def)                                                                    \
     {                                                                                              \
         .path = p, .type = KEY_U64, GATE_FIELD(m), .umin = lo, .umax = CONFIG_UNBOUNDED,           \
-        .udef = def                                                                                \
+        .udef = def, .live = true                                                                  \
     }
 #define ROW_GDBL(p, m, open, lo, hi, def)                                                          \
     {                                                                                              \
         .path = p, .type = KEY_DOUBLE, GATE_FIELD(m), .dmin = lo, .dmax = hi, .dmin_open = open,   \
-        .ddef = def                                                                                \
+        .ddef = def, .live = true                                                                  \
     }
 
 /* Every key, in the order config_dump() writes them. The gate rows are the only place the gate
@@ -135,15 +143,16 @@ static const config_key_t config_keys[] = {
             check_status_socket),
     ROW_U32("server.max_chunks_per_request", server.max_chunks_per_request, 1, 65536, 4096),
     ROW_U32("server.max_clients", server.max_clients, 1, 1000000, 4096),
-    ROW_U32("server.client_idle_ms", server.client_idle_ms, 1000, 86400000, 600000),
+    ROW_U32("server.client_idle_ms", server.client_idle_ms, 1000, 86400000, 600000, .live = true),
+    ROW_U32("server.stop_drain_ms", server.stop_drain_ms, 0, 10000, 2000, .live = true),
     ROW_U32("server.max_in_flight", server.max_in_flight, 1, 65536, 256),
     ROW_SIZE("ram.capacity_bytes", ram.capacity_bytes, MIB, 16 * TIB, 8 * GIB),
     ROW_STR("ram.arena_path", ram.arena_path, "/dev/shm/kvtier.arena", NULL),
     ROW_SIZE("ram.max_chunk_bytes", ram.max_chunk_bytes, 1, GIB, 64 * MIB),
-    ROW_U32("ram.lease_ms", ram.lease_ms, 1, 600000, 30000),
+    ROW_U32("ram.lease_ms", ram.lease_ms, 1, 600000, 30000, .live = true),
     ROW_STR("ram.arena_group", ram.arena_group, "", NULL),
     ROW_BOOL("ram.prefault", ram.prefault, true),
-    ROW_U32("ram.shm_hold_ms", ram.shm_hold_ms, 100, 600000, 10000),
+    ROW_U32("ram.shm_hold_ms", ram.shm_hold_ms, 100, 600000, 10000, .live = true),
     ROW_BOOL("disk.enabled", disk.enabled, false),
     ROW_STR("disk.dir", disk.dir, "/var/lib/kvtier/disk", check_nonempty),
     ROW_SIZE("disk.capacity_bytes", disk.capacity_bytes, 2 * MIB, 1024 * TIB, 64 * GIB),
@@ -151,9 +160,9 @@ static const config_key_t config_keys[] = {
     ROW_WORD("disk.compression", disk.compression, codec_mode_words, CODEC_MODE_AUTO),
     ROW_DBL("disk.compression_threshold", disk.compression_threshold, true, 0.0, 1.0, 0.9),
     ROW_WORD("disk.fsync", disk.fsync, config_fsync_words, CONFIG_FSYNC_SEGMENT),
-    ROW_U32("disk.max_reads_in_flight", disk.max_reads_in_flight, 1, 1024, 8),
+    ROW_U32("disk.max_reads_in_flight", disk.max_reads_in_flight, 1, 1024, 8, .live = true),
     ROW_SIZE("disk.write_buffer_bytes", disk.write_buffer_bytes, 64 * KIB, 4 * GIB, 80 * MIB),
-    ROW_WORD("log.level", log.level, log_level_words, LOG_INFO),
+    ROW_WORD("log.level", log.level, log_level_words, LOG_INFO, .live = true),
     ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
     ROW_GDBL("gates.admission.target", admission.target, false, 0.0, 1.0, 0.10),
     ROW_GDBL("gates.admission.floor", admission.floor, false, 0.0, 1.0, 0.25),
@@ -807,4 +816,101 @@ char *config_dump(const config_t *cfg)
 done:
     json_decref(root);
     return out;
+}
+
+/* --- reload --- */
+
+bool config_key_live(const char *path)
+{
+    const config_key_t *k = key_find(path, false);
+
+    if (strncmp(path, "namespaces.", 11) == 0)
+        return true;
+    return k != NULL && k->live;
+}
+
+/* The bytes a row's field occupies, for comparing and copying it. */
+static size_t key_size(const config_key_t *k)
+{
+    switch (k->type) {
+    case KEY_STRING:
+        return k->len;
+    case KEY_BOOL:
+        return sizeof(bool);
+    case KEY_U32:
+        return sizeof(uint32_t);
+    case KEY_U64:
+    case KEY_SIZE:
+        return sizeof(uint64_t);
+    case KEY_DOUBLE:
+        return sizeof(double);
+    case KEY_WORD:
+        return sizeof(int);
+    }
+    return 0;
+}
+
+static bool key_equal(const config_key_t *k, const void *a, const void *b)
+{
+    if (k->type == KEY_STRING)
+        return strncmp(a, b, k->len) == 0;
+    return memcmp(a, b, key_size(k)) == 0;
+}
+
+static const config_ns_override_t *override_find(const config_t *cfg, const char *name)
+{
+    for (int i = 0; i < cfg->n_ns; i++)
+        if (strcmp(cfg->ns[i].name, name) == 0)
+            return &cfg->ns[i];
+    return NULL;
+}
+
+/* Reports the overrides added, removed or changed between cur and next. */
+static void overrides_diff(const config_t *cur, const config_t *next, config_change_fn changed,
+                           void *arg)
+{
+    char path[CONFIG_KEY_PATH_MAX];
+
+    for (int i = 0; i < next->n_ns; i++) {
+        const config_ns_override_t *o = override_find(cur, next->ns[i].name);
+        if (o == NULL || memcmp(&o->gates, &next->ns[i].gates, sizeof o->gates) != 0) {
+            snprintf(path, sizeof path, "namespaces.%s", next->ns[i].name);
+            changed(arg, path, true);
+        }
+    }
+    for (int i = 0; i < cur->n_ns; i++) {
+        if (override_find(next, cur->ns[i].name) == NULL) {
+            snprintf(path, sizeof path, "namespaces.%s", cur->ns[i].name);
+            changed(arg, path, true);
+        }
+    }
+}
+
+int config_merge_live(config_t *cur, const config_t *next, config_change_fn changed, void *arg)
+{
+    config_walk_t wc = {.cfg_base = (char *)cur, .gates_base = (char *)&cur->gates};
+    config_walk_t wn = {.cfg_base = (char *)next, .gates_base = (char *)&next->gates};
+    int restart = 0;
+
+    for (size_t i = 0; i < CONFIG_NKEYS; i++) {
+        const config_key_t *k = &config_keys[i];
+        void *fc = key_field(k, &wc);
+        const void *fn = key_field(k, &wn);
+
+        if (key_equal(k, fc, fn))
+            continue;
+        if (changed != NULL)
+            changed(arg, k->path, k->live);
+        if (k->live)
+            memcpy(fc, fn, key_size(k));
+        else
+            restart++;
+    }
+    if (changed != NULL)
+        overrides_diff(cur, next, changed, arg);
+    /* every gate key is live, so the overrides (globals with a namespace's keys applied) are
+     * taken whole */
+    cur->n_ns = next->n_ns;
+    memcpy(cur->ns, next->ns, sizeof cur->ns);
+    return restart;
 }

@@ -11,7 +11,17 @@
  * Per-namespace gate overrides live under "namespaces": {"<model name>": {"gates": {...}}}; a
  * namespace not listed uses the global "gates" defaults.
  *
- * Threads: main thread at start-up only. The loaded config_t is then read-only.
+ * Reload (SIGHUP): a row marked live in the table applies a new value while the daemon runs;
+ * the others need a restart. config_merge_live() writes the live values of a newly loaded
+ * config_t into the one the daemon runs on and reports every key that differs. The live keys
+ * are read where they are used (never cached at start-up), on the loop thread only: log.level,
+ * server.client_idle_ms, server.stop_drain_ms, ram.lease_ms, ram.shm_hold_ms,
+ * disk.max_reads_in_flight, every gates.* key and the per-namespace overrides (applied to the
+ * declared namespaces by server_reconfigure()).
+ *
+ * Threads: loading and validation run on any one thread. The daemon's config_t is written only
+ * by config_merge_live() on the loop thread, and only its live fields, which no other thread
+ * reads; every other field is read-only after start-up (disk workers read some of them).
  */
 #ifndef KVT_CONFIG_H
 #define KVT_CONFIG_H
@@ -47,6 +57,9 @@ typedef struct {
         uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
         uint32_t max_in_flight;              /* requests a connection may have outstanding,
                                                 1..65536 (256), announced in HELLO_OK */
+        uint32_t stop_drain_ms;              /* graceful stop: how long in-flight requests and
+                                                reservations may take to finish, 0..10000
+                                                (2000) */
     } server;
     struct {
         uint64_t capacity_bytes;          /* hard limit of the arena */
@@ -97,6 +110,21 @@ const gates_cfg_t *config_gates_for(const config_t *cfg, const char *model);
 /* Writes the effective configuration as JSON (every key) to a newly allocated string; the
  * caller frees it with free(). NULL on allocation failure. */
 char *config_dump(const config_t *cfg);
+
+/* Whether a reload applies the key at path ("log.level", "gates.admission.enabled") live. Keys
+ * under "namespaces.<model>." are gate keys: live. Unknown paths are not. */
+bool config_key_live(const char *path);
+
+/* Called by config_merge_live() for every key whose value differs between the two configs:
+ * path ("ram.capacity_bytes", or "namespaces.<model>" for an override added, removed or
+ * changed) and whether it was applied (live) or needs a restart. */
+typedef void (*config_change_fn)(void *arg, const char *path, bool live);
+
+/* Writes into cur the value of every live key of next (a config loaded and validated after cur)
+ * and the namespace overrides of next, calls changed (may be NULL) for every key that differs,
+ * and returns the number of differing keys that are not live (cur keeps their old values until
+ * a restart). */
+int config_merge_live(config_t *cur, const config_t *next, config_change_fn changed, void *arg);
 
 /* Parses a byte size ("4096", "512MiB", "8GiB", "1TiB", also KB/MB/GB as powers of 1000).
  * Returns 0 or -1. */

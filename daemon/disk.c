@@ -53,6 +53,7 @@
 #include "fsutil.h"
 #include "kvt_proto.h"
 #include "log.h"
+#include "notify.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -70,6 +71,7 @@
 #define DISK_WB_MAX_RECS 4096u
 #define DISK_RETRY_MS 1000u
 #define DISK_BUSY_RETRY_MS 50u
+#define DISK_PROGRESS_MS 1000u /* recovery progress lines at most this often */
 #define DISK_SHUFFLE_ELEM 2u
 #define DISK_PATH_MAX (CONFIG_PATH_MAX + 32)
 
@@ -792,6 +794,22 @@ bool disk_degraded(const disk_t *d)
     return d->state == DISK_DEGRADED;
 }
 
+void disk_log_end(const disk_t *d, uint64_t *seg, uint64_t *off)
+{
+    if (d->active != NULL) {
+        *seg = d->active->id;
+        *off = d->active->size;
+    } else {
+        *seg = d->next_id;
+        *off = 0;
+    }
+}
+
+uint64_t disk_first_segment(const disk_t *d)
+{
+    return d->nsegs > 0 ? d->segs[0]->id : d->next_id;
+}
+
 /* --- recovery --- */
 
 static int cmp_u64(const void *a, const void *b)
@@ -890,9 +908,22 @@ static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, uint8_t **buf
     return (int64_t)off;
 }
 
+/* Start-up progress (a log line and a STATUS= line for systemd, which also extends the start
+ * timeout): when the scan starts, after a segment when DISK_PROGRESS_MS passed since the last
+ * report, and after the last segment. */
+static void recover_progress(const disk_t *d, size_t done, size_t total, uint64_t bytes)
+{
+    log_info("disk_recovery_progress",
+             "segments=%zu/%zu records=%" PRIu64 " bytes=%" PRIu64 " checksum_drops=%" PRIu64, done,
+             total, d->rec.records, bytes, d->rec.checksum_drops);
+    notify_progress("Recovering the disk tier: %zu of %zu segments, %" PRIu64 " records, %" PRIu64
+                    " MiB",
+                    done, total, d->rec.records, bytes >> 20);
+}
+
 static int recover(disk_t *d)
 {
-    uint64_t t0 = uv_hrtime(), *ids = NULL;
+    uint64_t t0 = uv_hrtime(), *ids = NULL, last_report, bytes = 0;
     size_t nids = 0, idcap = 0, cap = 0;
     uint8_t *buf = NULL;
     struct dirent *de;
@@ -921,6 +952,8 @@ static int recover(disk_t *d)
     if (nids > 0)
         qsort(ids, nids, sizeof *ids, cmp_u64);
     d->next_id = nids > 0 ? ids[nids - 1] + 1 : 1;
+    recover_progress(d, 0, nids, 0);
+    last_report = uv_hrtime();
     for (size_t i = 0; i < nids; i++) {
         char path[DISK_PATH_MAX];
         struct stat st;
@@ -961,6 +994,11 @@ static int recover(disk_t *d)
         }
         seg_set_size(d, s, (uint64_t)good);
         d->rec.segments++;
+        bytes += (uint64_t)good;
+        if (i + 1 == nids || uv_hrtime() - last_report >= DISK_PROGRESS_MS * 1000000ull) {
+            recover_progress(d, i + 1, nids, bytes);
+            last_report = uv_hrtime();
+        }
     }
     free(ids);
     free(buf);

@@ -57,9 +57,10 @@ typedef struct {
 /*
  * Opens (creates) cfg->disk.dir, locks it (-EBUSY when another daemon holds it) and recovers
  * every segment found there, calling ops->recovered for each valid record; bad files and torn
- * tails are logged, counted and skipped, never fatal. Recovery runs before the loop serves
- * (it is the start-up of the daemon). *out is set before the first callback, so callbacks may
- * use disk_seg_user(); on failure it is reset to NULL. Returns 0 or a negative errno (directory
+ * tails are logged, counted and skipped, never fatal. Progress is reported as it goes (log
+ * event disk_recovery_progress and a systemd STATUS= line, notify.h). Recovery runs before the loop
+ * serves (it is the start-up of the daemon). *out is set before the first callback, so callbacks
+ * may use disk_seg_user(); on failure it is reset to NULL. Returns 0 or a negative errno (directory
  * unusable).
  */
 int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void *arg, disk_t **out);
@@ -106,6 +107,15 @@ int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t
 void **disk_seg_user(disk_t *d, uint64_t seg);
 
 bool disk_degraded(const disk_t *d);
+
+/* The log position just past the last record written: records are written in ticket order, so
+ * every record written so far is at a (segment id, offset) below it (lexicographically) and
+ * every later one at or above it. With a flush in flight, the records of that flush may land
+ * either side. */
+void disk_log_end(const disk_t *d, uint64_t *seg, uint64_t *off);
+
+/* The id of the oldest segment, or the next id when there is none. */
+uint64_t disk_first_segment(const disk_t *d);
 
 /* What recovery found at start (disk_open). */
 typedef struct {

@@ -88,6 +88,11 @@ const gates_cfg_t *gates_cfg(const gates_t *g)
     return &g->cfg;
 }
 
+void gates_set_cfg(gates_t *g, const gates_cfg_t *cfg)
+{
+    g->cfg = *cfg;
+}
+
 /* A modulus of 0 would be undefined; config validation rejects it, this keeps the state machine
  * defined even if a caller skipped validation. */
 static uint64_t at_least_one(uint64_t v)

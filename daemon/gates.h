@@ -59,6 +59,11 @@ gates_t *gates_new(const gates_cfg_t *cfg);
 void gates_destroy(gates_t **g);
 const gates_cfg_t *gates_cfg(const gates_t *g);
 
+/* Replaces the settings (a configuration reload): the estimators, credits, counters and tallies
+ * keep their state, and the next event is folded and decided with the new settings (a gate
+ * enabled by the reload enforces at once, past its warmup). cfg is copied. */
+void gates_set_cfg(gates_t *g, const gates_cfg_t *cfg);
+
 /* --- admission estimator --- */
 
 /* Folds one verdict (paid or not). */

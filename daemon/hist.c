@@ -101,3 +101,18 @@ uint64_t hist_percentile(const hist_t *h, double p)
         return h->max; /* unreachable while count == sum of buckets */
     return hist_upper(i) < h->max ? hist_upper(i) : h->max;
 }
+
+uint64_t hist_count_below(const hist_t *h, uint64_t v)
+{
+    unsigned end = hist_index(v);
+    uint64_t n = 0;
+
+    for (unsigned i = 0; i < end; i++)
+        n += h->buckets[i];
+    return n;
+}
+
+uint64_t hist_sum(const hist_t *h)
+{
+    return h->sum;
+}

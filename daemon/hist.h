@@ -53,4 +53,13 @@ double hist_mean(const hist_t *h);
  * Returns 0 for an empty histogram. */
 uint64_t hist_percentile(const hist_t *h, double p);
 
+/* The number of values recorded below v. Exact when v is the lower edge of a bucket (any v up to
+ * 16, and every 2^k or (16 + s) * 2^(k-4) above: the Prometheus boundaries of stats.c are powers
+ * of two); otherwise the values of the bucket holding v are not counted. Saturates at the top
+ * range: v at or above 2^HIST_MAX_EXP counts everything but the overflow bucket. */
+uint64_t hist_count_below(const hist_t *h, uint64_t v);
+
+/* The sum of the values recorded (saturating at UINT64_MAX). */
+uint64_t hist_sum(const hist_t *h);
+
 #endif /* KVT_HIST_H */

@@ -19,6 +19,10 @@
  * closed at once. While the spare is still closing, the connection waits in the listener (libuv
  * stops polling it until uv_accept) and is taken when the spare's close callback runs.
  *
+ * POST is served on one registered path only (the operators' admin action, POST /admin/drop):
+ * its parameters are in the query string and the handler's answer, whatever its code, carries
+ * the handler's body. The request size limit is the head buffer's, as for GET.
+ *
  * Log events keep the names they had when this file was status.c ("status_accept_failed", ...):
  * operators grep for them.
  *
@@ -64,6 +68,9 @@ struct http_server {
     uv_pipe_t spare; /* accepts a connection only to close it */
     http_handler_cb cb;
     void *arg;
+    char *post_path; /* the one path POST is served on, or NULL */
+    http_post_cb post_cb;
+    void *post_arg;
     char *path;
     unsigned timeout_ms;
     http_conn_t *conns;
@@ -128,6 +135,10 @@ http_parse_result_t http_parse_request(const char *buf, size_t len, http_request
     if (buf[i] != ' ')
         return HTTP_PARSE_BAD;
     req->path_len = (size_t)((query != NULL ? query : buf + i) - req->path);
+    if (query != NULL) {
+        req->query = query + 1;
+        req->query_len = (size_t)(buf + i - req->query);
+    }
     i++;
 
     for (k = 0; k < sizeof proto - 1; k++, i++) {
@@ -168,6 +179,7 @@ static void http_maybe_free(http_server_t *s)
 {
     if (!s->closing || s->listener_open || s->spare_busy || s->nconns > 0)
         return;
+    free(s->post_path);
     free(s->path);
     free(s);
 }
@@ -236,6 +248,8 @@ static const char *http_reason(int code)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 409:
+        return "Conflict";
     case 431:
         return "Request Header Fields Too Large";
     default:
@@ -302,6 +316,36 @@ static void http_respond_text(http_conn_t *c, int code, int send_body)
     http_respond(c, code, "text/plain", text, strlen(text), send_body);
 }
 
+/* POST on the registered path: the handler's answer, body and all, for any code it may give. */
+static void http_serve_post(http_conn_t *c, const http_request_t *req)
+{
+    http_server_t *s = c->srv;
+    const char *ctype = NULL;
+    char query[HTTP_HEAD_MAX];
+    char *body = NULL;
+    size_t len = 0;
+    int code;
+
+    if (s->post_path == NULL || strlen(s->post_path) != req->path_len ||
+        memcmp(s->post_path, req->path, req->path_len) != 0) {
+        http_respond_text(c, 405, 1);
+        return;
+    }
+    memcpy(query, req->query != NULL ? req->query : "", req->query_len);
+    query[req->query_len] = '\0';
+    code = s->post_cb(s->post_arg, query, &body, &len, &ctype);
+    c->body = body;
+    if (body == NULL)
+        len = 0;
+    if (code != 200 && code != 400 && code != 404 && code != 409)
+        code = 500;
+    if (code == 500 || ctype == NULL || strlen(ctype) > HTTP_CTYPE_MAX || len > UINT32_MAX) {
+        http_respond_text(c, 500, 1);
+        return;
+    }
+    http_respond(c, code, ctype, body, len, 1);
+}
+
 static void http_serve(http_conn_t *c, const http_request_t *req)
 {
     http_server_t *s = c->srv;
@@ -310,6 +354,10 @@ static void http_serve(http_conn_t *c, const http_request_t *req)
     size_t len = 0;
     int head, code;
 
+    if (req->method_len == 4 && memcmp(req->method, "POST", 4) == 0) {
+        http_serve_post(c, req);
+        return;
+    }
     head = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
     if (!head && !(req->method_len == 3 && memcmp(req->method, "GET", 3) == 0)) {
         http_respond_text(c, 405, 1);
@@ -546,6 +594,19 @@ fail_stale:
 fail_path:
     free(s);
     return err;
+}
+
+int http_server_set_post(http_server_t *s, const char *path, http_post_cb cb, void *arg)
+{
+    char *p = strdup(path);
+
+    if (p == NULL)
+        return -ENOMEM;
+    free(s->post_path);
+    s->post_path = p;
+    s->post_cb = cb;
+    s->post_arg = arg;
+    return 0;
 }
 
 void http_server_set_timeout(http_server_t *s, unsigned ms)

@@ -4,8 +4,10 @@
  *
  * The server runs on the daemon's libuv loop. It reads one request head per connection (at
  * most HTTP_HEAD_MAX bytes), answers it and closes the connection ("Connection: close").
- * GET and HEAD go to the handler; other methods get 405, a malformed head 400, a head larger
- * than HTTP_HEAD_MAX 431. A connection that has not completed its exchange within the
+ * GET and HEAD go to the handler; POST goes to the POST handler when its path is the one
+ * registered with http_server_set_post() (an operator action: the parameters are in the query
+ * string, a request body is not read); other methods and paths get 405, a malformed head 400, a
+ * head larger than HTTP_HEAD_MAX 431. A connection that has not completed its exchange within the
  * timeout (HTTP_TIMEOUT_MS by default) is closed. At most HTTP_CONN_MAX connections are
  * served at once; beyond that a new connection is accepted and closed at once.
  *
@@ -36,6 +38,13 @@ typedef struct http_server http_server_t;
 typedef int (*http_handler_cb)(void *arg, const char *path, char **body, size_t *len,
                                const char **content_type);
 
+/* Answers POST on the registered path. query is the text after '?' (NUL-terminated, "" without
+ * one; not decoded), borrowed for the call. Returns an HTTP status (200, 400, 404 or 409; any
+ * other value is answered 500) with *body an owned malloc'd buffer (freed by the server, sent
+ * with any of those codes) and *content_type a literal. Called on the loop thread. */
+typedef int (*http_post_cb)(void *arg, const char *query, char **body, size_t *len,
+                            const char **content_type);
+
 /* Creates the server listening on the Unix socket at path with file mode `mode` (e.g. 0660).
  * A socket file already at path is removed first only when nothing accepts connections on it
  * (a leftover of a dead process); when a live server answers, returns -EADDRINUSE and leaves it
@@ -47,6 +56,10 @@ typedef int (*http_handler_cb)(void *arg, const char *path, char **body, size_t 
  * frees the server in a close callback, so run the loop before uv_loop_close(). */
 int http_server_new(uv_loop_t *loop, const char *path, unsigned mode, http_handler_cb cb, void *arg,
                     http_server_t **out);
+
+/* Serves POST on path (copied; one path per server, a second call replaces it) with cb and arg
+ * (borrowed until http_server_close). Returns 0 or -ENOMEM. */
+int http_server_set_post(http_server_t *s, const char *path, http_post_cb cb, void *arg);
 
 /* Sets the timeout for connections accepted from now on (0 = HTTP_TIMEOUT_MS). For tests. */
 void http_server_set_timeout(http_server_t *s, unsigned ms);
@@ -70,6 +83,8 @@ typedef struct http_request {
     size_t method_len;
     const char *path; /* the request target up to '?' (the query is not part of it) */
     size_t path_len;
+    const char *query; /* the target after '?' (NULL without one); not NUL-terminated */
+    size_t query_len;
     int version_minor; /* x in HTTP/1.x */
     size_t head_len;   /* bytes up to and including the blank line that ends the head */
 } http_request_t;

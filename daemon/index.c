@@ -344,7 +344,7 @@ index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_sca
     return index_victim_with(ix, now_ms, max_scan, 0);
 }
 
-void index_remove(index_t *ix, index_entry_t *e)
+void index_unlink(index_t *ix, index_entry_t *e)
 {
     index_entry_t **pp = &ix->buckets[key_hash(e->ns, e->rank, &e->hash) & (ix->nbuckets - 1)];
 
@@ -352,11 +352,22 @@ void index_remove(index_t *ix, index_entry_t *e)
     while (*pp != e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
+    e->hnext = NULL;
     if (in_lru(e))
         lru_unlink(ix, e);
     ix->count--;
     child_unlink(ix, e);
+}
+
+void index_entry_free(index_entry_t *e)
+{
     free(e);
+}
+
+void index_remove(index_t *ix, index_entry_t *e)
+{
+    index_unlink(ix, e);
+    index_entry_free(e);
 }
 
 void index_foreach(const index_t *ix, void (*fn)(const index_entry_t *e, void *arg), void *arg)

@@ -74,10 +74,11 @@ struct index_entry {
 };
 
 #define INDEX_F_ORPHAN 0x1u
-#define INDEX_F_RAM 0x2u  /* bytes in the arena at off */
-#define INDEX_F_DISK 0x4u /* verified copy on disk at dseg/doff */
-#define INDEX_F_WBUF 0x8u /* bytes in the disk tier's write buffer (ticket wseq) */
-#define INDEX_F_LRU 0x10u /* in the leaf LRU (internal) */
+#define INDEX_F_RAM 0x2u    /* bytes in the arena at off */
+#define INDEX_F_DISK 0x4u   /* verified copy on disk at dseg/doff */
+#define INDEX_F_WBUF 0x8u   /* bytes in the disk tier's write buffer (ticket wseq) */
+#define INDEX_F_LRU 0x10u   /* in the leaf LRU (internal) */
+#define INDEX_F_LIMBO 0x20u /* unlinked (index_unlink) and kept by the store until unpinned */
 
 typedef struct index index_t;
 
@@ -139,6 +140,13 @@ index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned ma
 /* Removes a leaf (nchildren must be 0) and frees it; its parent may become a leaf. The caller
  * frees the entry's RAM first (copy off/len before calling). */
 void index_remove(index_t *ix, index_entry_t *e);
+
+/* Takes a leaf (nchildren must be 0) out of the index without freeing it: it is no longer found,
+ * in the LRU nor its parent's child list, and belongs to the caller, who frees it with
+ * index_entry_free() (the store keeps a dropped chunk that is still pinned this way until its
+ * last pin goes). Its RAM flag and bytes are left as they were. */
+void index_unlink(index_t *ix, index_entry_t *e);
+void index_entry_free(index_entry_t *e);
 
 /* Calls fn for every entry (any order); fn must not modify the index. */
 void index_foreach(const index_t *ix, void (*fn)(const index_entry_t *e, void *arg), void *arg);

@@ -4,10 +4,13 @@
  * The line is formatted into a stack buffer and written with a single write(2); a line longer
  * than the buffer is truncated and ends with "...". Logging never allocates and never fails the
  * caller. The level words are the table log_level_words (one list: config.c parses with it).
+ * The level is an atomic (relaxed) int: a configuration reload changes it on the loop thread
+ * while thread-pool workers may log.
  */
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -15,7 +18,7 @@
 
 const char *const log_level_words[] = {"debug", "info", "warn", "error", NULL};
 
-static log_level_t log_level = LOG_INFO;
+static _Atomic int log_level = LOG_INFO;
 
 const char *log_level_name(log_level_t level)
 {
@@ -35,12 +38,17 @@ int log_level_parse(const char *s, log_level_t *out)
 
 void log_set_level(log_level_t level)
 {
-    log_level = level;
+    atomic_store_explicit(&log_level, (int)level, memory_order_relaxed);
+}
+
+log_level_t log_get_level(void)
+{
+    return (log_level_t)atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
 int log_enabled(log_level_t level)
 {
-    return level >= log_level;
+    return level >= log_get_level();
 }
 
 void log_write(log_level_t level, const char *event, const char *fmt, ...)
@@ -52,7 +60,7 @@ void log_write(log_level_t level, const char *event, const char *fmt, ...)
     int k;
     va_list ap;
 
-    if (level < log_level)
+    if (level < log_get_level())
         return;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);

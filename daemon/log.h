@@ -9,7 +9,8 @@
  * the daemon: config.c parses the "log.level" key with log_level_parse(), and nothing in this
  * module depends on the configuration.
  *
- * Threads: any thread. The level is set once at start-up before other threads exist.
+ * Threads: any thread. The level is set at start-up and by a configuration reload (on the loop
+ * thread); other threads may log meanwhile (it is read atomically).
  */
 #ifndef KVT_LOG_H
 #define KVT_LOG_H
@@ -26,6 +27,7 @@ const char *log_level_name(log_level_t level);
 int log_level_parse(const char *s, log_level_t *out);
 
 void log_set_level(log_level_t level);
+log_level_t log_get_level(void);
 int log_enabled(log_level_t level);
 
 void log_write(log_level_t level, const char *event, const char *fmt, ...)

@@ -1,22 +1,38 @@
 /*
- * main.c - kvtierd entry point: arguments, configuration, wiring, signals, shutdown.
+ * main.c - kvtierd entry point: arguments, configuration, wiring, the service lifecycle
+ * (readiness, watchdog, reload, graceful stop), signals.
  *
  * Wiring only: the loop owns the server (ZeroMQ intake, requests, store, gates) and the HTTP
  * server of the status socket (http.c); main answers its GET /status and /metrics with the
- * documents of stats.c. Shutdown on SIGTERM/SIGINT: stop
- * intake (close the ROUTER and the status socket), let the loop run the close callbacks,
- * terminate the ZeroMQ context, and check that uv_loop_close() returns 0 - the proof that no
- * handle was leaked. A second signal during shutdown exits at once.
+ * documents of stats.c and its POST /admin/drop with admin.c.
+ *
+ * Lifecycle (notify.h says what systemd sees):
+ *   - start: the server is created (the RAM arena, then the disk tier's recovery, which reports
+ *     its progress), then the status socket; only then, in one place (run() below), READY=1.
+ *     Whatever recovery a later version adds runs inside server_new() and so before READY.
+ *   - SIGHUP: reload_config() (reload.h); an invalid file keeps the running config.
+ *   - SIGTERM / SIGINT, a graceful stop within the unit's TimeoutStopSec (30 s): STOPPING=1;
+ *     saves are refused while what is in flight finishes (server_drain, at most
+ *     server.stop_drain_ms, default 2 s); then intake stops (the ROUTER and the status socket
+ *     close), the RAM-only chunks are written to the disk tier (at most 20 s, store.c) and its
+ *     write buffer is flushed; the loop runs the close callbacks, the ZeroMQ context terminates
+ *     and uv_loop_close() must return 0 - the proof that no handle was leaked. A second signal
+ *     during the stop exits at once (exit 1).
+ * The signal handlers are installed before the server is created, so a signal that arrives
+ * during recovery is acted on once the loop runs (a SIGHUP never kills the daemon).
  *
  * Exit codes: 0 clean shutdown or a valid config under --check-config; 1 invalid config or a
  * start-up failure (the log line says which); 2 usage error.
  */
+#include "admin.h"
 #include "config.h"
 #include "fsutil.h"
+#include "http.h"
 #include "log.h"
+#include "notify.h"
+#include "reload.h"
 #include "server.h"
 #include "stats.h"
-#include "http.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -33,10 +49,14 @@
 
 typedef struct {
     uv_loop_t *loop;
+    const char *config_path;
+    config_t *cfg;
     server_t *server;
     http_server_t *status;
+    notify_t *notify;
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_signal_t sighup;
     int stopping;
 } daemon_t;
 
@@ -46,7 +66,8 @@ static void usage(FILE *f)
                "       kvtierd --print-defaults | --version | --help\n"
                "  -c, --config FILE   configuration (JSON); see configs/kvtierd.json\n"
                "      --check-config  validate the configuration and exit (0 valid, 1 not)\n"
-               "      --print-defaults  print every key with its default value\n");
+               "      --print-defaults  print every key with its default value\n"
+               "Signals: SIGHUP reloads the configuration, SIGTERM or SIGINT stops gracefully.\n");
 }
 
 static int status_handler(void *arg, const char *path, char **body, size_t *len,
@@ -54,6 +75,8 @@ static int status_handler(void *arg, const char *path, char **body, size_t *len,
 {
     daemon_t *d = arg;
 
+    if (d->server == NULL)
+        return 404; /* stopping: the server is gone, the socket closes next */
     if (strcmp(path, "/status") == 0) {
         *content_type = "application/json";
         return stats_status_json(d->server, body, len) == 0 ? 200 : 500;
@@ -65,6 +88,45 @@ static int status_handler(void *arg, const char *path, char **body, size_t *len,
     return 404;
 }
 
+static int drop_handler(void *arg, const char *query, char **body, size_t *len,
+                        const char **content_type)
+{
+    daemon_t *d = arg;
+
+    if (d->server == NULL)
+        return 500;
+    return admin_drop(d->server, query, body, len, content_type);
+}
+
+static void summary_cb(void *arg, char *buf, size_t cap)
+{
+    daemon_t *d = arg;
+
+    if (d->server != NULL)
+        stats_summary_line(d->server, buf, cap);
+    else
+        snprintf(buf, cap, "Stopping");
+}
+
+static void close_signals(daemon_t *d)
+{
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
+}
+
+/* The stop's second step: what was in flight is done (or the drain timed out). */
+static void drained_cb(void *arg)
+{
+    daemon_t *d = arg;
+
+    notify_status(d->cfg->disk.enabled ? "Stopping: writing the RAM-only chunks to the disk tier"
+                                       : "Stopping: closing");
+    server_close(&d->server);
+    http_server_close(&d->status);
+    close_signals(d);
+}
+
 static void signal_cb(uv_signal_t *h, int signum)
 {
     daemon_t *d = h->data;
@@ -74,16 +136,28 @@ static void signal_cb(uv_signal_t *h, int signum)
         _exit(1);
     }
     d->stopping = 1;
-    log_info("shutdown", "signal=%d", signum);
-    server_close(&d->server);
-    http_server_close(&d->status);
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->sigint, NULL);
+    log_info("shutdown", "signal=%d drain_ms=%u", signum, d->cfg->server.stop_drain_ms);
+    notify_stopping(d->notify, "Stopping: finishing the requests in flight (no new saves)");
+    server_drain(d->server, d->cfg->server.stop_drain_ms, drained_cb, d);
 }
 
-static int run(const config_t *cfg)
+static void sighup_cb(uv_signal_t *h, int signum)
 {
-    daemon_t d = {0};
+    daemon_t *d = h->data;
+
+    (void)signum;
+    if (d->stopping) {
+        log_info("reload", "path=%s action=ignored reason=stopping", d->config_path);
+        return;
+    }
+    notify_reloading(d->notify);
+    reload_config(d->config_path, d->cfg, d->server);
+    notify_reloaded(d->notify);
+}
+
+static int run(const char *config_path, config_t *cfg)
+{
+    daemon_t d = {.config_path = config_path, .cfg = cfg};
     uv_loop_t loop;
     void *zctx;
     int rc = 1;
@@ -97,35 +171,54 @@ static int run(const config_t *cfg)
     if (uv_loop_init(&loop) != 0)
         return 1;
     d.loop = &loop;
+    uv_signal_init(&loop, &d.sigterm);
+    uv_signal_init(&loop, &d.sigint);
+    uv_signal_init(&loop, &d.sighup);
+    d.sigterm.data = d.sigint.data = d.sighup.data = &d;
+    uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
+    uv_signal_start(&d.sigint, signal_cb, SIGINT);
+    uv_signal_start(&d.sighup, sighup_cb, SIGHUP);
     zctx = zmq_ctx_new();
     if (zctx == NULL) {
         log_error("zmq_ctx", "error=\"%s\"", zmq_strerror(zmq_errno()));
+        close_signals(&d);
+        uv_run(&loop, UV_RUN_DEFAULT);
         goto out_loop;
     }
+    notify_status("Starting: creating the RAM arena (%" PRIu64 " MiB)%s",
+                  cfg->ram.capacity_bytes >> 20,
+                  cfg->disk.enabled ? ", then recovering the disk tier" : "");
     if (server_new(&loop, zctx, cfg, &d.server) != 0) {
+        close_signals(&d);
         uv_run(&loop, UV_RUN_DEFAULT); /* finish closing whatever it had opened */
         goto out_ctx;
     }
+    server_config_state(d.server)->path = config_path;
     if ((rc = http_server_new(&loop, cfg->server.status_socket, 0660, status_handler, &d,
-                              &d.status)) != 0) {
+                              &d.status)) != 0 ||
+        (rc = http_server_set_post(d.status, ADMIN_DROP_PATH, drop_handler, &d)) != 0) {
         log_error("status_socket", "path=%s error=\"%s\"", cfg->server.status_socket,
                   uv_strerror(rc));
+        http_server_close(&d.status);
         server_close(&d.server);
+        close_signals(&d);
         uv_run(&loop, UV_RUN_DEFAULT);
         rc = 1;
         goto out_ctx;
     }
-    uv_signal_init(&loop, &d.sigterm);
-    uv_signal_init(&loop, &d.sigint);
-    d.sigterm.data = d.sigint.data = &d;
-    uv_signal_start(&d.sigterm, signal_cb, SIGTERM);
-    uv_signal_start(&d.sigint, signal_cb, SIGINT);
     log_info("start",
              "version=%s pid=%d endpoint=%s status_socket=%s ram_capacity_bytes=%" PRIu64
              " arena=\"%s\" max_chunk_bytes=%" PRIu64 " lease_ms=%u",
              KVT_VERSION_STRING, (int)getpid(), cfg->server.endpoint, cfg->server.status_socket,
              cfg->ram.capacity_bytes, cfg->ram.arena_path, cfg->ram.max_chunk_bytes,
              cfg->ram.lease_ms);
+    /* Every recovery ran inside server_new(): ready now, and only here. */
+    if (notify_start(&loop, summary_cb, &d, &d.notify) != 0)
+        log_warn("notify", "error=\"%s\"", strerror(ENOMEM));
+    log_info("ready", "notify=%d watchdog_usec=%" PRIu64, notify_enabled(), notify_watchdog_usec());
+    uv_run(&loop, UV_RUN_DEFAULT);
+    /* Only the notify timers are left (unref'd): close them and let their callbacks run. */
+    notify_close(&d.notify);
     uv_run(&loop, UV_RUN_DEFAULT);
     rc = 0;
 
@@ -207,7 +300,7 @@ int main(int argc, char **argv)
         return 0;
     }
     log_set_level(cfg->log.level);
-    rc = run(cfg);
+    rc = run(path, cfg);
     free(cfg);
     return rc;
 }

@@ -20,6 +20,7 @@
  */
 #include "server_internal.h"
 
+#include "gates.h"
 #include "log.h"
 
 #include <assert.h>
@@ -226,6 +227,13 @@ static const server_op_t *op_find(int type, size_t *index)
     return NULL;
 }
 
+/* The requests a stopping daemon refuses: those that start storing bytes. Commits and releases
+ * of shared-memory work under way are still taken (they finish what is in flight). */
+static bool starts_save(int type)
+{
+    return type == KVT_MSG_SAVE_BEGIN || type == KVT_MSG_SAVE_DATA || type == KVT_MSG_SAVE_RESERVE;
+}
+
 static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
 {
     server_t *sv = arg;
@@ -253,6 +261,12 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     r.op = op_find(req.hdr.type, &r.op_index);
     if (r.op == NULL) {
         reply_error(sv, rid, &req.hdr, KVT_WIRE_EUNSUPP, "%s is not a request",
+                    kvt_msg_type_name(req.hdr.type));
+        return;
+    }
+    if (sv->draining && starts_save(req.hdr.type)) {
+        reply_error(sv, rid, &req.hdr, KVT_WIRE_EBUSY,
+                    "%s: the daemon is stopping and takes no new saves",
                     kvt_msg_type_name(req.hdr.type));
         return;
     }
@@ -363,6 +377,8 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
                   strerror(-store_disk_error(sv->store)));
     uv_timer_init(loop, &sv->sweep);
     sv->sweep.data = sv;
+    uv_timer_init(loop, &sv->drain_timer);
+    sv->drain_timer.data = sv;
     /* Holds expire within a quarter of their time after their deadline. */
     sv->sweep_ms = cfg->ram.shm_hold_ms / 4 < SWEEP_MS ? cfg->ram.shm_hold_ms / 4 : SWEEP_MS;
     uv_timer_start(&sv->sweep, sweep_cb, sv->sweep_ms, sv->sweep_ms);
@@ -398,6 +414,11 @@ static void store_closed_cb(void *arg)
     close_step(arg);
 }
 
+static void drain_closed_cb(uv_handle_t *h)
+{
+    close_step(h->data);
+}
+
 void server_close(server_t **psv)
 {
     server_t *sv = *psv;
@@ -405,7 +426,8 @@ void server_close(server_t **psv)
     if (sv == NULL)
         return;
     zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
-    sv->close_waits = 2;
+    sv->close_waits = 3;
+    uv_close((uv_handle_t *)&sv->drain_timer, drain_closed_cb);
     store_close(sv->store, store_closed_cb, sv);
     zcref_close(&sv->zc, zc_closed_cb, sv);
     *psv = NULL;
@@ -432,5 +454,91 @@ void server_view(const server_t *sv, server_view_t *out)
                            .sessions = sv->sessions,
                            .namespaces = sv->nst,
                            .admission = sv->admission,
-                           .counters = &sv->counters};
+                           .counters = &sv->counters,
+                           .config = &sv->config_state,
+                           .draining = sv->draining};
+}
+
+server_config_state_t *server_config_state(server_t *sv)
+{
+    return &sv->config_state;
+}
+
+/* --- graceful stop, reload, invalidation --- */
+
+#define DRAIN_POLL_MS 10u
+
+static void drain_cb(uv_timer_t *t)
+{
+    server_t *sv = t->data;
+    uint64_t now = uv_now(sv->loop), reserved = sessions_reserved_bytes(sv->sessions);
+
+    if ((sv->replies_deferred > 0 || reserved > 0) && now < sv->drain_deadline)
+        return;
+    uv_timer_stop(t);
+    log_info("stop_drained", "deferred_replies=%" PRIu64 " reserved_bytes=%" PRIu64 " timed_out=%d",
+             sv->replies_deferred, reserved, sv->replies_deferred > 0 || reserved > 0);
+    sv->drain_done(sv->drain_arg);
+}
+
+void server_drain(server_t *sv, uint32_t timeout_ms, void (*done)(void *arg), void *arg)
+{
+    sv->draining = true;
+    sv->drain_done = done;
+    sv->drain_arg = arg;
+    sv->drain_deadline = uv_now(sv->loop) + timeout_ms;
+    log_info("stop_draining",
+             "deferred_replies=%" PRIu64 " reserved_bytes=%" PRIu64 " timeout_ms=%u",
+             sv->replies_deferred, sessions_reserved_bytes(sv->sessions), timeout_ms);
+    uv_timer_start(&sv->drain_timer, drain_cb, 0, DRAIN_POLL_MS);
+}
+
+void server_reconfigure(server_t *sv)
+{
+    uint64_t sweep_ms;
+
+    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
+        ns_t *ns = ns_get(sv->nst, id);
+        gates_set_cfg(ns->gates, config_gates_for(sv->cfg, ns->model));
+    }
+    sweep_ms = sv->cfg->ram.shm_hold_ms / 4 < SWEEP_MS ? sv->cfg->ram.shm_hold_ms / 4 : SWEEP_MS;
+    if (sweep_ms != sv->sweep_ms) {
+        sv->sweep_ms = sweep_ms;
+        uv_timer_start(&sv->sweep, sweep_cb, sweep_ms, sweep_ms);
+    }
+}
+
+int server_drop_ns(server_t *sv, const char *model, const char *revision, server_drop_t *out,
+                   size_t max)
+{
+    int matched = 0;
+
+    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
+        ns_t *ns = ns_get(sv->nst, id);
+        server_drops_t *c = &sv->counters.ns_drops[id];
+        store_drop_t d;
+
+        if (strcmp(ns->model, model) != 0 ||
+            (revision != NULL && strcmp(ns->revision, revision) != 0))
+            continue;
+        if (store_drop_ns(sv->store, ns, &d) != 0)
+            return -ENOMEM;
+        c->drops++;
+        c->chunks += d.chunks;
+        c->bytes += d.bytes;
+        log_info("drop",
+                 "ns=\"%s\" revision=\"%s\" id=%u chunks=%" PRIu64 " bytes=%" PRIu64
+                 " ram_chunks=%" PRIu64 " disk_chunks=%" PRIu64 " pinned=%" PRIu64,
+                 ns->model, ns->revision, id, d.chunks, d.bytes, d.ram_chunks, d.disk_chunks,
+                 d.pinned);
+        if (d.tombstone_error != 0)
+            log_warn("drops_write_failed",
+                     "ns=\"%s\" error=\"%s\" (a restart may bring the disk "
+                     "copies back)",
+                     ns->model, strerror(-d.tombstone_error));
+        if ((size_t)matched < max)
+            out[matched] = (server_drop_t){.ns_id = id, .dropped = d};
+        matched++;
+    }
+    return matched;
 }

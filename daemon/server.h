@@ -40,6 +40,46 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
  * the loop must run afterwards. Sets *sv to NULL. */
 void server_close(server_t **sv);
 
+/*
+ * The first step of a graceful stop: from now on SAVE_BEGIN, SAVE_DATA and SAVE_RESERVE are
+ * answered EBUSY ("the daemon is stopping"), everything else is still served (lookups, loads,
+ * the commits and releases of shared-memory work already under way); done(arg) is called on
+ * the loop once no reply is deferred and no reservation is held any more, or after timeout_ms
+ * (0: at the next loop iteration), whichever comes first. Then server_close(). Called once.
+ */
+void server_drain(server_t *sv, uint32_t timeout_ms, void (*done)(void *arg), void *arg);
+
+/* Applies the live keys of the config (config.h) that the server's parts hold rather than read
+ * where they are used: every declared namespace's gate settings (config_gates_for its model)
+ * and the interval of the hold sweep (ram.shm_hold_ms). Called after config_merge_live(). */
+void server_reconfigure(server_t *sv);
+
+/* What status shows of the configuration and its reloads ("config"). The server keeps it for
+ * main.c (which reloads) and stats.c (which renders it). */
+typedef struct {
+    const char *path;         /* the file given with -c (borrowed: argv) */
+    uint64_t reloads;         /* reloads applied */
+    uint64_t reload_errors;   /* reloads refused (invalid file): the old config kept running */
+    uint32_t restart_pending; /* keys of the last file applied that need a restart */
+    char last_error[512];     /* why the last refused reload was refused ("" none) */
+} server_config_state_t;
+
+/* The server's config state, for main.c to update (loop thread). */
+server_config_state_t *server_config_state(server_t *sv);
+
+/* Invalidation (POST /admin/drop): every namespace whose model is model and, when revision is
+ * not NULL, whose revision is revision (NUL-terminated) loses its chunks (store_drop_ns). Fills
+ * up to max entries of out (one per namespace dropped) and returns how many namespaces matched,
+ * or -ENOMEM. Counted per namespace (status namespaces[].drops, dropped_chunks, dropped_bytes)
+ * and logged (event drop). */
+typedef struct {
+    uint32_t ns_id;
+    store_drop_t dropped;
+} server_drop_t;
+
+int server_drop_ns(server_t *sv, const char *model, const char *revision, server_drop_t *out,
+                   size_t max);
+
 /* Classes of ERROR replies, by wire code (SERVER_ERR_MALFORMED for any other code). */
 typedef enum {
     SERVER_ERR_MALFORMED,   /* KVT_WIRE_EPROTO and unknown codes */
@@ -58,6 +98,13 @@ typedef struct {
     uint64_t count;
 } server_timing_t;
 
+/* Drops of one namespace (server_drop_ns). */
+typedef struct {
+    uint64_t drops;  /* drop requests that matched it */
+    uint64_t chunks; /* chunks they removed */
+    uint64_t bytes;  /* payload bytes they removed */
+} server_drops_t;
+
 /* The server's own counters. */
 typedef struct {
     uint64_t requests;                     /* messages received, well-formed or not */
@@ -68,6 +115,7 @@ typedef struct {
     uint64_t errors[SERVER_ERR_COUNT];     /* ERROR replies by class */
     hist_t *op_latency;                    /* service time per request type: server_op_count() */
     server_timing_t ns_lookup[NS_MAX + 1]; /* LOOKUP service time per namespace id */
+    server_drops_t ns_drops[NS_MAX + 1];   /* drops per namespace id */
 } server_counters_t;
 
 /* The request types of the operation table, in its order (the order of status "ops"). */
@@ -85,6 +133,8 @@ typedef struct {
     const ns_table_t *namespaces;
     const admission_t *admission;
     const server_counters_t *counters;
+    const server_config_state_t *config;
+    bool draining; /* a stop has begun (server_drain) */
 } server_view_t;
 
 void server_view(const server_t *sv, server_view_t *out);

@@ -52,7 +52,14 @@ struct server {
     uint64_t *lens;
 
     server_counters_t counters;
-    int close_waits;           /* zcref and store closings still running */
+    server_config_state_t config_state;
+    /* graceful stop (server_drain) */
+    bool draining;
+    uv_timer_t drain_timer;
+    uint64_t drain_deadline;
+    void (*drain_done)(void *arg);
+    void *drain_arg;
+    int close_waits;           /* zcref, store and drain timer closings still running */
     bool deferred;             /* the request being handled replies later */
     uint64_t replies_deferred; /* deferred replies alive */
 };

@@ -6,10 +6,37 @@
  * server's counters. The documents are then pure functions of the snapshot, driven by the
  * tables below: a row names a JSON key and the place of its value (an offset into the struct
  * being rendered), its type, counter or gauge, unit and help; objects nest rows, arrays and maps
- * take their elements from a small accessor and render each with an element row. The JSON
- * walk builds the jansson tree in table order (the document's key order); the metrics walk
- * prints the rows that name a Prometheus family, in the same order, with the labels of the
- * elements they are in (op="...", ns="...",id="...") and their own fixed labels.
+ * take their elements from a small accessor and render each with an element row.
+ *
+ * JSON walks the data: the jansson tree is built in table order (the document's key order).
+ *
+ * Prometheus walks the schema: for every numeric row, in table order, it visits every instance
+ * of that row (every element of the collections around it) and prints one family, HELP and
+ * TYPE first, then its samples, so the lines of a family are contiguous as the text format
+ * requires. A row's family name is derived from its JSON path unless the row names one:
+ * "kvtier_" + the path's keys joined by '_' (a collection or object may give a shorter part,
+ * metric_prefix: "namespace", "op"), with the unit made a base unit (a row in milliseconds or
+ * microseconds is exported in seconds, its "_ms"/"_us" suffix becoming "_seconds"; "_s" becomes
+ * "_seconds"; a bytes row ends in "_bytes", "bytes_written" becoming "written_bytes") and
+ * "_total" after a counter. So `disk.recovery.ms` is kvtier_disk_recovery_seconds and
+ * `ram.hits` kvtier_ram_hits_total: a new status row is a new family with no further code.
+ * Elements add their labels (op="...", ns="...",revision="...",id="..."; reason="..."), rows
+ * their fixed labels (class="..."), label values escaped (\\, \", \n). Special rows:
+ *   - T_HIST: a latency histogram (hist.h) as _bucket/_sum/_count in seconds, boundaries at
+ *     the powers of two from 16 us to 2^25 us (33.6 s), where hist.c's buckets are exact (a
+ *     bucket le=L counts the requests whose service time, in whole microseconds, is below L);
+ *     it carries the JSON rows count, p50_us and p99_us of its element (no_metric), so
+ *     percentiles are computed by the scraper (histogram_quantile) instead of exported as
+ *     quantile gauges;
+ *   - T_TIMING: a sum and a count of microseconds as a summary without quantiles (the mean
+ *     lookup time of a namespace);
+ *   - a WORD row with a family: a state set (one sample per word, 1 for the current one);
+ *   - a string row with a family: an info metric (value 1, the string as a label).
+ * Collections can be exported whole (sessions: aggregate, one sample per parent, the sum of the
+ * elements or, with agg_max, the largest) instead of per element; namespaces are capped: the
+ * STATS_METRICS_NS_MAX namespaces with the most stored bytes (ties: the lower id) are exported,
+ * the others only counted (server.namespaces_declared / namespaces_exported), so a daemon
+ * with many namespaces keeps a bounded number of series.
  *
  * This module sits above every engine it reads (server, store, sessions, namespaces) and below
  * main.c only; it changes nothing it reads. The status words of enumerations (disk state,
@@ -17,8 +44,8 @@
  * list parses the configuration).
  *
  * Behaviour kept from the documents as they were: a namespace whose model name is not valid
- * UTF-8 is left out of "namespaces" (jansson refuses the string), a reason name that is not is
- * left out of "reasons", and label values are written unescaped.
+ * UTF-8 is left out of "namespaces" (jansson refuses the string), and out of the metrics too;
+ * a reason name that is not is left out of "reasons" and of the metrics.
  *
  * Threads: loop thread only.
  */
@@ -27,6 +54,7 @@
 #include "codec.h"
 #include "gates.h"
 #include "hist.h"
+#include "log.h"
 #include "ns.h"
 #include "session.h"
 #include "store.h"
@@ -42,14 +70,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STATS_SESSIONS_MAX 256 /* sessions listed in status, most recently active first */
-#define STATS_LABELS_MAX 512   /* bytes of the labels of one metric line */
+#define STATS_SESSIONS_MAX 256  /* sessions listed in status, most recently active first */
+#define STATS_METRICS_NS_MAX 32 /* namespaces exported in /metrics (the largest by bytes) */
+#define STATS_LABELS_MAX 1024   /* bytes of the labels of one metric line */
+#define STATS_NAME_MAX 160      /* bytes of a family name */
+#define STATS_HIST_LO_EXP 4     /* histogram boundaries: 2^4 us ... */
+#define STATS_HIST_HI_EXP 25    /* ... 2^25 us */
 
 /* --- the snapshot --- */
 
 typedef struct {
     const char *name;
     uint64_t count, p50_us, p99_us, max_us;
+    const hist_t *hist; /* the server's histogram (borrowed for the rendering) */
 } stats_op_t;
 
 typedef struct {
@@ -57,7 +90,15 @@ typedef struct {
     gates_cfg_t cfg;
     gates_state_t gates;
     double mean_lookup_us;
+    server_timing_t lookup;
+    server_drops_t drops;
 } stats_ns_t;
+
+typedef struct {
+    const char *path;
+    int log_level; /* log_level_t */
+    server_config_state_t st;
+} stats_config_t;
 
 typedef struct {
     const char *version;
@@ -69,13 +110,18 @@ typedef struct {
     store_disk_stats_t disk;
     uint32_t clients;
     uint32_t save_ops_remembered;
+    bool draining;
+    uint32_t namespaces_declared, namespaces_exported;
     server_counters_t server; /* a copy; its op_latency pointer is not followed */
-    session_info_t *sessions;
-    size_t nsessions;
+    stats_config_t config;
+    session_info_t *sessions; /* every session, most recently active first */
+    size_t nsessions, nsessions_listed;
     stats_op_t *ops;
     size_t nops;
     stats_ns_t *namespaces;
     size_t nnamespaces;
+    stats_ns_t *ns_metrics; /* the exported namespaces, most bytes first */
+    size_t nns_metrics;
 } stats_doc_t;
 
 static void doc_free(stats_doc_t *d)
@@ -85,23 +131,44 @@ static void doc_free(stats_doc_t *d)
     free(d->sessions);
     free(d->ops);
     free(d->namespaces);
+    free(d->ns_metrics);
     free(d);
+}
+
+/* Labels and JSON strings must be UTF-8: jansson's check decides for both documents. */
+static bool utf8(const char *s)
+{
+    json_t *j = json_string(s);
+
+    json_decref(j);
+    return j != NULL;
+}
+
+static int ns_by_bytes(const void *a, const void *b)
+{
+    const stats_ns_t *x = a, *y = b;
+
+    if (x->ns.bytes != y->ns.bytes)
+        return x->ns.bytes > y->ns.bytes ? -1 : 1;
+    return x->ns.id < y->ns.id ? -1 : x->ns.id > y->ns.id;
 }
 
 static stats_doc_t *doc_take(const server_t *sv)
 {
     stats_doc_t *d = calloc(1, sizeof *d);
     server_view_t v;
-    uint32_t nns;
+    uint32_t nns, nsess;
 
     if (d == NULL)
         return NULL;
     server_view(sv, &v);
     nns = ns_count(v.namespaces);
-    d->sessions = calloc(STATS_SESSIONS_MAX, sizeof *d->sessions);
+    nsess = sessions_count(v.sessions);
+    d->sessions = calloc(nsess > 0 ? nsess : 1, sizeof *d->sessions);
     d->ops = calloc(server_op_count(), sizeof *d->ops);
     d->namespaces = calloc(nns > 0 ? nns : 1, sizeof *d->namespaces);
-    if (d->sessions == NULL || d->ops == NULL || d->namespaces == NULL) {
+    d->ns_metrics = calloc(nns > 0 ? nns : 1, sizeof *d->ns_metrics);
+    if (d->sessions == NULL || d->ops == NULL || d->namespaces == NULL || d->ns_metrics == NULL) {
         doc_free(d);
         return NULL;
     }
@@ -113,10 +180,14 @@ static stats_doc_t *doc_take(const server_t *sv)
     d->reserved_bytes = sessions_reserved_bytes(v.sessions);
     d->pinned_bytes = sessions_pinned_bytes(v.sessions);
     store_disk_stats(v.store, &d->disk);
-    d->clients = sessions_count(v.sessions);
+    d->clients = nsess;
     d->save_ops_remembered = admission_remembered(v.admission);
+    d->draining = v.draining;
     d->server = *v.counters;
-    d->nsessions = sessions_info(v.sessions, v.now_ms, d->sessions, STATS_SESSIONS_MAX);
+    d->config = (stats_config_t){
+        .path = v.config->path, .log_level = (int)v.cfg->log.level, .st = *v.config};
+    d->nsessions = sessions_info(v.sessions, v.now_ms, d->sessions, nsess);
+    d->nsessions_listed = d->nsessions < STATS_SESSIONS_MAX ? d->nsessions : STATS_SESSIONS_MAX;
     d->nops = server_op_count();
     for (size_t i = 0; i < d->nops; i++) {
         const hist_t *h = &v.counters->op_latency[i];
@@ -124,7 +195,8 @@ static stats_doc_t *doc_take(const server_t *sv)
                                  .count = hist_count(h),
                                  .p50_us = hist_percentile(h, 50.0),
                                  .p99_us = hist_percentile(h, 99.0),
-                                 .max_us = hist_max(h)};
+                                 .max_us = hist_max(h),
+                                 .hist = h};
     }
     for (uint32_t id = 1; id <= nns; id++) {
         const ns_t *ns = ns_get(v.namespaces, id);
@@ -135,7 +207,16 @@ static stats_doc_t *doc_take(const server_t *sv)
         o->cfg = *gates_cfg(ns->gates);
         gates_state(ns->gates, &o->gates);
         o->mean_lookup_us = lt->count ? (double)lt->sum_us / (double)lt->count : 0.0;
+        o->lookup = *lt;
+        o->drops = v.counters->ns_drops[id];
+        if (utf8(ns->model) && utf8(ns->revision))
+            d->ns_metrics[d->nns_metrics++] = *o;
     }
+    qsort(d->ns_metrics, d->nns_metrics, sizeof *d->ns_metrics, ns_by_bytes);
+    if (d->nns_metrics > STATS_METRICS_NS_MAX)
+        d->nns_metrics = STATS_METRICS_NS_MAX;
+    d->namespaces_declared = nns;
+    d->namespaces_exported = (uint32_t)d->nns_metrics;
     return d;
 }
 
@@ -156,12 +237,15 @@ typedef enum {
     T_OBJECT, /* fields[], offsets relative to base + off */
     T_ARRAY,  /* items(): each element rendered by elem */
     T_MAP,    /* items(): each element rendered by elem under the key elem_key() */
+    T_HIST,   /* metrics only: a const hist_t * of microseconds, exported as a histogram */
+    T_TIMING, /* metrics only: a server_timing_t, exported as a summary (sum and count) */
 } stats_type_t;
 
 typedef enum {
     GAUGE,   /* a value that goes up and down */
     COUNTER, /* only goes up while the daemon runs */
-    INFO,    /* not a number: exported as a label if at all */
+    INFO,    /* not a measurement: not exported, unless the row names a family (a state set or
+                an info metric) */
 } stats_kind_t;
 
 typedef struct stats_field stats_field_t;
@@ -171,47 +255,50 @@ struct stats_field {
     stats_type_t type;
     size_t off;
     stats_kind_t kind;
-    const char *unit; /* a base unit ("bytes", "seconds", ...), or NULL for a count */
+    const char *unit; /* "bytes", "seconds", "milliseconds", "microseconds", "ratio" or NULL */
     const char *help;
-    const char *metric; /* the Prometheus family that carries this row today, or NULL */
-    const char *labels; /* that family's fixed labels for this row, or NULL */
+    const char *metric; /* the family's name when the derived one does not fit, or NULL */
+    const char *labels; /* fixed labels of the row's samples; for a state set or an info
+                           metric: the name of the label holding the word or the string */
+    bool no_metric;     /* a numeric row that another family carries (the comment says which) */
+    bool agg_max;       /* in an aggregated collection: the largest element, not the sum */
     const char *const *words;
     const stats_field_t *fields;
     size_t nfields;
     const stats_field_t *elem;
     size_t (*items)(const void *base, const void **first);
+    size_t (*metric_items)(const void *base, const void **first); /* metrics' elements if not
+                                                                      items' */
     size_t elem_size;
     const char *(*elem_key)(const void *elem);
     void (*elem_labels)(const void *elem, char *buf, size_t cap);
+    const char *metric_prefix; /* objects and collections: their part of a family name */
+    bool aggregate;            /* a collection exported as one sample per parent */
     bool (*when)(const void *base);
 };
 
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* A numeric row of struct st: key, type, member, kind, unit, help. */
-#define NUM(st, k, t, m, kd, u, h)                                                                 \
+/* A numeric row of struct st: key, type, member, kind, unit, help; more designators may follow
+ * (.metric, .labels, .no_metric, ...). */
+#define NUM(st, k, t, m, kd, u, h, ...)                                                            \
     {                                                                                              \
-        .key = k, .type = t, .off = offsetof(st, m), .kind = kd, .unit = u, .help = h              \
-    }
-/* The same with the Prometheus family (and fixed labels) it has today. */
-#define NUMM(st, k, t, m, kd, u, h, fam, lab)                                                      \
-    {                                                                                              \
-        .key = k, .type = t, .off = offsetof(st, m), .kind = kd, .unit = u, .help = h,             \
-        .metric = fam, .labels = lab                                                               \
+        .key = k, .type = t, .off = offsetof(st, m), .kind = kd, .unit = u, .help = h, __VA_ARGS__ \
     }
 /* A non-numeric row. */
-#define TXT(st, k, t, m, h)                                                                        \
+#define TXT(st, k, t, m, h, ...)                                                                   \
     {                                                                                              \
-        .key = k, .type = t, .off = offsetof(st, m), .kind = INFO, .help = h                       \
+        .key = k, .type = t, .off = offsetof(st, m), .kind = INFO, .help = h, __VA_ARGS__          \
     }
-#define WORD(st, k, m, list, h)                                                                    \
+#define WORD(st, k, m, list, h, ...)                                                               \
     {                                                                                              \
-        .key = k, .type = T_WORD, .off = offsetof(st, m), .kind = INFO, .help = h, .words = list   \
+        .key = k, .type = T_WORD, .off = offsetof(st, m), .kind = INFO, .help = h, .words = list,  \
+        __VA_ARGS__                                                                                \
     }
-#define OBJ(k, list, h)                                                                            \
+#define OBJ(k, list, h, ...)                                                                       \
     {                                                                                              \
         .key = k, .type = T_OBJECT, .kind = INFO, .help = h, .fields = list,                       \
-        .nfields = NFIELDS(list)                                                                   \
+        .nfields = NFIELDS(list), __VA_ARGS__                                                      \
     }
 
 /* The row of one array or map element that is an object of the rows in list. */
@@ -243,28 +330,52 @@ static bool tier_closed(const void *base)
     return !tier_open(base);
 }
 
+/* Labels: name="value" with the value escaped for the text format. */
+static void label_append(char *buf, size_t cap, const char *name, const char *value)
+{
+    size_t n = strlen(buf);
+
+    if (n + 4 + strlen(name) >= cap)
+        return;
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s=\"", n > 0 ? "," : "", name);
+    for (const char *p = value; *p != '\0' && n + 3 < cap; p++) {
+        if (*p == '\\' || *p == '"') {
+            buf[n++] = '\\';
+            buf[n++] = *p;
+        } else if (*p == '\n') {
+            buf[n++] = '\\';
+            buf[n++] = 'n';
+        } else {
+            buf[n++] = *p;
+        }
+    }
+    if (n + 1 < cap)
+        buf[n++] = '"';
+    buf[n] = '\0';
+}
+
 #define D stats_doc_t
-#define RAMM(k, m, kd, u, h) NUMM(D, k, T_U64, ram.m, kd, u, h, "kvtier_ram_" k, NULL)
+#define RAMV(k, m, kd, u, h) NUM(D, k, T_U64, ram.m, kd, u, h)
 
 static const stats_field_t ram_fields[] = {
-    RAMM("capacity_bytes", capacity_bytes, GAUGE, "bytes", "Size of the RAM arena."),
-    RAMM("used_bytes", used_bytes, GAUGE, "bytes",
+    RAMV("capacity_bytes", capacity_bytes, GAUGE, "bytes", "Size of the RAM arena."),
+    RAMV("used_bytes", used_bytes, GAUGE, "bytes",
          "Arena bytes allocated, rounded to allocation units (at most the capacity)."),
-    RAMM("resident_bytes", resident_bytes, GAUGE, "bytes",
+    RAMV("resident_bytes", resident_bytes, GAUGE, "bytes",
          "Arena bytes backed by memory (the arena file's allocated blocks)."),
-    RAMM("stored_bytes", stored_bytes, GAUGE, "bytes", "Payload bytes of the chunks in RAM."),
-    RAMM("chunks", chunks, GAUGE, NULL, "Chunks in RAM."),
-    RAMM("index_chunks", index_chunks, GAUGE, NULL, "Chunks in the index, in any tier."),
-    RAMM("hits", counts.hits, COUNTER, NULL,
+    RAMV("stored_bytes", stored_bytes, GAUGE, "bytes", "Payload bytes of the chunks in RAM."),
+    RAMV("chunks", chunks, GAUGE, NULL, "Chunks in RAM."),
+    RAMV("index_chunks", index_chunks, GAUGE, NULL, "Chunks in the index, in any tier."),
+    RAMV("hits", counts.hits, COUNTER, NULL,
          "Chunks asked by lookups (per rank) and loads and found, in any tier."),
-    RAMM("misses", counts.misses, COUNTER, NULL,
+    RAMV("misses", counts.misses, COUNTER, NULL,
          "Chunks asked by lookups (per rank) and loads and not found."),
-    RAMM("evictions", counts.evictions, COUNTER, NULL, "Chunks evicted from RAM to make room."),
-    RAMM("nospace", counts.nospace, COUNTER, NULL,
+    RAMV("evictions", counts.evictions, COUNTER, NULL, "Chunks evicted from RAM to make room."),
+    RAMV("nospace", counts.nospace, COUNTER, NULL,
          "Chunks refused for lack of evictable space (everything evictable was pinned)."),
-    RAMM("leased_chunks", leased_chunks, GAUGE, NULL, "Chunks under an unexpired lookup lease."),
-    RAMM("free_runs", free_runs, GAUGE, NULL, "Free extents of the arena."),
-    RAMM("largest_free_bytes", largest_free_bytes, GAUGE, "bytes",
+    RAMV("leased_chunks", leased_chunks, GAUGE, NULL, "Chunks under an unexpired lookup lease."),
+    RAMV("free_runs", free_runs, GAUGE, NULL, "Free extents of the arena."),
+    RAMV("largest_free_bytes", largest_free_bytes, GAUGE, "bytes",
          "The largest free extent of the arena."),
     TXT(D, "arena_path", T_STR, ram.arena_path, "The arena file (\"\" for an anonymous memfd)."),
     NUM(D, "reserved_bytes", T_U64, reserved_bytes, GAUGE, "bytes",
@@ -275,7 +386,7 @@ static const stats_field_t ram_fields[] = {
 
 static const stats_field_t recovery_fields[] = {
     NUM(D, "ms", T_U64, disk.tier.recovery.ms, GAUGE, "milliseconds",
-        "Time the recovery at start took."),
+        "Time the recovery at start took.", .metric = "kvtier_disk_recovery_duration_seconds"),
     NUM(D, "segments", T_U64, disk.tier.recovery.segments, GAUGE, NULL,
         "Segment files scanned at start."),
     NUM(D, "records", T_U64, disk.tier.recovery.records, GAUGE, NULL,
@@ -301,7 +412,8 @@ static const stats_field_t disk_fields[] = {
     NUM(D, "enabled", T_BOOL, disk.enabled, GAUGE, NULL, "Whether disk.enabled is set."),
     WORD(D, "state", disk.state, disk_state_words,
          "\"off\", \"unavailable\" (the directory could not be used), \"ok\" or \"degraded\" "
-         "(a write failed: demotions are refused until the retry)."),
+         "(a write failed: demotions are refused until the retry).",
+         .metric = "kvtier_disk_state", .labels = "state"),
     {.key = "last_error",
      .type = T_ERRNO,
      .off = offsetof(D, disk.error),
@@ -392,11 +504,13 @@ static const stats_field_t disk_fields[] = {
         "Successors detached from a dropped chunk (kept, as orphans)."),
     NUM(D, "recovery_skipped", T_U64, disk.counts.recover_skipped, GAUGE, NULL,
         "Records found at start whose namespace conflicts with one declared before."),
+    NUM(D, "recovery_dropped", T_U64, disk.counts.recover_dropped, GAUGE, NULL,
+        "Records found at start that belong to a dropped namespace (left unindexed)."),
 };
 
 #define ERR(k, e)                                                                                  \
-    NUMM(D, k, T_U64, server.errors[e], COUNTER, NULL, "ERROR replies of class " k ".",            \
-         "kvtier_errors_total", "class=\"" k "\"")
+    NUM(D, k, T_U64, server.errors[e], COUNTER, NULL, "ERROR replies by class.",                   \
+        .metric = "kvtier_server_errors_total", .labels = "class=\"" k "\"")
 
 static const stats_field_t error_fields[] = {
     ERR("malformed", SERVER_ERR_MALFORMED),     ERR("version", SERVER_ERR_VERSION),
@@ -410,6 +524,8 @@ ITEMS(session_namespaces, session_info_t, namespaces, nnamespaces)
 static const stats_field_t session_ns_elem = {
     .type = T_U32, .kind = INFO, .help = "A namespace id the session declared."};
 
+/* Exported as aggregates over every session (server.sessions is aggregate): sums, or the
+ * largest value for the times. */
 static const stats_field_t session_fields[] = {
     TXT(session_info_t, "id", T_CHARS, id, "The session's ZeroMQ routing id, in hex."),
     WORD(session_info_t, "data_path", data_path, data_path_words,
@@ -422,9 +538,11 @@ static const stats_field_t session_fields[] = {
      .items = session_namespaces,
      .elem_size = sizeof(uint32_t)},
     NUM(session_info_t, "idle_ms", T_U64, idle_ms, GAUGE, "milliseconds",
-        "Time since its last request."),
+        "Time since its last request.", .agg_max = true,
+        .metric = "kvtier_server_sessions_max_idle_seconds"),
     NUM(session_info_t, "age_ms", T_U64, age_ms, GAUGE, "milliseconds",
-        "Time since its first request."),
+        "Time since its first request.", .agg_max = true,
+        .metric = "kvtier_server_sessions_max_age_seconds"),
     NUM(session_info_t, "reserved_bytes", T_U64, reserved_bytes, GAUGE, "bytes",
         "Arena bytes its shared-memory saves reserved."),
     NUM(session_info_t, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
@@ -433,41 +551,71 @@ static const stats_field_t session_fields[] = {
 
 static const stats_field_t session_elem = ELEM(session_fields, "One session.");
 
-ITEMS(doc_sessions, stats_doc_t, sessions, nsessions)
+ITEMS(doc_sessions, stats_doc_t, sessions, nsessions_listed)
+ITEMS(doc_sessions_all, stats_doc_t, sessions, nsessions)
 
 static const stats_field_t server_fields[] = {
-    NUMM(D, "clients", T_U32, clients, GAUGE, NULL, "Sessions remembered.", "kvtier_clients", NULL),
-    NUMM(D, "requests", T_U64, server.requests, COUNTER, NULL,
-         "Requests received, well-formed or not.", "kvtier_requests_total", NULL),
-    NUMM(D, "bytes_received", T_U64, server.bytes_received, COUNTER, "bytes",
-         "SAVE_DATA payload bytes received.", "kvtier_bytes_received_total", NULL),
-    NUMM(D, "bytes_sent", T_U64, server.bytes_sent, COUNTER, "bytes",
-         "Reply bytes sent (every part after the routing id).", "kvtier_bytes_sent_total", NULL),
+    NUM(D, "clients", T_U32, clients, GAUGE, NULL, "Sessions remembered."),
+    NUM(D, "requests", T_U64, server.requests, COUNTER, NULL,
+        "Requests received, well-formed or not."),
+    NUM(D, "bytes_received", T_U64, server.bytes_received, COUNTER, "bytes",
+        "SAVE_DATA payload bytes received."),
+    NUM(D, "bytes_sent", T_U64, server.bytes_sent, COUNTER, "bytes",
+        "Reply bytes sent (every part after the routing id)."),
     NUM(D, "bytes_committed", T_U64, server.bytes_committed, COUNTER, "bytes",
         "Payload bytes published through the shared arena."),
     NUM(D, "replies_dropped", T_U64, server.replies_dropped, COUNTER, NULL,
         "Replies ZeroMQ refused because the client's queue was full."),
     NUM(D, "save_ops_remembered", T_U32, save_ops_remembered, GAUGE, NULL,
         "Save operations whose admission decision is remembered for their other ranks."),
+    NUM(D, "draining", T_BOOL, draining, GAUGE, NULL,
+        "A stop has begun: saves are refused while the requests in flight finish."),
+    NUM(D, "namespaces_declared", T_U32, namespaces_declared, GAUGE, NULL,
+        "Namespaces declared (status lists them all)."),
+    NUM(D, "namespaces_exported", T_U32, namespaces_exported, GAUGE, NULL,
+        "Namespaces with series in /metrics (at most 32: the most stored bytes first)."),
     OBJ("errors", error_fields, "ERROR replies by class."),
     {.key = "sessions",
      .type = T_ARRAY,
      .kind = INFO,
-     .help = "The most recently active sessions (at most 256).",
+     .help = "The most recently active sessions (at most 256); in the metrics, aggregates over "
+             "every session.",
      .elem = &session_elem,
      .items = doc_sessions,
+     .metric_items = doc_sessions_all,
+     .aggregate = true,
      .elem_size = sizeof(session_info_t)},
 };
 
-#define OPM(k, m, kd, u, h, fam, lab) NUMM(stats_op_t, k, T_U64, m, kd, u, h, fam, lab)
+static const stats_field_t config_fields[] = {
+    TXT(D, "path", T_STR, config.path, "The configuration file (-c)."),
+    WORD(D, "log_level", config.log_level, log_level_words,
+         "log.level in force: \"debug\", \"info\", \"warn\" or \"error\".",
+         .metric = "kvtier_config_log_level", .labels = "level"),
+    NUM(D, "reloads", T_U64, config.st.reloads, COUNTER, NULL,
+        "Reloads applied (SIGHUP, systemctl reload)."),
+    NUM(D, "reload_errors", T_U64, config.st.reload_errors, COUNTER, NULL,
+        "Reloads refused: the file was invalid and the running configuration was kept."),
+    NUM(D, "restart_pending", T_U32, config.st.restart_pending, GAUGE, NULL,
+        "Keys of the last file applied whose new value needs a restart."),
+    TXT(D, "last_error", T_CHARS, config.st.last_error,
+        "Why the last refused reload was refused (\"\" none)."),
+};
 
+/* count, p50_us and p99_us are carried by kvtier_op_duration_seconds (its _count, and
+ * histogram_quantile() of its buckets). */
 static const stats_field_t op_fields[] = {
-    OPM("count", count, COUNTER, NULL, "Requests of this type served.", "kvtier_op_total", NULL),
-    OPM("p50_us", p50_us, GAUGE, "microseconds", "Median service time.", "kvtier_op_latency_us",
-        "quantile=\"0.5\""),
-    OPM("p99_us", p99_us, GAUGE, "microseconds", "99th percentile of the service time.",
-        "kvtier_op_latency_us", "quantile=\"0.99\""),
-    NUM(stats_op_t, "max_us", T_U64, max_us, GAUGE, "microseconds", "Longest service time."),
+    NUM(stats_op_t, "count", T_U64, count, COUNTER, NULL, "Requests of this type served.",
+        .no_metric = true),
+    NUM(stats_op_t, "p50_us", T_U64, p50_us, GAUGE, "microseconds", "Median service time.",
+        .no_metric = true),
+    NUM(stats_op_t, "p99_us", T_U64, p99_us, GAUGE, "microseconds",
+        "99th percentile of the service time.", .no_metric = true),
+    NUM(stats_op_t, "max_us", T_U64, max_us, GAUGE, "microseconds", "Longest service time.",
+        .metric = "kvtier_op_max_duration_seconds"),
+    NUM(stats_op_t, "duration", T_HIST, hist, GAUGE, "seconds",
+        "Daemon service time per request, from intake to reply.",
+        .metric = "kvtier_op_duration_seconds"),
 };
 
 static const stats_field_t op_elem =
@@ -482,7 +630,7 @@ static const char *op_key(const void *elem)
 
 static void op_labels(const void *elem, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "op=\"%s\"", ((const stats_op_t *)elem)->name);
+    label_append(buf, cap, "op", ((const stats_op_t *)elem)->name);
 }
 
 #define N stats_ns_t
@@ -492,6 +640,16 @@ ITEMS(ns_reasons, stats_ns_t, gates.reasons, gates.nreasons)
 static const char *reason_key(const void *elem)
 {
     return ((const gates_reason_t *)elem)->name;
+}
+
+static void reason_labels(const void *elem, char *buf, size_t cap)
+{
+    const char *name = ((const gates_reason_t *)elem)->name;
+
+    if (utf8(name))
+        label_append(buf, cap, "reason", name);
+    else
+        buf[0] = '\0'; /* left out, as in the JSON document */
 }
 
 static const stats_field_t reason_elem = NUM(gates_reason_t, NULL, T_U64, count, COUNTER, NULL,
@@ -509,13 +667,12 @@ static const stats_field_t admission_fields[] = {
     NUM(N, "warmup", T_U64, cfg.admission.warmup, GAUGE, NULL,
         "gates.admission.warmup: verdicts folded before the gate decides."),
     NUM(N, "probes", T_U64, gates.probes, COUNTER, NULL, "Verdicts folded."),
-    NUMM(N, "payoff", T_DOUBLE, gates.payoff, GAUGE, "ratio",
-         "Moving average of the verdicts' payoff.", "kvtier_gate_payoff", NULL),
+    NUM(N, "payoff", T_DOUBLE, gates.payoff, GAUGE, "ratio",
+        "Moving average of the verdicts' payoff."),
     NUM(N, "share", T_DOUBLE, gates.share, GAUGE, "ratio",
         "Share of save operations the gate admits at this payoff."),
     NUM(N, "saved", T_U64, gates.saved, COUNTER, NULL, "Save operations admitted."),
-    NUMM(N, "skipped", T_U64, gates.skipped, COUNTER, NULL, "Save operations declined.",
-         "kvtier_gate_saves_skipped_total", NULL),
+    NUM(N, "skipped", T_U64, gates.skipped, COUNTER, NULL, "Save operations declined."),
     NUM(N, "save_share", T_DOUBLE, gates.save_share, GAUGE, "ratio",
         "Admitted over decided operations (1 before any decision)."),
     NUM(N, "would_decline", T_U64, gates.would_decline, COUNTER, NULL,
@@ -524,12 +681,15 @@ static const stats_field_t admission_fields[] = {
      .type = T_MAP,
      .kind = INFO,
      .help = "Verdict counts by reason name, summed over engines.",
+     .metric = "kvtier_namespace_verdicts_total",
      .elem = &reason_elem,
      .items = ns_reasons,
      .elem_size = sizeof(gates_reason_t),
-     .elem_key = reason_key},
+     .elem_key = reason_key,
+     .elem_labels = reason_labels},
 };
 
+/* mean_lookup_us is carried by kvtier_namespace_lookup_duration_seconds (_sum / _count). */
 static const stats_field_t lookup_skip_fields[] = {
     NUM(N, "enabled", T_BOOL, cfg.lookup_skip.enabled, GAUGE, NULL,
         "gates.lookup_skip.enabled: the gate skips lookups (else shadow mode)."),
@@ -541,22 +701,19 @@ static const stats_field_t lookup_skip_fields[] = {
         "Moving average of lookups that could have produced a load."),
     NUM(N, "load_bearing", T_BOOL, gates.load_bearing, GAUGE, NULL,
         "Whether the tier is measurably load-bearing (no lookup is skipped)."),
-    NUMM(N, "skips", T_U64, gates.skips, COUNTER, NULL, "Lookups answered without looking.",
-         "kvtier_gate_lookups_skipped_total", NULL),
+    NUM(N, "skips", T_U64, gates.skips, COUNTER, NULL, "Lookups answered without looking."),
     NUM(N, "forced_probes", T_U64, gates.forced_probes, COUNTER, NULL,
         "Skippable lookups answered as probes."),
     NUM(N, "would_skip", T_U64, gates.would_skip, COUNTER, NULL,
         "Shadow mode: lookups the enabled gate would have skipped."),
     NUM(N, "mean_lookup_us", T_DOUBLE, mean_lookup_us, GAUGE, "microseconds",
-        "Mean service time of this namespace's lookups."),
+        "Mean service time of this namespace's lookups.", .no_metric = true),
 };
 
 static const stats_field_t gates_fields[] = {
     OBJ("admission", admission_fields, "The save-admission gate (docs/GATES.md)."),
     OBJ("lookup_skip", lookup_skip_fields, "The lookup-skip gate (docs/GATES.md)."),
 };
-
-#define NSM(k, m, fam) NUMM(N, k, T_U64, m, GAUGE, NULL, "Stored " k " (all ranks).", fam, NULL)
 
 static const stats_field_t ns_fields[] = {
     NUM(N, "id", T_U32, ns.id, INFO, NULL, "The namespace id clients name."),
@@ -567,31 +724,45 @@ static const stats_field_t ns_fields[] = {
     NUM(N, "replicated", T_BOOL, ns.replicated, GAUGE, NULL,
         "MLA: one copy of every chunk serves all ranks."),
     NUM(N, "chunk_tokens", T_U32, ns.chunk_tokens, GAUGE, NULL, "Tokens per chunk."),
-    NSM("chunks", ns.chunks, "kvtier_ns_chunks"),
-    NUMM(N, "bytes", T_U64, ns.bytes, GAUGE, "bytes", "Stored payload bytes (all ranks).",
-         "kvtier_ns_bytes", NULL),
-    OBJ("gates", gates_fields, "The namespace's gates."),
+    NUM(N, "chunks", T_U64, ns.chunks, GAUGE, NULL, "Stored chunks (all ranks)."),
+    NUM(N, "bytes", T_U64, ns.bytes, GAUGE, "bytes", "Stored payload bytes (all ranks)."),
+    NUM(N, "drops", T_U64, drops.drops, COUNTER, NULL,
+        "Drops (kvtierctl drop, POST /admin/drop) that matched this namespace."),
+    NUM(N, "dropped_chunks", T_U64, drops.chunks, COUNTER, NULL, "Chunks those drops removed."),
+    NUM(N, "dropped_bytes", T_U64, drops.bytes, COUNTER, "bytes",
+        "Payload bytes those drops removed."),
+    OBJ("gates", gates_fields, "The namespace's gates.", .metric_prefix = ""),
+    NUM(N, "lookup_duration", T_TIMING, lookup, GAUGE, "seconds",
+        "Service time of this namespace's lookups.",
+        .metric = "kvtier_namespace_lookup_duration_seconds"),
 };
 
 static const stats_field_t ns_elem = ELEM(ns_fields, "One namespace.");
 
 ITEMS(doc_namespaces, stats_doc_t, namespaces, nnamespaces)
+ITEMS(doc_ns_metrics, stats_doc_t, ns_metrics, nns_metrics)
 
 static void ns_labels(const void *elem, char *buf, size_t cap)
 {
     const stats_ns_t *n = elem;
+    char id[16];
 
-    snprintf(buf, cap, "ns=\"%s\",id=\"%u\"", n->ns.model, n->ns.id);
+    snprintf(id, sizeof id, "%u", n->ns.id);
+    label_append(buf, cap, "ns", n->ns.model);
+    label_append(buf, cap, "revision", n->ns.revision);
+    label_append(buf, cap, "id", id);
 }
 
 static const stats_field_t doc_fields[] = {
-    TXT(D, "version", T_STR, version, "kvtierd's version."),
+    TXT(D, "version", T_STR, version, "kvtierd's version (the label of kvtier_build_info).",
+        .metric = "kvtier_build_info", .labels = "version"),
     NUM(D, "uptime_s", T_DOUBLE, uptime_s, GAUGE, "seconds", "Time since the daemon started."),
     NUM(D, "pid", T_I64, pid, INFO, NULL, "The daemon's process id."),
     TXT(D, "endpoint", T_STR, endpoint, "The ZeroMQ endpoint it serves."),
     OBJ("ram", ram_fields, "The RAM tier."),
     OBJ("disk", disk_fields, "The disk tier."),
     OBJ("server", server_fields, "Requests, replies and sessions."),
+    OBJ("config", config_fields, "The configuration file and its reloads."),
     {.key = "ops",
      .type = T_MAP,
      .kind = INFO,
@@ -600,15 +771,18 @@ static const stats_field_t doc_fields[] = {
      .items = doc_ops,
      .elem_size = sizeof(stats_op_t),
      .elem_key = op_key,
-     .elem_labels = op_labels},
+     .elem_labels = op_labels,
+     .metric_prefix = "op"},
     {.key = "namespaces",
      .type = T_ARRAY,
      .kind = INFO,
      .help = "The declared namespaces, by id.",
      .elem = &ns_elem,
      .items = doc_namespaces,
+     .metric_items = doc_ns_metrics,
      .elem_size = sizeof(stats_ns_t),
-     .elem_labels = ns_labels},
+     .elem_labels = ns_labels,
+     .metric_prefix = "namespace"},
 };
 
 #undef N
@@ -642,6 +816,11 @@ static int word_of(const stats_field_t *f, const char *base)
 
     memcpy(&v, base + f->off, sizeof v);
     return v;
+}
+
+static bool is_metrics_only(const stats_field_t *f)
+{
+    return f->type == T_HIST || f->type == T_TIMING;
 }
 
 /* --- JSON --- */
@@ -700,6 +879,9 @@ static json_t *json_value(const stats_field_t *f, const char *base)
             json_object_set_new(c, f->elem_key(elem), json_value(f->elem, elem));
         }
         return c;
+    case T_HIST:
+    case T_TIMING:
+        break;
     }
     return NULL;
 }
@@ -714,7 +896,7 @@ static json_t *json_fields(const stats_field_t *fields, size_t n, const char *ba
         const stats_field_t *f = &fields[i];
         json_t *v;
 
-        if (f->when != NULL && !f->when(base))
+        if ((f->when != NULL && !f->when(base)) || is_metrics_only(f))
             continue;
         v = json_value(f, base);
         if (v == NULL || json_object_set_new(o, f->key, v) != 0) {
@@ -783,77 +965,395 @@ static void tb_printf(textbuf_t *tb, const char *fmt, ...)
     }
 }
 
-static void metric_line(textbuf_t *tb, const stats_field_t *f, const char *base, const char *ctx)
-{
+/* One place of a row: the struct it is read from (NULL: an aggregate parent without elements,
+ * which contributes 0) and the labels of the collections around it. */
+typedef struct {
+    const char *base;
     char labels[STATS_LABELS_MAX];
+} inst_t;
 
-    snprintf(labels, sizeof labels, "%s%s%s", ctx, ctx[0] && f->labels ? "," : "",
-             f->labels ? f->labels : "");
-    tb_printf(tb, "%s%s%s%s ", f->metric, labels[0] ? "{" : "", labels, labels[0] ? "}" : "");
-    if (f->type == T_DOUBLE)
-        tb_printf(tb, "%.6f\n", *(const double *)(base + f->off));
-    else
-        tb_printf(tb, "%" PRIu64 "\n", num_u64(f, base));
+typedef struct {
+    inst_t *v;
+    size_t n, cap;
+    bool failed;
+} insts_t;
+
+static inst_t *insts_add(insts_t *s)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        inst_t *nv = realloc(s->v, nc * sizeof *nv);
+        if (nv == NULL) {
+            s->failed = true;
+            return NULL;
+        }
+        s->v = nv;
+        s->cap = nc;
+    }
+    return &s->v[s->n++];
 }
 
-static void metrics_fields(textbuf_t *tb, const stats_field_t *fields, size_t n, const char *base,
-                           const char *ctx);
+typedef struct {
+    textbuf_t tb;
+    char last_family[STATS_NAME_MAX]; /* rows sharing a family are adjacent: one header */
+} mwalk_t;
 
-static void metrics_value(textbuf_t *tb, const stats_field_t *f, const char *base, const char *ctx)
+/* The shortest text that reads back as v. */
+static void fmt_double(char *buf, size_t cap, double v)
 {
-    const char *first;
-    size_t n;
-
-    switch (f->type) {
-    case T_OBJECT:
-        metrics_fields(tb, f->fields, f->nfields, base + f->off, ctx);
-        return;
-    case T_ARRAY:
-    case T_MAP:
-        n = f->items(base, (const void **)&first);
-        for (size_t i = 0; i < n; i++) {
-            const char *elem = first + i * f->elem_size;
-            char sub[STATS_LABELS_MAX], own[STATS_LABELS_MAX] = "";
-            if (f->elem_labels != NULL)
-                f->elem_labels(elem, own, sizeof own);
-            snprintf(sub, sizeof sub, "%s%s%s", ctx, ctx[0] && own[0] ? "," : "", own);
-            metrics_value(tb, f->elem, elem, sub);
-        }
-        return;
-    default:
-        if (f->metric != NULL)
-            metric_line(tb, f, base, ctx);
-        return;
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            return;
     }
 }
 
-static void metrics_fields(textbuf_t *tb, const stats_field_t *fields, size_t n, const char *base,
-                           const char *ctx)
+static bool ends_with(const char *s, const char *suffix)
 {
-    for (size_t i = 0; i < n; i++)
-        if (fields[i].when == NULL || fields[i].when(base))
-            metrics_value(tb, &fields[i], base, ctx);
+    size_t n = strlen(s), k = strlen(suffix);
+
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The family name of row f at prefix (see the design note at the top). */
+static void family_name(const stats_field_t *f, const char *key, const char *prefix, char *out,
+                        size_t cap)
+{
+    char leaf[STATS_NAME_MAX];
+    size_t n;
+
+    if (f->metric != NULL) {
+        snprintf(out, cap, "%s", f->metric);
+        return;
+    }
+    snprintf(leaf, sizeof leaf, "%s", key);
+    n = strlen(leaf);
+    if (f->unit != NULL &&
+        (strcmp(f->unit, "milliseconds") == 0 || strcmp(f->unit, "microseconds") == 0)) {
+        if (strcmp(leaf, "ms") == 0 || strcmp(leaf, "us") == 0)
+            leaf[0] = '\0';
+        else if (ends_with(leaf, "_ms") || ends_with(leaf, "_us"))
+            leaf[n - 3] = '\0';
+        snprintf(leaf + strlen(leaf), sizeof leaf - strlen(leaf), "%sseconds", leaf[0] ? "_" : "");
+    } else if (f->unit != NULL && strcmp(f->unit, "seconds") == 0) {
+        if (ends_with(leaf, "_s"))
+            leaf[n - 2] = '\0';
+        if (!ends_with(leaf, "seconds"))
+            snprintf(leaf + strlen(leaf), sizeof leaf - strlen(leaf), "_seconds");
+    } else if (f->unit != NULL && strcmp(f->unit, "bytes") == 0 && !ends_with(leaf, "bytes")) {
+        char *b = strstr(leaf, "bytes_");
+        if (b != NULL)
+            memmove(b, b + 6, strlen(b + 6) + 1);
+        snprintf(leaf + strlen(leaf), sizeof leaf - strlen(leaf), "_bytes");
+    }
+    snprintf(out, cap, "kvtier%s%s_%s%s", prefix[0] ? "_" : "", prefix, leaf,
+             f->kind == COUNTER ? "_total" : "");
+}
+
+/* What a row's values are divided by to be in base units (a division, not a multiplication by
+ * 1e-6, so that 33 us prints as 3.3e-05). */
+static double unit_divisor(const stats_field_t *f)
+{
+    if (f->unit != NULL && strcmp(f->unit, "milliseconds") == 0)
+        return 1e3;
+    if (f->unit != NULL && strcmp(f->unit, "microseconds") == 0)
+        return 1e6;
+    return 1.0;
+}
+
+static void header(mwalk_t *w, const char *name, const char *help, const char *type)
+{
+    if (strcmp(w->last_family, name) == 0)
+        return;
+    snprintf(w->last_family, sizeof w->last_family, "%s", name);
+    tb_printf(&w->tb, "# HELP %s ", name);
+    for (const char *p = help; *p != '\0'; p++) {
+        if (*p == '\\')
+            tb_printf(&w->tb, "\\\\");
+        else if (*p == '\n')
+            tb_printf(&w->tb, "\\n");
+        else
+            tb_printf(&w->tb, "%c", *p);
+    }
+    tb_printf(&w->tb, "\n# TYPE %s %s\n", name, type);
+}
+
+static void sample(mwalk_t *w, const char *name, const char *suffix, const char *l1, const char *l2,
+                   const char *value)
+{
+    bool any = l1[0] != '\0' || l2[0] != '\0';
+
+    tb_printf(&w->tb, "%s%s%s%s%s%s%s %s\n", name, suffix, any ? "{" : "", l1,
+              l1[0] && l2[0] ? "," : "", l2, any ? "}" : "", value);
+}
+
+/* The value of numeric row f in inst (0 for an empty aggregate parent). */
+static double num_value(const stats_field_t *f, const char *base)
+{
+    if (base == NULL)
+        return 0.0;
+    if (f->type == T_DOUBLE)
+        return *(const double *)(base + f->off);
+    return (double)num_u64(f, base);
+}
+
+static void emit_number(mwalk_t *w, const stats_field_t *f, const char *name, const insts_t *in,
+                        bool agg)
+{
+    double div = unit_divisor(f);
+    bool exact = f->type != T_DOUBLE && div == 1.0;
+    char val[40];
+
+    header(w, name, f->help, f->kind == COUNTER ? "counter" : "gauge");
+    for (size_t i = 0; i < in->n;) {
+        const inst_t *it = &in->v[i];
+        uint64_t u = 0;
+        double v = 0.0;
+        size_t j = i;
+
+        /* an aggregate: every consecutive instance with the same labels folds into one */
+        do {
+            const char *b = in->v[j].base;
+            uint64_t x = b != NULL && exact ? num_u64(f, b) : 0;
+            double y = num_value(f, b);
+            if (f->agg_max) {
+                u = x > u ? x : u;
+                v = y > v ? y : v;
+            } else {
+                u += x;
+                v += y;
+            }
+            j++;
+        } while (agg && j < in->n && strcmp(in->v[j].labels, it->labels) == 0);
+        i = j;
+        if (exact)
+            snprintf(val, sizeof val, "%" PRIu64, u);
+        else
+            fmt_double(val, sizeof val, v / div);
+        sample(w, name, "", it->labels, f->labels != NULL ? f->labels : "", val);
+    }
+}
+
+static void emit_hist(mwalk_t *w, const stats_field_t *f, const char *name, const insts_t *in)
+{
+    char val[40], le[48];
+
+    header(w, name, f->help, "histogram");
+    for (size_t i = 0; i < in->n; i++) {
+        const hist_t *h =
+            in->v[i].base != NULL ? *(const hist_t *const *)(in->v[i].base + f->off) : NULL;
+        uint64_t count = h != NULL ? hist_count(h) : 0;
+
+        for (int k = STATS_HIST_LO_EXP; k <= STATS_HIST_HI_EXP; k++) {
+            uint64_t edge = 1ull << k;
+            snprintf(le, sizeof le, "le=\"%.6f\"", (double)edge / 1e6);
+            snprintf(val, sizeof val, "%" PRIu64, h != NULL ? hist_count_below(h, edge) : 0);
+            sample(w, name, "_bucket", in->v[i].labels, le, val);
+        }
+        snprintf(val, sizeof val, "%" PRIu64, count);
+        sample(w, name, "_bucket", in->v[i].labels, "le=\"+Inf\"", val);
+        fmt_double(val, sizeof val, h != NULL ? (double)hist_sum(h) / 1e6 : 0.0);
+        sample(w, name, "_sum", in->v[i].labels, "", val);
+        snprintf(val, sizeof val, "%" PRIu64, count);
+        sample(w, name, "_count", in->v[i].labels, "", val);
+    }
+}
+
+static void emit_timing(mwalk_t *w, const stats_field_t *f, const char *name, const insts_t *in)
+{
+    char val[40];
+
+    header(w, name, f->help, "summary");
+    for (size_t i = 0; i < in->n; i++) {
+        const server_timing_t *t =
+            in->v[i].base != NULL ? (const server_timing_t *)(in->v[i].base + f->off) : NULL;
+        fmt_double(val, sizeof val, t != NULL ? (double)t->sum_us / 1e6 : 0.0);
+        sample(w, name, "_sum", in->v[i].labels, "", val);
+        snprintf(val, sizeof val, "%" PRIu64, t != NULL ? t->count : 0);
+        sample(w, name, "_count", in->v[i].labels, "", val);
+    }
+}
+
+/* A WORD row with a family: one sample per word; a string row: an info metric. */
+static void emit_labelled(mwalk_t *w, const stats_field_t *f, const insts_t *in)
+{
+    char lab[STATS_LABELS_MAX];
+
+    header(w, f->metric, f->help, "gauge");
+    for (size_t i = 0; i < in->n; i++) {
+        const char *b = in->v[i].base;
+        if (b == NULL)
+            continue;
+        if (f->type == T_WORD) {
+            for (int k = 0; f->words[k] != NULL; k++) {
+                lab[0] = '\0';
+                label_append(lab, sizeof lab, f->labels, f->words[k]);
+                sample(w, f->metric, "", in->v[i].labels, lab, k == word_of(f, b) ? "1" : "0");
+            }
+        } else {
+            const char *s = f->type == T_STR ? *(const char *const *)(b + f->off) : b + f->off;
+            lab[0] = '\0';
+            label_append(lab, sizeof lab, f->labels, s != NULL ? s : "");
+            sample(w, f->metric, "", in->v[i].labels, lab, "1");
+        }
+    }
+}
+
+static void metrics_rows(mwalk_t *w, const stats_field_t *fields, size_t n, const insts_t *in,
+                         const char *prefix, bool agg);
+
+/* out = a "," b (either may be empty), truncated to cap. */
+static void labels_join(char *out, size_t cap, const char *a, const char *b)
+{
+    size_t n = strnlen(a, cap - 1), m;
+
+    memcpy(out, a, n);
+    if (n > 0 && b[0] != '\0' && n + 1 < cap)
+        out[n++] = ',';
+    m = strnlen(b, cap - 1 - n);
+    memcpy(out + n, b, m);
+    out[n + m] = '\0';
+}
+
+/* Row f, read at every instance of in where it is present. */
+static void metrics_row(mwalk_t *w, const stats_field_t *f, const insts_t *in, const char *prefix,
+                        bool agg)
+{
+    insts_t sub = {0};
+    char name[STATS_NAME_MAX], path[STATS_NAME_MAX];
+    const char *part = f->metric_prefix != NULL ? f->metric_prefix : f->key;
+
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] && part[0] ? "_" : "", part);
+    for (size_t i = 0; i < in->n; i++) {
+        const inst_t *it = &in->v[i];
+        if (it->base != NULL && f->when != NULL && !f->when(it->base))
+            continue;
+        if (f->type == T_ARRAY || f->type == T_MAP) {
+            const char *first;
+            size_t ne = 0;
+            bool added = false;
+
+            if (it->base != NULL)
+                ne = (f->metric_items != NULL ? f->metric_items : f->items)(it->base,
+                                                                            (const void **)&first);
+            for (size_t e = 0; e < ne; e++) {
+                const char *elem = first + e * f->elem_size;
+                char own[STATS_LABELS_MAX] = "";
+                inst_t *s;
+
+                if (!f->aggregate && f->elem_labels != NULL) {
+                    f->elem_labels(elem, own, sizeof own);
+                    if (own[0] == '\0')
+                        continue; /* an element that cannot be labelled is left out */
+                }
+                if ((s = insts_add(&sub)) == NULL)
+                    break;
+                s->base = elem;
+                labels_join(s->labels, sizeof s->labels, it->labels, own);
+                added = true;
+            }
+            if (f->aggregate && !added) {
+                inst_t *s = insts_add(&sub);
+                if (s != NULL) {
+                    s->base = NULL;
+                    snprintf(s->labels, sizeof s->labels, "%s", it->labels);
+                }
+            }
+        } else {
+            inst_t *s = insts_add(&sub);
+            if (s == NULL)
+                break;
+            s->base = it->base != NULL ? it->base + (f->type == T_OBJECT ? f->off : 0) : NULL;
+            memcpy(s->labels, it->labels, sizeof s->labels);
+        }
+    }
+    if (sub.failed) {
+        w->tb.failed = true;
+    } else if (f->type == T_OBJECT) {
+        metrics_rows(w, f->fields, f->nfields, &sub, path, agg);
+    } else if (f->type == T_ARRAY || f->type == T_MAP) {
+        if (f->elem->type == T_OBJECT)
+            metrics_rows(w, f->elem->fields, f->elem->nfields, &sub, path, agg || f->aggregate);
+        else if (f->elem->kind != INFO && sub.n > 0) {
+            stats_field_t leaf = *f->elem;
+            leaf.metric = f->metric;
+            family_name(&leaf, f->key, prefix, name, sizeof name);
+            emit_number(w, &leaf, name, &sub, agg || f->aggregate);
+        }
+    } else if (sub.n == 0) {
+        /* not present anywhere: no family */
+    } else if (f->type == T_HIST) {
+        family_name(f, f->key, prefix, name, sizeof name);
+        emit_hist(w, f, name, &sub);
+    } else if (f->type == T_TIMING) {
+        family_name(f, f->key, prefix, name, sizeof name);
+        emit_timing(w, f, name, &sub);
+    } else if (f->kind == INFO) {
+        if (f->metric != NULL && (f->type == T_WORD || f->type == T_STR || f->type == T_CHARS))
+            emit_labelled(w, f, &sub);
+    } else if (!f->no_metric) {
+        family_name(f, f->key, prefix, name, sizeof name);
+        emit_number(w, f, name, &sub, agg);
+    }
+    free(sub.v);
+}
+
+static void metrics_rows(mwalk_t *w, const stats_field_t *fields, size_t n, const insts_t *in,
+                         const char *prefix, bool agg)
+{
+    for (size_t i = 0; i < n && !w->tb.failed; i++)
+        metrics_row(w, &fields[i], in, prefix, agg);
 }
 
 int stats_metrics_text(const server_t *sv, char **body, size_t *len)
 {
     stats_doc_t *d = doc_take(sv);
-    textbuf_t tb = {.cap = 4096};
+    mwalk_t w = {.tb = {.cap = 16384}};
+    inst_t root = {.base = (const char *)d};
+    insts_t in = {.v = &root, .n = 1, .cap = 1};
 
-    tb.buf = malloc(tb.cap);
-    if (d == NULL || tb.buf == NULL) {
+    w.tb.buf = malloc(w.tb.cap);
+    if (d == NULL || w.tb.buf == NULL) {
         doc_free(d);
-        free(tb.buf);
+        free(w.tb.buf);
         return -ENOMEM;
     }
-    tb.buf[0] = '\0';
-    metrics_fields(&tb, doc_fields, NFIELDS(doc_fields), (const char *)d, "");
+    w.tb.buf[0] = '\0';
+    metrics_rows(&w, doc_fields, NFIELDS(doc_fields), &in, "", false);
     doc_free(d);
-    if (tb.failed) {
-        free(tb.buf);
+    if (w.tb.failed) {
+        free(w.tb.buf);
         return -ENOMEM;
     }
-    *body = tb.buf;
-    *len = tb.len;
+    *body = w.tb.buf;
+    *len = w.tb.len;
     return 0;
+}
+
+/* --- the one-line summary --- */
+
+void stats_summary_line(const server_t *sv, char *buf, size_t cap)
+{
+    stats_doc_t *d = doc_take(sv);
+    uint64_t asked;
+    size_t n;
+
+    if (d == NULL) {
+        snprintf(buf, cap, "Serving");
+        return;
+    }
+    asked = d->ram.counts.hits + d->ram.counts.misses;
+    /* MiB throughout: one unit keeps the line short and comparable from refresh to refresh */
+    snprintf(buf, cap, "Serving: RAM %" PRIu64 " of %" PRIu64 " MiB (%" PRIu64 " chunks), disk %s",
+             d->ram.used_bytes >> 20, d->ram.capacity_bytes >> 20, d->ram.chunks,
+             disk_state_words[d->disk.state]);
+    n = strlen(buf);
+    if (tier_open(d))
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, " %" PRIu64 " of %" PRIu64 " MiB",
+                              d->disk.tier.used_bytes >> 20, d->disk.tier.capacity_bytes >> 20);
+    if (n < cap)
+        snprintf(buf + n, cap - n, ", %u clients, %zu namespaces, hit rate %.1f%%", d->clients,
+                 d->nnamespaces,
+                 asked > 0 ? 100.0 * (double)d->ram.counts.hits / (double)asked : 0.0);
+    doc_free(d);
 }

@@ -12,9 +12,9 @@
  * disagree and a new status field is one row (plus its struct member in the engine).
  *
  * The JSON keys, their order and the metric families are an interface operators script against
- * (tests/test_status_keys.c pins them). The families keep their historical names here; the
- * table carries kind, unit and help so that they can be renamed to the exposition conventions
- * (and every numeric field exported) in one place.
+ * (tests/integration/test_status_keys.c pins them; tests/shell/metrics_promtool.sh runs
+ * `promtool check metrics` on them). Every numeric field has a family, named by the Prometheus
+ * conventions from its JSON path, kind and unit (stats.c explains the rule), with HELP and TYPE.
  *
  * Threads: loop thread only (the documents read loop-owned state). Ownership: the returned
  * document is a malloc'd buffer owned by the caller.
@@ -32,5 +32,9 @@ int stats_status_json(const server_t *sv, char **body, size_t *len);
 
 /* GET /metrics: *body (malloc'd, *len bytes) is the Prometheus text. 0 or -ENOMEM. */
 int stats_metrics_text(const server_t *sv, char **body, size_t *len);
+
+/* One line for systemd's STATUS= (RAM and disk use, clients, namespaces, hit rate) into buf
+ * (cap bytes, NUL-terminated). */
+void stats_summary_line(const server_t *sv, char *buf, size_t cap);
 
 #endif /* KVT_STATS_H */

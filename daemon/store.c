@@ -29,6 +29,7 @@
 #include "store.h"
 
 #include "disk.h"
+#include "drops.h"
 #include "index.h"
 #include "log.h"
 #include "ram.h"
@@ -59,7 +60,6 @@ struct store {
     ns_table_t *nst;
     index_t *ix;
     ram_t *ram;
-    uint32_t lease_ms;
     uint64_t stored_bytes; /* payload bytes resident in RAM */
     uint64_t ram_chunks;
     store_stats_t st;
@@ -69,7 +69,11 @@ struct store {
     int disk_error;
     bool closing;
     store_disk_counts_t dk;
-    relink_t *relink; /* recovery only */
+    drops_t *drops;       /* tombstones of dropped namespaces (with the disk tier) */
+    uint64_t last_seq;    /* the last write-buffer ticket issued */
+    uint64_t done_seq;    /* the last one whose flush finished */
+    index_entry_t *limbo; /* dropped while pinned: unindexed, freed at the last unpin */
+    relink_t *relink;     /* recovery only */
     size_t nrelink, relinkcap;
     /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
     uv_timer_t persist_timer; /* initialised when the disk tier is attached */
@@ -89,7 +93,6 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         return -ENOMEM;
     s->nst = nst;
     s->cfg = cfg;
-    s->lease_ms = cfg->ram.lease_ms;
     s->ix = index_new();
     if (s->ix == NULL) {
         rc = -ENOMEM;
@@ -116,6 +119,12 @@ void store_destroy(store_t **ps)
     if (s == NULL)
         return;
     disk_destroy(&s->disk);
+    drops_destroy(&s->drops);
+    while (s->limbo != NULL) { /* every holder returned its pins before (server_free) */
+        index_entry_t *e = s->limbo;
+        s->limbo = e->lru_next;
+        index_entry_free(e);
+    }
     index_destroy(&s->ix);
     ram_destroy(&s->ram);
     free(s->relink);
@@ -158,7 +167,7 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
     for (uint32_t i = 0; i < hit; i++) {
         kvt_wire_hash_t k;
         memcpy(&k, &h[i], sizeof k);
-        index_lease(index_find(s->ix, ns->id, r, &k), now_ms, s->lease_ms);
+        index_lease(index_find(s->ix, ns->id, r, &k), now_ms, s->cfg->ram.lease_ms);
     }
 }
 
@@ -280,6 +289,97 @@ static void drop(store_t *s, index_entry_t *e)
     index_remove(s->ix, e);
 }
 
+/* --- invalidation --- */
+
+/* A dropped chunk's last pin went: its RAM bytes and the entry go now. */
+static void limbo_free(store_t *s, index_entry_t *e)
+{
+    if (e->lru_prev != NULL)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        s->limbo = e->lru_next;
+    if (e->lru_next != NULL)
+        e->lru_next->lru_prev = e->lru_prev;
+    if (e->flags & INDEX_F_RAM)
+        ram_release(s, e);
+    index_entry_free(e);
+}
+
+/* Takes pinned e out of the index and every tier but RAM, and keeps it in the limbo list. */
+static void limbo_add(store_t *s, index_entry_t *e)
+{
+    ns_t *ns = ns_get(s->nst, e->ns);
+
+    if (e->flags & INDEX_F_DISK)
+        disk_forget(s, e);
+    if (e->flags & INDEX_F_WBUF) {
+        e->flags &= (uint16_t)~INDEX_F_WBUF;
+        s->dk.wbuf--;
+    }
+    if (ns != NULL) {
+        ns->chunks--;
+        ns->bytes -= e->len;
+    }
+    index_unlink(s->ix, e);
+    e->flags |= INDEX_F_LIMBO;
+    e->lru_prev = NULL;
+    e->lru_next = s->limbo;
+    if (s->limbo != NULL)
+        s->limbo->lru_prev = e;
+    s->limbo = e;
+}
+
+struct ns_collect {
+    uint32_t ns;
+    persist_key_t *keys;
+    size_t n;
+};
+
+static void collect_ns(const index_entry_t *e, void *arg)
+{
+    struct ns_collect *c = arg;
+
+    if (e->ns == c->ns)
+        c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
+}
+
+int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
+{
+    struct ns_collect c = {.ns = ns->id};
+
+    *out = (store_drop_t){0};
+    c.keys = malloc((index_count(s->ix) + 1) * sizeof *c.keys);
+    if (c.keys == NULL)
+        return -ENOMEM;
+    index_foreach(s->ix, collect_ns, &c);
+    for (size_t i = 0; i < c.n; i++) {
+        index_entry_t *e = index_find(s->ix, c.keys[i].ns, c.keys[i].rank, &c.keys[i].hash);
+
+        if (e == NULL)
+            continue;
+        out->chunks++;
+        out->bytes += e->len;
+        out->ram_chunks += (e->flags & INDEX_F_RAM) != 0;
+        out->disk_chunks += (e->flags & (INDEX_F_DISK | INDEX_F_WBUF)) != 0;
+        /* its successors are chunks of ns too, dropped in turn: no orphans to count */
+        index_detach_children(s->ix, e);
+        if (e->pins > 0) {
+            out->pinned++;
+            limbo_add(s, e);
+        } else {
+            drop(s, e);
+        }
+    }
+    free(c.keys);
+    if (s->disk != NULL) {
+        uint64_t seg, off;
+        disk_log_end(s->disk, &seg, &off);
+        out->tombstone_error = drops_add(s->drops, ns->model, ns->revision, ns->fingerprint, seg,
+                                         off, s->last_seq > s->done_seq ? s->last_seq : 0);
+    }
+    return 0;
+}
+
 /* Queues v's RAM bytes for the disk as a self-describing record (namespace identity, rank,
  * hash, parent hash for relinking at recovery); v waits in the write buffer (INDEX_F_WBUF)
  * until its flush commits. Returns 0 or disk_append's error. */
@@ -310,6 +410,7 @@ static int write_record(store_t *s, const ns_t *ns, index_entry_t *v)
         return rc;
     v->flags |= INDEX_F_WBUF;
     v->wseq = seq;
+    s->last_seq = seq;
     s->dk.wbuf++;
     return 0;
 }
@@ -491,9 +592,15 @@ void store_pin(store_t *s, index_entry_t *e)
     e->pins++;
 }
 
+static void limbo_free(store_t *s, index_entry_t *e);
+
 void store_unpin(store_t *s, index_entry_t *e)
 {
-    if (--e->pins == 0 && tierless(e))
+    if (--e->pins > 0)
+        return;
+    if (e->flags & INDEX_F_LIMBO)
+        limbo_free(s, e);
+    else if (tierless(e))
         drop(s, e);
 }
 
@@ -662,6 +769,8 @@ int store_check(const store_t *s)
     if (index_check(s->ix) != 0)
         return -1;
     index_foreach(s->ix, check_sum, &a);
+    for (const index_entry_t *e = s->limbo; e != NULL; e = e->lru_next)
+        check_sum(e, &a);
     if (a.bytes != s->stored_bytes || a.footprint != ram_used(s->ram))
         return -1;
     if (s->disk != NULL && disk_check(s->disk) != 0)
@@ -695,6 +804,11 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
                      .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
                      .chunk_tokens = m->chunk_tokens};
 
+    /* records carry no revision yet (contract C4): NULL, matched by model and layout */
+    if (drops_covers(s->drops, m->model, m->model_len, NULL, m->fingerprint, loc->seg, loc->off)) {
+        s->dk.recover_dropped++;
+        return;
+    }
     if (ns_declare(s->nst, &id, config_gates_for(s->cfg, m->model), &ns) != 0 ||
         (ns->replicated && m->rank != 0)) {
         s->dk.recover_skipped++;
@@ -736,6 +850,24 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
     }
 }
 
+/* A flush finished the ticket seq: tombstones pending on it move past its record (loc), or to
+ * the log end when it failed (the batch was truncated away). */
+static void drops_settle_at(store_t *s, uint64_t seq, const disk_loc_t *loc)
+{
+    uint64_t seg, off;
+    int rc;
+
+    if (loc != NULL) {
+        seg = loc->seg;
+        off = loc->off + 1;
+    } else {
+        disk_log_end(s->disk, &seg, &off);
+    }
+    rc = drops_settle(s->drops, seq, seg, off);
+    if (rc != 0)
+        log_warn("drops_write_failed", "dir=%s error=\"%s\"", s->cfg->disk.dir, strerror(-rc));
+}
+
 static void committed_cb(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t hash[16],
                          uint64_t seq, bool ok, const disk_loc_t *loc)
 {
@@ -743,6 +875,10 @@ static void committed_cb(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t
     kvt_wire_hash_t h;
     index_entry_t *e;
 
+    if (seq > s->done_seq)
+        s->done_seq = seq;
+    if (drops_pending(s->drops))
+        drops_settle_at(s, seq, ok ? loc : NULL);
     memcpy(h.b, hash, 16);
     e = index_find(s->ix, ns_id, rank, &h);
     if (e == NULL || !(e->flags & INDEX_F_WBUF) || e->wseq != seq)
@@ -799,8 +935,11 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     s->loop = loop;
     if (!s->cfg->disk.enabled)
         return 0;
-    rc = disk_open(loop, s->cfg, &ops, s, &s->disk);
+    rc = drops_open(s->cfg->disk.dir, &s->drops);
+    if (rc == 0)
+        rc = disk_open(loop, s->cfg, &ops, s, &s->disk);
     if (rc != 0) {
+        drops_destroy(&s->drops);
         s->disk_error = rc;
         s->disk = NULL;
         free(s->relink);
@@ -821,6 +960,7 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     free(s->relink);
     s->relink = NULL;
     s->nrelink = s->relinkcap = 0;
+    drops_prune(s->drops, disk_first_segment(s->disk));
     uv_timer_init(loop, &s->persist_timer);
     s->persist_timer.data = s;
     return 0;

@@ -88,6 +88,7 @@ typedef struct {
     uint64_t promoted;        /* chunks read back into RAM */
     uint64_t orphaned;        /* successors detached from a dropped chunk */
     uint64_t recover_skipped; /* recovered records of conflicting namespaces */
+    uint64_t recover_dropped; /* recovered records of a dropped namespace (drops.h) */
 } store_disk_counts_t;
 
 typedef enum {
@@ -214,6 +215,27 @@ void store_unreserve(store_t *s, uint64_t off, uint64_t len);
 void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                   const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
                   uint8_t *status);
+
+/*
+ * Invalidation (kvtierctl drop, POST /admin/drop): removes every chunk of ns, in every tier and
+ * every rank, whatever its leases. A chunk that is pinned (lent to ZeroMQ, held by a
+ * shared-memory load or as the predecessor of a reservation) leaves the index at once but keeps
+ * its RAM bytes until its last store_unpin(), which frees them; until then it still counts in
+ * the RAM figures. Disk copies leave the index; their records stay in their segments until
+ * segment reclaim, and a tombstone (drops.h) keeps recovery from bringing them back. The
+ * namespace itself stays declared (sessions hold its id); chunks saved after the call are kept.
+ * Returns 0 with the counts in *out, or -ENOMEM (nothing dropped).
+ */
+typedef struct {
+    uint64_t chunks;      /* chunks removed from the index */
+    uint64_t bytes;       /* their payload bytes */
+    uint64_t ram_chunks;  /* with a RAM copy */
+    uint64_t disk_chunks; /* with a disk copy or waiting in the write buffer */
+    uint64_t pinned;      /* pinned at the call: their RAM goes at the last unpin */
+    int tombstone_error;  /* 0, or the negative errno of writing the tombstone file */
+} store_drop_t;
+
+int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out);
 
 /* Pins c (see store_chunk_t): the only way to hold a chunk across other store calls. Pins
  * count; each store_pin() needs one store_unpin(). */

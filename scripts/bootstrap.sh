@@ -8,9 +8,12 @@ set -eu
 cd "$(dirname "$0")/.."
 
 # libhiredis-dev: kvtier-bench --vs-redis; redis-server (with redis-cli): its ctest smoke test;
-# python3: tools/kvtier-tracegen (the replay smoke test generates its trace with it).
+# python3: tools/kvtier-tracegen (the replay smoke test generates its trace with it);
+# libsystemd-dev: sd_notify (Type=notify, watchdog, reload); prometheus: promtool, which the
+# metrics_promtool test runs on a live daemon's /metrics.
 packages="build-essential cmake pkg-config git curl libuv1-dev libzmq3-dev liblz4-dev
-libjansson-dev libxxhash-dev check libsubunit-dev jq libhiredis-dev redis-server python3"
+libjansson-dev libxxhash-dev check libsubunit-dev jq libhiredis-dev redis-server python3
+libsystemd-dev prometheus"
 
 missing=""
 for p in $packages; do

@@ -1,13 +1,15 @@
 /*
- * kvtierctl.c - command line tool for a running kvtierd: status, and the debug verbs put, get,
- * lookup and tally over the client library.
+ * kvtierctl.c - command line tool for a running kvtierd: status (once, or a live view with
+ * --watch, watch.c), drop (invalidation: POST /admin/drop on the status socket), and the debug
+ * verbs put, get, lookup and tally over the client library.
  *
  *   kvtierctl [-c CONFIG | -e ENDPOINT -s STATUS_SOCKET] [--ns NAME] [--rank R] [--world W]
  *             [--chunk-tokens N] [--mla] [--timeout MS] VERB [--json] ...
  *
  * Scripts rely on this interface: the verbs, their arguments, their output (one word or number
  * per verb, or one JSON object on stdout with --json) and the exit codes (0 ok, 1 miss on get,
- * 2 usage error, 3 daemon error, timeout or I/O error) do not change.
+ * 2 usage error, 3 daemon error, timeout or I/O error) do not change. `drop` prints the number
+ * of chunks it removed (exit 1 when no namespace matched); `status --watch` is for people.
  *
  * Design: one verb per run, one client (or one status socket connection) per run. Global
  * options may also follow the verb. The endpoint and the status socket come from -e / -s, else
@@ -30,6 +32,7 @@
 
 #include "kvtier.h"
 #include "tool.h"
+#include "watch.h"
 
 #define CTL_DEFAULT_TIMEOUT_MS 5000
 
@@ -42,6 +45,7 @@ typedef struct {
     char *config_endpoint; /* owned: read from the config file */
     char *config_status;   /* owned */
     kvt_ns_desc_t ns;
+    int ns_given; /* --ns was on the command line (drop needs it) */
     uint32_t rank;
     int timeout_ms;
     int data_path; /* KVT_DATA_PATH_* */
@@ -57,6 +61,8 @@ static const char usage_text[] =
     "                 [--data-path auto|frames|shm] VERB [--json] ...\n"
     "verbs:\n"
     "  status [--json]                             daemon status (status socket)\n"
+    "  status --watch [SECONDS] [--count N]        live view, redrawn every SECONDS (2)\n"
+    "  drop --ns NAME [--revision R]               remove a namespace's chunks (RAM and disk)\n"
     "  put [--op ID] [--parent HASH] HASH FILE     save FILE as chunk HASH\n"
     "  get HASH FILE                               load chunk HASH into FILE (exit 1: miss)\n"
     "  lookup [--all-ranks] [--lease] [--prompt-tokens N] [--hbm-tokens N] HASH...\n"
@@ -65,7 +71,8 @@ static const char usage_text[] =
     "                                              push verdict totals, print the gate state\n"
     "HASH is 32 hex digits. Defaults: -c " TOOL_DEFAULT_CONFIG ", --ns kvtierctl, --rank 0,\n"
     "--world 1, --chunk-tokens 256, --timeout 5000, --data-path frames.\n"
-    "Exit: 0 ok, 1 miss, 2 usage, 3 error.\n";
+    "drop prints the number of chunks removed. Exit: 0 ok, 1 miss (get; drop: no such\n"
+    "namespace), 2 usage, 3 error.\n";
 
 static int fail_sys(const char *what, const char *obj, int err)
 {
@@ -120,6 +127,7 @@ static int parse_global(ctl_t *o, int argc, char **argv, int *i)
             o->status_socket = v;
         else
             o->ns.model = v;
+        o->ns_given |= a[1] == '-';
         *i += 2;
         return 1;
     }
@@ -582,21 +590,6 @@ static double jnum(const json_t *obj, const char *path)
     return json_is_number(v) ? json_number_value(v) : -1;
 }
 
-static const char *human_bytes(double b, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-
-    if (b < 0)
-        return "?";
-    while (b >= 1024 && u < 4) {
-        b /= 1024;
-        u++;
-    }
-    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-    return buf;
-}
-
 static void print_status_summary(const json_t *st)
 {
     const char *version = json_string_value(json_object_get(st, "version"));
@@ -607,8 +600,8 @@ static void print_status_summary(const json_t *st)
 
     printf("kvtierd %s, up %.1f s\n", version ? version : "?", jnum(st, "uptime_s"));
     printf("ram: %s used of %s, %.0f chunks\n",
-           human_bytes(jnum(st, "ram.used_bytes"), used, sizeof used),
-           human_bytes(jnum(st, "ram.capacity_bytes"), capacity, sizeof capacity),
+           tool_human_bytes(jnum(st, "ram.used_bytes"), used, sizeof used),
+           tool_human_bytes(jnum(st, "ram.capacity_bytes"), capacity, sizeof capacity),
            jnum(st, "ram.chunks"));
     printf("hits %.0f, misses %.0f, evictions %.0f\n", jnum(st, "ram.hits"), jnum(st, "ram.misses"),
            jnum(st, "ram.evictions"));
@@ -617,8 +610,8 @@ static void print_status_summary(const json_t *st)
             json_string_value(json_object_get(json_object_get(st, "disk"), "state"));
         if (dstate != NULL && strcmp(dstate, "off") != 0)
             printf("disk: %s, %s used of %s, %.0f chunks, hits %.0f, misses %.0f\n", dstate,
-                   human_bytes(jnum(st, "disk.used_bytes"), used, sizeof used),
-                   human_bytes(jnum(st, "disk.capacity_bytes"), capacity, sizeof capacity),
+                   tool_human_bytes(jnum(st, "disk.used_bytes"), used, sizeof used),
+                   tool_human_bytes(jnum(st, "disk.capacity_bytes"), capacity, sizeof capacity),
                    jnum(st, "disk.chunks"), jnum(st, "disk.hits"), jnum(st, "disk.misses"));
     }
     printf("clients %.0f\n", jnum(st, "server.clients"));
@@ -630,20 +623,61 @@ static void print_status_summary(const json_t *st)
     }
 }
 
+/* A number of seconds in [0.1, 86400] (a fraction allowed): 0, or -1. */
+static int parse_seconds(const char *s, double *out)
+{
+    char *end;
+    double v;
+
+    if (s == NULL || s[0] < '0' || s[0] > '9')
+        return -1;
+    v = strtod(s, &end);
+    if (*end != '\0' || !(v >= 0.1 && v <= 86400))
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static int verb_status(ctl_t *o, int argc, char **argv)
 {
     json_t *st;
     char *body = NULL;
-    int rc;
+    double interval = 2.0;
+    uint64_t count = 0;
+    int rc, watch = 0;
 
     for (int i = 0; i < argc;) {
+        if (strcmp(argv[i], "--watch") == 0) {
+            watch = 1;
+            i++;
+            if (i < argc && argv[i][0] != '-') {
+                if (parse_seconds(argv[i], &interval) != 0)
+                    return tool_usage_error("--watch: expected seconds in 0.1..86400, got '%s'",
+                                            argv[i]);
+                i++;
+            }
+            continue;
+        }
+        if (strcmp(argv[i], "--count") == 0) {
+            if ((rc = tool_opt_u64("--count", i + 1 < argc ? argv[i + 1] : NULL, 1, UINT32_MAX,
+                                   &count)) != 0)
+                return rc;
+            i += 2;
+            continue;
+        }
         if ((rc = parse_global(o, argc, argv, &i)) == 0)
             return tool_usage_error("status: unexpected argument %s", argv[i]);
         if (rc != 1)
             return rc;
     }
+    if (count > 0 && !watch)
+        return tool_usage_error("status: --count goes with --watch");
+    if (watch && o->json)
+        return tool_usage_error("status: --watch draws a view; --json prints one document");
     if ((rc = resolve_endpoints(o, 0, 1)) != 0)
         return rc;
+    if (watch)
+        return watch_run(o->status_socket, o->timeout_ms, interval, (unsigned long)count);
     if (tool_status_get(o->status_socket, o->timeout_ms, &st, &body) != 0)
         return EXIT_FAIL;
     if (o->json) {
@@ -659,16 +693,86 @@ static int verb_status(ctl_t *o, int argc, char **argv)
     return 0;
 }
 
+/* Appends s percent-encoded (everything but RFC 3986's unreserved characters) to buf. */
+static void url_encode(char *buf, size_t cap, const char *s)
+{
+    size_t n = strlen(buf);
+
+    for (; *s != '\0' && n + 4 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~')
+            buf[n++] = (char)c;
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "%%%02X", c);
+    }
+    buf[n] = '\0';
+}
+
+static int verb_drop(ctl_t *o, int argc, char **argv)
+{
+    const char *revision = NULL;
+    char url[2048] = "/admin/drop?ns=";
+    tool_http_reply_t r;
+    json_error_t jerr;
+    json_t *doc;
+    int rc, err;
+
+    for (int i = 0; i < argc;) {
+        if (strcmp(argv[i], "--revision") == 0) {
+            if (i + 1 >= argc)
+                return tool_usage_error("--revision needs a value");
+            revision = argv[i + 1];
+            i += 2;
+            continue;
+        }
+        if ((rc = parse_global(o, argc, argv, &i)) == 0)
+            return tool_usage_error("drop: unexpected argument %s", argv[i]);
+        if (rc != 1)
+            return rc;
+    }
+    if (!o->ns_given)
+        return tool_usage_error("drop: --ns NAME is required (the model whose chunks go)");
+    if (strlen(o->ns.model) > 255 || (revision != NULL && strlen(revision) > 255))
+        return tool_usage_error("drop: a model name and a revision are at most 255 bytes");
+    url_encode(url, sizeof url, o->ns.model);
+    if (revision != NULL) {
+        strcat(url, "&revision=");
+        url_encode(url, sizeof url, revision);
+    }
+    if ((rc = resolve_endpoints(o, 0, 1)) != 0)
+        return rc;
+    err = tool_http_request(o->status_socket, "POST", url, o->timeout_ms, &r);
+    if (err != 0)
+        return fail_sys("drop", o->status_socket, err);
+    doc = json_loads(r.body, 0, &jerr);
+    if (doc == NULL || (r.code != 200 && r.code != 404)) {
+        const char *why = json_string_value(json_object_get(doc, "error"));
+        tool_error("drop: HTTP status %d%s%s", r.code, why ? ": " : "", why ? why : "");
+        json_decref(doc);
+        tool_http_reply_free(&r);
+        return EXIT_FAIL;
+    }
+    if (o->json) {
+        rc = print_json(json_incref(doc));
+    } else {
+        printf("%" JSON_INTEGER_FORMAT "\n", json_integer_value(json_object_get(doc, "chunks")));
+        rc = 0;
+    }
+    if (rc == 0 && r.code == 404)
+        rc = EXIT_MISS;
+    json_decref(doc);
+    tool_http_reply_free(&r);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
         const char *name;
         int (*fn)(ctl_t *, int, char **);
-    } verbs[] = {{"status", verb_status},
-                 {"put", verb_put},
-                 {"get", verb_get},
-                 {"lookup", verb_lookup},
-                 {"tally", verb_tally}};
+    } verbs[] = {{"status", verb_status}, {"drop", verb_drop},     {"put", verb_put},
+                 {"get", verb_get},       {"lookup", verb_lookup}, {"tally", verb_tally}};
     ctl_t o = {.ns = {.model = "kvtierctl", .chunk_tokens = 256, .world_size = 1},
                .timeout_ms = CTL_DEFAULT_TIMEOUT_MS,
                /* a one-shot tool: mapping (and populating) a large arena costs more than

@@ -236,7 +236,7 @@ int tool_http_request(const char *sock_path, const char *method, const char *url
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int64_t deadline = tool_now_ms() + timeout_ms;
-    char req[512], *buf = NULL, *sep;
+    char req[2048], *buf = NULL, *sep; /* a URL of two percent-encoded 255-byte names fits */
     size_t cap = 1 << 14, n = 0, sent = 0;
     int fd, len, code, err = 0;
 
@@ -371,4 +371,19 @@ json_t *tool_json_path(const json_t *obj, const char *dotted)
             p++;
     }
     return (json_t *)obj;
+}
+
+const char *tool_human_bytes(double b, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+
+    if (b < 0)
+        return "?";
+    while (b >= 1024 && u < 5) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+    return buf;
 }

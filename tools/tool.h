@@ -99,6 +99,10 @@ int tool_status_get(const char *sock_path, int timeout_ms, json_t **doc, char **
  * NULL when any step is missing or not an object. */
 json_t *tool_json_path(const json_t *obj, const char *dotted);
 
+/* b bytes for people ("512 B", "1.5 GiB") into buf (len bytes); returns buf, or "?" for b < 0
+ * (a field that was absent). */
+const char *tool_human_bytes(double b, char *buf, size_t len);
+
 /* Monotonic milliseconds. */
 int64_t tool_now_ms(void);
 

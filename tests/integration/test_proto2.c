@@ -20,45 +20,6 @@
 
 #define CAP_JSON "{\"server\": {\"max_in_flight\": 77}}"
 
-/* Sends one message of nf frames whose head is m (any version), returns the decoded reply. */
-static void raw_call(void *s, kvt_msg_t *m, const kvt_frame_t *rest, size_t nrest,
-                     harness_raw_msg_t *r, kvt_msg_t *rep)
-{
-    uint8_t head[160];
-    kvt_frame_t f[HARNESS_RAW_MAX_FRAMES];
-
-    ck_assert_uint_le(nrest + 1, HARNESS_RAW_MAX_FRAMES);
-    f[0].data = head;
-    f[0].len = kvt_head_encode(head, sizeof head, m);
-    ck_assert_uint_gt(f[0].len, 0);
-    for (size_t i = 0; i < nrest; i++)
-        f[1 + i] = rest[i];
-    ck_assert_int_eq(harness_raw_send(s, f, nrest + 1), 0);
-    ck_assert_msg(harness_raw_recv(s, r) == 0, "no reply to %s", kvt_msg_type_name(m->hdr.type));
-    harness_raw_decode(r, rep);
-    ck_assert_uint_eq(rep->hdr.req_id, m->hdr.req_id);
-}
-
-/* Protocol 2 HELLO of model/revision (fp fixed); returns HELLO_OK's body. */
-static kvt_hello_ok_t hello2(void *s, const char *model, const char *rev, uint64_t rid)
-{
-    kvt_msg_t m = {.hdr = {.version = 2, .type = KVT_MSG_HELLO, .req_id = rid}}, rep;
-    kvt_frame_t f[2] = {{model, strlen(model)}, {rev, strlen(rev)}};
-    harness_raw_msg_t r;
-    kvt_hello_ok_t ok;
-
-    m.u.hello.layout_fp = 0x5eed;
-    m.u.hello.chunk_tokens = 16;
-    m.u.hello.world = 1;
-    m.u.hello.features = ~0ull;
-    raw_call(s, &m, f, 2, &r, &rep);
-    ck_assert_int_eq(rep.hdr.type, KVT_MSG_HELLO_OK);
-    ck_assert_uint_eq(rep.hdr.version, 2);
-    ok = rep.u.hello_ok;
-    harness_raw_msg_close(&r);
-    return ok;
-}
-
 START_TEST(test_hello_v2_fields_and_revision)
 {
     harness_opts_t ho = {.extra_json = CAP_JSON};
@@ -70,13 +31,13 @@ START_TEST(test_hello_v2_fields_and_revision)
     size_t i;
     int seen = 0;
 
-    a = hello2(s, "rev-model", "rev-a", 1);
+    a = harness_raw_hello2(s, "rev-model", "rev-a", 1);
     ck_assert_uint_eq(a.max_in_flight, 77);
     ck_assert_uint_eq(a.arena_gen, 0); /* the harness's arena is a memfd: not shared */
     ck_assert_uint_eq(a.features & ~(KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN), 0);
     ck_assert_uint_gt(a.max_chunks, 0);
-    a2 = hello2(s, "rev-model", "rev-a", 2);
-    b = hello2(s, "rev-model", "rev-b", 3);
+    a2 = harness_raw_hello2(s, "rev-model", "rev-a", 2);
+    b = harness_raw_hello2(s, "rev-model", "rev-b", 3);
     ck_assert_uint_eq(a.ns_id, a2.ns_id);
     ck_assert_uint_ne(a.ns_id, b.ns_id); /* same model and fingerprint, another revision */
 
@@ -112,8 +73,9 @@ START_TEST(test_load_ok_both_versions)
 
     for (size_t i = 0; i < sizeof bytes; i++)
         bytes[i] = (uint8_t)(i * 7);
-    ns1 = harness_raw_hello(s1, "both", 0x5eed, 0, 1, 1);
-    ns2 = hello2(s2, "both", "", 1).ns_id; /* no revision: the protocol 1 client's namespace */
+    ns1 = harness_raw_hello(s1, "both", HARNESS_RAW_FP2, 0, 1, 1);
+    ns2 = harness_raw_hello2(s2, "both", "", 1)
+              .ns_id; /* no revision: the protocol 1 client's namespace */
     ck_assert_uint_eq(ns1, ns2);
 
     f[0] = (kvt_frame_t){head, harness_raw_head(head, KVT_MSG_SAVE_DATA, 2, ns1, 0)};
@@ -139,7 +101,7 @@ START_TEST(test_load_ok_both_versions)
 
     memset(&m, 0, sizeof m);
     m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_LOAD, .req_id = 4, .ns_id = ns2};
-    raw_call(s2, &m, &f[1], 1, &r, &rep);
+    harness_raw_call(s2, &m, &f[1], 1, &r, &rep);
     ck_assert_int_eq(rep.hdr.type, KVT_MSG_LOAD_OK);
     ck_assert_uint_eq(rep.hdr.version, 2);
     ck_assert_uint_eq(r.n, 4); /* head, status, checksums, payload */
@@ -164,7 +126,7 @@ START_TEST(test_tally_and_errors_v2)
     kvt_frame_t f[2] = {{NULL, 0}, {NULL, 0}};
     harness_raw_msg_t r;
     kvt_msg_t m, rep;
-    uint32_t ns = hello2(s, "tally2", "", 1).ns_id;
+    uint32_t ns = harness_raw_hello2(s, "tally2", "", 1).ns_id;
 
     memset(&m, 0, sizeof m);
     m.hdr = (kvt_hdr_t){
@@ -174,7 +136,7 @@ START_TEST(test_tally_and_errors_v2)
                               .probes_total = 4,
                               .served_tokens_total = 8192,
                               .lookup_tokens_total = 65536};
-    raw_call(s, &m, f, 1, &r, &rep);
+    harness_raw_call(s, &m, f, 1, &r, &rep);
     ck_assert_int_eq(rep.hdr.type, KVT_MSG_TALLY_OK);
     ck_assert_uint_eq(rep.hdr.version, 2);
     ck_assert_uint_eq(r.f[0].len, kvt_head_size_v(KVT_MSG_TALLY_OK, 2));
@@ -186,7 +148,7 @@ START_TEST(test_tally_and_errors_v2)
     m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_LOOKUP, .req_id = 3, .ns_id = ns + 100};
     f[0] = (kvt_frame_t){head, KVT_HASH_BYTES};
     memset(head, 1, KVT_HASH_BYTES);
-    raw_call(s, &m, f, 1, &r, &rep);
+    harness_raw_call(s, &m, f, 1, &r, &rep);
     ck_assert_int_eq(rep.hdr.type, KVT_MSG_ERROR);
     ck_assert_uint_eq(rep.hdr.version, 2);
     ck_assert_int_eq(rep.u.error.code, KVT_WIRE_ENONS);

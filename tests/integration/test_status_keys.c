@@ -34,7 +34,6 @@ typedef struct {
     size_t n, cap;
 } strset_t;
 
-
 static void set_add(strset_t *s, const char *str)
 {
     for (size_t i = 0; i < s->n; i++)

@@ -201,16 +201,13 @@ static void check_log_clean(const harness_t *h)
     free(log);
 }
 
-/* SIGTERM, wait, assert exit status 0 and a clean log; the harness stays. */
-static void stop_daemon(harness_t *h)
+void harness_reap(harness_t *h)
 {
-    int64_t deadline;
+    int64_t deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
     int wst = 0;
     pid_t r;
 
-    ck_assert_msg(h->pid > 0, "stopping a daemon that is not running");
-    ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
-    deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
+    ck_assert_msg(h->pid > 0, "harness_reap on a daemon that is not running");
     while ((r = waitpid(h->pid, &wst, WNOHANG)) == 0 && harness_now_ms() < deadline)
         pause_ms(POLL_PAUSE_MS);
     if (r == 0) {
@@ -236,14 +233,18 @@ void harness_stop(harness_t **hp)
 
     if (h == NULL)
         return;
-    stop_daemon(h);
+    ck_assert_msg(h->pid > 0, "harness_stop on a daemon that is not running");
+    ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
+    harness_reap(h);
     harness_free(hp);
 }
 
 void harness_restart(harness_t *h)
 {
-    if (h->pid > 0)
-        stop_daemon(h);
+    if (h->pid > 0) {
+        ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
+        harness_reap(h);
+    }
     spawn_ready(h);
 }
 
@@ -539,4 +540,41 @@ uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t ran
     ck_assert_uint_eq(m.hdr.req_id, rid);
     harness_raw_msg_close(&r);
     return m.u.hello_ok.ns_id;
+}
+
+void harness_raw_call(void *s, const kvt_msg_t *m, const kvt_frame_t *rest, size_t nrest,
+                      harness_raw_msg_t *r, kvt_msg_t *rep)
+{
+    uint8_t head[160];
+    kvt_frame_t f[HARNESS_RAW_MAX_FRAMES];
+
+    ck_assert_uint_le(nrest + 1, HARNESS_RAW_MAX_FRAMES);
+    f[0].data = head;
+    f[0].len = kvt_head_encode(head, sizeof head, m);
+    ck_assert_uint_gt(f[0].len, 0);
+    for (size_t i = 0; i < nrest; i++)
+        f[1 + i] = rest[i];
+    ck_assert_int_eq(harness_raw_send(s, f, nrest + 1), 0);
+    ck_assert_msg(harness_raw_recv(s, r) == 0, "no reply to %s", kvt_msg_type_name(m->hdr.type));
+    harness_raw_decode(r, rep);
+    ck_assert_uint_eq(rep->hdr.req_id, m->hdr.req_id);
+}
+
+kvt_hello_ok_t harness_raw_hello2(void *s, const char *model, const char *rev, uint64_t rid)
+{
+    kvt_msg_t m = {.hdr = {.version = 2, .type = KVT_MSG_HELLO, .req_id = rid}}, rep;
+    kvt_frame_t f[2] = {{model, strlen(model)}, {rev, strlen(rev)}};
+    harness_raw_msg_t r;
+    kvt_hello_ok_t ok;
+
+    m.u.hello.layout_fp = HARNESS_RAW_FP2;
+    m.u.hello.chunk_tokens = 16;
+    m.u.hello.world = 1;
+    m.u.hello.features = ~0ull;
+    harness_raw_call(s, &m, f, 2, &r, &rep);
+    ck_assert_int_eq(rep.hdr.type, KVT_MSG_HELLO_OK);
+    ck_assert_uint_eq(rep.hdr.version, 2);
+    ok = rep.u.hello_ok;
+    harness_raw_msg_close(&r);
+    return ok;
 }

@@ -55,9 +55,13 @@ harness_t *harness_start(const harness_opts_t *opts);
  * directory, free *h and set it to NULL. */
 void harness_stop(harness_t **h);
 
+/* Waits for the exit of a daemon the test has signalled (SIGTERM) itself: asserts exit status 0
+ * within HARNESS_DEADLINE_MS and a log free of sanitizer reports; h stays valid (harness_free). */
+void harness_reap(harness_t *h);
+
 /* Starts the daemon again with the same directory, config and endpoint: after harness_kill9(),
- * or, when it runs, after a clean stop (SIGTERM, exit 0, clean log asserted). Returns once GET
- * /status answers. (The log is started anew.) */
+ * or, when it runs, after a clean stop (SIGTERM and harness_reap). Returns once GET /status
+ * answers. (The log is started anew.) */
 void harness_restart(harness_t *h);
 
 /* SIGKILL the daemon and reap it; the harness stays valid (paths remain) until harness_free(). */
@@ -144,5 +148,17 @@ size_t harness_raw_hello_head(uint8_t *buf, uint64_t fp, uint16_t rank, uint16_t
 /* HELLO on a raw socket (chunk_tokens 16); returns the ns_id of HELLO_OK or fails the test. */
 uint32_t harness_raw_hello(void *s, const char *model, uint64_t fp, uint16_t rank, uint16_t world,
                            uint64_t rid);
+
+/* The layout fingerprint of harness_raw_hello2's namespaces. */
+#define HARNESS_RAW_FP2 0x5eedull
+
+/* Sends one message whose head is m (any version) followed by nrest frames, receives the reply
+ * into *r (close it) and decodes it into *rep; asserts the reply carries m's request id. */
+void harness_raw_call(void *s, const kvt_msg_t *m, const kvt_frame_t *rest, size_t nrest,
+                      harness_raw_msg_t *r, kvt_msg_t *rep);
+
+/* Protocol 2 HELLO of model/revision (fingerprint HARNESS_RAW_FP2, world 1, chunk_tokens 16,
+ * every feature offered); asserts HELLO_OK in protocol 2 and returns its body. */
+kvt_hello_ok_t harness_raw_hello2(void *s, const char *model, const char *rev, uint64_t rid);
 
 #endif /* KVT_TEST_HARNESS_H */

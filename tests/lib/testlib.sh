@@ -11,6 +11,11 @@
 #                               starts KVTIERD -c CONFIG in the background (stdout and stderr
 #                               appended to $dir/kvtierd.log), its pid in $pid, and waits (10 s at
 #                               most) until GET /status answers on SOCK.
+# testlib_start_disk_daemon KVTIERD RAM
+#                               writes $dir/kvtierd.json (endpoint ipc://$dir/kvt.zmq in $endpoint,
+#                               status socket $dir/status.sock in $sock, a memfd arena of RAM,
+#                               64 KiB chunks, an 8 MiB disk tier in $dir/disk) and starts KVTIERD
+#                               on it (testlib_start_daemon).
 # testlib_stop_daemon           SIGTERM to $pid; fails unless the daemon exits 0 with a log free of
 #                               sanitizer reports.
 # testlib_no_sanitizer_report FILE...
@@ -83,6 +88,21 @@ testlib_start_daemon() { # kvtierd config sock
         ((SECONDS < deadline)) || fail "kvtierd not ready after 10 s"
         sleep 0.05
     done
+}
+
+testlib_start_disk_daemon() { # kvtierd ram
+    endpoint="ipc://$dir/kvt.zmq"
+    sock="$dir/status.sock"
+    cat >"$dir/kvtierd.json" <<EOF
+{
+  "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
+  "ram": {"capacity_bytes": "$2", "arena_path": "", "max_chunk_bytes": "64KiB"},
+  "disk": {"enabled": true, "dir": "$dir/disk", "capacity_bytes": "8MiB",
+           "segment_bytes": "2MiB", "write_buffer_bytes": "1MiB"},
+  "log": {"level": "info"}
+}
+EOF
+    testlib_start_daemon "$1" "$dir/kvtierd.json" "$sock"
 }
 
 testlib_no_sanitizer_report() { # file...

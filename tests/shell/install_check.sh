@@ -1,10 +1,12 @@
 #!/bin/bash
 # install_check.sh BUILD_DIR - `cmake --install` into a scratch prefix lays out every file an
 # operator and an engine developer need, the installed unit passes `systemd-analyze verify`
-# (when systemd-analyze exists), a program built only from the installed header and pkg-config
-# file links against libkvtier and runs, and install_consumer.c, built the same way, keeps 8
-# saves and 8 loads in flight from two threads against the installed kvtierd (shared-memory and
-# frames path) and reads back every byte.
+# (when systemd-analyze exists), is a Type=notify service with a watchdog and a reload, and
+# keeps `systemd-analyze security` at or below 1.8 (when it can evaluate a unit file offline),
+# a program built only from the installed header and pkg-config file links against libkvtier
+# and runs, and install_consumer.c, built the same way, keeps 8 saves and 8 loads in flight
+# from two threads against the installed kvtierd (shared-memory and frames path) and reads back
+# every byte.
 set -euo pipefail
 build="$1"
 # shellcheck source=../lib/testlib.sh
@@ -41,7 +43,16 @@ grep -q "^ExecStart=$prefix/sbin/kvtierd -c $prefix/etc/kvtier/kvtierd.json$" "$
 if command -v systemd-analyze > /dev/null; then
     out=$(systemd-analyze verify "$unit" 2>&1 || true)
     if [ -n "$out" ]; then echo "systemd-analyze verify: $out" >&2; exit 1; fi
+    if sec=$(systemd-analyze security --offline=yes "$unit" 2>/dev/null); then
+        score=$(printf '%s\n' "$sec" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+        awk -v s="$score" 'BEGIN { exit !(s != "" && s <= 1.8) }' ||
+            { echo "systemd-analyze security: exposure '$score', want <= 1.8" >&2; exit 1; }
+    fi
 fi
+for key in '^Type=notify$' '^NotifyAccess=main$' '^WatchdogSec=' '^ExecReload=/bin/kill -HUP \$MAINPID$' \
+           '^TimeoutStopSec=30$'; do
+    grep -q "$key" "$unit" || { echo "unit lacks $key" >&2; exit 1; }
+done
 
 cat > "$prefix/t.c" <<'C'
 #include <kvtier.h>

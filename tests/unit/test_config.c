@@ -7,6 +7,7 @@
  * load leaves the caller's config_t untouched.
  */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -673,6 +674,90 @@ START_TEST(test_dump_round_trip)
 }
 END_TEST
 
+struct changes {
+    char keys[16][128];
+    bool live[16];
+    int n;
+};
+
+static void note_change(void *arg, const char *path, bool live)
+{
+    struct changes *c = arg;
+
+    ck_assert_int_lt(c->n, 16);
+    snprintf(c->keys[c->n], sizeof c->keys[0], "%s", path);
+    c->live[c->n++] = live;
+}
+
+static int change_of(const struct changes *c, const char *path)
+{
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->keys[i], path) == 0)
+            return c->live[i] ? 1 : 0;
+    return -1;
+}
+
+START_TEST(test_live_flags)
+{
+    static const char *const live[] = {"log.level",
+                                       "ram.lease_ms",
+                                       "ram.shm_hold_ms",
+                                       "server.client_idle_ms",
+                                       "server.stop_drain_ms",
+                                       "disk.max_reads_in_flight",
+                                       "gates.admission.enabled",
+                                       "gates.lookup_skip.cut",
+                                       "namespaces.any-model"};
+    static const char *const restart[] = {"server.endpoint",    "server.max_chunks_per_request",
+                                          "ram.capacity_bytes", "ram.arena_path",
+                                          "disk.dir",           "disk.enabled",
+                                          "no.such.key"};
+
+    for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
+        ck_assert_msg(config_key_live(live[i]), "%s should be live", live[i]);
+    for (size_t i = 0; i < sizeof restart / sizeof restart[0]; i++)
+        ck_assert_msg(!config_key_live(restart[i]), "%s should need a restart", restart[i]);
+}
+END_TEST
+
+START_TEST(test_merge_live)
+{
+    config_t *cur = load_ok("{\"ram\": {\"lease_ms\": 1000}, \"namespaces\": {\"a\": {\"gates\": "
+                            "{\"admission\": {\"floor\": 0.5}}}, \"gone\": {}}}");
+    config_t *next = load_ok("{\"ram\": {\"lease_ms\": 2000, \"capacity_bytes\": \"1GiB\"}, "
+                             "\"log\": {\"level\": \"debug\"}, \"gates\": {\"admission\": "
+                             "{\"enabled\": true}}, \"namespaces\": {\"a\": {\"gates\": "
+                             "{\"admission\": {\"floor\": 0.75}}}, \"new\": {}}}");
+    uint64_t cap = cur->ram.capacity_bytes;
+    struct changes c = {0};
+
+    ck_assert_int_eq(config_merge_live(cur, next, note_change, &c), 1);
+    ck_assert_uint_eq(cur->ram.lease_ms, 2000);
+    ck_assert_int_eq(cur->log.level, LOG_DEBUG);
+    ck_assert(cur->gates.admission.enabled);
+    ck_assert_uint_eq(cur->ram.capacity_bytes, cap); /* needs a restart: kept */
+    ck_assert(config_gates_for(cur, "a")->admission.floor == 0.75);
+    ck_assert(config_gates_for(cur, "a")->admission.enabled);
+    ck_assert(config_gates_for(cur, "new")->admission.enabled);
+    ck_assert(config_gates_for(cur, "gone") == &cur->gates);
+    ck_assert_int_eq(change_of(&c, "ram.lease_ms"), 1);
+    ck_assert_int_eq(change_of(&c, "ram.capacity_bytes"), 0);
+    ck_assert_int_eq(change_of(&c, "log.level"), 1);
+    ck_assert_int_eq(change_of(&c, "gates.admission.enabled"), 1);
+    ck_assert_int_eq(change_of(&c, "namespaces.a"), 1);
+    ck_assert_int_eq(change_of(&c, "namespaces.new"), 1);
+    ck_assert_int_eq(change_of(&c, "namespaces.gone"), 1);
+    ck_assert_int_eq(change_of(&c, "server.endpoint"), -1);
+    /* the same file again changes nothing */
+    c.n = 0;
+    memcpy(next, cur, sizeof *next);
+    ck_assert_int_eq(config_merge_live(cur, next, note_change, &c), 0);
+    ck_assert_int_eq(c.n, 0);
+    free(cur);
+    free(next);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -698,6 +783,8 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_namespace_errors);
     tcase_add_test(tc, test_parse_size);
     tcase_add_test(tc, test_dump_round_trip);
+    tcase_add_test(tc, test_live_flags);
+    tcase_add_test(tc, test_merge_live);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -50,6 +50,8 @@ struct harness {
     /* Loop thread (the test's thread). */
     int calls;
     char last_path[256];
+    int post_calls;
+    char last_query[256];
     /* Client thread; read after the join. */
     reply_t rep[MAX_REPLIES];
     int n[8];
@@ -402,6 +404,70 @@ START_TEST(test_error_codes)
     ck_assert_int_eq(h.calls, 4);
     ck_assert_str_eq(h.last_path, "/status");
     harness_free(&h);
+}
+END_TEST
+
+/* POST on the registered path only: the handler gets the raw query and its answer, with its
+ * code and body, goes out as it is; POST elsewhere is 405 and reaches no handler. */
+static int test_post(void *arg, const char *query, char **body, size_t *len,
+                     const char **content_type)
+{
+    harness_t *h = arg;
+
+    h->post_calls++;
+    snprintf(h->last_query, sizeof h->last_query, "%s", query);
+    *body = strdup(query[0] != '\0' ? "{\"done\":1}" : "{\"error\":\"ns\"}");
+    if (*body == NULL)
+        return 500;
+    *len = strlen(*body);
+    *content_type = "application/json";
+    return query[0] != '\0' ? 200 : 400;
+}
+
+static void client_post(harness_t *h)
+{
+    h->rep[0] = client_request(h, "POST /admin/drop?ns=a%20b&revision=r HTTP/1.0\r\n\r\n");
+    h->rep[1] = client_request(h, "POST /admin/drop HTTP/1.0\r\n\r\n");
+    h->rep[2] = client_request(h, "POST /admin/other?ns=x HTTP/1.0\r\n\r\n");
+    h->rep[3] = client_request(h, "GET /admin/drop?ns=x HTTP/1.0\r\n\r\n");
+}
+
+START_TEST(test_post_one_path)
+{
+    harness_t h;
+
+    harness_init(&h);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    ck_assert_int_eq(http_server_set_post(h.srv, "/admin/drop", test_post, &h), 0);
+    harness_start(&h, client_post);
+    harness_finish(&h);
+    ck_assert_str_eq(h.rep[0].data, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+                                    "Content-Length: 10\r\nConnection: close\r\n\r\n{\"done\":1}");
+    ck_assert_str_eq(h.rep[1].data, "HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n"
+                                    "Content-Length: 14\r\nConnection: close\r\n\r\n"
+                                    "{\"error\":\"ns\"}");
+    ck_assert_ptr_nonnull(strstr(h.rep[2].data, "HTTP/1.0 405 Method Not Allowed\r\n"));
+    ck_assert_ptr_nonnull(strstr(h.rep[3].data, "HTTP/1.0 404 Not Found\r\n"));
+    ck_assert_int_eq(h.post_calls, 2);
+    ck_assert_str_eq(h.last_query, "");
+    ck_assert_int_eq(h.calls, 1); /* the GET */
+    harness_free(&h);
+}
+END_TEST
+
+START_TEST(test_parse_query)
+{
+    http_request_t req;
+    static const char head[] = "POST /admin/drop?ns=m&revision=r HTTP/1.0\r\n\r\n";
+
+    ck_assert_int_eq(http_parse_request(head, strlen(head), &req), HTTP_PARSE_DONE);
+    ck_assert_uint_eq(req.path_len, strlen("/admin/drop"));
+    ck_assert_uint_eq(req.query_len, strlen("ns=m&revision=r"));
+    ck_assert_int_eq(memcmp(req.query, "ns=m&revision=r", req.query_len), 0);
+    ck_assert_int_eq(http_parse_request(full_head, strlen(full_head), &req), HTTP_PARSE_DONE);
+    ck_assert_uint_eq(req.query_len, strlen("verbose=1"));
+    ck_assert_int_eq(http_parse_request("GET / HTTP/1.0\r\n\r\n", 18, &req), HTTP_PARSE_DONE);
+    ck_assert_ptr_null(req.query);
 }
 END_TEST
 
@@ -792,6 +858,8 @@ static Suite *status_suite(void)
     tcase_add_test(parse, test_parse_invalid);
     tcase_add_test(server, test_get);
     tcase_add_test(server, test_error_codes);
+    tcase_add_test(server, test_post_one_path);
+    tcase_add_test(server, test_parse_query);
     tcase_add_test(server, test_head_size_limit);
     tcase_add_test(server, test_big_body_and_split_request);
     tcase_add_test(server, test_socket_mode);

@@ -435,6 +435,72 @@ START_TEST(store_long_save_keeps_chain)
 }
 END_TEST
 
+/* A drop takes every chunk of the namespace; a pinned one leaves the index at once and keeps
+ * its RAM until its last unpin; another namespace and later saves are untouched. */
+START_TEST(store_drop_ns_pinned_and_others)
+{
+    fixture_t f;
+    uint8_t st[8];
+    kvt_wire_hash_t h1 = H(1, 1);
+    store_drop_t d;
+    store_chunk_t *pinned;
+    ns_t *other;
+    gates_cfg_t g;
+    uint64_t len, used;
+
+    fixture_init(&f, 1 << 20, 1, false);
+    g = f.cfg.gates;
+    ck_assert_int_eq(
+        ns_declare(
+            f.nst,
+            &(ns_ident_t){
+                .model = "o", .model_len = 1, .fingerprint = 43, .world = 1, .chunk_tokens = 16},
+            &g, &other),
+        0);
+    save_chain(&f, 0, 1, 0, 4, 4096, 0, st);
+    store_save(f.st, other, 0, NULL, &h1, 1,
+               &(kvt_frame_t){.data = (const uint8_t[4096]){0}, .len = 4096}, 0, st);
+    ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+    pinned = store_find(f.st, f.ns, 0, &h1);
+    ck_assert_ptr_nonnull(pinned);
+    store_pin(f.st, pinned);
+    used = store_stats(f.st)->stored;
+
+    ck_assert_int_eq(store_drop_ns(f.st, f.ns, &d), 0);
+    ck_assert_uint_eq(d.chunks, 4);
+    ck_assert_uint_eq(d.bytes, 4 * 4096);
+    ck_assert_uint_eq(d.ram_chunks, 4);
+    ck_assert_uint_eq(d.pinned, 1);
+    ck_assert_uint_eq(d.disk_chunks, 0);
+    ck_assert_uint_eq(f.ns->chunks, 0);
+    ck_assert_uint_eq(f.ns->bytes, 0);
+    ck_assert_uint_eq(lookup_chain(&f, 0, 1, 4), 0);
+    ck_assert_ptr_null(store_find(f.st, f.ns, 0, &h1));
+    ck_assert_ptr_nonnull(store_load(f.st, other, 0, &h1, &len));
+    ck_assert_int_eq(store_check(f.st), 0);
+    /* the pinned chunk's bytes are still there for its holder */
+    ck_assert_uint_eq(store_chunk_len(pinned), 4096);
+    {
+        store_ram_stats_t rs;
+        store_ram_stats(f.st, 0, &rs);
+        ck_assert_uint_eq(rs.chunks, 2); /* other's chunk and the pinned one */
+        ck_assert_uint_eq(rs.index_chunks, 1);
+        store_unpin(f.st, pinned);
+        store_ram_stats(f.st, 0, &rs);
+        ck_assert_uint_eq(rs.chunks, 1);
+        ck_assert_uint_eq(rs.stored_bytes, 4096);
+    }
+    ck_assert_int_eq(store_check(f.st), 0);
+    /* the namespace takes new saves */
+    save_chain(&f, 0, 1, 0, 2, 4096, 0, st);
+    ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+    ck_assert_uint_eq(lookup_chain(&f, 0, 1, 4), 2);
+    ck_assert_uint_eq(used, store_stats(f.st)->stored - 2);
+    ck_assert_int_eq(store_check(f.st), 0);
+    fixture_fini(&f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("store");
@@ -454,6 +520,7 @@ static Suite *suite(void)
     tcase_add_test(ts, store_leased_chain_survives_pressure);
     tcase_add_test(ts, store_nospace_when_all_leased);
     tcase_add_test(ts, store_long_save_keeps_chain);
+    tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);
     suite_add_tcase(s, ts);
     return s;

@@ -1,0 +1,79 @@
+/*
+ * drops.h - tombstones of dropped namespaces, so that a restart does not bring back from the
+ * disk segments what an operator dropped (kvtierctl drop, POST /admin/drop).
+ *
+ * A drop removes a namespace's chunks from the index at once; the records of its disk-only
+ * chunks stay in their segments as dead bytes until segment reclaim deletes the files. Recovery
+ * reads every valid record, so without a note it would re-index them. A tombstone names the
+ * namespace identity (model, revision, layout fingerprint) and a log position (segment id,
+ * offset): every record of that namespace at a position below it (lexicographically) is dead.
+ * Records are written in the order of their write-buffer tickets, so the position just past the
+ * last record queued before the drop separates the dead records from later saves of the same
+ * namespace. That position is known once the flush holding that last ticket has finished: a
+ * tombstone is added with the log end at the time of the drop and a pending ticket, and is
+ * settled (moved to the record of that ticket) when its flush commits.
+ *
+ * Tombstones live in <disk.dir>/drops, rewritten whole (write, fsync, rename, fsync of the
+ * directory) on every change: a few lines, written on operator actions only. One line per
+ * tombstone, every string in hex so that any model name is safe:
+ *   kvtier-drops 1
+ *   <segment> <offset> <fingerprint hex16> <model hex> <revision hex or ->
+ * A file that cannot be read or parsed is logged and ignored (an empty set: dropped chunks may
+ * come back, live data is never lost). A tombstone whose covered segments are all gone is pruned.
+ *
+ * Revisions: a record that carries its revision matches a tombstone of that revision only. A
+ * record without one (the record format before contract C4, which every record has today) is
+ * matched by model and fingerprint alone, so dropping any revision of a model also kills the
+ * revision-less records of that model and layout written before the drop: such a record cannot
+ * be attributed, and for an invalidation losing a little cache is the safe side of keeping KV
+ * that may be stale.
+ *
+ * Limits: a crash before a pending tombstone settled leaves it at the drop-time log end, so
+ * records of the namespace that were still in the write buffer may come back after that crash.
+ *
+ * Threads: loop thread only (and the start-up before it). The file is written synchronously:
+ * it is small and written only when an operator drops.
+ */
+#ifndef KVT_DROPS_H
+#define KVT_DROPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DROPS_MAX 4096 /* tombstones kept; beyond, the oldest settled one is forgotten */
+
+typedef struct drops drops_t;
+
+/* Reads <dir>/drops (absent: empty). Returns 0 and *out, or -ENOMEM. A bad file is logged and
+ * read as empty. dir is copied. */
+int drops_open(const char *dir, drops_t **out);
+void drops_destroy(drops_t **d);
+
+size_t drops_count(const drops_t *d);
+
+/* Whether the record of (model[0..model_len), revision, fingerprint) at (seg, off) is dead;
+ * revision NULL: the record carries none (see above). */
+bool drops_covers(const drops_t *d, const char *model, size_t model_len, const char *revision,
+                  uint64_t fingerprint, uint64_t seg, uint64_t off);
+
+/* Adds the tombstone of a dropped namespace at log position (seg, off); pending_seq is the last
+ * write-buffer ticket queued before the drop that had not committed yet (0: none), after which
+ * drops_settle() moves the position. Rewrites the file. 0 or a negative errno (the tombstone is
+ * kept in memory either way; the caller logs). */
+int drops_add(drops_t *d, const char *model, const char *revision, uint64_t fingerprint,
+              uint64_t seg, uint64_t off, uint64_t pending_seq);
+
+/* Whether any tombstone waits for a ticket. */
+bool drops_pending(const drops_t *d);
+
+/* Ticket seq committed (its record is at (seg, off - 1) or before: pass the position just past
+ * it). Every tombstone pending on a ticket <= seq takes that position; rewrites the file when
+ * one did. 0 or a negative errno. */
+int drops_settle(drops_t *d, uint64_t seq, uint64_t seg, uint64_t off);
+
+/* Forgets the tombstones that cover no segment from first_seg on (the oldest segment that still
+ * exists); rewrites the file when one went. */
+void drops_prune(drops_t *d, uint64_t first_seg);
+
+#endif /* KVT_DROPS_H */
