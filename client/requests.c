@@ -26,6 +26,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Sends step m of r; a request that cannot be sent ends with the error (a HELLO ends its
+ * recovery). */
+static void send_or_end(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame_t *f, size_t nf)
+{
+    int rc = kvt__send_step(c, r, m, f, nf);
+
+    if (rc == 0)
+        return;
+    if (r->kind == RK_HELLO)
+        kvt__recovery_end(c, r, rc);
+    else
+        kvt__finish(c, r, rc);
+}
+
 static void save_head(const kvt_client_t *c, kvt_msg_t *m, const kvt_hash_t *parent,
                       bool has_parent, bool has_op, uint64_t op_id)
 {
@@ -84,7 +98,6 @@ static void hello_send(kvt_client_t *c, req_t *r)
     kvt_msg_t m = kvt__head_of(c, KVT_MSG_HELLO, NULL);
     kvt_frame_t f[2] = {{.data = c->model, .len = c->model_len},
                         {.data = c->revision, .len = c->revision_len}};
-    int rc;
 
     m.hdr.flags = c->mla ? KVT_HELLO_REPLICATED : 0;
     m.u.hello.layout_fp = c->layout_fp;
@@ -92,9 +105,7 @@ static void hello_send(kvt_client_t *c, req_t *r)
     m.u.hello.rank = c->rank;
     m.u.hello.world = c->world;
     m.u.hello.features = KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN;
-    rc = kvt__send_step(c, r, &m, f, 2);
-    if (rc != 0)
-        kvt__recovery_end(c, r, rc);
+    send_or_end(c, r, &m, f, 2);
 }
 
 static void on_hello(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
@@ -123,9 +134,7 @@ static void on_hello(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
         pthread_mutex_unlock(&c->mu);
         if (r->want_arena) {
             kvt_msg_t m = kvt__head_of(c, KVT_MSG_ARENA, NULL);
-            int rc = kvt__send_step(c, r, &m, NULL, 0);
-            if (rc != 0)
-                kvt__recovery_end(c, r, rc);
+            send_or_end(c, r, &m, NULL, 0);
             return;
         }
         kvt__recovery_end(c, r, 0);
@@ -141,7 +150,6 @@ static void lookup_send(kvt_client_t *c, req_t *r)
 {
     kvt_msg_t m = kvt__head_of(c, KVT_MSG_LOOKUP, NULL);
     kvt_frame_t f = {.data = r->hashes, .len = r->n * sizeof(kvt_hash_t)};
-    int rc;
 
     if (r->lookup.lease)
         m.hdr.flags |= KVT_LOOKUP_LEASE;
@@ -151,9 +159,7 @@ static void lookup_send(kvt_client_t *c, req_t *r)
         m.u.lookup.hbm_tokens = r->lookup.hbm_tokens;
     }
     m.u.lookup.rank = r->lookup.all_ranks ? KVT_RANK_ALL : c->rank;
-    rc = kvt__send_step(c, r, &m, &f, 1);
-    if (rc != 0)
-        kvt__finish(c, r, rc);
+    send_or_end(c, r, &m, &f, 1);
 }
 
 static void on_lookup(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
@@ -214,12 +220,9 @@ static void save_send(kvt_client_t *c, req_t *r, int type, const kvt_frame_t *f,
 {
     kvt_msg_t m = kvt__head_of(
         c, type, type == KVT_MSG_SAVE_BEGIN || type == KVT_MSG_SAVE_DATA ? NULL : r->map);
-    int rc;
 
     save_head(c, &m, &r->parent, r->has_parent, r->has_op_id, r->op_id);
-    rc = kvt__send_step(c, r, &m, f, nf);
-    if (rc != 0)
-        kvt__finish(c, r, rc);
+    send_or_end(c, r, &m, f, nf);
 }
 
 static void save_begin(kvt_client_t *c, req_t *r)
@@ -340,14 +343,11 @@ static void load_send(kvt_client_t *c, req_t *r)
 {
     kvt_msg_t m = kvt__head_of(c, KVT_MSG_LOAD, r->map);
     kvt_frame_t f = {.data = r->hashes, .len = r->n * sizeof(kvt_hash_t)};
-    int rc;
 
     m.u.load.rank = c->rank;
     if (r->map != NULL)
         m.hdr.flags |= KVT_LOAD_SHM;
-    rc = kvt__send_step(c, r, &m, &f, 1);
-    if (rc != 0)
-        kvt__finish(c, r, rc);
+    send_or_end(c, r, &m, &f, 1);
 }
 
 static bool verifying(const kvt_client_t *c, bool copying)
@@ -534,7 +534,6 @@ static void commit_send(kvt_client_t *c, req_t *r)
                         {.data = r->locs, .len = v->n * KVT_LOC_BYTES}};
     kvt_msg_t m = kvt__head_of(c, KVT_MSG_SAVE_COMMIT, v->map);
     size_t nwanted = 0;
-    int rc;
 
     memset(r->locs, 0, v->n * KVT_LOC_BYTES);
     for (size_t i = 0; i < v->n; i++) {
@@ -552,16 +551,13 @@ static void commit_send(kvt_client_t *c, req_t *r)
         return;
     }
     save_head(c, &m, &v->parent, v->has_parent, v->has_op_id, v->op_id);
-    rc = kvt__send_step(c, r, &m, f, 2);
-    if (rc != 0)
-        kvt__finish(c, r, rc);
+    send_or_end(c, r, &m, f, 2);
 }
 
 static void tally_send(kvt_client_t *c, req_t *r)
 {
     kvt_msg_t m = kvt__head_of(c, KVT_MSG_TALLY, NULL);
     kvt_frame_t f = {.data = r->tally_buf, .len = r->tally_len};
-    int rc;
 
     m.u.tally.engine_id = r->tally.engine_id;
     m.u.tally.paid_total = r->tally.paid_total;
@@ -571,9 +567,7 @@ static void tally_send(kvt_client_t *c, req_t *r)
         m.u.tally.served_tokens_total = r->tally.served_tokens_total;
         m.u.tally.lookup_tokens_total = r->tally.lookup_tokens_total;
     }
-    rc = kvt__send_step(c, r, &m, &f, 1);
-    if (rc != 0)
-        kvt__finish(c, r, rc);
+    send_or_end(c, r, &m, &f, 1);
 }
 
 static void on_tally(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)

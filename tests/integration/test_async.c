@@ -58,25 +58,6 @@ static kvt_client_t *connect_c(const harness_t *h, uint32_t world, uint32_t rank
 }
 
 /* The next completion, waiting for it (fails the test after WAIT_MS). */
-static kvt_completion_t *next(kvt_client_t *c)
-{
-    kvt_completion_t *comp = NULL;
-    int64_t deadline = harness_now_ms() + WAIT_MS;
-
-    while (kvt_next_completion(c, &comp) == 0) {
-        int64_t left = deadline - harness_now_ms();
-        ck_assert_msg(left > 0, "no completion within %d ms", WAIT_MS);
-        ck_assert_int_ge(kvt_poll(c, (int)left), 0);
-    }
-    return comp;
-}
-
-static uint64_t key_of(const kvt_hash_t *h)
-{
-    uint64_t k;
-    memcpy(&k, h->b, sizeof k);
-    return k;
-}
 
 /* --- four ranks, 64 in flight each --- */
 
@@ -141,12 +122,12 @@ static void *rank_thread(void *arg)
     ck_assert_ptr_nonnull(t->dst);
     harness_chain(7000 + (uint32_t)j->path * 10, t->hs, RT_CHUNKS);
     for (size_t i = 0; i < RT_CHUNKS; i++)
-        harness_fill(t->src + i * t->len, t->len, j->rank, key_of(&t->hs[i]));
+        harness_fill(t->src + i * t->len, t->len, j->rank, harness_hash_key(&t->hs[i]));
     /* 64 saves before any completion is taken: 64 in flight at once */
     for (; next_save < RT_DEPTH; next_save++)
         rt_submit(t, OP_SAVE, next_save);
     while (ndone < NOPS * RT_CHUNKS) {
-        kvt_completion_t *comp = next(t->c);
+        kvt_completion_t *comp = harness_next_completion(t->c, WAIT_MS);
         int op = (int)((uintptr_t)comp->user >> 16);
         size_t i = (uintptr_t)comp->user & 0xffff;
 
@@ -170,9 +151,9 @@ static void *rank_thread(void *arg)
             ck_assert_int_eq(comp->outcomes[0], KVT_LOAD_HIT);
             ck_assert_uint_eq(comp->lens[0], t->len);
             ck_assert_uint_eq(comp->nhit, 1);
-            ck_assert_msg(
-                harness_check_fill(t->dst + i * t->len, t->len, j->rank, key_of(&t->hs[i])),
-                "chunk %zu of rank %u is not byte-exact", i, j->rank);
+            ck_assert_msg(harness_check_fill(t->dst + i * t->len, t->len, j->rank,
+                                             harness_hash_key(&t->hs[i])),
+                          "chunk %zu of rank %u is not byte-exact", i, j->rank);
         }
         kvt_completion_free(t->c, comp);
         t->in_flight--;
@@ -252,7 +233,7 @@ START_TEST(test_timeout_while_others_complete)
     ck_assert_int_eq(kvt_stats(c, &st), 0);
     ck_assert_uint_eq(st.completed, 1); /* the save before the stop */
 
-    comp = next(c);
+    comp = harness_next_completion(c, WAIT_MS);
     ck_assert_uint_eq(comp->handle, ha);
     ck_assert_int_eq(comp->status, KVT_ETIMEDOUT);
     kvt_completion_free(c, comp);
@@ -262,7 +243,7 @@ START_TEST(test_timeout_while_others_complete)
     ck_assert_uint_eq(st.timeouts, 1);
 
     ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
-    comp = next(c);
+    comp = harness_next_completion(c, WAIT_MS);
     ck_assert_uint_eq(comp->handle, hb);
     ck_assert_ptr_eq(comp->user, (void *)2);
     ck_assert_int_eq(comp->status, 0);
@@ -292,7 +273,7 @@ static void submit_saves(kvt_client_t *c, uint32_t seed, kvt_hash_t *hs, uint8_t
     for (size_t i = 0; i < RS_N; i++) {
         const void *src = buf + i * RS_LEN;
         size_t len = RS_LEN;
-        harness_fill(buf + i * RS_LEN, RS_LEN, 0, key_of(&hs[i]));
+        harness_fill(buf + i * RS_LEN, RS_LEN, 0, harness_hash_key(&hs[i]));
         ck_assert_int_eq(kvt_submit_save(c, &hs[i], 1, &src, &len, NULL,
                                          &(kvt_submit_opts_t){.user = (void *)(uintptr_t)i},
                                          &handles[i]),
@@ -309,7 +290,7 @@ static void drain_once(kvt_client_t *c, const kvt_handle_t *handles, int *ok)
     *ok = 0;
     for (int k = 0; k < RS_N; k++) {
         size_t i;
-        comp = next(c);
+        comp = harness_next_completion(c, WAIT_MS);
         i = (uintptr_t)comp->user;
         ck_assert_uint_lt(i, RS_N);
         ck_assert_uint_eq(comp->handle, handles[i]);
@@ -500,7 +481,7 @@ START_TEST(test_forgotten_session_recovers_in_flight)
     for (int i = 0; i < 16; i++)
         ck_assert_int_eq(kvt_submit_lookup(c, hs, 1, NULL, NULL, &handles[i]), 0);
     for (int i = 0; i < 16; i++) {
-        kvt_completion_t *comp = next(c);
+        kvt_completion_t *comp = harness_next_completion(c, WAIT_MS);
         ck_assert_msg(comp->status == 0, "%s", kvt_strerror(comp->status));
         ck_assert_uint_eq(comp->lookup.hit, 1);
         kvt_completion_free(c, comp);

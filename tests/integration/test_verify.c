@@ -359,26 +359,6 @@ static kvt_client_t *connect_at(const char *endpoint, int path, int verify)
     return c;
 }
 
-static kvt_completion_t *next(kvt_client_t *c)
-{
-    kvt_completion_t *comp = NULL;
-    int64_t deadline = harness_now_ms() + WAIT_MS;
-
-    while (kvt_next_completion(c, &comp) == 0) {
-        int64_t left = deadline - harness_now_ms();
-        ck_assert_msg(left > 0, "no completion within %d ms", WAIT_MS);
-        ck_assert_int_ge(kvt_poll(c, (int)left), 0);
-    }
-    return comp;
-}
-
-static uint64_t key_of(const kvt_hash_t *h)
-{
-    uint64_t k;
-    memcpy(&k, h->b, sizeof k);
-    return k;
-}
-
 #define N 4
 #define LEN (96 * KIB)
 
@@ -390,7 +370,7 @@ static void save_n(kvt_client_t *c, const kvt_hash_t *hs)
     uint8_t out[N];
 
     for (size_t i = 0; i < N; i++) {
-        harness_fill(buf[i], LEN, 0, key_of(&hs[i]));
+        harness_fill(buf[i], LEN, 0, harness_hash_key(&hs[i]));
         bufs[i] = buf[i];
         lens[i] = LEN;
     }
@@ -414,7 +394,7 @@ static unsigned load_n(kvt_client_t *c, const kvt_hash_t *hs, size_t *nhit)
     }
     ck_assert_int_eq(kvt_load(c, hs, N, bufs, caps, lens, nhit), 0);
     for (size_t i = 0; i < N; i++)
-        if (lens[i] == LEN && harness_check_fill(buf[i], LEN, 0, key_of(&hs[i])))
+        if (lens[i] == LEN && harness_check_fill(buf[i], LEN, 0, harness_hash_key(&hs[i])))
             ok |= 1u << i;
     return ok;
 }
@@ -497,7 +477,7 @@ START_TEST(test_checksum_mismatch_frames)
         caps[i] = LEN;
     }
     ck_assert_int_eq(kvt_submit_load(c, hs, N, bufs, caps, NULL, NULL), 0);
-    comp = next(c);
+    comp = harness_next_completion(c, WAIT_MS);
     ck_assert_int_eq(comp->status, 0);
     ck_assert_int_eq(comp->outcomes[1], KVT_LOAD_HIT);
     ck_assert_int_eq(comp->outcomes[2], KVT_LOAD_CORRUPT);
@@ -533,7 +513,7 @@ START_TEST(test_checksum_mismatch_shm_and_pins)
     ck_assert_msg(proxy_saw_corrupt(p, &hs[1]), "no RELEASE CORRUPT (copying load)");
     /* a pin is not verified by default; the engine's helper does it */
     ck_assert_int_eq(kvt_submit_pin(c, hs, N, NULL, NULL), 0);
-    pin = next(c);
+    pin = harness_next_completion(c, WAIT_MS);
     ck_assert_ptr_nonnull(pin->checksums);
     ck_assert_uint_eq(pin->nhit, N);
     ck_assert_uint_eq(pin->checksums[0], XXH3_64bits(pin->ptrs[0], pin->lens[0]));
@@ -549,7 +529,7 @@ START_TEST(test_checksum_mismatch_shm_and_pins)
     /* KVT_VERIFY_ALL: the I/O thread verifies the pin before delivering it */
     all = connect_at(q->front, KVT_DATA_PATH_SHM, KVT_VERIFY_ALL);
     ck_assert_int_eq(kvt_submit_pin(all, hs, N, NULL, NULL), 0);
-    pin = next(all);
+    pin = harness_next_completion(all, WAIT_MS);
     ck_assert_int_eq(pin->outcomes[0], KVT_LOAD_HIT);
     ck_assert_int_eq(pin->outcomes[1], KVT_LOAD_CORRUPT);
     ck_assert_uint_eq(pin->nhit, 1);
@@ -585,7 +565,7 @@ START_TEST(test_scribbled_arena)
     /* where chunk 1 lives: a pin's pointer, relative to the client's mapping */
     ck_assert_int_eq(kvt_arena(c, &ar), 0);
     ck_assert_int_eq(kvt_submit_pin(c, &hs[1], 1, NULL, NULL), 0);
-    pin = next(c);
+    pin = harness_next_completion(c, WAIT_MS);
     ck_assert_int_eq(pin->outcomes[0], KVT_LOAD_HIT);
     off = (size_t)((uint8_t *)pin->ptrs[0] - (uint8_t *)ar.base);
     len = pin->lens[0];
@@ -618,7 +598,7 @@ START_TEST(test_scribbled_arena)
         ck_assert_uint_eq(st.chunks_verified, 0);
         ck_assert_uint_eq(st.checksum_mismatches, 0);
         ck_assert_int_eq(kvt_submit_pin(c, hs, N, NULL, NULL), 0);
-        pin = next(c);
+        pin = harness_next_completion(c, WAIT_MS);
         ck_assert_ptr_null(pin->checksums);
         ck_assert_int_eq(kvt_pin_verify(c, pin), KVT_EUNSUPP);
         kvt_completion_free(c, pin);

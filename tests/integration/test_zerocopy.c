@@ -51,26 +51,14 @@ static kvt_client_t *connect_c(const harness_t *h, int path)
     return c;
 }
 
+/* The next completion, which must have succeeded. */
 static kvt_completion_t *next(kvt_client_t *c)
 {
-    kvt_completion_t *comp = NULL;
-    int64_t deadline = harness_now_ms() + WAIT_MS;
+    kvt_completion_t *comp = harness_next_completion(c, WAIT_MS);
 
-    while (kvt_next_completion(c, &comp) == 0) {
-        int64_t left = deadline - harness_now_ms();
-        ck_assert_msg(left > 0, "no completion within %d ms", WAIT_MS);
-        ck_assert_int_ge(kvt_poll(c, (int)left), 0);
-    }
     ck_assert_msg(comp->status == 0, "op %d: %s (%s)", comp->op, kvt_strerror(comp->status),
                   comp->error);
     return comp;
-}
-
-static uint64_t key_of(const kvt_hash_t *h)
-{
-    uint64_t k;
-    memcpy(&k, h->b, sizeof k);
-    return k;
 }
 
 /* Reserves n chunks of len (parent: the chunk before hs[0]), fills them with the harness
@@ -94,7 +82,7 @@ static void zc_save(kvt_client_t *c, const kvt_hash_t *hs, size_t n, size_t len,
             continue;
         }
         ck_assert_ptr_nonnull(res->ptrs[i]);
-        harness_fill(res->ptrs[i], len, 0, key_of(&hs[i])); /* the "DMA" */
+        harness_fill(res->ptrs[i], len, 0, harness_hash_key(&hs[i])); /* the "DMA" */
     }
     ck_assert_int_eq(kvt_submit_commit(c, res, n, NULL, &hc), 0);
     done = next(c);
@@ -121,7 +109,7 @@ static kvt_completion_t *zc_pin(kvt_client_t *c, const kvt_hash_t *hs, size_t n,
     for (size_t i = 0; i < n; i++) {
         ck_assert_int_eq(p->outcomes[i], KVT_LOAD_HIT);
         ck_assert_uint_eq(p->lens[i], len);
-        ck_assert_msg(harness_check_fill(p->ptrs[i], len, 0, key_of(&hs[i])),
+        ck_assert_msg(harness_check_fill(p->ptrs[i], len, 0, harness_hash_key(&hs[i])),
                       "pinned chunk %zu is not byte-exact", i);
     }
     return p;
@@ -165,7 +153,7 @@ START_TEST(test_reserve_commit_pin_release)
     ck_assert_int_eq(harness_stat(h, "ram.reserved_bytes"), 8 * (int64_t)len);
     ck_assert_int_eq(harness_stat(h, "ram.chunks"), 0); /* reserved chunks are invisible */
     for (size_t i = 0; i < 8; i++) {
-        harness_fill(res[i]->ptrs[0], len, 0, key_of(&hs[i]));
+        harness_fill(res[i]->ptrs[0], len, 0, harness_hash_key(&hs[i]));
         ck_assert_int_eq(kvt_submit_commit(c, res[i], 1, NULL, NULL), 0);
     }
     for (size_t k = 0; k < 8; k++) {
@@ -196,7 +184,7 @@ START_TEST(test_reserve_commit_pin_release)
     ck_assert_int_eq(kvt_load(c, hs, 8, bufs, lens, lens, &nhit), 0);
     ck_assert_uint_eq(nhit, 8);
     for (size_t i = 0; i < 8; i++) {
-        ck_assert(harness_check_fill(bufs[i], len, 0, key_of(&hs[i])));
+        ck_assert(harness_check_fill(bufs[i], len, 0, harness_hash_key(&hs[i])));
         free(bufs[i]);
     }
     kvt_close(&c);
@@ -229,7 +217,7 @@ START_TEST(test_commit_refusals)
     res = next(c);
     ck_assert_int_eq(kvt_submit_commit(d, res, 2, NULL, &x), KVT_EINVAL); /* another client's */
     ck_assert_int_eq(kvt_submit_commit(c, res, 3, NULL, &x), KVT_EINVAL); /* more than it has */
-    harness_fill(res->ptrs[0], lens[0], 0, key_of(&hs[0]));
+    harness_fill(res->ptrs[0], lens[0], 0, harness_hash_key(&hs[0]));
     /* commit only the first chunk: the second is abandoned (reclaimed at its deadline) */
     ck_assert_int_eq(kvt_submit_commit(c, res, 1, NULL, &x), 0);
     done = next(c);
@@ -267,7 +255,7 @@ START_TEST(test_pin_survives_fill_then_evicted)
     }
     ck_assert_int_gt(harness_stat(h, "ram.evictions"), 0);
     for (size_t i = 0; i < 2; i++) /* the bytes under the pointers never moved */
-        ck_assert(harness_check_fill(p->ptrs[i], 1 * MIB, 0, key_of(&pinned[i])));
+        ck_assert(harness_check_fill(p->ptrs[i], 1 * MIB, 0, harness_hash_key(&pinned[i])));
     kvt_completion_free(c, p);
     {
         harness_int_eq_t zero = {"ram.pinned_bytes", 0};

@@ -390,6 +390,27 @@ void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n)
     free(tok);
 }
 
+kvt_completion_t *harness_next_completion(kvt_client_t *c, int timeout_ms)
+{
+    kvt_completion_t *comp = NULL;
+    int64_t deadline = harness_now_ms() + timeout_ms;
+
+    while (kvt_next_completion(c, &comp) == 0) {
+        int64_t left = deadline - harness_now_ms();
+        ck_assert_msg(left > 0, "no completion within %d ms", timeout_ms);
+        ck_assert_int_ge(kvt_poll(c, (int)left), 0);
+    }
+    return comp;
+}
+
+uint64_t harness_hash_key(const kvt_hash_t *h)
+{
+    uint64_t k;
+
+    memcpy(&k, h->b, sizeof k);
+    return k;
+}
+
 static uint64_t splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);

@@ -118,6 +118,12 @@ int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key)
 /* Monotonic milliseconds. */
 int64_t harness_now_ms(void);
 
+/* The next completion of c, waiting for it on kvt_poll (fails the test after timeout_ms). */
+kvt_completion_t *harness_next_completion(kvt_client_t *c, int timeout_ms);
+
+/* The first 8 bytes of a hash as a number: the key harness_fill() patterns are made of. */
+uint64_t harness_hash_key(const kvt_hash_t *h);
+
 /* --- raw ZeroMQ peers, for malformed or partial exchanges the library would never send ---
  * Their heads are protocol 1: the raw tests are also the proof that a protocol 1 client keeps
  * working against this daemon (libkvtier itself speaks protocol 2). */
