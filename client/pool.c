@@ -12,8 +12,8 @@
  * Design: a free list of buffers, each remembering its capacity; a take picks the first buffer
  * of at least len and at most twice len (chunks of one namespace have one size, so this is
  * nearly always the head), else allocates len rounded up to KVT_POOL_ALIGN. A release keeps the
- * buffer while the pool holds less than KVT_POOL_MAX bytes, else frees it. A buffer is preceded
- * by its header (capacity, free-list link, owner) so the free function needs no lookup.
+ * buffer while the pool holds less than KVT_POOL_MAX bytes (64 MiB), else frees it. A buffer is
+ * preceded by its header (capacity, free-list link, owner) so the free function needs no lookup.
  *
  * Threads: pool_take on the I/O thread, pool_release on ZeroMQ's I/O thread (or any thread
  * closing a message); the free list is under its own mutex. The pool outlives the ZeroMQ context
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 
 #define KVT_POOL_ALIGN (64u << 10)
-#define KVT_POOL_MAX (256u << 20)
+#define KVT_POOL_MAX (64u << 20) /* per client: a few windows of 2 MiB chunks */
 
 typedef struct pool_buf {
     struct pool_buf *next;
