@@ -152,6 +152,7 @@ struct kvt_client {
     uint32_t opt_window; /* kvt_connect_opts_t.max_in_flight (0: none) */
     int comp_fd;         /* eventfd: readable while completions wait */
     int wake_fd;         /* eventfd: wakes the I/O thread */
+    int yield_fd;        /* eventfd: asks a synchronous call running the I/O to hand it back */
     pthread_t io;
     bool io_started;
     kvt_pool_t pool; /* send buffers: lives until the ZeroMQ context is terminated */
@@ -165,6 +166,10 @@ struct kvt_client {
     req_t *all;                     /* every live request a caller can see */
     relq_t rel[2];                  /* releases queued by callers: plain, corrupt */
     bool io_sleeping;               /* the I/O thread waits: a submit must wake it */
+    bool parked;                    /* the I/O thread left the socket alone (client idle) */
+    bool inline_active;             /* a synchronous call runs the I/O meanwhile (io.c) */
+    bool yield_req;                 /* the I/O thread wants it back from that call */
+    pthread_cond_t token_cv;        /* signalled when a synchronous call hands the I/O back */
     bool closing;                   /* kvt_shutdown began: no new submits */
     bool joined;                    /* the I/O thread has been joined */
     kvt_server_info_t info;
@@ -173,7 +178,7 @@ struct kvt_client {
 
     /* counters (any thread, relaxed) */
     atomic_uint_fast64_t n_submitted, n_completed, n_failed, n_timeouts, n_recoveries, n_remaps,
-        n_verified, n_mismatches, n_releases, n_copied;
+        n_verified, n_mismatches, n_releases, n_copied, n_inline;
     atomic_uint n_inflight, n_pending;
 
     /* io */
@@ -203,6 +208,11 @@ void kvt__req_free(kvt_client_t *c, req_t *r);
 
 /* --- io.c (the I/O thread) --- */
 void *kvt__io_main(void *arg);
+/* Runs synchronous request r on the calling thread, which holds the I/O (c->inline_active, set
+ * under c->mu by the caller while the I/O thread was parked), until r completes or the I/O thread
+ * asks for the I/O back; then hands it back. r completes (r->done) here, or later on the I/O
+ * thread. */
+void kvt__io_inline(kvt_client_t *c, req_t *r);
 /* A head of type for a request of this client (protocol 2, its namespace, map's generation). */
 kvt_msg_t kvt__head_of(const kvt_client_t *c, int type, const arena_map_t *map);
 /* Sends step m of r (r NULL: a message nobody waits for) and takes its place on the wire. 0, or

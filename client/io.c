@@ -37,6 +37,16 @@
  * Timeouts: every request has its deadline from its submit; past it, it completes with
  * KVT_ETIMEDOUT wherever it is (pending, waiting, on the wire), and the others go on.
  *
+ * Parking and synchronous calls: when nothing is in progress (messages answered by nobody may
+ * remain) the I/O thread parks: it leaves the socket alone and waits on the wake eventfd only.
+ * A synchronous call that finds it parked runs the I/O itself, on its own thread, with the same
+ * functions (kvt__io_inline): its request costs one thread hand-off less each way, as in a
+ * library without an I/O thread. Whoever runs the I/O owns every "io" field; the hand-over is
+ * under c->mu (c->parked, c->inline_active), which orders the memory accesses (ZeroMQ allows a
+ * socket to move between threads across a full barrier). A submit meanwhile wakes the parked
+ * thread, which asks for the I/O back (c->yield_req, the yield eventfd) and waits for it; the
+ * synchronous call then gives it back at once and waits for its request like any other.
+ *
  * Threads: this file runs on the I/O thread only, except where a function says otherwise.
  */
 #include "internal.h"
@@ -737,6 +747,92 @@ static void close_all(kvt_client_t *c)
     c->sock = NULL;
 }
 
+/* Whether nothing is in progress: no request waits, none is on the wire (messages answered by
+ * nobody may remain: their replies wait in the socket for whoever runs the I/O next). */
+static bool io_idle(const kvt_client_t *c)
+{
+    if (c->pend_head != NULL || c->wait_head != NULL || c->recovery != NULL ||
+        c->done_head != NULL || c->orel[0].n > 0 || c->orel[1].n > 0)
+        return false;
+    for (size_t i = 0; i < c->nwires; i++)
+        if (c->wires[i].req != NULL)
+            return false;
+    return true;
+}
+
+/* Parks the idle I/O thread on the wake eventfd, away from the socket; returns once woken and
+ * holding the I/O again (taken back from a synchronous call if one runs it). */
+static void park(kvt_client_t *c)
+{
+    struct pollfd p = {.fd = c->wake_fd, .events = POLLIN};
+    uint64_t v;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->subq_head != NULL || c->closing || c->rel[0].n > 0 || c->rel[1].n > 0) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    c->parked = true;
+    c->io_sleeping = true;
+    pthread_mutex_unlock(&c->mu);
+    while (poll(&p, 1, -1) < 0 && errno == EINTR)
+        ;
+    (void)!read(c->wake_fd, &v, sizeof v);
+    pthread_mutex_lock(&c->mu);
+    c->io_sleeping = false;
+    while (c->inline_active) {
+        if (!c->yield_req) {
+            uint64_t one = 1;
+            c->yield_req = true;
+            (void)!write(c->yield_fd, &one, sizeof one);
+        }
+        pthread_cond_wait(&c->token_cv, &c->mu);
+    }
+    c->parked = false;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void kvt__io_inline(kvt_client_t *c, req_t *r)
+{
+    zmq_pollitem_t items[2] = {{.socket = c->sock, .events = ZMQ_POLLIN},
+                               {.fd = c->yield_fd, .events = ZMQ_POLLIN}};
+    bool done = false, yield = false, wake;
+    uint64_t v;
+
+    (void)!read(c->yield_fd, &v, sizeof v); /* a stale wake-up of an earlier call */
+    pend_push(c, r);
+    for (;;) {
+        int64_t now = kvt__now_ms();
+        expire(c, now);
+        start(c, now);
+        deliver(c);
+        pthread_mutex_lock(&c->mu);
+        done = r->done;
+        yield = c->yield_req;
+        pthread_mutex_unlock(&c->mu);
+        if (done || yield)
+            break;
+        if (zmq_poll(items, 2, wait_ms(c, kvt__now_ms())) > 0 && (items[1].revents & ZMQ_POLLIN))
+            (void)!read(c->yield_fd, &v, sizeof v);
+        recv_replies(c);
+        deliver(c);
+    }
+    if (done) { /* the releases of a copied load go now: nobody else runs the I/O */
+        flush_releases(c, 1, true, true, kvt__now_ms());
+        flush_releases(c, 0, true, true, kvt__now_ms());
+    }
+    pthread_mutex_lock(&c->mu);
+    wake = !io_idle(c) || c->subq_head != NULL || c->rel[0].n > 0 || c->rel[1].n > 0;
+    c->inline_active = false;
+    c->yield_req = false;
+    pthread_cond_broadcast(&c->token_cv);
+    pthread_mutex_unlock(&c->mu);
+    if (wake) { /* what is left is the I/O thread's (parked, or waiting for the hand-back) */
+        uint64_t one = 1;
+        (void)!write(c->wake_fd, &one, sizeof one);
+    }
+}
+
 void *kvt__io_main(void *arg)
 {
     kvt_client_t *c = arg;
@@ -751,6 +847,10 @@ void *kvt__io_main(void *arg)
         expire(c, now);
         start(c, now);
         deliver(c);
+        if (io_idle(c)) {
+            park(c);
+            continue;
+        }
         wait_events(c, wait_ms(c, kvt__now_ms()));
         recv_replies(c);
         deliver(c);

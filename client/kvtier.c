@@ -11,7 +11,9 @@
  * empty and read when it becomes empty again, so it is readable exactly while a completion
  * waits (level-triggered, whatever the caller polls with). A synchronous call is a submit whose
  * request is flagged sync: the I/O thread marks it done and broadcasts c->sync_cv instead of
- * queueing it, and the caller copies the results out and frees it.
+ * queueing it, and the caller copies the results out and frees it. When the client is idle (the
+ * I/O thread parked) a synchronous call runs the I/O on its own thread instead (io.c), saving
+ * the two hand-offs; the asynchronous calls never do.
  *
  * Lifetimes: every request a caller can see is on c->all until freed, so kvt_close frees
  * whatever the caller never took or never freed. kvt_shutdown joins the I/O thread, after
@@ -199,25 +201,33 @@ void kvt__req_free(kvt_client_t *c, req_t *r)
     free(r);
 }
 
-/* Queues r (so: its deadline from now) and gives it its handle. KVT_ECLOSED after
- * kvt_shutdown (r is then the caller's to free). */
-static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
+/* Gives r its deadline (from now), its handle and its place on c->all; with c->mu held. */
+static void register_locked(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
 {
     int timeout = so != NULL && so->timeout_ms > 0 ? so->timeout_ms : c->timeout_ms;
-    bool wake = false;
 
     r->comp.user = so != NULL ? so->user : NULL;
     r->deadline_ms = kvt__now_ms() + timeout;
-    pthread_mutex_lock(&c->mu);
-    if (c->closing) {
-        pthread_mutex_unlock(&c->mu);
-        return KVT_ECLOSED;
-    }
     r->comp.handle = ++c->next_handle;
     r->all_next = c->all;
     if (c->all != NULL)
         c->all->all_prev = r;
     c->all = r;
+    if (r->kind != RK_HELLO) /* the connect's own HELLO is no request of the caller's */
+        atomic_fetch_add_explicit(&c->n_submitted, 1, memory_order_relaxed);
+}
+
+/* Queues r for the I/O thread. KVT_ECLOSED after kvt_shutdown (r is then the caller's to free). */
+static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
+{
+    bool wake = false;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->closing) {
+        pthread_mutex_unlock(&c->mu);
+        return KVT_ECLOSED;
+    }
+    register_locked(c, r, so);
     r->next = NULL;
     if (c->subq_tail != NULL)
         c->subq_tail->next = r;
@@ -230,8 +240,6 @@ static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
         wake = true;
     }
     pthread_mutex_unlock(&c->mu);
-    if (r->kind != RK_HELLO) /* the connect's own HELLO is no request of the caller's */
-        atomic_fetch_add_explicit(&c->n_submitted, 1, memory_order_relaxed);
     if (wake) {
         uint64_t one = 1;
         (void)!write(c->wake_fd, &one, sizeof one);
@@ -253,17 +261,31 @@ static int submit_async(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so, 
     return 0;
 }
 
-/* Submits r flagged sync and waits until the I/O thread completed it. Returns its status; r
- * stays the caller's to read and free (also when the submit failed). */
+/* Runs r flagged sync until it completed: on this thread when the I/O thread is parked (the
+ * client idle: io.c), else through the I/O thread. Returns its status; r stays the caller's to
+ * read and free (also when the submit failed). */
 static int run_sync(kvt_client_t *c, req_t *r)
 {
+    bool run_here;
     int rc;
 
     r->sync = true;
-    rc = submit(c, r, NULL);
-    if (rc != 0) {
-        r->comp.status = rc;
-        return rc;
+    pthread_mutex_lock(&c->mu);
+    run_here = c->parked && !c->inline_active && !c->closing && c->subq_head == NULL;
+    if (run_here) {
+        register_locked(c, r, NULL);
+        c->inline_active = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (run_here) {
+        atomic_fetch_add_explicit(&c->n_inline, 1, memory_order_relaxed);
+        kvt__io_inline(c, r);
+    } else {
+        rc = submit(c, r, NULL);
+        if (rc != 0) {
+            r->comp.status = rc;
+            return rc;
+        }
     }
     pthread_mutex_lock(&c->mu);
     while (!r->done)
@@ -786,6 +808,7 @@ int kvt_stats(const kvt_client_t *c, kvt_stats_t *out)
     out->checksum_mismatches = LOAD(n_mismatches);
     out->releases_sent = LOAD(n_releases);
     out->bytes_copied = LOAD(n_copied);
+    out->inline_calls = LOAD(n_inline);
     out->in_flight = LOAD(n_inflight);
     out->queued = LOAD(n_pending) + (uint32_t)nsub;
 #undef LOAD
@@ -829,12 +852,15 @@ static void client_free(kvt_client_t *c)
         close(c->comp_fd);
     if (c->wake_fd >= 0)
         close(c->wake_fd);
+    if (c->yield_fd >= 0)
+        close(c->yield_fd);
     free(c->wires);
     for (size_t i = 0; i < c->nrx; i++)
         zmq_msg_close(&c->rx[i]);
     free(c->rx);
     free(c->fv);
     pthread_cond_destroy(&c->sync_cv);
+    pthread_cond_destroy(&c->token_cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -846,7 +872,8 @@ static int client_start(kvt_client_t *c, const char *endpoint)
 
     c->comp_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (c->comp_fd < 0 || c->wake_fd < 0)
+    c->yield_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->comp_fd < 0 || c->wake_fd < 0 || c->yield_fd < 0)
         return KVT_ESYS;
     c->ctx = zmq_ctx_new();
     if (c->ctx == NULL)
@@ -915,10 +942,11 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     c = calloc(1, sizeof *c);
     if (c == NULL)
         return KVT_ENOMEM;
-    c->comp_fd = c->wake_fd = -1;
+    c->comp_fd = c->wake_fd = c->yield_fd = -1;
     kvt__pool_init(&c->pool);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->sync_cv, NULL);
+    pthread_cond_init(&c->token_cv, NULL);
     if (copy_str(c->model, sizeof c->model, &c->model_len, ns->model) != 0 ||
         copy_str(c->revision, sizeof c->revision, &c->revision_len, ns->revision) != 0) {
         client_free(c);

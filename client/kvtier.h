@@ -427,6 +427,7 @@ typedef struct {
     uint64_t checksum_mismatches; /* of them, mismatches (each a miss and a RELEASE CORRUPT) */
     uint64_t releases_sent;       /* RELEASE messages (each may carry many chunks) */
     uint64_t bytes_copied;        /* payload bytes the I/O thread copied (in and out) */
+    uint64_t inline_calls;        /* synchronous calls that ran the I/O on their own thread */
     uint32_t in_flight;           /* requests on the wire now (RELEASE messages not counted) */
     uint32_t queued;              /* requests waiting for a place in the window */
     uint32_t max_in_flight;       /* the window */

@@ -494,6 +494,81 @@ START_TEST(test_forgotten_session_recovers_in_flight)
 }
 END_TEST
 
+/* --- synchronous calls beside asynchronous ones: the hand-over of the I/O --- */
+
+typedef struct {
+    kvt_client_t *c;
+    const kvt_hash_t *hs;
+    int n;
+} mix_t;
+
+/* Synchronous lookups and loads while another thread keeps asynchronous requests in flight. */
+static void *sync_thread(void *arg)
+{
+    mix_t *m = arg;
+    uint8_t back[2048];
+
+    for (int i = 0; i < m->n; i++) {
+        kvt_lookup_result_t res = {0};
+        void *dst = back;
+        size_t cap = sizeof back, lens, nhit;
+        ck_assert_int_eq(kvt_lookup(m->c, &m->hs[i % 8], 1, NULL, &res), 0);
+        ck_assert_uint_eq(res.hit, 1);
+        ck_assert_int_eq(kvt_load(m->c, &m->hs[i % 8], 1, &dst, &cap, &lens, &nhit), 0);
+        ck_assert_uint_eq(nhit, 1);
+        ck_assert(harness_check_fill(back, sizeof back, 0, harness_hash_key(&m->hs[i % 8])));
+    }
+    return NULL;
+}
+
+START_TEST(test_sync_beside_async)
+{
+    harness_t *h = start_shm(32 * MIB, NULL);
+    kvt_client_t *c = connect_c(h, 1, 0, KVT_DATA_PATH_SHM, 15000, NULL);
+    static uint8_t bufs[8][2048];
+    kvt_hash_t hs[8];
+    mix_t m = {.c = c, .hs = hs, .n = 300};
+    kvt_stats_t st;
+    pthread_t t;
+
+    harness_chain(91, hs, 8);
+    for (int i = 0; i < 8; i++) {
+        const void *src = bufs[i];
+        size_t len = sizeof bufs[i];
+        harness_fill(bufs[i], len, 0, harness_hash_key(&hs[i]));
+        ck_assert_int_eq(kvt_save(c, &hs[i], 1, &src, &len, NULL, NULL), 0);
+    }
+    ck_assert_int_eq(kvt_stats(c, &st), 0);
+    ck_assert_uint_gt(st.inline_calls, 0); /* an idle client: the calls ran the I/O themselves */
+    ck_assert_int_eq(pthread_create(&t, NULL, sync_thread, &m), 0);
+    for (int i = 0; i < 600; i++) {     /* asynchronous loads, 4 in flight, taken on this thread */
+        static uint8_t back[600][2048]; /* a buffer per load: completions in any order */
+        void *dst = back[i];
+        size_t cap = sizeof back[0];
+        kvt_completion_t *comp;
+        ck_assert_int_eq(kvt_submit_load(c, &hs[i % 8], 1, &dst, &cap,
+                                         &(kvt_submit_opts_t){.user = (void *)(uintptr_t)i}, NULL),
+                         0);
+        if (i < 3)
+            continue;
+        comp = harness_next_completion(c, WAIT_MS);
+        ck_assert_int_eq(comp->status, 0);
+        ck_assert_int_eq(comp->outcomes[0], KVT_LOAD_HIT);
+        ck_assert(harness_check_fill(back[(uintptr_t)comp->user], sizeof back[0], 0,
+                                     harness_hash_key(&hs[(uintptr_t)comp->user % 8])));
+        kvt_completion_free(c, comp);
+    }
+    for (int i = 0; i < 3; i++)
+        kvt_completion_free(c, harness_next_completion(c, WAIT_MS));
+    pthread_join(t, NULL);
+    ck_assert_int_eq(kvt_stats(c, &st), 0);
+    ck_assert_uint_eq(st.failed, 0);
+    ck_assert_uint_eq(st.completed, st.submitted);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 /* --- the model revision --- */
 
 START_TEST(test_revision_separates_namespaces)
@@ -534,6 +609,7 @@ static Suite *async_suite(void)
     tcase_add_test(t, test_shutdown_completes_each_once);
     tcase_add_test(t, test_close_with_requests_in_flight);
     tcase_add_test(t, test_forgotten_session_recovers_in_flight);
+    tcase_add_test(t, test_sync_beside_async);
     tcase_add_test(t, test_revision_separates_namespaces);
     suite_add_tcase(s, t);
     return s;
