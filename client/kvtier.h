@@ -6,7 +6,8 @@
  * the submit returns a handle at once, many requests are in flight per client, and completions
  * are taken from a queue whose file descriptor (kvt_fd) is readable while a completion waits.
  * The synchronous calls (kvt_lookup, kvt_save, kvt_load, kvt_tally) are thin wrappers: submit,
- * then wait for that request.
+ * then wait for that request; on an idle client (nothing in flight) a synchronous call runs the
+ * request's I/O and copies on the calling thread itself, saving two thread hand-offs.
  *
  * Each client owns one I/O thread, started by kvt_connect and ended by kvt_shutdown/kvt_close.
  * It owns the ZeroMQ DEALER socket, sends the requests, matches the replies, enforces the
