@@ -537,6 +537,9 @@ static int recv_one(kvt_client_t *c)
     return 1;
 }
 
+static bool intake(kvt_client_t *c);
+static void start(kvt_client_t *c, int64_t now);
+
 /* Handles up to KVT_RECV_BATCH replies waiting on the socket. */
 static void recv_replies(kvt_client_t *c)
 {
@@ -567,6 +570,11 @@ static void recv_replies(kvt_client_t *c)
             continue;
         }
         kvt__on_reply(c, r, &rep);
+        /* between two replies (a reply may have cost a copy of MiBs): hand out what completed
+         * and send what was submitted meanwhile, so that the pipeline never runs dry */
+        deliver(c);
+        intake(c);
+        start(c, kvt__now_ms());
     }
     rx_reset(c);
 }
