@@ -745,11 +745,30 @@ int kvt_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *b
     return rc;
 }
 
-int kvt_tally_ex(kvt_client_t *c, const kvt_tally_req_t *t, kvt_gate_state_t *state)
+int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
+              const kvt_reason_t *reasons, size_t nreasons, kvt_gate_state_t *state)
 {
-    req_t *r;
-    int rc = make_tally(c, t, &r);
+    return kvt_tally2(c, engine_id, paid_total, probes_total, NULL, reasons, nreasons, state);
+}
 
+int kvt_tally2(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
+               const kvt_tally_tokens_t *tokens, const kvt_reason_t *reasons, size_t nreasons,
+               kvt_gate_state_t *state)
+{
+    kvt_tally_req_t t = {.engine_id = engine_id,
+                         .paid_total = paid_total,
+                         .probes_total = probes_total,
+                         .reasons = reasons,
+                         .nreasons = nreasons};
+    req_t *r;
+    int rc;
+
+    if (tokens != NULL) {
+        t.has_tokens = 1;
+        t.served_tokens_total = tokens->served_tokens_total;
+        t.lookup_tokens_total = tokens->lookup_tokens_total;
+    }
+    rc = make_tally(c, &t, &r);
     if (rc != 0)
         return rc;
     rc = run_sync(c, r);
@@ -757,18 +776,6 @@ int kvt_tally_ex(kvt_client_t *c, const kvt_tally_req_t *t, kvt_gate_state_t *st
         *state = r->comp.gates;
     sync_free(c, r);
     return rc;
-}
-
-int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
-              const kvt_reason_t *reasons, size_t nreasons, kvt_gate_state_t *state)
-{
-    kvt_tally_req_t t = {.engine_id = engine_id,
-                         .paid_total = paid_total,
-                         .probes_total = probes_total,
-                         .reasons = reasons,
-                         .nreasons = nreasons};
-
-    return kvt_tally_ex(c, &t, state);
 }
 
 /* --- the client --- */
