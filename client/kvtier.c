@@ -217,10 +217,27 @@ static void register_locked(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *
         atomic_fetch_add_explicit(&c->n_submitted, 1, memory_order_relaxed);
 }
 
+/* Whether the I/O thread waits and must be woken (with c->mu held; it then counts as woken). */
+static bool wake_locked(kvt_client_t *c)
+{
+    bool sleeping = c->io_sleeping;
+
+    c->io_sleeping = false;
+    return sleeping;
+}
+
+/* Wakes the I/O thread (after wake_locked said so, without c->mu). */
+static void wake_io(kvt_client_t *c)
+{
+    uint64_t one = 1;
+
+    (void)!write(c->wake_fd, &one, sizeof one);
+}
+
 /* Queues r for the I/O thread. KVT_ECLOSED after kvt_shutdown (r is then the caller's to free). */
 static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
 {
-    bool wake = false;
+    bool wake;
 
     pthread_mutex_lock(&c->mu);
     if (c->closing) {
@@ -235,15 +252,10 @@ static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
         c->subq_head = r;
     c->subq_tail = r;
     c->nsub++;
-    if (c->io_sleeping) {
-        c->io_sleeping = false;
-        wake = true;
-    }
+    wake = wake_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (wake) {
-        uint64_t one = 1;
-        (void)!write(c->wake_fd, &one, sizeof one);
-    }
+    if (wake)
+        wake_io(c);
     return 0;
 }
 
@@ -599,22 +611,17 @@ int kvt_next_completion(kvt_client_t *c, kvt_completion_t **out)
 static void queue_releases(kvt_client_t *c, int k, const kvt_hash_t *const *hs, size_t n)
 {
     int64_t now = kvt__now_ms();
-    bool wake = false;
+    bool wake;
 
     if (n == 0)
         return;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < n; i++)
         kvt__relq_add(&c->rel[k], hs[i], now);
-    if (c->io_sleeping) {
-        c->io_sleeping = false;
-        wake = true;
-    }
+    wake = wake_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (wake) {
-        uint64_t one = 1;
-        (void)!write(c->wake_fd, &one, sizeof one);
-    }
+    if (wake)
+        wake_io(c);
 }
 
 /* Releases the HIT chunks of a pin (or, with only, chunk only). */

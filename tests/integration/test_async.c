@@ -502,6 +502,18 @@ typedef struct {
     int n;
 } mix_t;
 
+/* Saves a chain of 8 chunks of len bytes (seed), one synchronous save each, from bufs (8 x len,
+ * filled here with the harness pattern). */
+static void save_eight(kvt_client_t *c, uint32_t seed, kvt_hash_t *hs, uint8_t *bufs, size_t len)
+{
+    harness_chain(seed, hs, 8);
+    for (int i = 0; i < 8; i++) {
+        const void *src = bufs + i * len;
+        harness_fill(bufs + i * len, len, 0, harness_hash_key(&hs[i]));
+        ck_assert_int_eq(kvt_save(c, &hs[i], 1, &src, &len, NULL, NULL), 0);
+    }
+}
+
 /* Synchronous lookups and loads while another thread keeps asynchronous requests in flight. */
 static void *sync_thread(void *arg)
 {
@@ -531,13 +543,7 @@ START_TEST(test_sync_beside_async)
     kvt_stats_t st;
     pthread_t t;
 
-    harness_chain(91, hs, 8);
-    for (int i = 0; i < 8; i++) {
-        const void *src = bufs[i];
-        size_t len = sizeof bufs[i];
-        harness_fill(bufs[i], len, 0, harness_hash_key(&hs[i]));
-        ck_assert_int_eq(kvt_save(c, &hs[i], 1, &src, &len, NULL, NULL), 0);
-    }
+    save_eight(c, 91, hs, bufs[0], sizeof bufs[0]);
     /* An idle client's synchronous calls run the I/O themselves, once the I/O thread has parked
      * (on a loaded machine it may not have between two calls: lookups until one did) */
     for (int64_t end = harness_now_ms() + WAIT_MS;;) {
@@ -592,13 +598,7 @@ START_TEST(test_window_never_refused)
     kvt_stats_t st;
     int seen[N] = {0};
 
-    harness_chain(93, hs, 8);
-    for (int i = 0; i < 8; i++) {
-        const void *p = src[i];
-        size_t len = sizeof src[i];
-        harness_fill(src[i], len, 0, harness_hash_key(&hs[i]));
-        ck_assert_int_eq(kvt_save(c, &hs[i], 1, &p, &len, NULL, NULL), 0);
-    }
+    save_eight(c, 93, hs, src[0], sizeof src[0]);
     ck_assert_int_eq(kvt_stats(c, &st), 0);
     ck_assert_uint_eq(st.max_in_flight, WIN);
     for (int i = 0; i < N; i++) { /* all submitted at once: the library queues beyond 4 */
