@@ -1,5 +1,5 @@
 /*
- * hash.c - chunk hash chains, namespace fingerprints and hash text form (see kvtier.h).
+ * hash.c - chunk hash chains, engine keys, namespace fingerprints and hash text (see kvtier.h).
  *
  * Design: everything here is a pure function of its inputs, computed with xxHash (XXH3).
  * - A chunk hash is XXH3_128bits (seed 0) over prev (16 bytes) followed by the chunk's token ids
@@ -9,8 +9,14 @@
  * - The layout fingerprint is XXH3_64bits over a canonical encoding of every descriptor field
  *   except the model name, in declaration order: dtype as u64 length + bytes, chunk_tokens,
  *   num_layers, num_kv_heads, head_dim, world_size as u32, mla as one byte (0 or 1), hash_seed as
- *   u64, tenant as u64 length + bytes. NULL strings encode as empty ones. All integers are
- *   little-endian, so the fingerprint does not depend on the host.
+ *   u64, tenant as u64 length + bytes; then, only when the revision is not empty (0.2), the
+ *   revision as u64 length + bytes, so a descriptor without a revision keeps its 0.1
+ *   fingerprint (and the chunks its disk records hold). NULL strings encode as empty ones. All
+ *   integers are little-endian, so the fingerprint does not depend on the host.
+ * - An engine key's chunk hash (kvt_hash_key) is XXH3_128bits (seed 0) over a 16-byte domain
+ *   tag, the salt length as a little-endian u32, the salt and the key, in the canonical form
+ *   above. The tag keeps these hashes apart from kvt_hash_chain's, whose input starts with a
+ *   16-byte hash; the length prefix keeps (salt, key) pairs that concatenate alike apart.
  * Streaming states live on the stack (XXH_STATIC_LINKING_ONLY): no allocation, no failure path.
  *
  * Threads: no state; every function may be called from any thread.
@@ -53,6 +59,8 @@ uint64_t kvt_ns_fingerprint(const kvt_ns_desc_t *ns)
     kvt_put_u64(fixed + 21, ns->hash_seed);
     XXH3_64bits_update(&st, fixed, sizeof fixed);
     fp_string(&st, ns->tenant);
+    if (ns->revision != NULL && ns->revision[0] != '\0')
+        fp_string(&st, ns->revision);
     return XXH3_64bits_digest(&st);
 }
 
@@ -103,6 +111,37 @@ size_t kvt_hash_chain(const uint32_t *tokens, size_t ntokens, uint32_t chunk_tok
         out[i] = prev;
     }
     return n;
+}
+
+static const uint8_t key_tag[16] = "kvtier-key-v1\0\0";
+
+void kvt_hash_key(const void *key, size_t key_len, const void *salt, size_t salt_len,
+                  kvt_hash_t *out)
+{
+    XXH3_state_t st;
+    XXH128_canonical_t canon;
+    uint8_t len[4];
+
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset(&st);
+    XXH3_128bits_update(&st, key_tag, sizeof key_tag);
+    kvt_put_u32(len, (uint32_t)salt_len);
+    XXH3_128bits_update(&st, len, sizeof len);
+    if (salt_len > 0)
+        XXH3_128bits_update(&st, salt, salt_len);
+    if (key_len > 0)
+        XXH3_128bits_update(&st, key, key_len);
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&st));
+    memcpy(out->b, canon.digest, sizeof out->b);
+}
+
+void kvt_hash_keys(const void *keys, size_t key_len, size_t n, const void *salt, size_t salt_len,
+                   kvt_hash_t *out)
+{
+    const uint8_t *k = keys;
+
+    for (size_t i = 0; i < n; i++)
+        kvt_hash_key(k + i * key_len, key_len, salt, salt_len, &out[i]);
 }
 
 static int hex_value(char ch)

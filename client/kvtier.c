@@ -1,59 +1,39 @@
 /*
- * kvtier.c - libkvtier: the synchronous client of kvtierd (see kvtier.h and proto/kvt_proto.h).
+ * kvtier.c - libkvtier's public calls (kvtier.h): connect, shutdown and close, every submit, the
+ * synchronous wrappers, the completion queue, stats and error texts. The I/O thread that sends
+ * and receives is io.c; what the files share is internal.h.
  *
- * Design: one ZeroMQ context and one DEALER socket per client, ZMQ_LINGER 0 so that closing
- * never waits for frames the daemon did not take. Every request gets a fresh req_id; the call
- * then waits for the reply with zmq_poll until its deadline and drops every reply whose req_id
- * differs: those are late answers to requests that timed out before. The only exception is an
- * ERROR with req_id 0, which the daemon sends when it could not decode a head; it is taken as
- * the answer to the request in flight (this client never sends anything else undecodable).
+ * Design: a submit checks its arguments against the limits the daemon announced, allocates one
+ * block holding the request and every array it needs (the caller's small arrays are copied into
+ * it; chunk buffers are only pointed to), and appends it to the submission queue under c->mu,
+ * writing the I/O thread's wake eventfd only when that thread sleeps. Completions come back on
+ * a queue under the same mutex; the completion eventfd is written when the queue stops being
+ * empty and read when it becomes empty again, so it is readable exactly while a completion
+ * waits (level-triggered, whatever the caller polls with). A synchronous call is a submit whose
+ * request is flagged sync: the I/O thread marks it done and broadcasts c->sync_cv instead of
+ * queueing it, and the caller copies the results out and frees it. When the client is idle (the
+ * I/O thread parked) a synchronous call runs the I/O on its own thread instead (io.c), saving
+ * the two hand-offs; the asynchronous calls never do.
  *
- * Sending copies (zmq_send), it is not zero-copy (zmq_msg_init_data): ZeroMQ sends a zero-copy
- * frame whenever its I/O thread gets to it, so a frame could still sit in the socket's queue
- * when a call times out and returns; the caller would then free or reuse its buffer while
- * ZeroMQ still reads it. A call owns nothing after it returns, at the price of one memcpy per
- * chunk on the client side. Received frames are zmq_msg_t (no copy) until kvt_load copies the
- * payloads into the caller's buffers.
+ * Lifetimes: every request a caller can see is on c->all until freed, so kvt_close frees
+ * whatever the caller never took or never freed. kvt_shutdown joins the I/O thread, after
+ * which nothing touches a caller buffer and submits fail with KVT_ECLOSED.
  *
- * Shared-memory data path: on an ipc:// endpoint the client asks the daemon where its arena is
- * (ARENA) and maps the file. A save then reserves extents (SAVE_RESERVE), copies the chunks into
- * them and publishes them (SAVE_COMMIT); a load receives locations of pinned chunks, copies
- * them out and releases the pins (RELEASE, sent without waiting for its answer: the reply is
- * dropped as a late reply by the next call). The daemon reclaims reservations and pins after
- * hold_ms, so this client never copies into or out of an extent once that time, measured from
- * before its request was sent, has passed: such chunks count as not stored / not loaded.
- * Locations are checked against the mapped size before any copy.
+ * Errors for people: the daemon's text travels in each completion (comp.error); a synchronous
+ * call leaves it in thread-local storage for kvt_last_error(c) on the calling thread, and a
+ * failed kvt_connect under c == NULL (there is no client to ask).
  *
- * Deadlines: timeout_ms bounds a whole public call, every request it makes included (a save is
- * two requests; a namespace recovery adds a HELLO and a retry).
- *
- * Namespace recovery: a daemon that restarted forgets this connection's namespaces and answers
- * KVT_ENONS; the call then sends HELLO again (once) and retries the request (once).
- *
- * Threads: a client is used by one thread at a time (kvtier.h). There is no global state.
- *
- * Invariants: c->rx[0..c->nrx) are the frames of the last message received, and c->fv views
- * them; a decoded reply borrows them until the next request of the same client.
+ * Threads: see kvtier.h; everything here may run on any thread unless it says otherwise.
  */
-#include "kvtier.h"
+#include "internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
-
-#include <zmq.h>
-
-#include "kvt_proto.h"
-
-#define KVT_DEFAULT_TIMEOUT_MS 5000
-/* Frames of the largest reply (LOAD_OK for the daemon's largest max_chunks_per_request). */
-#define KVT_RX_FRAMES_MAX (65536 + 2)
+#include <unistd.h>
 
 _Static_assert((int)KVT_EPROTO == (int)KVT_WIRE_EPROTO, "wire code");
 _Static_assert((int)KVT_EVERSION == (int)KVT_WIRE_EVERSION, "wire code");
@@ -63,41 +43,40 @@ _Static_assert((int)KVT_EINVAL == (int)KVT_WIRE_EINVAL, "wire code");
 _Static_assert((int)KVT_ECONFLICT == (int)KVT_WIRE_ECONFLICT, "wire code");
 _Static_assert((int)KVT_EBUSY == (int)KVT_WIRE_EBUSY, "wire code");
 _Static_assert((int)KVT_EUNSUPP == (int)KVT_WIRE_EUNSUPP, "wire code");
+_Static_assert((int)KVT_ESTALE == (int)KVT_WIRE_ESTALE, "wire code");
 _Static_assert((int)KVT_SAVE_STORED == (int)KVT_CHUNK_STORED, "save outcome");
 _Static_assert((int)KVT_SAVE_EXISTS == (int)KVT_CHUNK_EXISTS, "save outcome");
 _Static_assert((int)KVT_SAVE_NOSPACE == (int)KVT_CHUNK_NOSPACE, "save outcome");
 _Static_assert((int)KVT_SAVE_DECLINED == (int)KVT_CHUNK_DECLINED, "save outcome");
+_Static_assert((int)KVT_SAVE_RESERVED > (int)KVT_CHUNK_DECLINED, "reserve outcome");
 _Static_assert(sizeof(kvt_hash_t) == KVT_HASH_BYTES, "hash size");
+_Static_assert(KVT_FEATURE_CHECKSUMS == KVT_FEAT_CHECKSUMS &&
+                   KVT_FEATURE_TOKENS == KVT_FEAT_TOKENS &&
+                   KVT_FEATURE_ARENA_GEN == KVT_FEAT_ARENA_GEN,
+               "feature bits");
 
-struct kvt_client {
-    void *ctx;
-    void *sock;
-    int timeout_ms;
-    uint64_t next_req_id;
-    /* what HELLO declares, kept to declare it again after a daemon restart */
-    char model[KVT_MODEL_MAX + 1];
-    size_t model_len;
-    uint64_t layout_fp;
-    uint32_t chunk_tokens;
-    uint16_t rank;
-    uint16_t world;
-    int mla;
-    /* what HELLO_OK answered */
-    uint32_t ns_id;
-    kvt_server_info_t info;
-    char last_error[KVT_ERRTEXT_MAX + 1];
-    /* the daemon's arena, when the shared-memory path is in use */
-    uint8_t *arena;
-    size_t arena_bytes;
-    uint32_t hold_ms;
-    /* frames of the last message received */
-    zmq_msg_t *rx;
-    kvt_frame_t *fv;
-    size_t nrx;
-    size_t rx_cap;
-};
+static const char old_daemon_text[] = "kvtierd speaks protocol 1; libkvtier 0.2 needs protocol 2";
 
-static int64_t now_ms(void)
+/* The calling thread's last failed synchronous call: on which client, and the daemon's text. */
+static _Thread_local struct {
+    const kvt_client_t *c;
+    char text[KVT_ERRTEXT_MAX + 1];
+} last_err;
+
+static void keep_error(const kvt_client_t *c, int rc, const char *text)
+{
+    if (rc == 0)
+        return;
+    last_err.c = c;
+    snprintf(last_err.text, sizeof last_err.text, "%s", text != NULL ? text : "");
+}
+
+const char *kvt_last_error(const kvt_client_t *c)
+{
+    return last_err.c == c ? last_err.text : "";
+}
+
+int64_t kvt__now_ms(void)
 {
     struct timespec ts;
 
@@ -105,400 +84,249 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int64_t call_deadline(const kvt_client_t *c)
+/* --- requests --- */
+
+/* What a request of kind needs besides the struct, per chunk and in all. */
+typedef struct {
+    bool hashes, src, dst, sizes, out, lens, ptrs, csums, locs;
+    size_t rank_hits; /* entries */
+    size_t tally;     /* bytes of encoded reasons */
+} layout_t;
+
+static layout_t layout_of(const kvt_client_t *c, int kind)
 {
-    return now_ms() + c->timeout_ms;
-}
+    layout_t l = {.hashes = true, .out = true};
 
-/* Milliseconds left before deadline, clamped to [0, INT_MAX]. */
-static int remaining_ms(int64_t deadline)
-{
-    int64_t left = deadline - now_ms();
-
-    if (left <= 0)
-        return 0;
-    return left > INT_MAX ? INT_MAX : (int)left;
-}
-
-static void rx_reset(kvt_client_t *c)
-{
-    for (size_t i = 0; i < c->nrx; i++)
-        zmq_msg_close(&c->rx[i]);
-    c->nrx = 0;
-}
-
-/* Room for want frames in c->rx. Frames already held are moved with zmq_msg_move (a small
- * frame's bytes live inside its zmq_msg_t, so c->fv is filled only once the message is whole). */
-static int rx_reserve(kvt_client_t *c, size_t want)
-{
-    zmq_msg_t *rx;
-    kvt_frame_t *fv;
-    size_t cap = c->rx_cap ? c->rx_cap : 8;
-
-    if (want <= c->rx_cap)
-        return 0;
-    while (cap < want)
-        cap *= 2;
-    rx = malloc(cap * sizeof *rx);
-    fv = malloc(cap * sizeof *fv);
-    if (rx == NULL || fv == NULL) {
-        free(rx);
-        free(fv);
-        return KVT_ENOMEM;
+    switch (kind) {
+    case KVT_OP_LOOKUP:
+        l.out = false;
+        l.rank_hits = c->world;
+        break;
+    case KVT_OP_SAVE:
+        l.src = l.sizes = l.locs = true;
+        break;
+    case KVT_OP_LOAD:
+        l.dst = l.sizes = l.lens = true;
+        break;
+    case KVT_OP_RESERVE:
+        l.sizes = l.ptrs = l.locs = true;
+        break;
+    case KVT_OP_COMMIT:
+        l.hashes = false; /* the reservation's */
+        l.locs = true;
+        break;
+    case KVT_OP_PIN:
+        l.lens = l.ptrs = l.csums = true;
+        break;
+    case KVT_OP_TALLY:
+        l.hashes = l.out = false;
+        l.tally = KVT_REASON_MAX * (1 + KVT_REASON_NAME_MAX + 8);
+        break;
+    default:
+        l.hashes = l.out = false;
+        break;
     }
-    for (size_t i = 0; i < c->nrx; i++) {
-        zmq_msg_init(&rx[i]);
-        zmq_msg_move(&rx[i], &c->rx[i]);
-        zmq_msg_close(&c->rx[i]);
+    return l;
+}
+
+/* One allocation: the struct, then the 8-byte arrays, then the rest. */
+static req_t *req_new(kvt_client_t *c, int kind, size_t n)
+{
+    layout_t l = layout_of(c, kind);
+    size_t words = (size_t)l.src + l.dst + l.sizes + l.lens + l.ptrs + l.csums;
+    size_t size = sizeof(req_t) +
+                  n * (8 * words + (l.hashes ? KVT_HASH_BYTES : 0) + (l.locs ? KVT_LOC_BYTES : 0) +
+                       (l.out ? 1 : 0)) +
+                  4 * l.rank_hits + l.tally;
+    uint8_t *p;
+    req_t *r = calloc(1, size);
+
+    if (r == NULL)
+        return NULL;
+    p = (uint8_t *)(r + 1);
+#define TAKE(field, type, count)                                                                   \
+    do {                                                                                           \
+        r->field = (type)(void *)p;                                                                \
+        p += (count);                                                                              \
+    } while (0)
+    if (l.src)
+        TAKE(src, const void **, 8 * n);
+    if (l.dst)
+        TAKE(dst, void **, 8 * n);
+    if (l.sizes)
+        TAKE(sizes, size_t *, 8 * n);
+    if (l.lens)
+        TAKE(lens, size_t *, 8 * n);
+    if (l.ptrs)
+        TAKE(ptrs, void **, 8 * n);
+    if (l.csums)
+        TAKE(csums, uint64_t *, 8 * n);
+    if (l.rank_hits)
+        TAKE(rank_hits, uint32_t *, 4 * l.rank_hits);
+    if (l.hashes)
+        TAKE(hashes, kvt_hash_t *, KVT_HASH_BYTES * n);
+    if (l.locs)
+        TAKE(locs, uint8_t *, KVT_LOC_BYTES * n);
+    if (l.out)
+        TAKE(out, uint8_t *, n);
+    if (l.tally)
+        TAKE(tally_buf, uint8_t *, l.tally);
+#undef TAKE
+    r->c = c;
+    r->kind = (uint8_t)kind;
+    r->n = n;
+    r->comp.op = kind;
+    r->comp.n = kind == KVT_OP_TALLY ? 0 : n;
+    r->comp.outcomes = r->out;
+    r->comp.lens = r->lens;
+    r->comp.ptrs = r->ptrs;
+    r->comp.checksums = r->csums;
+    r->comp.error = r->err;
+    return r;
+}
+
+void kvt__req_free(kvt_client_t *c, req_t *r)
+{
+    pthread_mutex_lock(&c->mu);
+    if (r->all_prev != NULL)
+        r->all_prev->all_next = r->all_next;
+    else if (c->all == r)
+        c->all = r->all_next;
+    if (r->all_next != NULL)
+        r->all_next->all_prev = r->all_prev;
+    pthread_mutex_unlock(&c->mu);
+    if (r->resv != NULL)
+        kvt__req_free(c, r->resv);
+    kvt__map_unref(r->map);
+    free(r);
+}
+
+/* Gives r its deadline (from now), its handle and its place on c->all; with c->mu held. */
+static void register_locked(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
+{
+    int timeout = so != NULL && so->timeout_ms > 0 ? so->timeout_ms : c->timeout_ms;
+
+    r->comp.user = so != NULL ? so->user : NULL;
+    r->deadline_ms = kvt__now_ms() + timeout;
+    r->comp.handle = ++c->next_handle;
+    r->all_next = c->all;
+    if (c->all != NULL)
+        c->all->all_prev = r;
+    c->all = r;
+    if (r->kind != RK_HELLO) /* the connect's own HELLO is no request of the caller's */
+        atomic_fetch_add_explicit(&c->n_submitted, 1, memory_order_relaxed);
+}
+
+/* Whether the I/O thread waits and must be woken (with c->mu held; it then counts as woken). */
+static bool wake_locked(kvt_client_t *c)
+{
+    bool sleeping = c->io_sleeping;
+
+    c->io_sleeping = false;
+    return sleeping;
+}
+
+/* Wakes the I/O thread (after wake_locked said so, without c->mu). */
+static void wake_io(kvt_client_t *c)
+{
+    uint64_t one = 1;
+
+    (void)!write(c->wake_fd, &one, sizeof one);
+}
+
+/* Queues r for the I/O thread. KVT_ECLOSED after kvt_shutdown (r is then the caller's to free). */
+static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
+{
+    bool wake;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->closing) {
+        pthread_mutex_unlock(&c->mu);
+        return KVT_ECLOSED;
     }
-    free(c->rx);
-    free(c->fv);
-    c->rx = rx;
-    c->fv = fv;
-    c->rx_cap = cap;
-    return 0;
-}
-
-/* Sends the head of req and its variable frames, copying them. */
-static int send_msg(kvt_client_t *c, const kvt_msg_t *req, const kvt_frame_t *frames,
-                    size_t nframes, int64_t deadline)
-{
-    uint8_t head[KVT_HDR_BYTES + 64];
-    static const uint8_t empty;
-    size_t hlen = kvt_head_encode(head, sizeof head, req);
-    int tmo = remaining_ms(deadline);
-
-    if (hlen == 0)
-        return KVT_EPROTO;
-    if (tmo == 0)
-        return KVT_ETIMEDOUT;
-    /* A DEALER blocks on send when its queue is full (high-water mark): bound that wait too. */
-    if (zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &tmo, sizeof tmo) != 0)
-        return KVT_ESYS;
-    for (size_t i = 0; i <= nframes; i++) {
-        const void *p = i == 0 ? head : frames[i - 1].data;
-        size_t len = i == 0 ? hlen : frames[i - 1].len;
-        int flags = i < nframes ? ZMQ_SNDMORE : 0;
-        int rc;
-
-        if (len == 0 || p == NULL)
-            p = &empty;
-        do {
-            rc = zmq_send(c->sock, p, len, flags);
-        } while (rc < 0 && errno == EINTR);
-        if (rc < 0)
-            return errno == EAGAIN ? KVT_ETIMEDOUT : KVT_ESYS;
-    }
-    return 0;
-}
-
-/* Waits until the socket has a message to read or deadline passes. */
-static int wait_readable(kvt_client_t *c, int64_t deadline)
-{
-    zmq_pollitem_t item = {.socket = c->sock, .events = ZMQ_POLLIN};
-
-    for (;;) {
-        int tmo = remaining_ms(deadline), rc;
-        if (tmo == 0)
-            return KVT_ETIMEDOUT;
-        rc = zmq_poll(&item, 1, tmo);
-        if (rc > 0)
-            return 0;
-        if (rc < 0 && errno != EINTR)
-            return KVT_ESYS;
-    }
-}
-
-/* Receives one whole multipart message into c->rx and c->fv, waiting until deadline. A message
- * of more than KVT_RX_FRAMES_MAX frames is drained; only its first frames are kept, and the
- * result is KVT_EPROTO. */
-static int recv_msg(kvt_client_t *c, int64_t deadline)
-{
-    zmq_msg_t sink;
-    int more = 1, too_many = 0, rc;
-
-    rx_reset(c);
-    rc = wait_readable(c, deadline);
-    if (rc != 0)
-        return rc;
-    /* Multipart messages arrive whole: once the first frame is readable, all of them are. */
-    while (more) {
-        zmq_msg_t *m = &sink;
-        if (c->nrx < KVT_RX_FRAMES_MAX) {
-            if (rx_reserve(c, c->nrx + 1) != 0)
-                return KVT_ENOMEM;
-            m = &c->rx[c->nrx];
-        } else {
-            too_many = 1;
-        }
-        zmq_msg_init(m);
-        rc = zmq_msg_recv(m, c->sock, ZMQ_DONTWAIT);
-        if (rc < 0) {
-            int err = errno;
-            zmq_msg_close(m);
-            if (err == EINTR || (err == EAGAIN && c->nrx == 0)) {
-                rc = err == EAGAIN ? wait_readable(c, deadline) : 0;
-                if (rc != 0)
-                    return rc;
-                continue;
-            }
-            return KVT_ESYS;
-        }
-        more = zmq_msg_more(m);
-        if (m == &sink)
-            zmq_msg_close(m);
-        else
-            c->nrx++;
-    }
-    for (size_t i = 0; i < c->nrx; i++) {
-        c->fv[i].data = zmq_msg_data(&c->rx[i]);
-        c->fv[i].len = zmq_msg_size(&c->rx[i]);
-    }
-    return too_many ? KVT_EPROTO : 0;
-}
-
-static void keep_error_text(kvt_client_t *c, const kvt_error_t *e)
-{
-    size_t n = e->text_len < sizeof c->last_error - 1 ? e->text_len : sizeof c->last_error - 1;
-
-    if (n > 0)
-        memcpy(c->last_error, e->text, n);
-    c->last_error[n] = '\0';
-}
-
-/*
- * One request/reply: sends req (head + frames) with a new req_id and this client's ns_id, and
- * waits for the reply of type reply_type. On success rep borrows c->rx. ERROR replies return
- * their code and keep their text for kvt_last_error().
- */
-static int call_once(kvt_client_t *c, kvt_msg_t *req, const kvt_frame_t *frames, size_t nframes,
-                     int reply_type, int64_t deadline, kvt_msg_t *rep)
-{
-    const kvt_limits_t lim = {.max_hashes = SIZE_MAX, .max_payload_bytes = SIZE_MAX};
-    uint64_t id = ++c->next_req_id;
-    int rc;
-
-    req->hdr.req_id = id;
-    req->hdr.ns_id = req->hdr.type == KVT_MSG_HELLO ? 0 : c->ns_id;
-    rc = send_msg(c, req, frames, nframes, deadline);
-    if (rc != 0)
-        return rc;
-    for (;;) {
-        int dec;
-        rc = recv_msg(c, deadline);
-        if (rc == KVT_ETIMEDOUT || rc == KVT_ESYS || rc == KVT_ENOMEM)
-            return rc;
-        if (c->nrx == 0)
-            continue;
-        dec = kvt_msg_decode(c->fv, c->nrx, &lim, rep);
-        if (rc == 0)
-            rc = dec;
-        if (rep->hdr.req_id != id) {
-            int undecodable = rep->hdr.type == KVT_MSG_ERROR && rep->hdr.req_id == 0 && rc == 0;
-            if (!undecodable)
-                continue; /* late reply of an earlier request, or noise */
-        }
-        if (rc != 0)
-            return rc == KVT_WIRE_EVERSION ? KVT_EVERSION : KVT_EPROTO;
-        if (rep->hdr.type == KVT_MSG_ERROR) {
-            keep_error_text(c, &rep->u.error);
-            rc = rep->u.error.code;
-            return rc < 0 && rc > -100 ? rc : KVT_EPROTO;
-        }
-        return rep->hdr.type == reply_type ? 0 : KVT_EPROTO;
-    }
-}
-
-/* Protocol 2 HELLO: frames [head, model, revision]. A daemon that speaks only protocol 1 answers
- * EVERSION; the message then says what to do. */
-static int hello(kvt_client_t *c, int64_t deadline)
-{
-    static const char old_daemon[] =
-        "kvtierd speaks protocol 1; this libkvtier needs protocol 2 (upgrade kvtierd)";
-    kvt_msg_t req = {0}, rep;
-    kvt_frame_t frames[2] = {{.data = c->model, .len = c->model_len}, {.data = NULL, .len = 0}};
-    int rc;
-
-    req.hdr.version = 2;
-    req.hdr.type = KVT_MSG_HELLO;
-    req.hdr.flags = c->mla ? KVT_HELLO_REPLICATED : 0;
-    req.u.hello.layout_fp = c->layout_fp;
-    req.u.hello.chunk_tokens = c->chunk_tokens;
-    req.u.hello.rank = c->rank;
-    req.u.hello.world = c->world;
-    req.u.hello.features = KVT_FEAT_TOKENS;
-    rc = call_once(c, &req, frames, 2, KVT_MSG_HELLO_OK, deadline, &rep);
-    if (rc == KVT_EVERSION) {
-        memcpy(c->last_error, old_daemon, sizeof old_daemon);
-        return rc;
-    }
-    if (rc != 0)
-        return rc;
-    if (rep.u.hello_ok.max_chunks == 0 || rep.u.hello_ok.max_chunk_bytes == 0)
-        return KVT_EPROTO;
-    c->ns_id = rep.u.hello_ok.ns_id;
-    c->info.lease_ms = rep.u.hello_ok.lease_ms;
-    c->info.max_chunk_bytes = rep.u.hello_ok.max_chunk_bytes;
-    c->info.max_chunks = rep.u.hello_ok.max_chunks;
-    c->info.daemon_version = rep.u.hello_ok.daemon_version;
-    return 0;
-}
-
-/* call_once, plus namespace recovery: on KVT_ENONS, HELLO again and retry, once per public call
- * (*recovered says whether that was spent). */
-static int call(kvt_client_t *c, kvt_msg_t *req, const kvt_frame_t *frames, size_t nframes,
-                int reply_type, int64_t deadline, int *recovered, kvt_msg_t *rep)
-{
-    int rc = call_once(c, req, frames, nframes, reply_type, deadline, rep);
-
-    if (rc != KVT_ENONS || *recovered)
-        return rc;
-    *recovered = 1;
-    rc = hello(c, deadline);
-    if (rc != 0)
-        return rc;
-    return call_once(c, req, frames, nframes, reply_type, deadline, rep);
-}
-
-/* Asks for the daemon's arena and maps it. 0 when the shared-memory path is usable. */
-static int map_arena(kvt_client_t *c)
-{
-    kvt_msg_t req = {0}, rep;
-    char path[KVT_PATH_MAX + 1];
-    struct stat st;
-    void *p;
-    int fd, recovered = 0, rc, populate;
-
-    req.hdr.type = KVT_MSG_ARENA;
-    rc = call(c, &req, NULL, 0, KVT_MSG_ARENA_OK, call_deadline(c), &recovered, &rep);
-    if (rc != 0)
-        return rc;
-    if (rep.u.arena_ok.path_len == 0 || rep.u.arena_ok.arena_bytes == 0 ||
-        rep.u.arena_ok.arena_bytes > SIZE_MAX)
-        return KVT_EUNSUPP;
-    memcpy(path, rep.u.arena_ok.path, rep.u.arena_ok.path_len);
-    path[rep.u.arena_ok.path_len] = '\0';
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return KVT_ESYS;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < rep.u.arena_ok.arena_bytes) {
-        close(fd);
-        return KVT_ESYS;
-    }
-    /* When the daemon allocated every page, MAP_POPULATE fills this process's page tables now:
-     * copies into and out of the arena then run at memcpy speed instead of taking a fault every
-     * 4 KiB. (On a sparse arena it would allocate the whole capacity: not done then.) */
-    populate = (rep.hdr.flags & KVT_ARENA_PREFAULTED) ? MAP_POPULATE : 0;
-    p = mmap(NULL, (size_t)rep.u.arena_ok.arena_bytes, PROT_READ | PROT_WRITE,
-             MAP_SHARED | populate, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return KVT_ESYS;
-    c->arena = p;
-    c->arena_bytes = (size_t)rep.u.arena_ok.arena_bytes;
-    c->hold_ms = rep.u.arena_ok.hold_ms;
-    return 0;
-}
-
-int kvt_data_path(const kvt_client_t *c)
-{
-    return c != NULL && c->arena != NULL ? KVT_DATA_PATH_SHM : KVT_DATA_PATH_FRAMES;
-}
-
-int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
-                const kvt_connect_opts_t *opts, kvt_client_t **out)
-{
-    kvt_client_t *c;
-    size_t model_len;
-    int linger = 0, rc, want;
-
-    if (out != NULL)
-        *out = NULL;
-    if (endpoint == NULL || ns == NULL || out == NULL || ns->model == NULL)
-        return KVT_EINVAL;
-    model_len = strlen(ns->model);
-    if (model_len == 0 || model_len > KVT_MODEL_MAX || ns->chunk_tokens == 0 ||
-        ns->world_size == 0 || ns->world_size > KVT_WORLD_MAX || rank >= ns->world_size)
-        return KVT_EINVAL;
-    if (opts != NULL && (opts->timeout_ms < 0 || opts->data_path < KVT_DATA_PATH_AUTO ||
-                         opts->data_path > KVT_DATA_PATH_SHM))
-        return KVT_EINVAL;
-
-    c = calloc(1, sizeof *c);
-    if (c == NULL)
-        return KVT_ENOMEM;
-    c->timeout_ms =
-        opts != NULL && opts->timeout_ms > 0 ? opts->timeout_ms : KVT_DEFAULT_TIMEOUT_MS;
-    memcpy(c->model, ns->model, model_len);
-    c->model_len = model_len;
-    c->layout_fp = kvt_ns_fingerprint(ns);
-    c->chunk_tokens = ns->chunk_tokens;
-    c->rank = (uint16_t)rank;
-    c->world = (uint16_t)ns->world_size;
-    c->mla = ns->mla != 0;
-
-    rc = KVT_ECONNECT;
-    c->ctx = zmq_ctx_new();
-    if (c->ctx == NULL)
-        goto fail_ctx;
-    c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
-    if (c->sock == NULL)
-        goto fail_sock;
-    if (zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger) != 0)
-        goto fail_connect;
-    if (zmq_connect(c->sock, endpoint) != 0)
-        goto fail_connect;
-    rc = hello(c, call_deadline(c));
-    if (rc != 0)
-        goto fail_connect;
-    want = opts != NULL ? opts->data_path : KVT_DATA_PATH_AUTO;
-    if (want != KVT_DATA_PATH_FRAMES && strncmp(endpoint, "ipc://", 6) == 0)
-        rc = map_arena(c);
+    register_locked(c, r, so);
+    r->next = NULL;
+    if (c->subq_tail != NULL)
+        c->subq_tail->next = r;
     else
-        rc = KVT_EUNSUPP;
-    if (rc != 0 && want == KVT_DATA_PATH_SHM)
-        goto fail_connect;
-    *out = c;
+        c->subq_head = r;
+    c->subq_tail = r;
+    c->nsub++;
+    wake = wake_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    if (wake)
+        wake_io(c);
     return 0;
-
-fail_connect:
-    if (c->arena != NULL)
-        munmap(c->arena, c->arena_bytes);
-    rx_reset(c);
-    zmq_close(c->sock);
-fail_sock:
-    zmq_ctx_term(c->ctx);
-fail_ctx:
-    free(c->rx);
-    free(c->fv);
-    free(c);
-    return rc;
 }
 
-void kvt_close(kvt_client_t **cp)
+/* Submits r and returns its handle in *out; r is freed when the submit fails. */
+static int submit_async(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so, kvt_handle_t *out)
 {
-    kvt_client_t *c;
+    int rc = submit(c, r, so);
 
-    if (cp == NULL || *cp == NULL)
-        return;
-    c = *cp;
-    if (c->arena != NULL)
-        munmap(c->arena, c->arena_bytes);
-    rx_reset(c);
-    zmq_close(c->sock);
-    zmq_ctx_term(c->ctx);
-    free(c->rx);
-    free(c->fv);
-    free(c);
-    *cp = NULL;
+    if (rc != 0) {
+        free(r);
+        return rc;
+    }
+    if (out != NULL)
+        *out = r->comp.handle;
+    return 0;
 }
 
-int kvt_server_info(const kvt_client_t *c, kvt_server_info_t *info)
+/* Runs r flagged sync until it completed: on this thread when the I/O thread is parked (the
+ * client idle: io.c), else through the I/O thread. Returns its status; r stays the caller's to
+ * read and free (also when the submit failed). */
+static int run_sync(kvt_client_t *c, req_t *r)
 {
-    if (c == NULL || info == NULL)
-        return KVT_EINVAL;
-    *info = c->info;
-    return 0;
+    bool run_here;
+    int rc;
+
+    r->sync = true;
+    pthread_mutex_lock(&c->mu);
+    run_here = c->parked && !c->inline_active && !c->closing && c->subq_head == NULL;
+    if (run_here) {
+        register_locked(c, r, NULL);
+        c->inline_active = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (run_here) {
+        atomic_fetch_add_explicit(&c->n_inline, 1, memory_order_relaxed);
+        kvt__io_inline(c, r);
+    } else {
+        rc = submit(c, r, NULL);
+        if (rc != 0) {
+            r->comp.status = rc;
+            return rc;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    while (!r->done)
+        pthread_cond_wait(&c->sync_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    keep_error(c, r->comp.status, r->err);
+    return r->comp.status;
+}
+
+/* Frees a synchronous request whether or not it was ever queued. */
+static void sync_free(kvt_client_t *c, req_t *r)
+{
+    if (r->comp.handle != 0)
+        kvt__req_free(c, r);
+    else
+        free(r);
+}
+
+/* --- argument checks --- */
+
+static kvt_server_info_t info_of(const kvt_client_t *c)
+{
+    kvt_client_t *mc = (kvt_client_t *)c;
+    kvt_server_info_t in;
+
+    pthread_mutex_lock(&mc->mu);
+    in = c->info;
+    pthread_mutex_unlock(&mc->mu);
+    return in;
 }
 
 /* A hash list argument: non-empty, within the daemon's per-request limit. */
@@ -506,348 +334,422 @@ static int check_hashes(const kvt_client_t *c, const kvt_hash_t *hashes, size_t 
 {
     if (hashes == NULL || n == 0)
         return KVT_EINVAL;
-    return n > c->info.max_chunks ? KVT_ETOOBIG : 0;
+    return n > info_of(c).max_chunks ? KVT_ETOOBIG : 0;
 }
 
-int kvt_lookup(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const kvt_lookup_opts_t *opts,
-               kvt_lookup_result_t *res)
+static int check_lens(const kvt_client_t *c, const size_t *lens, size_t n)
 {
-    kvt_msg_t req = {0}, rep;
-    kvt_frame_t hf;
-    int all = opts != NULL && opts->all_ranks, recovered = 0, rc;
-    size_t nranks;
+    uint64_t max = info_of(c).max_chunk_bytes;
 
-    if (c == NULL || res == NULL)
+    if (lens == NULL)
+        return KVT_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (lens[i] == 0)
+            return KVT_EINVAL;
+        if (lens[i] > max)
+            return KVT_ETOOBIG;
+    }
+    return 0;
+}
+
+/* --- building requests --- */
+
+static int make_lookup(kvt_client_t *c, const kvt_hash_t *hashes, size_t n,
+                       const kvt_lookup_opts_t *opts, req_t **out)
+{
+    int rc;
+    req_t *r;
+
+    if (c == NULL)
         return KVT_EINVAL;
     rc = check_hashes(c, hashes, n);
     if (rc != 0)
         return rc;
-    req.hdr.type = KVT_MSG_LOOKUP;
-    if (opts != NULL && opts->lease)
-        req.hdr.flags |= KVT_LOOKUP_LEASE;
-    if (opts != NULL && opts->has_prompt) {
-        req.hdr.flags |= KVT_LOOKUP_PROMPT;
-        req.u.lookup.prompt_tokens = opts->prompt_tokens;
-        req.u.lookup.hbm_tokens = opts->hbm_tokens;
-    }
-    req.u.lookup.rank = all ? KVT_RANK_ALL : c->rank;
-    hf.data = hashes;
-    hf.len = n * sizeof *hashes;
-    rc = call(c, &req, &hf, 1, KVT_MSG_LOOKUP_OK, call_deadline(c), &recovered, &rep);
-    if (rc != 0)
-        return rc;
-
-    nranks = rep.u.lookup_ok.nranks;
-    if (rep.u.lookup_ok.hit > n || nranks != (all ? c->world : 0u))
-        return KVT_EPROTO;
-    for (size_t r = 0; r < nranks; r++)
-        if (kvt_get_u32(rep.u.lookup_ok.rank_hits + 4 * r) > n)
-            return KVT_EPROTO;
-    res->hit = rep.u.lookup_ok.hit;
-    res->skipped = (rep.hdr.flags & KVT_LOOKUPR_SKIPPED) != 0;
-    res->leased = (rep.hdr.flags & KVT_LOOKUPR_LEASED) != 0;
-    res->lease_ms = res->leased ? rep.u.lookup_ok.lease_ms : 0;
-    res->nranks = 0;
-    for (size_t r = 0; r < nranks && res->rank_hits != NULL && r < res->rank_hits_cap; r++) {
-        res->rank_hits[r] = kvt_get_u32(rep.u.lookup_ok.rank_hits + 4 * r);
-        res->nranks++;
-    }
-    return 0;
-}
-
-/* Folds SAVE_OK into st: chunks sent (st[i] WANTED) take the daemon's answer; the others keep
- * the first answer. SKIPPED for a sent chunk means its reservation expired: not stored. */
-static int merge_save_ok(const kvt_msg_t *rep, size_t n, uint8_t *st)
-{
-    if (rep->u.chunks_ok.n != n)
-        return KVT_EPROTO;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t s = rep->u.chunks_ok.status[i];
-        if (st[i] != KVT_CHUNK_WANTED)
-            continue;
-        if (s == KVT_CHUNK_SKIPPED)
-            s = KVT_CHUNK_NOSPACE;
-        if (s != KVT_CHUNK_STORED && s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_NOSPACE &&
-            s != KVT_CHUNK_DECLINED)
-            return KVT_EPROTO;
-        st[i] = s;
-    }
-    return 0;
-}
-
-/* A location from the daemon, checked against the mapped arena: the extent, or NULL. */
-static uint8_t *arena_at(const kvt_client_t *c, const uint8_t *loc, uint64_t *len)
-{
-    uint64_t off = kvt_get_u64(loc);
-
-    *len = kvt_get_u64(loc + 8);
-    if (*len == 0 || off > c->arena_bytes || *len > c->arena_bytes - off)
-        return NULL;
-    return c->arena + off;
-}
-
-/* Shared-memory save: reserve, copy into the arena, commit. */
-static int save_shm(kvt_client_t *c, kvt_msg_t *req, const kvt_hash_t *hashes, size_t n,
-                    const void *const *bufs, const size_t *lens, int64_t deadline, uint8_t *st)
-{
-    kvt_msg_t rep;
-    kvt_frame_t fr[2];
-    uint8_t *buf = malloc(n * (8 + KVT_LOC_BYTES)), *lenbuf, *locs;
-    size_t nwanted = 0;
-    int64_t hold_end;
-    int recovered = 0, rc;
-
-    if (buf == NULL)
+    r = req_new(c, KVT_OP_LOOKUP, n);
+    if (r == NULL)
         return KVT_ENOMEM;
-    lenbuf = buf;
-    locs = buf + 8 * n;
-    for (size_t i = 0; i < n; i++)
-        kvt_put_u64(lenbuf + 8 * i, lens[i]);
-    fr[0].data = hashes;
-    fr[0].len = n * sizeof *hashes;
-    fr[1].data = lenbuf;
-    fr[1].len = 8 * n;
-    req->hdr.type = KVT_MSG_SAVE_RESERVE;
-    hold_end = now_ms() + c->hold_ms; /* the daemon's hold starts after this */
-    rc = call(c, req, fr, 2, KVT_MSG_SAVE_RESERVE_OK, deadline, &recovered, &rep);
-    if (rc != 0)
-        goto out;
-    rc = KVT_EPROTO;
-    if (rep.u.chunks_ok.n != n)
-        goto out;
-    memset(locs, 0, n * KVT_LOC_BYTES);
-    for (size_t i = 0; i < n; i++) {
-        uint8_t s = rep.u.chunks_ok.status[i];
-        st[i] = s;
-        if (s == KVT_CHUNK_WANTED) {
-            uint64_t len;
-            uint8_t *dst = arena_at(c, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES, &len);
-            if (dst == NULL || len != lens[i])
-                goto out;
-            if (now_ms() >= hold_end) {
-                st[i] = KVT_CHUNK_NOSPACE; /* reclaimed by now: never touch it */
-                continue;
-            }
-            memcpy(dst, bufs[i], lens[i]);
-            memcpy(locs + i * KVT_LOC_BYTES, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES,
-                   KVT_LOC_BYTES);
-            nwanted++;
-        } else if (s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_DECLINED && s != KVT_CHUNK_NOSPACE) {
-            goto out;
-        }
-    }
-    if (nwanted > 0) {
-        req->hdr.type = KVT_MSG_SAVE_COMMIT;
-        fr[1].data = locs;
-        fr[1].len = n * KVT_LOC_BYTES;
-        rc = call_once(c, req, fr, 2, KVT_MSG_SAVE_OK, deadline, &rep);
-        if (rc != 0)
-            goto out;
-        rc = merge_save_ok(&rep, n, st);
-        if (rc != 0)
-            goto out;
-    }
-    rc = 0;
-out:
-    free(buf);
-    return rc;
+    memcpy(r->hashes, hashes, n * sizeof *hashes);
+    if (opts != NULL)
+        r->lookup = *opts;
+    *out = r;
+    return 0;
 }
 
-/* Shared-memory load: locations of pinned chunks, copy out, release the pins. */
-static int load_shm(kvt_client_t *c, kvt_msg_t *req, const kvt_hash_t *hashes, size_t n,
-                    void *const *bufs, const size_t *caps, size_t *lens, size_t *nhit,
-                    int64_t deadline)
+static void set_save_opts(req_t *r, const kvt_save_opts_t *opts)
 {
-    kvt_msg_t rep, rel = {0};
-    kvt_frame_t hf = {.data = hashes, .len = n * sizeof *hashes};
-    kvt_hash_t *held;
-    size_t prefix = 0, nheld = 0;
-    int64_t hold_end;
-    int recovered = 0, rc, short_buf = 0;
+    if (opts == NULL)
+        return;
+    if (opts->parent != NULL) {
+        r->has_parent = true;
+        r->parent = *opts->parent;
+    }
+    r->has_op_id = opts->has_op_id != 0;
+    r->op_id = opts->op_id;
+}
 
-    req->hdr.flags |= KVT_LOAD_SHM;
-    hold_end = now_ms() + c->hold_ms;
-    rc = call(c, req, &hf, 1, KVT_MSG_LOAD_OK, deadline, &recovered, &rep);
+static int make_save(kvt_client_t *c, int kind, const kvt_hash_t *hashes, size_t n,
+                     const void *const *bufs, const size_t *lens, const kvt_save_opts_t *opts,
+                     req_t **out)
+{
+    req_t *r;
+    int rc;
+
+    if (c == NULL || (kind == KVT_OP_SAVE && bufs == NULL))
+        return KVT_EINVAL;
+    if (kind == KVT_OP_RESERVE && !c->shm)
+        return KVT_EUNSUPP;
+    rc = check_hashes(c, hashes, n);
+    if (rc == 0)
+        rc = check_lens(c, lens, n);
     if (rc != 0)
         return rc;
-    if (rep.u.chunks_ok.n != n || !(rep.hdr.flags & KVT_LOADR_SHM))
-        return KVT_EPROTO;
-    held = malloc(n * sizeof *held);
-    if (held == NULL)
-        return KVT_ENOMEM; /* the daemon reclaims the pins after hold_ms */
-    rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t s = rep.u.chunks_ok.status[i];
-        const uint8_t *src;
-        uint64_t len;
-        int loaded = 0;
+    for (size_t i = 0; kind == KVT_OP_SAVE && i < n; i++)
+        if (bufs[i] == NULL)
+            return KVT_EINVAL;
+    r = req_new(c, kind, n);
+    if (r == NULL)
+        return KVT_ENOMEM;
+    memcpy(r->hashes, hashes, n * sizeof *hashes);
+    memcpy(r->sizes, lens, n * sizeof *lens);
+    if (kind == KVT_OP_SAVE)
+        memcpy(r->src, bufs, n * sizeof *bufs);
+    set_save_opts(r, opts);
+    *out = r;
+    return 0;
+}
 
-        lens[i] = 0;
-        if (s == KVT_CHUNK_MISS)
-            continue;
-        src =
-            s == KVT_CHUNK_HIT ? arena_at(c, rep.u.chunks_ok.locs + i * KVT_LOC_BYTES, &len) : NULL;
-        if (src == NULL) {
-            rc = KVT_EPROTO;
-            continue;
-        }
-        held[nheld++] = hashes[i];
-        lens[i] = len;
-        if (len > caps[i]) {
-            short_buf = 1;
-        } else if (now_ms() < hold_end) {
-            memcpy(bufs[i], src, len);
-            loaded = 1;
-        } else {
-            lens[i] = 0; /* the pin may be gone: what is there may no longer be this chunk */
-        }
-        if (loaded && prefix == i)
-            prefix++;
-    }
-    if (nheld > 0) {
-        kvt_frame_t rf = {.data = held, .len = nheld * sizeof *held};
-        rel.hdr.type = KVT_MSG_RELEASE;
-        rel.hdr.req_id = ++c->next_req_id;
-        rel.hdr.ns_id = c->ns_id;
-        rel.u.release.rank = c->rank;
-        send_msg(c, &rel, &rf, 1, deadline); /* not awaited: a late reply is dropped */
-    }
-    free(held);
-    *nhit = prefix;
+static int make_load(kvt_client_t *c, int kind, const kvt_hash_t *hashes, size_t n,
+                     void *const *bufs, const size_t *caps, req_t **out)
+{
+    req_t *r;
+    int rc;
+
+    if (c == NULL || (kind == KVT_OP_LOAD && (bufs == NULL || caps == NULL)))
+        return KVT_EINVAL;
+    if (kind == KVT_OP_PIN && !c->shm)
+        return KVT_EUNSUPP;
+    rc = check_hashes(c, hashes, n);
     if (rc != 0)
         return rc;
-    return short_buf ? KVT_EBUFSIZE : 0;
+    for (size_t i = 0; kind == KVT_OP_LOAD && i < n; i++)
+        if (caps[i] > 0 && bufs[i] == NULL)
+            return KVT_EINVAL;
+    r = req_new(c, kind, n);
+    if (r == NULL)
+        return KVT_ENOMEM;
+    memcpy(r->hashes, hashes, n * sizeof *hashes);
+    if (kind == KVT_OP_LOAD) {
+        memcpy(r->dst, bufs, n * sizeof *bufs);
+        memcpy(r->sizes, caps, n * sizeof *caps);
+    }
+    *out = r;
+    return 0;
+}
+
+static int make_tally(kvt_client_t *c, const kvt_tally_req_t *t, req_t **out)
+{
+    req_t *r;
+
+    if (c == NULL || t == NULL || (t->reasons == NULL && t->nreasons > 0))
+        return KVT_EINVAL;
+    if (t->nreasons > KVT_REASON_MAX)
+        return KVT_ETOOBIG;
+    r = req_new(c, KVT_OP_TALLY, 0);
+    if (r == NULL)
+        return KVT_ENOMEM;
+    for (size_t i = 0; i < t->nreasons; i++) {
+        size_t w = 0;
+        if (t->reasons[i].name != NULL)
+            w = kvt_reason_encode(r->tally_buf + r->tally_len,
+                                  KVT_REASON_MAX * (1 + KVT_REASON_NAME_MAX + 8) - r->tally_len,
+                                  t->reasons[i].name, strlen(t->reasons[i].name),
+                                  t->reasons[i].count);
+        if (w == 0) {
+            free(r);
+            return KVT_EINVAL;
+        }
+        r->tally_len += w;
+    }
+    r->tally = *t;
+    r->tally.reasons = NULL; /* encoded above: the caller's array is not kept */
+    *out = r;
+    return 0;
+}
+
+/* --- submits --- */
+
+int kvt_submit_lookup(kvt_client_t *c, const kvt_hash_t *hashes, size_t n,
+                      const kvt_lookup_opts_t *opts, const kvt_submit_opts_t *so, kvt_handle_t *out)
+{
+    req_t *r;
+    int rc = make_lookup(c, hashes, n, opts, &r);
+
+    return rc != 0 ? rc : submit_async(c, r, so, out);
+}
+
+int kvt_submit_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const void *const *bufs,
+                    const size_t *lens, const kvt_save_opts_t *opts, const kvt_submit_opts_t *so,
+                    kvt_handle_t *out)
+{
+    req_t *r;
+    int rc = make_save(c, KVT_OP_SAVE, hashes, n, bufs, lens, opts, &r);
+
+    return rc != 0 ? rc : submit_async(c, r, so, out);
+}
+
+int kvt_submit_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *bufs,
+                    const size_t *caps, const kvt_submit_opts_t *so, kvt_handle_t *out)
+{
+    req_t *r;
+    int rc = make_load(c, KVT_OP_LOAD, hashes, n, bufs, caps, &r);
+
+    return rc != 0 ? rc : submit_async(c, r, so, out);
+}
+
+int kvt_submit_tally(kvt_client_t *c, const kvt_tally_req_t *t, const kvt_submit_opts_t *so,
+                     kvt_handle_t *out)
+{
+    req_t *r;
+    int rc = make_tally(c, t, &r);
+
+    return rc != 0 ? rc : submit_async(c, r, so, out);
+}
+
+int kvt_submit_reserve(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const size_t *lens,
+                       const kvt_save_opts_t *opts, const kvt_submit_opts_t *so, kvt_handle_t *out)
+{
+    req_t *r;
+    int rc = make_save(c, KVT_OP_RESERVE, hashes, n, NULL, lens, opts, &r);
+
+    return rc != 0 ? rc : submit_async(c, r, so, out);
+}
+
+int kvt_submit_pin(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const kvt_submit_opts_t *so,
+                   kvt_handle_t *out)
+{
+    req_t *r;
+    int rc = make_load(c, KVT_OP_PIN, hashes, n, NULL, NULL, &r);
+
+    return rc != 0 ? rc : submit_async(c, r, so, out);
+}
+
+int kvt_submit_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten,
+                      const kvt_submit_opts_t *so, kvt_handle_t *out)
+{
+    req_t *v = (req_t *)reservation, *r;
+    int rc;
+
+    if (c == NULL || v == NULL || v->c != c || v->kind != KVT_OP_RESERVE || v->comp.status != 0 ||
+        v->consumed || nwritten > v->n)
+        return KVT_EINVAL;
+    r = req_new(c, KVT_OP_COMMIT, v->n);
+    if (r == NULL)
+        return KVT_ENOMEM;
+    r->hashes = v->hashes;
+    r->nwritten = nwritten;
+    v->consumed = true;
+    r->resv = v;
+    rc = submit(c, r, so);
+    if (rc != 0) {
+        v->consumed = false;
+        r->resv = NULL;
+        free(r);
+        return rc;
+    }
+    if (out != NULL)
+        *out = r->comp.handle;
+    return 0;
+}
+
+/* --- completions --- */
+
+int kvt_fd(const kvt_client_t *c)
+{
+    return c != NULL ? c->comp_fd : -1;
+}
+
+int kvt_poll(kvt_client_t *c, int timeout_ms)
+{
+    struct pollfd p;
+    int rc;
+
+    if (c == NULL)
+        return KVT_EINVAL;
+    p.fd = c->comp_fd;
+    p.events = POLLIN;
+    do {
+        rc = poll(&p, 1, timeout_ms < 0 ? -1 : timeout_ms);
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0)
+        return KVT_ESYS;
+    return rc > 0 ? 1 : 0;
+}
+
+int kvt_next_completion(kvt_client_t *c, kvt_completion_t **out)
+{
+    req_t *r;
+
+    if (c == NULL || out == NULL)
+        return KVT_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    r = c->compq_head;
+    if (r != NULL) {
+        c->compq_head = r->next;
+        if (c->compq_head == NULL) {
+            uint64_t v;
+            c->compq_tail = NULL;
+            (void)!read(c->comp_fd, &v, sizeof v); /* empty now: not readable any more */
+        }
+        r->next = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    *out = r != NULL ? &r->comp : NULL;
+    return r != NULL;
+}
+
+/* Queues releases of kind k for the I/O thread, waking it when they are the first. */
+static void queue_releases(kvt_client_t *c, int k, const kvt_hash_t *const *hs, size_t n)
+{
+    int64_t now = kvt__now_ms();
+    bool wake;
+
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < n; i++)
+        kvt__relq_add(&c->rel[k], hs[i], now);
+    wake = wake_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    if (wake)
+        wake_io(c);
+}
+
+/* Releases the HIT chunks of a pin (or, with only, chunk only). */
+static void release_pins(kvt_client_t *c, req_t *r, int k, size_t only)
+{
+    const kvt_hash_t *one[1];
+    const kvt_hash_t **hs = one;
+    size_t n = 0;
+
+    if (only != SIZE_MAX) {
+        one[n++] = &r->hashes[only];
+    } else {
+        hs = malloc(r->n * sizeof *hs);
+        if (hs == NULL)
+            return; /* the daemon reclaims them at their hold deadline */
+        for (size_t i = 0; i < r->n; i++)
+            if (r->out[i] == KVT_LOAD_HIT)
+                hs[n++] = &r->hashes[i];
+    }
+    queue_releases(c, k, hs, n);
+    if (hs != one)
+        free(hs);
+}
+
+void kvt_completion_free(kvt_client_t *c, kvt_completion_t *comp)
+{
+    req_t *r = (req_t *)comp;
+
+    if (c == NULL || r == NULL)
+        return;
+    if (r->kind == KVT_OP_PIN && r->comp.status == 0 && kvt__now_ms() < r->comp.hold_until_ms)
+        release_pins(c, r, 0, SIZE_MAX);
+    kvt__req_free(c, r);
+}
+
+int kvt_pin_verify(kvt_client_t *c, kvt_completion_t *pin)
+{
+    req_t *r = (req_t *)pin;
+    int bad = 0;
+
+    if (c == NULL || r == NULL || r->kind != KVT_OP_PIN || r->comp.status != 0)
+        return KVT_EINVAL;
+    if (r->comp.checksums == NULL)
+        return KVT_EUNSUPP;
+    if (kvt__now_ms() >= r->comp.hold_until_ms)
+        return KVT_ETIMEDOUT;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->out[i] != KVT_LOAD_HIT)
+            continue;
+        atomic_fetch_add_explicit(&c->n_verified, 1, memory_order_relaxed);
+        if (kvt_checksum(r->ptrs[i], r->lens[i]) == r->csums[i])
+            continue;
+        atomic_fetch_add_explicit(&c->n_mismatches, 1, memory_order_relaxed);
+        r->out[i] = KVT_LOAD_CORRUPT;
+        r->ptrs[i] = NULL;
+        r->lens[i] = 0;
+        release_pins(c, r, 1, i);
+        bad++;
+    }
+    r->comp.nhit = 0;
+    while (r->comp.nhit < r->n && r->out[r->comp.nhit] == KVT_LOAD_HIT)
+        r->comp.nhit++;
+    return bad;
+}
+
+/* --- synchronous calls --- */
+
+int kvt_lookup(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const kvt_lookup_opts_t *opts,
+               kvt_lookup_result_t *res)
+{
+    req_t *r;
+    int rc;
+
+    if (res == NULL)
+        return KVT_EINVAL;
+    rc = make_lookup(c, hashes, n, opts, &r);
+    if (rc != 0)
+        return rc;
+    rc = run_sync(c, r);
+    if (rc == 0) {
+        const kvt_lookup_result_t *got = &r->comp.lookup;
+        uint32_t *rh = res->rank_hits, cap = res->rank_hits_cap;
+        res->hit = got->hit;
+        res->skipped = got->skipped;
+        res->leased = got->leased;
+        res->lease_ms = got->lease_ms;
+        res->lease_capped = got->lease_capped;
+        res->nranks = 0;
+        for (uint32_t i = 0; i < got->nranks && rh != NULL && i < cap; i++)
+            rh[res->nranks++] = got->rank_hits[i];
+    }
+    sync_free(c, r);
+    return rc;
 }
 
 int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const void *const *bufs,
              const size_t *lens, const kvt_save_opts_t *opts, uint8_t *outcomes)
 {
-    kvt_msg_t req = {0}, rep;
-    kvt_frame_t *frames;
-    uint8_t *st;
-    size_t nwanted = 0;
-    int64_t deadline;
-    int recovered = 0, rc;
+    req_t *r;
+    int rc = make_save(c, KVT_OP_SAVE, hashes, n, bufs, lens, opts, &r);
 
-    if (c == NULL || bufs == NULL || lens == NULL)
-        return KVT_EINVAL;
-    rc = check_hashes(c, hashes, n);
     if (rc != 0)
         return rc;
-    for (size_t i = 0; i < n; i++) {
-        if (lens[i] == 0 || bufs[i] == NULL)
-            return KVT_EINVAL;
-        if (lens[i] > c->info.max_chunk_bytes)
-            return KVT_ETOOBIG;
-    }
-    /* frames[0] = the hashes, frames[1 + i] = chunk i's payload or nothing; st = outcomes */
-    frames = malloc((n + 1) * sizeof *frames + n);
-    if (frames == NULL)
-        return KVT_ENOMEM;
-    st = (uint8_t *)(frames + n + 1);
-
-    req.hdr.type = KVT_MSG_SAVE_BEGIN;
-    if (opts != NULL && opts->parent != NULL) {
-        req.hdr.flags |= KVT_SAVE_PARENT;
-        memcpy(req.u.save.parent.b, opts->parent->b, KVT_HASH_BYTES);
-    }
-    if (opts != NULL && opts->has_op_id) {
-        req.hdr.flags |= KVT_SAVE_OPID;
-        req.u.save.op_id = opts->op_id;
-    }
-    req.u.save.rank = c->rank;
-    frames[0].data = hashes;
-    frames[0].len = n * sizeof *hashes;
-    deadline = call_deadline(c);
-    if (c->arena != NULL) {
-        rc = save_shm(c, &req, hashes, n, bufs, lens, deadline, st);
-        if (rc == 0 && outcomes != NULL)
-            memcpy(outcomes, st, n);
-        goto out;
-    }
-    rc = call(c, &req, frames, 1, KVT_MSG_SAVE_BEGIN_OK, deadline, &recovered, &rep);
-    if (rc != 0)
-        goto out;
-    rc = KVT_EPROTO;
-    if (rep.u.chunks_ok.n != n)
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t s = rep.u.chunks_ok.status[i];
-        if (s != KVT_CHUNK_WANTED && s != KVT_CHUNK_EXISTS && s != KVT_CHUNK_DECLINED &&
-            s != KVT_CHUNK_NOSPACE)
-            goto out;
-        st[i] = s;
-        frames[1 + i].data = s == KVT_CHUNK_WANTED ? bufs[i] : NULL;
-        frames[1 + i].len = s == KVT_CHUNK_WANTED ? lens[i] : 0;
-        nwanted += s == KVT_CHUNK_WANTED;
-    }
-
-    if (nwanted > 0) {
-        req.hdr.type = KVT_MSG_SAVE_DATA;
-        rc = call(c, &req, frames, n + 1, KVT_MSG_SAVE_OK, deadline, &recovered, &rep);
-        if (rc == 0)
-            rc = merge_save_ok(&rep, n, st);
-        if (rc != 0)
-            goto out;
-    }
-    if (outcomes != NULL)
-        memcpy(outcomes, st, n);
-    rc = 0;
-out:
-    free(frames);
+    rc = run_sync(c, r);
+    if (rc == 0 && outcomes != NULL)
+        memcpy(outcomes, r->out, n);
+    sync_free(c, r);
     return rc;
 }
 
 int kvt_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *bufs,
              const size_t *caps, size_t *lens, size_t *nhit)
 {
-    kvt_msg_t req = {0}, rep;
-    kvt_frame_t hf;
-    size_t prefix = 0;
-    int recovered = 0, rc, short_buf = 0;
+    req_t *r;
+    int rc;
 
-    if (c == NULL || bufs == NULL || caps == NULL || lens == NULL || nhit == NULL)
+    if (lens == NULL || nhit == NULL)
         return KVT_EINVAL;
-    rc = check_hashes(c, hashes, n);
+    rc = make_load(c, KVT_OP_LOAD, hashes, n, bufs, caps, &r);
     if (rc != 0)
         return rc;
-    for (size_t i = 0; i < n; i++)
-        if (caps[i] > 0 && bufs[i] == NULL)
-            return KVT_EINVAL;
-    req.hdr.type = KVT_MSG_LOAD;
-    req.u.load.rank = c->rank;
-    if (c->arena != NULL)
-        return load_shm(c, &req, hashes, n, bufs, caps, lens, nhit, call_deadline(c));
-    hf.data = hashes;
-    hf.len = n * sizeof *hashes;
-    rc = call(c, &req, &hf, 1, KVT_MSG_LOAD_OK, call_deadline(c), &recovered, &rep);
-    if (rc != 0)
-        return rc;
-    if (rep.u.chunks_ok.n != n)
-        return KVT_EPROTO;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t s = rep.u.chunks_ok.status[i];
-        if (s != KVT_CHUNK_HIT && s != KVT_CHUNK_MISS)
-            return KVT_EPROTO;
-        if (s == KVT_CHUNK_HIT && rep.u.chunks_ok.payloads[i].len == 0)
-            return KVT_EPROTO;
+    rc = run_sync(c, r);
+    if (rc == 0 || rc == KVT_EBUFSIZE) {
+        memcpy(lens, r->lens, n * sizeof *lens);
+        *nhit = r->comp.nhit;
     }
-    /* Only whole, fitting chunks are copied; lens says every stored size. */
-    for (size_t i = 0; i < n; i++) {
-        const kvt_frame_t *p = &rep.u.chunks_ok.payloads[i];
-        int loaded = 0;
-        lens[i] = p->len;
-        if (p->len > 0 && p->len > caps[i]) {
-            short_buf = 1;
-        } else if (p->len > 0) {
-            memcpy(bufs[i], p->data, p->len);
-            loaded = 1;
-        }
-        if (loaded && prefix == i)
-            prefix++;
-    }
-    *nhit = prefix;
-    return short_buf ? KVT_EBUFSIZE : 0;
+    sync_free(c, r);
+    return rc;
 }
 
 int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
@@ -860,57 +762,267 @@ int kvt_tally2(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_
                const kvt_tally_tokens_t *tokens, const kvt_reason_t *reasons, size_t nreasons,
                kvt_gate_state_t *state)
 {
-    uint8_t buf[KVT_REASON_MAX * (1 + KVT_REASON_NAME_MAX + 8)];
-    kvt_msg_t req = {0}, rep;
-    kvt_frame_t rf = {.data = buf, .len = 0};
-    int recovered = 0, rc;
+    kvt_tally_req_t t = {.engine_id = engine_id,
+                         .paid_total = paid_total,
+                         .probes_total = probes_total,
+                         .reasons = reasons,
+                         .nreasons = nreasons};
+    req_t *r;
+    int rc;
 
-    if (c == NULL || (reasons == NULL && nreasons > 0))
-        return KVT_EINVAL;
-    if (nreasons > KVT_REASON_MAX)
-        return KVT_ETOOBIG;
-    for (size_t i = 0; i < nreasons; i++) {
-        size_t w;
-        if (reasons[i].name == NULL)
-            return KVT_EINVAL;
-        w = kvt_reason_encode(buf + rf.len, sizeof buf - rf.len, reasons[i].name,
-                              strlen(reasons[i].name), reasons[i].count);
-        if (w == 0)
-            return KVT_EINVAL;
-        rf.len += w;
-    }
-    req.hdr.type = KVT_MSG_TALLY;
-    req.u.tally.engine_id = engine_id;
-    req.u.tally.paid_total = paid_total;
-    req.u.tally.probes_total = probes_total;
     if (tokens != NULL) {
-        req.hdr.flags = KVT_TALLY_TOKENS;
-        req.u.tally.served_tokens_total = tokens->served_tokens_total;
-        req.u.tally.lookup_tokens_total = tokens->lookup_tokens_total;
+        t.has_tokens = 1;
+        t.served_tokens_total = tokens->served_tokens_total;
+        t.lookup_tokens_total = tokens->lookup_tokens_total;
     }
-    rc = call(c, &req, &rf, 1, KVT_MSG_TALLY_OK, call_deadline(c), &recovered, &rep);
-    if (rc != 0 || state == NULL)
+    rc = make_tally(c, &t, &r);
+    if (rc != 0)
         return rc;
-    state->payoff = rep.u.tally_ok.payoff;
-    state->share = rep.u.tally_ok.share;
-    state->act_ema = rep.u.tally_ok.act_ema;
-    state->probes = rep.u.tally_ok.probes;
-    state->lookups = rep.u.tally_ok.lookups;
-    state->admission_enabled = (rep.u.tally_ok.gate_flags & KVT_GATE_ADMISSION_ON) != 0;
-    state->skip_enabled = (rep.u.tally_ok.gate_flags & KVT_GATE_SKIP_ON) != 0;
-    state->load_bearing = (rep.u.tally_ok.gate_flags & KVT_GATE_LOAD_BEARING) != 0;
-    state->policy = rep.u.tally_ok.policy;
-    state->density = rep.u.tally_ok.density;
-    state->served_tokens = rep.u.tally_ok.served_tokens;
-    state->regret_tokens = rep.u.tally_ok.regret_tokens;
-    state->written_tokens = rep.u.tally_ok.written_tokens;
-    state->declined_tokens = rep.u.tally_ok.declined_tokens;
+    rc = run_sync(c, r);
+    if (rc == 0 && state != NULL)
+        *state = r->comp.gates;
+    sync_free(c, r);
+    return rc;
+}
+
+/* --- the client --- */
+
+int kvt_data_path(const kvt_client_t *c)
+{
+    return c != NULL && c->shm ? KVT_DATA_PATH_SHM : KVT_DATA_PATH_FRAMES;
+}
+
+int kvt_server_info(const kvt_client_t *c, kvt_server_info_t *info)
+{
+    if (c == NULL || info == NULL)
+        return KVT_EINVAL;
+    *info = info_of(c);
     return 0;
 }
 
-const char *kvt_last_error(const kvt_client_t *c)
+int kvt_stats(const kvt_client_t *c, kvt_stats_t *out)
 {
-    return c != NULL ? c->last_error : "";
+    kvt_client_t *mc = (kvt_client_t *)c;
+    size_t nsub;
+
+    if (c == NULL || out == NULL)
+        return KVT_EINVAL;
+    pthread_mutex_lock(&mc->mu);
+    nsub = c->nsub;
+    out->max_in_flight = c->info.max_in_flight;
+    pthread_mutex_unlock(&mc->mu);
+#define LOAD(x) atomic_load_explicit(&mc->x, memory_order_relaxed)
+    out->submitted = LOAD(n_submitted);
+    out->completed = LOAD(n_completed);
+    out->failed = LOAD(n_failed);
+    out->timeouts = LOAD(n_timeouts);
+    out->recoveries = LOAD(n_recoveries);
+    out->remaps = LOAD(n_remaps);
+    out->chunks_verified = LOAD(n_verified);
+    out->checksum_mismatches = LOAD(n_mismatches);
+    out->releases_sent = LOAD(n_releases);
+    out->bytes_copied = LOAD(n_copied);
+    out->inline_calls = LOAD(n_inline);
+    out->in_flight = LOAD(n_inflight);
+    out->queued = LOAD(n_pending) + (uint32_t)nsub;
+#undef LOAD
+    return 0;
+}
+
+static int copy_str(char *dst, size_t cap, size_t *len, const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+
+    if (n >= cap)
+        return KVT_EINVAL;
+    memcpy(dst, s != NULL ? s : "", n + 1);
+    *len = n;
+    return 0;
+}
+
+/* Frees what kvt_connect built, the I/O thread joined (or never started). Every live request
+ * is on c->all, a commit's reservation too: each is freed once, by this walk. */
+static void client_free(kvt_client_t *c)
+{
+    req_t *r, *next;
+
+    for (r = c->all; r != NULL; r = next) {
+        next = r->all_next;
+        kvt__map_unref(r->map);
+        free(r);
+    }
+    c->all = NULL;
+    kvt__map_unref(c->map);
+    for (int k = 0; k < 2; k++) {
+        kvt__relq_free(&c->rel[k]);
+        kvt__relq_free(&c->orel[k]);
+    }
+    if (c->sock != NULL)
+        zmq_close(c->sock);
+    if (c->ctx != NULL)
+        zmq_ctx_term(c->ctx); /* every lent send buffer is back when it returns */
+    kvt__pool_destroy(&c->pool);
+    if (c->comp_fd >= 0)
+        close(c->comp_fd);
+    if (c->wake_fd >= 0)
+        close(c->wake_fd);
+    if (c->yield_fd >= 0)
+        close(c->yield_fd);
+    free(c->wires);
+    for (size_t i = 0; i < c->nrx; i++)
+        zmq_msg_close(&c->rx[i]);
+    free(c->rx);
+    free(c->fv);
+    pthread_cond_destroy(&c->sync_cv);
+    pthread_cond_destroy(&c->token_cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* Creates the socket, the eventfds and the I/O thread. */
+static int client_start(kvt_client_t *c, const char *endpoint)
+{
+    int zero = 0;
+
+    c->comp_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    c->yield_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->comp_fd < 0 || c->wake_fd < 0 || c->yield_fd < 0)
+        return KVT_ESYS;
+    c->ctx = zmq_ctx_new();
+    if (c->ctx == NULL)
+        return KVT_ECONNECT;
+    c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+    if (c->sock == NULL)
+        return KVT_ECONNECT;
+    /* linger 0: closing never waits for frames the daemon did not take; no high-water marks:
+     * the window bounds what is queued, and a send must never block the I/O thread */
+    if (zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_SNDHWM, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_RCVHWM, &zero, sizeof zero) != 0 ||
+        zmq_connect(c->sock, endpoint) != 0)
+        return KVT_ECONNECT;
+    if (pthread_create(&c->io, NULL, kvt__io_main, c) != 0)
+        return KVT_ESYS;
+    c->io_started = true;
+    return 0;
+}
+
+/* Declares the namespace (the connect's HELLO, and ARENA when the shared-memory path may be
+ * used), waiting for the answer. */
+static int client_hello(kvt_client_t *c, int want)
+{
+    req_t *r = req_new(c, RK_HELLO, 0);
+    int rc;
+
+    if (r == NULL)
+        return KVT_ENOMEM;
+    r->want_arena = want != KVT_DATA_PATH_FRAMES;
+    r->arena_optional = want == KVT_DATA_PATH_AUTO;
+    rc = run_sync(c, r);
+    if (rc == KVT_EVERSION)
+        snprintf(r->err, sizeof r->err, "%s", old_daemon_text);
+    if (rc == 0 && r->want_arena) {
+        pthread_mutex_lock(&c->mu);
+        c->shm = c->map != NULL;
+        pthread_mutex_unlock(&c->mu);
+        if (!c->shm && want == KVT_DATA_PATH_SHM)
+            rc = r->arena_rc != 0 ? r->arena_rc : KVT_EUNSUPP;
+    }
+    keep_error(NULL, rc, r->err);
+    sync_free(c, r);
+    return rc;
+}
+
+int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
+                const kvt_connect_opts_t *opts, kvt_client_t **out)
+{
+    kvt_client_t *c;
+    size_t len;
+    int rc, want;
+
+    if (out != NULL)
+        *out = NULL;
+    if (endpoint == NULL || ns == NULL || out == NULL || ns->model == NULL)
+        return KVT_EINVAL;
+    len = strlen(ns->model);
+    if (len == 0 || len > KVT_MODEL_MAX || ns->chunk_tokens == 0 || ns->world_size == 0 ||
+        ns->world_size > KVT_WORLD_MAX || rank >= ns->world_size)
+        return KVT_EINVAL;
+    if (opts != NULL && (opts->timeout_ms < 0 || opts->data_path < KVT_DATA_PATH_AUTO ||
+                         opts->data_path > KVT_DATA_PATH_SHM || opts->verify < KVT_VERIFY_DEFAULT ||
+                         opts->verify > KVT_VERIFY_NONE))
+        return KVT_EINVAL;
+    c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return KVT_ENOMEM;
+    c->comp_fd = c->wake_fd = c->yield_fd = -1;
+    kvt__pool_init(&c->pool);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->sync_cv, NULL);
+    pthread_cond_init(&c->token_cv, NULL);
+    if (copy_str(c->model, sizeof c->model, &c->model_len, ns->model) != 0 ||
+        copy_str(c->revision, sizeof c->revision, &c->revision_len, ns->revision) != 0) {
+        client_free(c);
+        return KVT_EINVAL;
+    }
+    c->timeout_ms =
+        opts != NULL && opts->timeout_ms > 0 ? opts->timeout_ms : KVT_DEFAULT_TIMEOUT_MS;
+    c->verify = opts != NULL ? opts->verify : KVT_VERIFY_DEFAULT;
+    c->opt_window = opts != NULL ? opts->max_in_flight : 0;
+    c->layout_fp = kvt_ns_fingerprint(ns);
+    c->chunk_tokens = ns->chunk_tokens;
+    c->rank = (uint16_t)rank;
+    c->world = (uint16_t)ns->world_size;
+    c->mla = ns->mla != 0;
+    c->window = 1;          /* until HELLO_OK says more */
+    c->info.max_chunks = 1; /* idem: nothing but the connect is submitted before */
+    want = opts != NULL ? opts->data_path : KVT_DATA_PATH_AUTO;
+    if (want != KVT_DATA_PATH_FRAMES && strncmp(endpoint, "ipc://", 6) != 0) {
+        if (want == KVT_DATA_PATH_SHM) {
+            client_free(c);
+            return KVT_EUNSUPP;
+        }
+        want = KVT_DATA_PATH_FRAMES;
+    }
+    rc = client_start(c, endpoint);
+    if (rc == 0)
+        rc = client_hello(c, want);
+    if (rc != 0) {
+        kvt_close(&c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void kvt_shutdown(kvt_client_t *c)
+{
+    bool join;
+
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->closing = true;
+    join = c->io_started && !c->joined;
+    c->joined = true;
+    pthread_mutex_unlock(&c->mu);
+    if (!join)
+        return;
+    {
+        uint64_t one = 1;
+        (void)!write(c->wake_fd, &one, sizeof one);
+    }
+    pthread_join(c->io, NULL);
+}
+
+void kvt_close(kvt_client_t **cp)
+{
+    if (cp == NULL || *cp == NULL)
+        return;
+    kvt_shutdown(*cp);
+    client_free(*cp);
+    *cp = NULL;
 }
 
 const char *kvt_strerror(int err)
@@ -934,6 +1046,8 @@ const char *kvt_strerror(int err)
         return "daemon busy or shutting down";
     case KVT_EUNSUPP:
         return "request not supported by the daemon";
+    case KVT_ESTALE:
+        return "the daemon's arena changed during the request";
     case KVT_ETIMEDOUT:
         return "no reply from the daemon within the timeout";
     case KVT_ENOMEM:
@@ -944,6 +1058,8 @@ const char *kvt_strerror(int err)
         return "buffer too small for the stored chunk";
     case KVT_ESYS:
         return "system call failed";
+    case KVT_ECLOSED:
+        return "the client was shut down";
     default:
         return "unknown error";
     }

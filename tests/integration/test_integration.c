@@ -210,7 +210,9 @@ START_TEST(test_roundtrip_4ranks)
         ck_assert_uint_eq(info.max_chunk_bytes, max_chunk);
         ck_assert_uint_eq(info.lease_ms, 30000);
         ck_assert_uint_eq(info.max_chunks, 4096);
-        ck_assert_uint_eq(info.daemon_version, 0x000100);
+        ck_assert_uint_eq(
+            info.daemon_version,
+            (uint32_t)(KVT_VERSION_MAJOR << 16 | KVT_VERSION_MINOR << 8 | KVT_VERSION_PATCH));
     }
     for (uint32_t r = 0; r < WORLD; r++)
         save_expect(c[r], hs, N, sizes, r, 0, NULL, KVT_SAVE_STORED, "first save");

@@ -237,6 +237,8 @@ START_TEST(test_client_against_protocol1_daemon)
     rc = kvt_connect(od.endpoint, &ns, 0, &o, &c);
     ck_assert_int_eq(rc, KVT_EVERSION); /* the reply's code: a timeout would be KVT_ETIMEDOUT */
     ck_assert_ptr_null(c);
+    ck_assert_str_eq(kvt_last_error(NULL),
+                     "kvtierd speaks protocol 1; libkvtier 0.2 needs protocol 2");
     pthread_join(t, NULL);
     ck_assert_int_eq(od.answered, 1);
     zmq_ctx_term(od.ctx);

@@ -57,13 +57,6 @@ static kvt_client_t *connect_path(const harness_t *h, const char *endpoint, uint
     return c;
 }
 
-static uint64_t key_of(const kvt_hash_t *h)
-{
-    uint64_t k;
-    memcpy(&k, h->b, sizeof k);
-    return k;
-}
-
 /* Saves n chunks of size len (pattern of rank and hash) and checks every outcome. */
 static void save_chain(kvt_client_t *c, uint32_t rank, const kvt_hash_t *hs, size_t n, size_t len,
                        int want)
@@ -75,7 +68,7 @@ static void save_chain(kvt_client_t *c, uint32_t rank, const kvt_hash_t *hs, siz
 
     for (size_t i = 0; i < n; i++) {
         void *b = malloc(len);
-        harness_fill(b, len, rank, key_of(&hs[i]));
+        harness_fill(b, len, rank, harness_hash_key(&hs[i]));
         bufs[i] = b;
         lens[i] = len;
     }
@@ -105,7 +98,7 @@ static size_t load_check(kvt_client_t *c, uint32_t rank, const kvt_hash_t *hs, s
     ck_assert_msg(rc == 0, "kvt_load: %s", kvt_strerror(rc));
     for (size_t i = 0; i < nhit; i++) {
         ck_assert_uint_eq(lens[i], len);
-        ck_assert_msg(harness_check_fill(bufs[i], len, rank, key_of(&hs[i])),
+        ck_assert_msg(harness_check_fill(bufs[i], len, rank, harness_hash_key(&hs[i])),
                       "chunk %zu of rank %u is not byte-exact", i, rank);
     }
     for (size_t i = 0; i < n; i++)

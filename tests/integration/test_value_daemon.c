@@ -172,8 +172,8 @@ static void decline_from_now(kvt_client_t *c, uint32_t tag)
  */
 
 /* Token tallies: kvt_tally2's totals fold (first whole, then differences, a decrease
- * re-baselines), TALLY_OK answers policy, density and the token figures, a protocol 2 HELLO
- * offering TOKENS gets it answered. */
+ * re-baselines), TALLY_OK answers policy, density and the token figures, kvt_submit_tally's
+ * too, a protocol 2 HELLO offering TOKENS gets it answered. */
 START_TEST(test_token_tallies)
 {
     harness_opts_t ho = {.extra_json = VALUE_JSON};
@@ -206,6 +206,29 @@ START_TEST(test_token_tallies)
     ck_assert_str_eq(v.policy, "value");
     ck_assert_int_eq(gs.written_tokens, 0);
     ck_assert_int_eq(gs.declined_tokens, 0);
+    /* the asynchronous tally carries the token totals the same way (TALLY flag TOKENS) */
+    {
+        kvt_tally_req_t t = {.engine_id = 5,
+                             .paid_total = 2,
+                             .probes_total = 4,
+                             .has_tokens = 1,
+                             .served_tokens_total = 800,
+                             .lookup_tokens_total = 6000};
+        kvt_completion_t *comp;
+        kvt_handle_t hd;
+        ck_assert_int_eq(kvt_submit_tally(c, &t, NULL, &hd), 0);
+        comp = harness_next_completion(c, 10000);
+        ck_assert_uint_eq(comp->handle, hd);
+        ck_assert_int_eq(comp->status, 0);
+        ck_assert_int_eq(comp->gates.policy, KVT_ADMISSION_VALUE);
+        ck_assert_uint_eq(comp->gates.served_tokens, 6700);
+        ck_assert_uint_eq(comp->gates.probes, 8);
+        kvt_completion_free(c, comp);
+        v = snap(h, "tokens");
+        ck_assert_int_eq(v.served, 6700);
+        ck_assert_int_eq(v.lookup_tokens, 45000);
+        ck_assert_int_eq(v.token_tallies, 5);
+    }
 
     /* a protocol 2 HELLO offering TOKENS: answered */
     {

@@ -137,33 +137,11 @@ static void exec_daemon(const harness_t *h, pid_t parent)
     _exit(127);
 }
 
-harness_t *harness_start(const harness_opts_t *opts)
+/* Starts the daemon of h (its config written) and waits until GET /status answers. */
+static void spawn_ready(harness_t *h)
 {
-    harness_opts_t o = {0};
-    harness_t *h;
-    int64_t deadline;
     pid_t parent = getpid();
-    int n;
-
-    if (opts != NULL)
-        o = *opts;
-    h = calloc(1, sizeof *h);
-    ck_assert_ptr_nonnull(h);
-    h->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : 4u << 20;
-    h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
-    h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
-    h->keep_arena = o.keep_arena;
-
-    n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
-                 check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");
-    ck_assert(n > 0 && (size_t)n < sizeof h->dir);
-    ck_assert_msg(mkdtemp(h->dir) != NULL, "mkdtemp %s: %s", h->dir, strerror(errno));
-    snprintf(h->endpoint, sizeof h->endpoint, "ipc://%s/kvt.zmq", h->dir);
-    snprintf(h->status_path, sizeof h->status_path, "%s/status.sock", h->dir);
-    snprintf(h->config_path, sizeof h->config_path, "%s/kvtierd.json", h->dir);
-    n = snprintf(h->log_path, sizeof h->log_path, "%s/kvtierd.log", h->dir);
-    ck_assert(n > 0 && (size_t)n < sizeof h->log_path);
-    ck_assert_int_eq(write_config(h, o.extra_json), 0);
+    int64_t deadline;
 
     h->pid = fork();
     ck_assert_msg(h->pid >= 0, "fork: %s", strerror(errno));
@@ -195,6 +173,34 @@ harness_t *harness_start(const harness_opts_t *opts)
         }
         pause_ms(POLL_PAUSE_MS);
     }
+}
+
+harness_t *harness_start(const harness_opts_t *opts)
+{
+    harness_opts_t o = {0};
+    harness_t *h;
+    int n;
+
+    if (opts != NULL)
+        o = *opts;
+    h = calloc(1, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    h->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : 4u << 20;
+    h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
+    h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
+    h->keep_arena = o.keep_arena;
+
+    n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
+                 check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");
+    ck_assert(n > 0 && (size_t)n < sizeof h->dir);
+    ck_assert_msg(mkdtemp(h->dir) != NULL, "mkdtemp %s: %s", h->dir, strerror(errno));
+    snprintf(h->endpoint, sizeof h->endpoint, "ipc://%s/kvt.zmq", h->dir);
+    snprintf(h->status_path, sizeof h->status_path, "%s/status.sock", h->dir);
+    snprintf(h->config_path, sizeof h->config_path, "%s/kvtierd.json", h->dir);
+    n = snprintf(h->log_path, sizeof h->log_path, "%s/kvtierd.log", h->dir);
+    ck_assert(n > 0 && (size_t)n < sizeof h->log_path);
+    ck_assert_int_eq(write_config(h, o.extra_json), 0);
+    spawn_ready(h);
     return h;
 }
 
@@ -247,6 +253,15 @@ void harness_stop(harness_t **hp)
     ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
     harness_reap(h);
     harness_free(hp);
+}
+
+void harness_restart(harness_t *h)
+{
+    if (h->pid > 0) {
+        ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
+        harness_reap(h);
+    }
+    spawn_ready(h);
 }
 
 void harness_kill9(harness_t *h)
@@ -421,6 +436,27 @@ void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n)
         tok[i] = (seed << 20) + (uint32_t)i;
     ck_assert_uint_eq(kvt_hash_chain(tok, ntok, 16, NULL, out, n), n);
     free(tok);
+}
+
+kvt_completion_t *harness_next_completion(kvt_client_t *c, int timeout_ms)
+{
+    kvt_completion_t *comp = NULL;
+    int64_t deadline = harness_now_ms() + timeout_ms;
+
+    while (kvt_next_completion(c, &comp) == 0) {
+        int64_t left = deadline - harness_now_ms();
+        ck_assert_msg(left > 0, "no completion within %d ms", timeout_ms);
+        ck_assert_int_ge(kvt_poll(c, (int)left), 0);
+    }
+    return comp;
+}
+
+uint64_t harness_hash_key(const kvt_hash_t *h)
+{
+    uint64_t k;
+
+    memcpy(&k, h->b, sizeof k);
+    return k;
 }
 
 uint64_t harness_prng(uint64_t *s)

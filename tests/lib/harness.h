@@ -69,6 +69,11 @@ void harness_stop(harness_t **h);
  * within HARNESS_DEADLINE_MS and a log free of sanitizer reports; h stays valid (harness_free). */
 void harness_reap(harness_t *h);
 
+/* Starts the daemon again with the same directory, config and endpoint: after harness_kill9(),
+ * or, when it runs, after a clean stop (SIGTERM and harness_reap). Returns once GET /status
+ * answers. (The log is started anew.) */
+void harness_restart(harness_t *h);
+
 /* SIGKILL the daemon and reap it; the harness stays valid (paths remain) until harness_free(). */
 void harness_kill9(harness_t *h);
 
@@ -151,6 +156,12 @@ uint64_t harness_prng(uint64_t *s);
 
 /* Monotonic milliseconds. */
 int64_t harness_now_ms(void);
+
+/* The next completion of c, waiting for it on kvt_poll (fails the test after timeout_ms). */
+kvt_completion_t *harness_next_completion(kvt_client_t *c, int timeout_ms);
+
+/* The first 8 bytes of a hash as a number: the key harness_fill() patterns are made of. */
+uint64_t harness_hash_key(const kvt_hash_t *h);
 
 /* --- raw ZeroMQ peers, for malformed or partial exchanges the library would never send ---
  * Their heads are protocol 1: the raw tests are also the proof that a protocol 1 client keeps

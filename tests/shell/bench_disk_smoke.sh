@@ -88,6 +88,17 @@ for ph in idle writing; do
     pos "lookups $ph p99" ".disk.lookup.$ph.p99_us"
 done
 check "idle lookups" '.disk.lookup.idle.calls == 100' '.disk.lookup.idle'
+for ph in idle writing; do
+    pos "the daemon's own lookup p99 ($ph)" ".disk.lookup.$ph.daemon_p99_us"
+done
+# the read phase is cold: the daemon's segments are dropped from the page cache first
+pos "segments dropped before the reads" '.disk.read.segments_dropped.files'
+check "O_DIRECT raw read, or why not" \
+    '(.disk.raw.read_direct.gbps | type == "number") or (.disk.raw.read_direct.not_measured | type == "string")' \
+    '.disk.raw'
+check "the shared-memory half of the read phase" \
+    '.disk.read_shm.chunks > 0 and .disk.read_shm.verified + .disk.read_shm.misses == .disk.read_shm.chunks' \
+    '.disk.read_shm'
 leftover=$(find "$dir/disk" -name 'kvtier-bench-*' | wc -l)
 ((leftover == 0)) || fail "the raw baseline file was left in $dir/disk"
 

@@ -3,12 +3,18 @@
 # operator and an engine developer need, the installed unit passes `systemd-analyze verify`
 # (when systemd-analyze exists), is a Type=notify service with a watchdog and a reload, and
 # keeps `systemd-analyze security` at or below 1.8 (when it can evaluate a unit file offline),
-# and a program built only from the installed header and pkg-config file links against
-# libkvtier and runs.
+# a program built only from the installed header and pkg-config file links against libkvtier
+# and runs, and install_consumer.c, built the same way, keeps 8 saves and 8 loads in flight
+# from two threads against the installed kvtierd (shared-memory and frames path) and reads back
+# every byte.
 set -euo pipefail
 build="$1"
-prefix=$(mktemp -d /tmp/kvtinst-XXXXXX)
-trap 'rm -rf "$prefix"' EXIT
+# shellcheck source=../lib/testlib.sh
+source "$(dirname "$0")/../lib/testlib.sh"
+testlib_init kvtinst cc pkg-config curl
+prefix=$dir/prefix
+arena=/dev/shm/kvtier-install.$$.$RANDOM.arena
+testlib_files+=("$arena")
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
 for f in sbin/kvtierd bin/kvtierctl bin/kvtier-bench include/kvtier.h etc/kvtier/kvtierd.json \
@@ -17,7 +23,10 @@ for f in sbin/kvtierd bin/kvtierctl bin/kvtier-bench include/kvtier.h etc/kvtier
 done
 libdir=$(dirname "$(find "$prefix" -name 'kvtier.pc' | head -n1)")
 [ -n "$libdir" ] || { echo "kvtier.pc not installed" >&2; exit 1; }
-ls "$libdir"/../libkvtier.so.0 "$libdir"/../libkvtier.a > /dev/null
+# SONAME: major.minor while the major is 0 (client/CMakeLists.txt)
+soname=$(awk '/^#define KVT_VERSION_(MAJOR|MINOR) /{v = v sep $3; sep = "."} END{print v}' \
+    "$prefix/include/kvtier.h")
+ls "$libdir/../libkvtier.so.$soname" "$libdir"/../libkvtier.a > /dev/null
 
 # one version: the installed header's KVT_VERSION_* is what kvtier.pc and kvtierd say
 hv=$(awk '/^#define KVT_VERSION_(MAJOR|MINOR|PATCH) /{v = v sep $3; sep = "."} END{print v}' \
@@ -61,6 +70,28 @@ int main(void)
 }
 C
 # the .pc names the configured prefix; point it at the scratch prefix
-cc -o "$prefix/t" "$prefix/t.c" $(PKG_CONFIG_PATH="$libdir" pkg-config --define-variable=prefix="$prefix" --cflags --libs kvtier)
+pc() { PKG_CONFIG_PATH="$libdir" pkg-config --define-variable=prefix="$prefix" "$@" kvtier; }
+# shellcheck disable=SC2046
+cc -o "$prefix/t" "$prefix/t.c" $(pc --cflags --libs)
 LD_LIBRARY_PATH="$libdir/.." "$prefix/t" > /dev/null
-echo "install layout ok"
+
+# the consumer: only the installed header and pkg-config file, against the installed daemon
+# shellcheck disable=SC2046
+cc -O2 -o "$prefix/consumer" "$(dirname "$0")/install_consumer.c" $(pc --cflags --libs) -pthread
+sock=$dir/status.sock
+cat > "$dir/kvtierd.json" <<JSON
+{"server": {"endpoint": "ipc://$dir/kvt.zmq", "status_socket": "$sock"},
+ "ram": {"capacity_bytes": "64MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"}}
+JSON
+testlib_start_daemon "$prefix/sbin/kvtierd" "$dir/kvtierd.json" "$sock"
+testlib_logs+=(consumer.log)
+for path in auto frames; do
+    LD_LIBRARY_PATH="$libdir/.." "$prefix/consumer" "ipc://$dir/kvt.zmq" $path 64 \
+        >> "$dir/consumer.log" 2>&1 || fail "install_consumer ($path) failed"
+done
+grep -q '^install_consumer: shm path, 64 chunks loaded back byte-exact' "$dir/consumer.log" ||
+    fail "the consumer did not take the shared-memory path"
+grep -q '^install_consumer: frames path, 64 chunks loaded back byte-exact' "$dir/consumer.log" ||
+    fail "the consumer did not take the frames path"
+testlib_stop_daemon
+echo "install layout ok; $(grep -c 'loaded back byte-exact' "$dir/consumer.log") consumer runs ok"

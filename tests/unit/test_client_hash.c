@@ -1,10 +1,12 @@
 /*
- * test_client_hash.c - unit tests of the client library's pure functions (client/hash.c and
- * kvt_strerror): hash chains, their known value, hash text form, layout fingerprints.
+ * test_client_hash.c - unit tests of the client library's pure functions (client/hash.c,
+ * client/shm.c's checksums and kvt_strerror): hash chains, their known value, hash text form,
+ * layout fingerprints (with the 0.2 revision), engine-native keys, chunk checksums.
  *
- * The known vector is checked twice: against a literal computed once with XXH3_128bits outside
- * this code base, and against XXH3_128bits called here on a buffer built by hand, so that a
- * change of byte order, of the prefix layout or of the canonical form in hash.c cannot pass.
+ * The known vectors are checked twice: against a literal computed once outside this code base
+ * (XXH3_128bits for the chain; `xxhsum -H2` / `xxhsum -H3` of the bytes for the engine keys and
+ * the checksum), and against libxxhash called here on a buffer built by hand, so that a change of
+ * byte order, of the prefix layout or of the canonical form in hash.c cannot pass.
  */
 #include "check_main.h"
 
@@ -266,11 +268,147 @@ START_TEST(fingerprint_differs_per_field)
 }
 END_TEST
 
+/* The bytes kvt_hash_key hashes: tag, LE u32 salt length, salt, key. */
+static size_t key_input(uint8_t *buf, const void *key, size_t klen, const void *salt, size_t slen)
+{
+    static const uint8_t tag[16] = "kvtier-key-v1\0\0";
+
+    memcpy(buf, tag, 16);
+    for (int k = 0; k < 4; k++)
+        buf[16 + k] = (uint8_t)(slen >> (8 * k));
+    memcpy(buf + 20, salt, slen);
+    memcpy(buf + 20 + slen, key, klen);
+    return 20 + slen + klen;
+}
+
+static void expect_canonical(const kvt_hash_t *h, const uint8_t *input, size_t n)
+{
+    XXH128_hash_t ref = XXH3_128bits(input, n);
+
+    for (int k = 0; k < 8; k++) {
+        ck_assert_uint_eq(h->b[k], (uint8_t)(ref.high64 >> (56 - 8 * k)));
+        ck_assert_uint_eq(h->b[8 + k], (uint8_t)(ref.low64 >> (56 - 8 * k)));
+    }
+}
+
+START_TEST(key_known_vectors)
+{
+    /* vLLM: a 32-byte block hash (bytes 0..31) and group index 3 (LE u32), no salt */
+    uint8_t vllm[36], in[128];
+    /* SGLang: a page's SHA-256 in hex (of the empty string here), salted by a tenant */
+    static const char sgl[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    kvt_hash_t h;
+    char hex[33];
+    size_t n;
+
+    for (int i = 0; i < 32; i++)
+        vllm[i] = (uint8_t)i;
+    vllm[32] = 3;
+    vllm[33] = vllm[34] = vllm[35] = 0;
+    kvt_hash_key(vllm, sizeof vllm, NULL, 0, &h);
+    kvt_hash_format(&h, hex);
+    ck_assert_str_eq(hex, "598f2390956c327b4930b4ab2d8f7bdf"); /* xxhsum -H2 of the input */
+    n = key_input(in, vllm, sizeof vllm, "", 0);
+    expect_canonical(&h, in, n);
+    /* the chunk checksum of the same input bytes: xxhsum -H3 */
+    ck_assert_uint_eq(kvt_checksum(in, n), 0x76a604be8688a2f5ull);
+
+    kvt_hash_key(sgl, 64, "tenant-a", 8, &h);
+    kvt_hash_format(&h, hex);
+    ck_assert_str_eq(hex, "690bc1bed12d36716fe95a4646308aec");
+    n = key_input(in, sgl, 64, "tenant-a", 8);
+    expect_canonical(&h, in, n);
+}
+END_TEST
+
+START_TEST(key_distinct_inputs_distinct_hashes)
+{
+    uint8_t key[32] = {0};
+    kvt_hash_t seen[8], batch[3], one;
+    size_t k = 0;
+
+    kvt_hash_key(key, 32, NULL, 0, &seen[k++]);
+    key[31] = 1;
+    kvt_hash_key(key, 32, NULL, 0, &seen[k++]); /* one bit of the key */
+    kvt_hash_key(key, 31, NULL, 0, &seen[k++]); /* its length */
+    kvt_hash_key(key, 32, "g1", 2, &seen[k++]); /* a salt */
+    kvt_hash_key(key, 32, "g2", 2, &seen[k++]); /* another salt */
+    kvt_hash_key("bc", 2, "a", 1, &seen[k++]);  /* the salt/key boundary... */
+    kvt_hash_key("c", 1, "ab", 2, &seen[k++]);  /* ...is kept by the length prefix */
+    ck_assert_uint_eq(
+        kvt_hash_chain((const uint32_t *)(const void *)key, 8, 8, NULL, &seen[k++], 1),
+        1); /* a token chain over the same bytes: another domain */
+    for (size_t i = 0; i < k; i++)
+        for (size_t j = 0; j < i; j++)
+            ck_assert_msg(memcmp(&seen[i], &seen[j], sizeof seen[i]) != 0, "%zu == %zu", i, j);
+    /* the batch form is the single form, key after key */
+    {
+        uint8_t keys[3 * 20];
+        for (size_t i = 0; i < sizeof keys; i++)
+            keys[i] = (uint8_t)(i * 37);
+        kvt_hash_keys(keys, 20, 3, "s", 1, batch);
+        for (size_t i = 0; i < 3; i++) {
+            kvt_hash_key(keys + 20 * i, 20, "s", 1, &one);
+            ck_assert_mem_eq(&one, &batch[i], sizeof one);
+        }
+    }
+}
+END_TEST
+
+START_TEST(copy_checksum_is_one_pass_of_both)
+{
+    static const size_t sizes[] = {0, 1, 63, 16383, 16384, 16385, 100000, (2u << 20) + 3};
+    size_t max = (2u << 20) + 3;
+    uint8_t *src = malloc(max), *dst = malloc(max);
+
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    for (size_t i = 0; i < max; i++)
+        src[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        memset(dst, 0x5a, max);
+        ck_assert_uint_eq(kvt_copy_checksum(dst, src, sizes[k]), XXH3_64bits(src, sizes[k]));
+        ck_assert_uint_eq(kvt_checksum(src, sizes[k]), XXH3_64bits(src, sizes[k]));
+        ck_assert_mem_eq(dst, src, sizes[k]);
+        if (sizes[k] < max)
+            ck_assert_uint_eq(dst[sizes[k]], 0x5a); /* not one byte more */
+    }
+    free(src);
+    free(dst);
+}
+END_TEST
+
+START_TEST(fingerprint_revision)
+{
+    kvt_ns_desc_t d = base_desc(), e = base_desc();
+    uint64_t base = kvt_ns_fingerprint(&d), r1, r2;
+
+    e.revision = ""; /* no revision: the 0.1 fingerprint */
+    ck_assert_uint_eq(kvt_ns_fingerprint(&e), base);
+    e.revision = "r1";
+    r1 = kvt_ns_fingerprint(&e);
+    e.revision = "r2";
+    r2 = kvt_ns_fingerprint(&e);
+    ck_assert_uint_ne(r1, base);
+    ck_assert_uint_ne(r2, base);
+    ck_assert_uint_ne(r1, r2);
+    /* the revision is length-prefixed after the tenant: ("t", "1x") is not ("t1", "x") */
+    e = base_desc();
+    e.tenant = "t";
+    e.revision = "1x";
+    d = base_desc();
+    d.tenant = "t1";
+    d.revision = "x";
+    ck_assert_uint_ne(kvt_ns_fingerprint(&e), kvt_ns_fingerprint(&d));
+}
+END_TEST
+
 START_TEST(strerror_names_every_code)
 {
-    static const int codes[] = {KVT_OK,     KVT_EPROTO,    KVT_EVERSION, KVT_ENONS,   KVT_ETOOBIG,
-                                KVT_EINVAL, KVT_ECONFLICT, KVT_EBUSY,    KVT_EUNSUPP, KVT_ETIMEDOUT,
-                                KVT_ENOMEM, KVT_ECONNECT,  KVT_EBUFSIZE, KVT_ESYS};
+    static const int codes[] = {KVT_OK,       KVT_EPROTO,    KVT_EVERSION,  KVT_ENONS,
+                                KVT_ETOOBIG,  KVT_EINVAL,    KVT_ECONFLICT, KVT_EBUSY,
+                                KVT_EUNSUPP,  KVT_ETIMEDOUT, KVT_ENOMEM,    KVT_ECONNECT,
+                                KVT_EBUFSIZE, KVT_ESYS,      KVT_ESTALE,    KVT_ECLOSED};
     const size_t n = sizeof codes / sizeof codes[0];
     const char *unknown = kvt_strerror(-9999);
 
@@ -297,6 +435,10 @@ static Suite *client_hash_suite(void)
     tcase_add_test(tc, hash_parse_format_round_trip);
     tcase_add_test(tc, hash_parse_rejects_invalid);
     tcase_add_test(tc, fingerprint_differs_per_field);
+    tcase_add_test(tc, fingerprint_revision);
+    tcase_add_test(tc, key_known_vectors);
+    tcase_add_test(tc, key_distinct_inputs_distinct_hashes);
+    tcase_add_test(tc, copy_checksum_is_one_pass_of_both);
     tcase_add_test(tc, strerror_names_every_code);
     suite_add_tcase(s, tc);
     return s;

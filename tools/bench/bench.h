@@ -8,9 +8,12 @@
  *   options.c       the command line (getopt_long), the daemon config (-c), usage
  *   util.c          clock, synthetic chunk data and hashes, percentiles, rank failures
  *   workload.c      the rank threads: the measured workload over every backend, step by step
- *   redis.c         the Redis backend of the workload (hiredis, pipelined per call)
+ *   async.c         the workload through the asynchronous and zero-copy calls (--depth,
+ * --zero-copy) redis.c         the Redis backend of the workload (hiredis, pipelined per call)
  *   zmq_baseline.c  the raw ZeroMQ baseline: an in-process echo thread and its DEALERs
- *   steps.c         the main thread of the side-by-side mode: steps, memcpy baseline, results
+ *   steps.c         the main thread of the side-by-side mode: steps, memcpy baselines, results
+ *   steady.c        the steady state: the tier filled to capacity first; the daemon's own figures
+ *                   (CPU seconds from /proc, loop fields of status)
  *   report.c        the side-by-side report (table and --json), and report helpers
  *   disk_mode.c     --disk-dir: the disk tier beside raw file I/O and lz4, with its report
  * A new backend of the workload is a BK_/COL_ entry, a file like redis.c and a case in
@@ -64,6 +67,7 @@ typedef enum {
     STEP_Z_SAVE,
     STEP_Z_LOAD,
     STEP_Z_LOOKUP,
+    STEP_Z_RTT,
     STEP_DISK_SAVE,
     STEP_DISK_LOAD,
     STEP_DISK_VERIFY,
@@ -75,9 +79,11 @@ typedef enum {
 typedef enum {
     COL_SHM,
     COL_FRAMES,
+    COL_ZC, /* kvtier-zc: the zero-copy calls on the shared-memory path (--zero-copy) */
     COL_REDIS,
     COL_ZMQ,
     COL_MEMCPY,
+    COL_CSUM, /* copy+csum: kvt_copy_checksum, the copy a verifying load does */
     COL_N,
 } col_t;
 
@@ -85,6 +91,7 @@ typedef col_t bk_t;
 
 #define BK_SHM COL_SHM
 #define BK_FRAMES COL_FRAMES
+#define BK_ZC COL_ZC
 #define BK_REDIS COL_REDIS
 #define BK_N COL_ZMQ
 
@@ -122,6 +129,9 @@ typedef struct {
     char disk_dir[PATH_MAX]; /* --disk-dir: disk mode; "" otherwise */
     char status_sock[108];   /* --status or server.status_socket of -c; "" if neither */
     uint32_t chain_chunks;   /* chunks per saved chain (disk mode; otherwise --chunks) */
+    uint32_t depth;          /* --depth: requests in flight per rank (async API); 0: synchronous */
+    int zero_copy;           /* --zero-copy: measure the kvtier-zc backend too */
+    int cold;                /* --cold: no fill to capacity before measuring */
 } bench_opts_t;
 
 typedef struct bench bench_t;
@@ -140,8 +150,10 @@ typedef struct {
 
 /* One backend on one rank. */
 typedef struct {
-    kvt_client_t *kv;    /* kvtier backends: the bulk client, its data path forced */
-    series_t save, load; /* rounds x calls_per_round */
+    kvt_client_t *kv;                  /* kvtier backends: the bulk client, its data path forced */
+    series_t save, load;               /* rounds x calls_per_round */
+    series_t submit_save, submit_load; /* --depth: time inside each kvt_submit_* call */
+    series_t reserve, commit, pin;     /* kvtier-zc: each round trip, submit to completion */
     counts_t n;
 } rank_bk_t;
 
@@ -163,11 +175,15 @@ typedef struct {
     uint8_t *outcomes;        /* chunks: save outcome of the current round */
     size_t *lens;             /* chunks: loaded sizes of the current round */
     series_t lookup, zlookup; /* lookups */
+    series_t lookup_single;   /* --all-ranks: single-rank lookups of the same chunks */
+    series_t zrtt;            /* --zero-copy: raw ZeroMQ round trips of a zero-copy step's size */
     uint64_t fill_stored, fill_other;
     uint64_t lookup_short, lookup_skipped;
     uint64_t zbytes_save, zbytes_load;
     series_t dsave, dload; /* disk mode: per-call latencies of the save and the load step */
-    counts_t dn;           /* disk mode: outcomes and verified loads */
+    series_t dload_shm;    /* disk mode: of the load step's shared-memory half */
+    counts_t dn;           /* disk mode: outcomes and verified loads (frames half) */
+    counts_t dn_shm;       /* disk mode: verified loads of the shared-memory half */
     int failed;            /* 1 error, 2 usage-class error (limits) */
     char msg[512];
 } rank_t;
@@ -185,11 +201,13 @@ struct bench {
     uint32_t chain_len;      /* chunks per chain: --chunks, or --chain-chunks in disk mode */
     kvt_hash_t *disk_hashes; /* disk mode: chunks hashes, chains of chain_len */
     uint32_t disk_load_n;    /* disk mode: the oldest chunks loaded back (disk-only by then) */
+    uint32_t disk_load_from, disk_load_count; /* disk mode: the chunks of this load step */
     kvt_server_info_t info;
     bk_state_t bk_state[BK_N];
     char bk_why[BK_N][160];
     bk_t primary; /* the kvtier backend of the kvtier-vs-zmq table: shm when measured */
-    void *zctx;
+    void *zctx;   /* the rank threads' DEALERs */
+    void *zectx; /* the echo thread's ROUTER: a context (an I/O thread) of its own, as a daemon's */
     pthread_t echo;
     int echo_started;
     char zdir[64];
@@ -201,7 +219,8 @@ struct bench {
     step_t step;
     bk_t cur; /* backend of the warm-up / prepare / save / load / verify step */
     uint32_t round;
-    uint32_t slice; /* lookups per thread in this lookup step */
+    uint32_t slice;    /* lookups per thread in this lookup step */
+    int lookup_single; /* STEP_LOOKUP: single-rank lookups even with --all-ranks */
     rank_t *ranks;
 };
 
@@ -218,17 +237,41 @@ extern const char *const op_names[2]; /* by op_t: "save", "load" */
 typedef struct {
     double save_s, load_s; /* wall time of the save and load steps */
     counts_t n;
-    pct_t save, load; /* per-call latencies */
+    pct_t save, load;               /* per-call latencies */
+    pct_t submit_save, submit_load; /* --depth: inside the submit calls */
+    pct_t reserve, commit, pin;     /* kvtier-zc round trips */
+    double save_cpu_s, load_cpu_s;  /* daemon CPU seconds during the steps; < 0: unknown */
 } bk_result_t;
+
+/* The steady state's fill (steady.c). */
+typedef struct {
+    int ran; /* 0: --cold, or no status socket (why says which) */
+    char why[160];
+    int reached; /* RAM (and the disk tier when enabled) reached capacity */
+    uint64_t chunks, bytes;
+    double seconds;
+    uint64_t ram_used, ram_capacity;
+    int disk_enabled;
+    uint64_t disk_used, disk_capacity;
+} fill_t;
+
+/* The daemon's own figures (steady.c); NAN where not known. */
+typedef struct {
+    long pid;           /* from status, 0 when unknown */
+    double busy_share;  /* status loop.busy_share */
+    double turn_p99_us; /* status loop.turn_us.p99 */
+} daemon_figs_t;
 
 /* Everything the side-by-side mode measured (steps.c fills it, report.c prints it). */
 typedef struct {
     bk_result_t bk[BK_N];
-    double zsave_s, zload_s, memcpy_gbps;
-    uint64_t memcpy_bytes, memcpy_ns;
+    double zsave_s, zload_s, memcpy_gbps, csum_gbps;
+    uint64_t memcpy_bytes, memcpy_ns, csum_bytes, csum_ns;
     uint64_t fill_stored, fill_other;
     uint64_t lookup_short, lookup_skipped, zbytes_save, zbytes_load;
-    pct_t lookup, zlookup;
+    pct_t lookup, zlookup, lookup_single, zrtt;
+    fill_t fill;
+    daemon_figs_t daemon;
 } results_t;
 
 /* Warnings of a report: printed to stderr and listed in the JSON. */
@@ -269,14 +312,36 @@ int redis_call(rank_t *r, op_t op, const kvt_hash_t *h, size_t i, size_t k);
 int redis_drop(rank_t *r);
 void redis_close(rank_t *r);
 
+/* --- async.c (rank threads; the main thread for the fill) --- */
+
+/* The workload's calls for chunks [from, from + n) of chains h through backend bk with --depth
+ * calls in flight (at least one): like run_chain, outcomes into r->outcomes, sizes into r->lens;
+ * per-call latencies (submit to completion) into lat, submit times and zero-copy round trips into
+ * the backend's series when lat is set. 0, or -1 after rank_fail. */
+int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, size_t n,
+                series_t *lat);
+
+/* --- steady.c (main thread) --- */
+
+/* Fills the tier to capacity with chunks of a namespace of its own (unless --cold). */
+int bench_fill(bench_t *b, fill_t *out);
+/* The daemon's pid from status (0 when unknown) and its CPU seconds so far (-1: unknown). */
+long daemon_pid(const bench_t *b);
+double daemon_cpu_s(long pid);
+/* The loop.* figures of status (NAN when absent). */
+void daemon_figures(const bench_t *b, daemon_figs_t *out);
+
 /* --- zmq_baseline.c --- */
 
 int zmq_baseline_start(bench_t *b); /* main thread */
 void zmq_baseline_stop(bench_t *b); /* main thread, after the rank threads have left */
 void step_z_connect(rank_t *r);     /* rank threads, from here on */
+/* --depth requests in flight (at least one) */
 void z_save_like(rank_t *r, uint32_t nchunks);
 void z_load_like(rank_t *r, uint32_t nchunks);
 void z_lookup_like(rank_t *r, uint32_t count, series_t *lat);
+/* count round trips of a zero-copy step's size (--batch hashes' worth each way) */
+void z_rtt_like(rank_t *r, uint32_t count, series_t *lat);
 
 /* --- steps.c (main thread) --- */
 

@@ -6,12 +6,16 @@
  * chains of --chain-chunks (RAM eviction takes chain tails, so one long chain could not demote)
  * through the primary backend, and GB/s is the status delta of disk.raw_bytes_written over the
  * wall time from the first save to the drained write buffer; then the oldest chunks, disk-only by
- * then, are loaded through the frames path (shared-memory loads answer from RAM only) and
- * verified, GB/s = disk.hits delta x chunk size over the load time. Beside them in the same run:
- * a raw sequential pwrite+fdatasync / pread of the same bytes in one file under DIR (read once
- * from the page cache and once after posix_fadvise(DONTNEED), with mincore saying how much stayed
- * resident), lookups from a lookup thread while the daemon is idle and while it writes, and
- * shuffle+lz4 and plain lz4 of the same chunks measured in the bench.
+ * then, are loaded back cold: before each half of the read phase the daemon's segment files
+ * (disk.dir/ *.seg) are flushed and dropped from the page cache (fdatasync, then
+ * posix_fadvise(DONTNEED); mincore says how much stayed resident), the first half is loaded
+ * through the frames path and the second through the primary path (the shared-memory path, on
+ * which the daemon promotes a disk-only chunk into the arena and answers with its location),
+ * each verified, GB/s = disk.hits delta x chunk size over the load time. Beside them in the same
+ * run: a raw sequential pwrite+fdatasync / pread of the same bytes in one file under DIR (read
+ * from the page cache, after posix_fadvise(DONTNEED), and with O_DIRECT), lookups from a lookup
+ * thread while the daemon is idle and while it writes (with the daemon's own ops.lookup p99,
+ * cumulative since it started), and shuffle+lz4 and plain lz4 of the same chunks.
  *
  * Threads: main thread (steps, status snapshots, raw baseline, codec, report), the rank threads
  * (STEP_DISK_*), one lookup thread during the idle and the write phase (it owns its client and
@@ -25,6 +29,7 @@
 #include <lz4.h>
 #include <math.h>
 #include <pthread.h>
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -90,7 +95,8 @@ static const char *const snap_keys[SN_N] = {
 typedef struct {
     uint64_t v[SN_N];
     uint64_t ram_capacity, disk_capacity, segment_bytes;
-    double ratio; /* disk.compression_ratio: cumulative since the daemon started */
+    double ratio;      /* disk.compression_ratio: cumulative since the daemon started */
+    double lookup_p99; /* ops.lookup.p99_us: cumulative since the daemon started */
     int enabled;
     char state[32], compression[16], last_error[128], dir[PATH_MAX];
 } snap_t;
@@ -118,6 +124,7 @@ static int snap_take(const bench_t *b, snap_t *sn)
     sn->disk_capacity = (uint64_t)json_integer_value(json_object_get(disk, "capacity_bytes"));
     sn->segment_bytes = (uint64_t)json_integer_value(json_object_get(disk, "segment_bytes"));
     sn->ratio = json_number_value(json_object_get(disk, "compression_ratio"));
+    sn->lookup_p99 = json_number_value(tool_json_path(root, "ops.lookup.p99_us"));
     sn->enabled = json_is_true(json_object_get(disk, "enabled"));
     copy_str(sn->state, sizeof sn->state, json_object_get(disk, "state"));
     copy_str(sn->compression, sizeof sn->compression, json_object_get(disk, "compression"));
@@ -225,6 +232,8 @@ typedef struct {
     double pwrite_s; /* the pwrite calls alone, before fdatasync (into the page cache) */
     double write_s, cached_s, cold_s;
     double resident; /* share of the file's pages resident after DONTNEED; < 0 unknown */
+    double direct_s; /* the O_DIRECT read; < 0 when it could not run (direct_why) */
+    char direct_why[96];
 } raw_t;
 
 static int io_full(int fd, int write, uint8_t *p, size_t n, off_t off)
@@ -283,6 +292,51 @@ static double resident_share(int fd, size_t len)
     return share;
 }
 
+/* The file read back with O_DIRECT, chunk by chunk, into one aligned buffer (the device's speed,
+ * no page cache), each chunk compared with the rank's source outside the timing. */
+static int raw_read_direct(const bench_t *b, const char *path, raw_t *out)
+{
+    size_t chunk = b->o.chunk_bytes, per = chunk * b->o.chunks;
+    void *buf = NULL;
+    int fd, rc = -1;
+
+    out->direct_s = -1;
+    if (chunk % 4096 != 0) {
+        snprintf(out->direct_why, sizeof out->direct_why, "chunk bytes not a multiple of 4 KiB");
+        return 0;
+    }
+    fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0 || posix_memalign(&buf, 4096, chunk) != 0) {
+        snprintf(out->direct_why, sizeof out->direct_why, "O_DIRECT: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    double secs = 0;
+    for (uint32_t r = 0; r < b->o.ranks; r++) {
+        for (size_t i = 0; i < b->o.chunks; i++) {
+            uint64_t t0 = now_ns();
+            if (io_full(fd, 0, buf, chunk, (off_t)(r * per + i * chunk))) {
+                snprintf(out->direct_why, sizeof out->direct_why, "O_DIRECT read: %s",
+                         strerror(errno));
+                rc = 0; /* a filesystem without O_DIRECT: reported, not fatal */
+                goto out;
+            }
+            secs += (double)(now_ns() - t0) / 1e9;
+            if (memcmp(buf, b->ranks[r].src + i * chunk, chunk) != 0) {
+                tool_error("raw baseline: the O_DIRECT read returned other bytes");
+                goto out;
+            }
+        }
+    }
+    out->direct_s = secs;
+    rc = 0;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
 /* The raw baseline: every rank's chunks written with pwrite into one new file in --disk-dir,
  * fdatasync'ed (timed together), read back from the page cache, dropped with
  * posix_fadvise(DONTNEED) (mincore then says how much stayed resident: a page that did is read
@@ -324,6 +378,9 @@ static int raw_baseline(bench_t *b, raw_t *out)
     what = "read";
     if (raw_read(b, fd, &out->cold_s))
         goto out;
+    what = "O_DIRECT read";
+    if (raw_read_direct(b, path, out))
+        goto out;
     rc = 0;
 out:
     if (rc)
@@ -333,6 +390,51 @@ out:
     for (uint32_t r = 0; r < o->ranks; r++)
         memset(b->ranks[r].dst, BENCH_FILL_BYTE, per);
     return rc;
+}
+
+/* The daemon's segment files dropped from the page cache: what a read after a restart or after
+ * long enough finds. */
+typedef struct {
+    int files;
+    uint64_t bytes;
+    double resident; /* share of their pages still resident afterwards; < 0 unknown */
+} dropped_t;
+
+/* fdatasync (DONTNEED drops clean pages only) and posix_fadvise(DONTNEED) on every *.seg file of
+ * dir. 0, or -1 when dir cannot be read (reported, not fatal). */
+static int drop_segments(const char *dir, dropped_t *out)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    double resident_pages = 0;
+
+    memset(out, 0, sizeof *out);
+    out->resident = -1;
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        struct stat st;
+        int fd;
+        if (n < 5 || strcmp(e->d_name + n - 4, ".seg") != 0)
+            continue;
+        fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (fstat(fd, &st) == 0 && st.st_size > 0) {
+            (void)fdatasync(fd);
+            (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            double share = resident_share(fd, (size_t)st.st_size);
+            out->files++;
+            out->bytes += (uint64_t)st.st_size;
+            if (share >= 0)
+                resident_pages += share * (double)st.st_size;
+        }
+        close(fd);
+    }
+    closedir(d);
+    out->resident = out->bytes ? resident_pages / (double)out->bytes : 0;
+    return 0;
 }
 
 /* A lookup thread: the lookups of the lookup workload, BENCH_DISK_LOOKUP_GAP_US apart, either
@@ -355,7 +457,7 @@ static void *lookuper_main(void *arg)
     const bench_t *b = l->b;
     uint32_t world = b->o.world;
     uint32_t rank_hits[world];
-    uint32_t expect = b->o.all_ranks && b->o.ranks < world ? 0 : b->o.prompt_chunks;
+    uint32_t expect = b->o.prompt_chunks; /* every rank of the world holds them (fill) */
     kvt_lookup_opts_t lo = {.all_ranks = b->o.all_ranks};
     struct timespec gap = {.tv_nsec = BENCH_DISK_LOOKUP_GAP_US * 1000};
     for (uint32_t i = 0; l->lat.n < l->cap && (l->count ? i < l->count : !atomic_load(&l->stop));
@@ -502,13 +604,18 @@ out:
 }
 
 typedef struct {
-    snap_t s0, s1, s2, s3; /* before the saves, drained, before the loads, after the loads */
+    snap_t s0, s1, s2, s3; /* before the saves, drained, before and after the frames loads */
+    snap_t s4, s5;         /* before and after the loads through the primary path */
     raw_t raw;
-    double save_s, drain_s, load_s;
-    counts_t n;       /* save outcomes and verified loads of every rank */
-    pct_t save, load; /* per call */
+    double save_s, drain_s, load_s, load_shm_s;
+    counts_t n;                 /* save outcomes and verified loads (frames half) of every rank */
+    counts_t n_shm;             /* verified loads of the primary path's half */
+    pct_t save, load, load_shm; /* per call */
     lookups_t idle, busy;
     comp_t shuf, lz4;
+    dropped_t drop, drop_shm; /* the segments dropped before each half */
+    int shm_half;             /* the second half went through the shared-memory path */
+    uint32_t half;            /* chunks per rank in the frames half */
     const char *fs;
     int same_fs;
 } disk_res_t;
@@ -547,10 +654,26 @@ int bench_disk_steps(bench_t *b)
         rc = EXIT_FAIL;
     if (lookuper_finish(&l, &d->busy) || rc)
         return EXIT_FAIL;
+    /* the read phase, cold: frames for the first half, the primary path for the second */
+    d->shm_half = b->primary == BK_SHM;
+    d->half = d->shm_half ? b->disk_load_n / 2 / b->chain_len * b->chain_len : b->disk_load_n;
     b->cur = BK_FRAMES;
+    b->disk_load_from = 0;
+    b->disk_load_count = d->half;
+    drop_segments(d->s1.dir, &d->drop);
     if (snap_take(b, &d->s2) || run_step(b, STEP_DISK_LOAD, 0, &d->load_s) ||
         snap_take(b, &d->s3) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
         return EXIT_FAIL;
+    d->s4 = d->s5 = d->s3;
+    if (d->shm_half) {
+        b->cur = b->primary;
+        b->disk_load_from = d->half;
+        b->disk_load_count = b->disk_load_n - d->half;
+        drop_segments(d->s1.dir, &d->drop_shm);
+        if (snap_take(b, &d->s4) || run_step(b, STEP_DISK_LOAD, 0, &d->load_shm_s) ||
+            snap_take(b, &d->s5) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
+            return EXIT_FAIL;
+    }
     if (measure_codec(b, 1, &d->shuf) || measure_codec(b, 0, &d->lz4))
         return EXIT_FAIL;
     return EXIT_OK;
@@ -559,8 +682,10 @@ int bench_disk_steps(bench_t *b)
 /* Figures the table and the JSON share. */
 typedef struct {
     uint64_t raw_w, stored_w, written, hits, misses, load_bytes;
-    double write_s, w_raw, w_stored, w_written, w_client, r_disk, r_client;
-    double raw_w_gbps, raw_pw_gbps, raw_cached_gbps, raw_cold_gbps, ratio_run;
+    uint64_t hits_shm, misses_shm, load_bytes_shm;
+    double write_s, w_raw, w_stored, w_written, w_client, r_disk, r_client, r_disk_shm;
+    double r_client_shm;
+    double raw_w_gbps, raw_pw_gbps, raw_cached_gbps, raw_cold_gbps, raw_direct_gbps, ratio_run;
 } disk_fig_t;
 
 static void disk_figures(const bench_t *b, const disk_res_t *d, disk_fig_t *f)
@@ -582,14 +707,33 @@ static void disk_figures(const bench_t *b, const disk_res_t *d, disk_fig_t *f)
     f->raw_pw_gbps = gbps(d->raw.bytes, d->raw.pwrite_s);
     f->raw_cached_gbps = gbps(d->raw.bytes, d->raw.cached_s);
     f->raw_cold_gbps = gbps(d->raw.bytes, d->raw.cold_s);
+    f->raw_direct_gbps = d->raw.direct_s > 0 ? gbps(d->raw.bytes, d->raw.direct_s) : NAN;
     f->ratio_run = f->raw_w ? (double)f->stored_w / (double)f->raw_w : NAN;
+    f->hits_shm = snap_delta(&d->s4, &d->s5, SN_HITS);
+    f->misses_shm = snap_delta(&d->s4, &d->s5, SN_MISSES);
+    f->load_bytes_shm = f->hits_shm * b->o.chunk_bytes;
+    f->r_disk_shm = d->shm_half ? gbps(f->load_bytes_shm, d->load_shm_s) : NAN;
+    f->r_client_shm = d->shm_half ? gbps(d->n_shm.loaded_bytes, d->load_shm_s) : NAN;
 }
 
 static void disk_warnings(const bench_t *b, const disk_res_t *d, warnings_t *w)
 {
     const counts_t *n = &d->n;
     uint64_t refused = snap_delta(&d->s0, &d->s1, SN_REFUSED);
-    uint64_t asked = (uint64_t)b->o.ranks * b->disk_load_n;
+    uint64_t asked = (uint64_t)b->o.ranks * d->half;
+    uint64_t asked_shm = (uint64_t)b->o.ranks * (b->disk_load_n - d->half);
+    if (d->shm_half && d->n_shm.hits < asked_shm)
+        warn_add(w,
+                 "shared-memory path: %" PRIu64 " of the %" PRIu64
+                 " oldest chunks of its half were "
+                 "not loaded back (a daemon that answers shared-memory loads from RAM only misses "
+                 "disk-only chunks and promotes them for the next load)",
+                 asked_shm - d->n_shm.hits, asked_shm);
+    if (d->drop.resident < 0)
+        warn_add(w,
+                 "cannot read the daemon's disk.dir %s: its segments were not dropped from the "
+                 "page cache before the read phase",
+                 d->s1.dir);
     if (refused)
         warn_add(w,
                  "%" PRIu64 " demotions were refused during the write phase (disk.demotions_"
@@ -642,6 +786,46 @@ static json_t *lookups_json(const lookups_t *l)
     return o;
 }
 
+static json_t *dropped_json(const dropped_t *x)
+{
+    return json_pack("{s:i,s:I,s:o}", "files", x->files, "bytes", (json_int_t)x->bytes,
+                     "resident_after", x->resident < 0 ? json_null() : json_real(x->resident));
+}
+
+/* What the issue-11 benchmark adds to disk mode's "disk" object: the O_DIRECT raw read, the
+ * segments dropped before the reads, the primary path's half, the daemon's lookup p99. */
+static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_fig_t *f,
+                             json_t *disk)
+{
+    json_t *raw = json_object_get(disk, "raw"), *read = json_object_get(disk, "read");
+    json_t *lk = json_object_get(disk, "lookup");
+
+    json_object_set_new(raw, "read_direct",
+                        d->raw.direct_s > 0
+                            ? gbps_json(f->raw_direct_gbps, d->raw.bytes, d->raw.direct_s)
+                            : json_pack("{s:n,s:s}", "gbps", "not_measured", d->raw.direct_why));
+    json_object_set_new(read, "segments_dropped", dropped_json(&d->drop));
+    json_object_set_new(read, "ratio_vs_raw_direct",
+                        real_or_null(ratio(f->r_disk, f->raw_direct_gbps)));
+    if (d->shm_half)
+        json_object_set_new(
+            disk, "read_shm",
+            json_pack("{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:f,s:o,s:o,s:o,s:o}", "gbps",
+                      f->r_disk_shm, "bytes", (json_int_t)f->load_bytes_shm, "seconds",
+                      d->load_shm_s, "chunks",
+                      (json_int_t)((uint64_t)b->o.ranks * (b->disk_load_n - d->half)), "disk_hits",
+                      (json_int_t)f->hits_shm, "disk_misses", (json_int_t)f->misses_shm, "verified",
+                      (json_int_t)d->n_shm.hits, "misses", (json_int_t)d->n_shm.misses,
+                      "client_gbps", f->r_client_shm, "ratio_vs_raw_direct",
+                      real_or_null(ratio(f->r_disk_shm, f->raw_direct_gbps)), "ratio_vs_raw",
+                      real_or_null(ratio(f->r_disk_shm, f->raw_cold_gbps)), "segments_dropped",
+                      dropped_json(&d->drop_shm), "latency", pct_json(&d->load_shm)));
+    json_object_set_new(json_object_get(lk, "idle"), "daemon_p99_us",
+                        real_or_null(d->s0.lookup_p99));
+    json_object_set_new(json_object_get(lk, "writing"), "daemon_p99_us",
+                        real_or_null(d->s1.lookup_p99));
+}
+
 /* The whole report as one JSON object (NULL when out of memory). */
 static json_t *disk_json(const bench_t *b, const disk_res_t *d, const warnings_t *w)
 {
@@ -674,16 +858,16 @@ static json_t *disk_json(const bench_t *b, const disk_res_t *d, const warnings_t
         real_or_null(f.ratio_run), "latency", pct_json(&d->save), "outcomes", "stored",
         (json_int_t)d->n.stored, "exists", (json_int_t)d->n.exists, "nospace",
         (json_int_t)d->n.nospace, "declined", (json_int_t)d->n.declined);
-    json_t *read = json_pack(
-        "{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:o}", "gbps", f.r_disk, "bytes",
-        (json_int_t)f.load_bytes, "seconds", d->load_s, "chunks",
-        (json_int_t)((uint64_t)o->ranks * b->disk_load_n), "disk_hits", (json_int_t)f.hits,
-        "disk_misses", (json_int_t)f.misses, "verified", (json_int_t)d->n.hits, "misses",
-        (json_int_t)d->n.misses, "lost", (json_int_t)d->n.lost, "promotions",
-        (json_int_t)snap_delta(&d->s2, &d->s3, SN_PROMOTED), "demotions",
-        (json_int_t)snap_delta(&d->s2, &d->s3, SN_DEMOTED), "client_gbps", f.r_client,
-        "ratio_vs_raw", ratio(f.r_disk, f.raw_cold_gbps), "ratio_vs_raw_cached",
-        ratio(f.r_disk, f.raw_cached_gbps), "latency", pct_json(&d->load));
+    json_t *read =
+        json_pack("{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:o}", "gbps", f.r_disk,
+                  "bytes", (json_int_t)f.load_bytes, "seconds", d->load_s, "chunks",
+                  (json_int_t)((uint64_t)o->ranks * d->half), "disk_hits", (json_int_t)f.hits,
+                  "disk_misses", (json_int_t)f.misses, "verified", (json_int_t)d->n.hits, "misses",
+                  (json_int_t)d->n.misses, "lost", (json_int_t)d->n.lost, "promotions",
+                  (json_int_t)snap_delta(&d->s2, &d->s3, SN_PROMOTED), "demotions",
+                  (json_int_t)snap_delta(&d->s2, &d->s3, SN_DEMOTED), "client_gbps", f.r_client,
+                  "ratio_vs_raw", ratio(f.r_disk, f.raw_cold_gbps), "ratio_vs_raw_cached",
+                  ratio(f.r_disk, f.raw_cached_gbps), "latency", pct_json(&d->load));
     json_t *comp =
         json_pack("{s:o,s:f,s:s,s:o,s:o}", "daemon_ratio", real_or_null(f.ratio_run),
                   "daemon_ratio_cumulative", d->s3.ratio, "daemon_mode", d->s0.compression,
@@ -707,6 +891,7 @@ static json_t *disk_json(const bench_t *b, const disk_res_t *d, const warnings_t
         "segment_bytes", (json_int_t)d->s0.segment_bytes, "save_path",
         tool_data_path_name(data_path_of(b->primary)), "load_path", "frames", "raw", raw, "write",
         write, "read", read, "compression", comp, "lookup", lk, "warnings", warnings_json(w));
+    disk_json_extras(b, d, &f, json_object_get(root, "disk"));
     return root;
 }
 
@@ -754,14 +939,31 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
                100.0 * d->raw.resident);
     else
         printf("(0 %% resident: read from the device)\n");
-    printf("%-34s %8.3f %10.1f %9.3f  (the segments were not dropped from the page cache)\n",
-           "kvtier disk, disk.hits x chunk", f.r_disk, (double)f.load_bytes / mib, d->load_s);
+    if (d->raw.direct_s > 0)
+        printf("%-34s %8.3f %10.1f %9.3f\n", "raw pread O_DIRECT", f.raw_direct_gbps,
+               (double)d->raw.bytes / mib, d->raw.direct_s);
+    else
+        printf("%-34s %8s  (%s)\n", "raw pread O_DIRECT", "-", d->raw.direct_why);
+    printf("%-34s %8.3f %10.1f %9.3f  (%d segment files dropped first, %.1f %% resident after)\n",
+           "kvtier disk frames, disk.hits x chunk", f.r_disk, (double)f.load_bytes / mib, d->load_s,
+           d->drop.files, d->drop.resident < 0 ? 0 : 100.0 * d->drop.resident);
     printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier load calls (client)", f.r_client,
            (double)d->n.loaded_bytes / mib, d->load_s);
-    printf("ratio kvtier/raw: write %.3f (with fdatasync), %.3f (pwrite alone); read %.3f (after "
-           "DONTNEED), %.3f (page cache)\n\n",
+    if (d->shm_half) {
+        printf("%-34s %8.3f %10.1f %9.3f  (dropped again first, %.1f %% resident after)\n",
+               "kvtier disk shm, disk.hits x chunk", f.r_disk_shm, (double)f.load_bytes_shm / mib,
+               d->load_shm_s, d->drop_shm.resident < 0 ? 0 : 100.0 * d->drop_shm.resident);
+        printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier shm load calls (client)", f.r_client_shm,
+               (double)d->n_shm.loaded_bytes / mib, d->load_shm_s);
+    }
+    printf("ratio kvtier/raw: write %.3f (with fdatasync), %.3f (pwrite alone); read frames %.3f "
+           "(after DONTNEED), %.3f (O_DIRECT), %.3f (page cache)",
            ratio(f.w_raw, f.raw_w_gbps), ratio(f.w_raw, f.raw_pw_gbps),
-           ratio(f.r_disk, f.raw_cold_gbps), ratio(f.r_disk, f.raw_cached_gbps));
+           ratio(f.r_disk, f.raw_cold_gbps), ratio(f.r_disk, f.raw_direct_gbps),
+           ratio(f.r_disk, f.raw_cached_gbps));
+    if (d->shm_half)
+        printf("; read shm %.3f (O_DIRECT)", ratio(f.r_disk_shm, f.raw_direct_gbps));
+    printf("\n\n");
     printf("write phase: demotions %" PRIu64 ", demotions_clean %" PRIu64
            ", demotions_refused %" PRIu64 ", writes_lost %" PRIu64 ", records_written %" PRIu64
            " (%" PRIu64 " compressed)\n",
@@ -771,11 +973,19 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
     printf("saves: %" PRIu64 " stored, %" PRIu64 " exists, %" PRIu64 " nospace, %" PRIu64
            " declined\n",
            d->n.stored, d->n.exists, d->n.nospace, d->n.declined);
-    printf("read phase: %" PRIu64 " oldest chunks loaded: %" PRIu64 " verified byte-exact, %" PRIu64
-           " misses (%" PRIu64 " of them had been stored); disk.hits %" PRIu64
-           ", disk.misses %" PRIu64 ", promotions %" PRIu64 ", demotions %" PRIu64 "\n\n",
-           (uint64_t)o->ranks * b->disk_load_n, d->n.hits, d->n.misses, d->n.lost, f.hits, f.misses,
+    printf("read phase, frames: %" PRIu64 " oldest chunks loaded: %" PRIu64
+           " verified byte-exact, %" PRIu64 " misses (%" PRIu64 " of them had been stored); "
+           "disk.hits %" PRIu64 ", disk.misses %" PRIu64 ", promotions %" PRIu64
+           ", demotions %" PRIu64 "\n",
+           (uint64_t)o->ranks * d->half, d->n.hits, d->n.misses, d->n.lost, f.hits, f.misses,
            snap_delta(&d->s2, &d->s3, SN_PROMOTED), snap_delta(&d->s2, &d->s3, SN_DEMOTED));
+    if (d->shm_half)
+        printf("read phase, shm: %" PRIu64 " next oldest chunks loaded: %" PRIu64
+               " verified byte-exact, %" PRIu64 " misses; disk.hits %" PRIu64
+               ", promotions %" PRIu64 "\n",
+               (uint64_t)o->ranks * (b->disk_load_n - d->half), d->n_shm.hits, d->n_shm.misses,
+               f.hits_shm, snap_delta(&d->s4, &d->s5, SN_PROMOTED));
+    printf("\n");
     printf("compression of the chunks (%s)       ratio  compress MB/s  decompress MB/s\n",
            data_names[o->data]);
     printf("%-34s %7.4f %14s %16s\n", "daemon, write phase (stored/raw)",
@@ -787,22 +997,28 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
                ratio((double)cs[i]->stored, (double)cs[i]->raw),
                ratio((double)cs[i]->raw / 1e6, cs[i]->enc_s),
                ratio((double)cs[i]->raw / 1e6, cs[i]->dec_s));
-    printf("\nlookups of %u hashes, %u us apart      calls    p50 us    p99 us    max us\n",
+    printf("\nlookups of %u hashes, %u us apart      calls    p50 us    p99 us    max us  "
+           "daemon p99 us\n",
            o->prompt_chunks, (unsigned)BENCH_DISK_LOOKUP_GAP_US);
     const lookups_t *ls[2] = {&d->idle, &d->busy};
     const char *ln[2] = {"daemon idle", "while the disk is written"};
+    const double dp[2] = {d->s0.lookup_p99, d->s1.lookup_p99};
     for (int i = 0; i < 2; i++)
-        printf("%-34s %8zu %9.1f %9.1f %9.1f\n", ln[i], ls[i]->lat.n, ls[i]->lat.p50,
-               ls[i]->lat.p99, ls[i]->lat.max);
+        printf("%-34s %8zu %9.1f %9.1f %9.1f %14.1f\n", ln[i], ls[i]->lat.n, ls[i]->lat.p50,
+               ls[i]->lat.p99, ls[i]->lat.max, dp[i]);
+    printf("(daemon p99: status ops.lookup.p99_us, cumulative since the daemon started)\n");
 }
 
 int bench_disk_report(const bench_t *b)
 {
     disk_res_t *d = &dres;
-    for (uint32_t i = 0; i < b->o.ranks; i++)
+    for (uint32_t i = 0; i < b->o.ranks; i++) {
         counts_add(&d->n, &b->ranks[i].dn);
+        counts_add(&d->n_shm, &b->ranks[i].dn_shm);
+    }
     if (merge_pct(b, offsetof(rank_t, dsave), &d->save) ||
-        merge_pct(b, offsetof(rank_t, dload), &d->load)) {
+        merge_pct(b, offsetof(rank_t, dload), &d->load) ||
+        merge_pct(b, offsetof(rank_t, dload_shm), &d->load_shm)) {
         tool_error("out of memory");
         return EXIT_FAIL;
     }

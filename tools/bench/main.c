@@ -99,7 +99,9 @@ static int bench_prepare(bench_t *b)
     b->bk_state[BK_SHM] = o->data_path == KVT_DATA_PATH_FRAMES ? BK_OFF : BK_ON;
     b->bk_state[BK_FRAMES] = BK_ON;
     b->bk_state[BK_REDIS] = o->redis_addr[0] ? BK_ON : BK_OFF;
+    b->bk_state[BK_ZC] = o->zero_copy ? BK_ON : BK_OFF;
     snprintf(b->bk_why[BK_SHM], sizeof b->bk_why[0], "not measured (--data-path frames)");
+    snprintf(b->bk_why[BK_ZC], sizeof b->bk_why[0], "not measured (no --zero-copy)");
     snprintf(b->bk_why[BK_REDIS], sizeof b->bk_why[0], "not measured (no --vs-redis HOST:PORT)");
     /* Token sets: 1 lookups, 2 + k warm-up of backend k, then round i of backend k. */
     if (make_hashes(b->seed, 1, b->lookup_hashes, o->prompt_chunks))
@@ -127,13 +129,22 @@ static void bench_free(bench_t *b)
         free(r->outcomes);
         free(r->lens);
         for (int k = 0; k < BK_N; k++) {
-            free(r->bk[k].save.v);
-            free(r->bk[k].load.v);
+            rank_bk_t *rb = &r->bk[k];
+            free(rb->save.v);
+            free(rb->load.v);
+            free(rb->submit_save.v);
+            free(rb->submit_load.v);
+            free(rb->reserve.v);
+            free(rb->commit.v);
+            free(rb->pin.v);
         }
         free(r->lookup.v);
         free(r->zlookup.v);
+        free(r->lookup_single.v);
+        free(r->zrtt.v);
         free(r->dsave.v);
         free(r->dload.v);
+        free(r->dload_shm.v);
     }
     free(b->disk_hashes);
     free(b->ranks);

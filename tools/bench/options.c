@@ -56,6 +56,14 @@ static void usage(FILE *f)
             "      --status SOCKET      the daemon's status socket (default: server.status_socket\n"
             "                           of -c CONFIG); disk mode reads capacities and counters\n"
             "      --chain-chunks N     disk mode: chunks per saved chain (default 8)\n"
+            "      --depth N            keep N requests in flight per rank through the\n"
+            "                           asynchronous calls (default: synchronous calls, one\n"
+            "                           at a time); the zmq baseline keeps the same depth\n"
+            "      --zero-copy          also measure kvtier-zc: reserve/commit and pin/release\n"
+            "                           on the shared-memory path, the bench's memcpy standing\n"
+            "                           in for a DMA, beside raw ZeroMQ round trips of its size\n"
+            "      --cold               measure an empty tier (default: the steady state, the\n"
+            "                           tier filled to capacity first; needs the status socket)\n"
             "      --json               print one JSON object instead of the table\n"
             "  -h, --help               this text\n"
             "\n"
@@ -195,6 +203,9 @@ enum {
     OPT_STATUS,
     OPT_DATA,
     OPT_CHAIN_CHUNKS,
+    OPT_DEPTH,
+    OPT_ZERO_COPY,
+    OPT_COLD,
 };
 
 /* Returns 0 to run, 1 after --help, -1 on a usage error (message printed). */
@@ -220,6 +231,9 @@ int parse_args(int argc, char **argv, bench_opts_t *o)
         {"status", required_argument, NULL, OPT_STATUS},
         {"data", required_argument, NULL, OPT_DATA},
         {"chain-chunks", required_argument, NULL, OPT_CHAIN_CHUNKS},
+        {"depth", required_argument, NULL, OPT_DEPTH},
+        {"zero-copy", no_argument, NULL, OPT_ZERO_COPY},
+        {"cold", no_argument, NULL, OPT_COLD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -324,6 +338,16 @@ int parse_args(int argc, char **argv, bench_opts_t *o)
             if (parse_u32(optarg, 1, 1u << 20, &o->chain_chunks))
                 bad = "--chain-chunks must be 1..1048576";
             break;
+        case OPT_DEPTH:
+            if (parse_u32(optarg, 1, 4096, &o->depth))
+                bad = "--depth must be 1..4096";
+            break;
+        case OPT_ZERO_COPY:
+            o->zero_copy = 1;
+            break;
+        case OPT_COLD:
+            o->cold = 1;
+            break;
         case ':':
             tool_error("%s needs a value", argv[optind - 1]);
             return -1;
@@ -354,9 +378,13 @@ int parse_args(int argc, char **argv, bench_opts_t *o)
                                     sizeof o->status_sock)) {
         return -1;
     }
+    if (o->zero_copy && o->data_path == KVT_DATA_PATH_FRAMES) {
+        tool_error("--zero-copy needs the shared-memory path (not --data-path frames)");
+        return -1;
+    }
     if (o->disk_dir[0]) {
-        if (rounds_given || o->redis_addr[0]) {
-            tool_error("--rounds and --vs-redis do not apply to --disk-dir");
+        if (rounds_given || o->redis_addr[0] || o->zero_copy || o->cold) {
+            tool_error("--rounds, --vs-redis, --zero-copy and --cold do not apply to --disk-dir");
             return -1;
         }
         if (!o->status_sock[0]) {

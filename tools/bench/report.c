@@ -1,9 +1,11 @@
 /*
  * report.c - the side-by-side mode's report: the kvtier-vs-zmq table of the primary kvtier path,
  * the GB/s of every column with the ratios against each path's own ceiling (frames/zmq,
- * shm/memcpy, shm/redis), per-call latencies, outcome counts and warnings; or the same as one
- * JSON object (--json, whose field names scripts read: add, never rename). Also the helpers the
- * disk mode's report shares (GB/s, percentiles and warnings as JSON, printing).
+ * shm/memcpy, shm/copy+csum, shm/redis, zc/memcpy), the daemon's CPU seconds per GB moved and
+ * its loop figures, per-call and per-submit latencies, the zero-copy round trips beside raw
+ * ZeroMQ ones of their size, the steady state's fill, outcome counts and warnings; or the same
+ * as one JSON object (--json, whose field names scripts read: add, never rename). Also the
+ * helpers the disk mode's report shares (GB/s, percentiles and warnings as JSON, printing).
  *
  * Threads: main thread, after the rank threads have left.
  */
@@ -39,6 +41,8 @@ static const struct {
     {"shm/memcpy", "shm_memcpy", COL_SHM, COL_MEMCPY},
     {"shm/redis", "shm_redis", COL_SHM, COL_REDIS},
     {"frames/zmq", "frames_zmq", COL_FRAMES, COL_ZMQ},
+    {"shm/copy+csum", "shm_copy_csum", COL_SHM, COL_CSUM},
+    {"zc/memcpy", "zc_memcpy", COL_ZC, COL_MEMCPY},
 };
 
 #define NRATIOS (sizeof ratios / sizeof ratios[0])
@@ -53,6 +57,15 @@ static void compare(const bench_t *b, const results_t *r, compare_t *c)
     c->gbps[OP_SAVE][COL_ZMQ] = gbps(r->zbytes_save, r->zsave_s);
     c->gbps[OP_LOAD][COL_ZMQ] = gbps(r->zbytes_load, r->zload_s);
     c->gbps[OP_SAVE][COL_MEMCPY] = c->gbps[OP_LOAD][COL_MEMCPY] = r->memcpy_gbps;
+    c->gbps[OP_SAVE][COL_CSUM] = c->gbps[OP_LOAD][COL_CSUM] = r->csum_gbps;
+}
+
+/* The daemon's CPU seconds per GB of backend k's op; NAN when not known. */
+static double cpu_per_gb(const bk_result_t *x, op_t op)
+{
+    double cpu = op == OP_SAVE ? x->save_cpu_s : x->load_cpu_s;
+    uint64_t bytes = op == OP_SAVE ? x->n.stored_bytes : x->n.loaded_bytes;
+    return cpu < 0 || bytes == 0 ? NAN : cpu / ((double)bytes / 1e9);
 }
 
 /* Ratio i of the table for op; NAN when either side was not measured or is zero. */
@@ -100,6 +113,10 @@ static void make_warnings(const bench_t *b, const results_t *r, warnings_t *w)
                      "loaded back: the capacity is smaller than one round",
                      name, n->lost);
     }
+    if (r->fill.ran && !r->fill.reached)
+        warn_add(w, "steady state: %s", r->fill.why);
+    if (!r->fill.ran && !b->o.cold)
+        warn_add(w, "%s (the figures are of an empty tier)", r->fill.why);
     if (r->fill_other)
         warn_add(w, "%" PRIu64 " lookup-namespace chunks were not stored", r->fill_other);
     if (r->lookup_skipped)
@@ -117,6 +134,35 @@ json_t *pct_json(const pct_t *p)
 json_t *real_or_null(double v)
 {
     return isnan(v) ? json_null() : json_real(v);
+}
+
+/* p as JSON, or null for an empty series. */
+static json_t *pct_or_null(const pct_t *p)
+{
+    return p->n ? pct_json(p) : json_null();
+}
+
+/* Additions to a measured backend's save and load objects: submit latencies, the daemon's CPU
+ * per GB, and for kvtier-zc its round trips beside raw ZeroMQ ones of their size. */
+static void backend_extras(const results_t *r, int k, json_t *o)
+{
+    const bk_result_t *x = &r->bk[k];
+    json_t *save = json_object_get(o, "save"), *load = json_object_get(o, "load");
+
+    json_object_set_new(save, "submit_latency", pct_or_null(&x->submit_save));
+    json_object_set_new(load, "submit_latency", pct_or_null(&x->submit_load));
+    json_object_set_new(save, "daemon_cpu_s_per_gb", real_or_null(cpu_per_gb(x, OP_SAVE)));
+    json_object_set_new(load, "daemon_cpu_s_per_gb", real_or_null(cpu_per_gb(x, OP_LOAD)));
+    if (k != BK_ZC)
+        return;
+    json_object_set_new(
+        o, "round_trips",
+        json_pack("{s:o,s:o,s:o,s:o,s:{s:o,s:o,s:o}}", "reserve", pct_or_null(&x->reserve),
+                  "commit", pct_or_null(&x->commit), "pin", pct_or_null(&x->pin), "zmq",
+                  pct_or_null(&r->zrtt), "ratio_p50", "reserve",
+                  real_or_null(r->zrtt.n ? ratio(x->reserve.p50, r->zrtt.p50) : NAN), "commit",
+                  real_or_null(r->zrtt.n ? ratio(x->commit.p50, r->zrtt.p50) : NAN), "pin",
+                  real_or_null(r->zrtt.n ? ratio(x->pin.p50, r->zrtt.p50) : NAN)));
 }
 
 /* "backends": every backend's state and, when measured, its save and load details. */
@@ -144,6 +190,8 @@ static json_t *backends_json(const bench_t *b, const results_t *r)
             o = json_pack("{s:s,s:s}", "state", states[b->bk_state[k]], "reason", b->bk_why[k]);
         if (o && k == BK_REDIS && b->o.redis_addr[0])
             json_object_set_new(o, "server", json_string(b->o.redis_addr));
+        if (o && k != BK_REDIS && b->bk_state[k] == BK_ON)
+            backend_extras(r, k, o);
         if (json_object_set_new(all, cols[k].key, o)) {
             json_decref(all);
             return NULL;
@@ -210,6 +258,38 @@ int json_print(json_t *root)
     return 0;
 }
 
+/* What 0.2's benchmark adds at the top level: parameters, the steady state, the daemon's own
+ * figures, the copy+checksum baseline, the single-rank lookups beside all-ranks ones. */
+static void report_extras(const bench_t *b, const results_t *r, json_t *root)
+{
+    const bench_opts_t *o = &b->o;
+    const fill_t *f = &r->fill;
+    json_t *params = json_object_get(root, "params");
+
+    json_object_set_new(params, "depth", json_integer(o->depth));
+    json_object_set_new(params, "zero_copy", json_boolean(o->zero_copy));
+    json_object_set_new(params, "cold", json_boolean(o->cold));
+    json_object_set_new(root, "steady",
+                        json_pack("{s:b,s:b,s:s,s:I,s:I,s:f,s:I,s:I,s:b,s:I,s:I}", "filled", f->ran,
+                                  "reached", f->reached, "note", f->why, "chunks",
+                                  (json_int_t)f->chunks, "bytes", (json_int_t)f->bytes, "seconds",
+                                  f->seconds, "ram_used_bytes", (json_int_t)f->ram_used,
+                                  "ram_capacity_bytes", (json_int_t)f->ram_capacity, "disk_enabled",
+                                  f->disk_enabled, "disk_used_bytes", (json_int_t)f->disk_used,
+                                  "disk_capacity_bytes", (json_int_t)f->disk_capacity));
+    json_object_set_new(root, "daemon",
+                        json_pack("{s:I,s:o,s:o}", "pid", (json_int_t)r->daemon.pid,
+                                  "loop_busy_share", real_or_null(r->daemon.busy_share),
+                                  "loop_turn_p99_us", real_or_null(r->daemon.turn_p99_us)));
+    json_object_set_new(root, "copy_checksum", json_pack("{s:f}", "gbps", r->csum_gbps));
+    if (o->all_ranks)
+        json_object_set_new(
+            root, "lookup_single",
+            json_pack("{s:o,s:o,s:o}", "latency", pct_json(&r->lookup_single), "ratio_all_p50",
+                      real_or_null(ratio(r->lookup.p50, r->lookup_single.p50)), "ratio_all_p99",
+                      real_or_null(ratio(r->lookup.p99, r->lookup_single.p99))));
+}
+
 /* The whole report as one JSON object (NULL when out of memory). */
 static json_t *report_json(const bench_t *b, const results_t *r, const warnings_t *w)
 {
@@ -217,7 +297,7 @@ static json_t *report_json(const bench_t *b, const results_t *r, const warnings_
     const bk_result_t *p = &r->bk[b->primary];
     double save = gbps(p->n.stored_bytes, p->save_s), load = gbps(p->n.loaded_bytes, p->load_s);
     double zsave = gbps(r->zbytes_save, r->zsave_s), zload = gbps(r->zbytes_load, r->zload_s);
-    return json_pack(
+    json_t *root = json_pack(
         "{s:s,s:s,s:{s:s,s:I,s:b},"
         "s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I},"
         "s:{s:f,s:f,s:f,s:I,s:f,s:o,s:{s:I,s:I,s:I,s:I}},"
@@ -243,6 +323,9 @@ static json_t *report_json(const bench_t *b, const results_t *r, const warnings_
         (json_int_t)r->lookup_short, "skipped", (json_int_t)r->lookup_skipped, "memcpy", "gbps",
         r->memcpy_gbps, "backends", backends_json(b, r), "compare", compare_json(b, r), "warnings",
         warnings_json(w));
+    if (root != NULL)
+        report_extras(b, r, root);
+    return root;
 }
 
 /* Prints a heading row of n columns, then a save and a load row; NAN prints as blank[k]. */
@@ -284,6 +367,26 @@ static void print_compare(const bench_t *b, const results_t *r)
         rv[OP_LOAD][i] = compare_ratio(&c, OP_LOAD, i);
     }
     print_grid("ratio", heads, rv, blank, NRATIOS);
+    /* the daemon's CPU per GB of each kvtier backend (the loop's own figures follow) */
+    size_t nk = 0;
+    for (int k = 0; k < BK_N; k++) {
+        if (k == BK_REDIS)
+            continue;
+        heads[nk] = cols[k].name;
+        blank[nk] = "-";
+        rv[OP_SAVE][nk] = b->bk_state[k] == BK_ON ? cpu_per_gb(&r->bk[k], OP_SAVE) : NAN;
+        rv[OP_LOAD][nk] = b->bk_state[k] == BK_ON ? cpu_per_gb(&r->bk[k], OP_LOAD) : NAN;
+        nk++;
+    }
+    print_grid("cpu s/GB", heads, rv, blank, nk);
+    char busy[32] = "-", turn[32] = "-";
+    if (!isnan(r->daemon.busy_share))
+        snprintf(busy, sizeof busy, "%.3f", r->daemon.busy_share);
+    if (!isnan(r->daemon.turn_p99_us))
+        snprintf(turn, sizeof turn, "%.0f us", r->daemon.turn_p99_us);
+    printf("daemon (pid %ld): CPU seconds per GB moved (utime+stime, /proc); loop busy share %s, "
+           "loop turn p99 %s (status loop.*)\n",
+           r->daemon.pid, busy, turn);
     for (int k = 0; k < BK_N; k++)
         if (b->bk_state[k] != BK_ON)
             printf("%s: %s\n", cols[k].name, b->bk_why[k]);
@@ -300,10 +403,25 @@ static void print_table(const bench_t *b, const results_t *r)
     printf("kvtier-bench: %s  namespace %s  world %u  data path %s%s\n", o->endpoint, o->model,
            o->world, tool_data_path_name(data_path_of(b->primary)),
            o->all_ranks ? "  lookups all-ranks" : "");
-    printf("  %u rank(s) x %u chunks x %.2f MiB per round, %u round(s), %u chunk(s) per call; "
-           "%u lookups x %u chunks of 4 KiB\n\n",
-           o->ranks, o->chunks, (double)o->chunk_bytes / (1 << 20), o->rounds, o->batch, o->lookups,
-           o->prompt_chunks);
+    printf("  %u rank(s) x %u chunks x %.2f MiB per round, %u round(s), %u chunk(s) per call, %s; "
+           "%u lookups x %u chunks of 4 KiB\n",
+           o->ranks, o->chunks, (double)o->chunk_bytes / (1 << 20), o->rounds, o->batch,
+           o->depth ? "asynchronous" : "synchronous calls", o->lookups, o->prompt_chunks);
+    if (o->depth)
+        printf("  %u request(s) in flight per rank\n", o->depth);
+    if (r->fill.ran) {
+        printf("  steady state: %" PRIu64 " chunks (%.0f MiB) saved first in %.1f s%s; RAM %.0f of "
+               "%.0f MiB used",
+               r->fill.chunks, (double)r->fill.bytes / (1 << 20), r->fill.seconds,
+               r->fill.reached ? "" : " (capacity not reached)",
+               (double)r->fill.ram_used / (1 << 20), (double)r->fill.ram_capacity / (1 << 20));
+        if (r->fill.disk_enabled)
+            printf(", disk %.0f of %.0f MiB", (double)r->fill.disk_used / (1 << 20),
+                   (double)r->fill.disk_capacity / (1 << 20));
+        printf("\n");
+    } else
+        printf("  %s\n", r->fill.why);
+    printf("\n");
     char k[4][32], z[4][32];
     snprintf(k[0], sizeof k[0], "%.3f GB/s", save);
     snprintf(z[0], sizeof z[0], "%.3f GB/s", zsave);
@@ -320,7 +438,9 @@ static void print_table(const bench_t *b, const results_t *r)
     printf("%-8s %-18s %-18s %s\n", "op", "kvtier", "baseline (zmq)", "ratio kvtier/baseline");
     for (int i = 0; i < 4; i++)
         printf("%-8s %-18s %-18s %.3f\n", ops[i], k[i], z[i], ratios4[i]);
-    printf("%-8s %-18s %.3f GB/s (one thread, same chunks)\n\n", "memcpy", "-", r->memcpy_gbps);
+    printf("%-8s %-18s %.3f GB/s (one thread, same chunks)\n", "memcpy", "-", r->memcpy_gbps);
+    printf("%-8s %-18s %.3f GB/s (kvt_copy_checksum: the copy of a verifying load)\n\n",
+           "copy+csum", "-", r->csum_gbps);
     print_compare(b, r);
     printf("\n%-26s %8s %10s %10s %10s %10s\n", "latency per call (us)", "calls", "p50", "p90",
            "p99", "max");
@@ -335,8 +455,38 @@ static void print_table(const bench_t *b, const results_t *r)
                    q->max);
         }
     }
-    printf("%-26s %8zu %10.1f %10.1f %10.1f %10.1f\n\n", "kvtier lookup", r->lookup.n,
-           r->lookup.p50, r->lookup.p90, r->lookup.p99, r->lookup.max);
+    for (int i = 0; i < BK_N; i++) {
+        const bk_result_t *x = &r->bk[i];
+        const pct_t *q[5] = {&x->submit_save, &x->submit_load, &x->reserve, &x->commit, &x->pin};
+        const char *what[5] = {"submit save", "submit load", "reserve", "commit", "pin"};
+        if (b->bk_state[i] != BK_ON)
+            continue;
+        for (int j = 0; j < 5; j++) {
+            char name[40];
+            if (q[j]->n == 0)
+                continue;
+            snprintf(name, sizeof name, "%s %s", cols[i].name, what[j]);
+            printf("%-26s %8zu %10.1f %10.1f %10.1f %10.1f\n", name, q[j]->n, q[j]->p50, q[j]->p90,
+                   q[j]->p99, q[j]->max);
+        }
+    }
+    if (r->zrtt.n)
+        printf("%-26s %8zu %10.1f %10.1f %10.1f %10.1f\n", "zmq round trip (zc size)", r->zrtt.n,
+               r->zrtt.p50, r->zrtt.p90, r->zrtt.p99, r->zrtt.max);
+    printf("%-26s %8zu %10.1f %10.1f %10.1f %10.1f\n", "kvtier lookup", r->lookup.n, r->lookup.p50,
+           r->lookup.p90, r->lookup.p99, r->lookup.max);
+    if (o->all_ranks)
+        printf("%-26s %8zu %10.1f %10.1f %10.1f %10.1f  (all-ranks / single p50 %.3f)\n",
+               "kvtier lookup single rank", r->lookup_single.n, r->lookup_single.p50,
+               r->lookup_single.p90, r->lookup_single.p99, r->lookup_single.max,
+               ratio(r->lookup.p50, r->lookup_single.p50));
+    if (b->bk_state[BK_ZC] == BK_ON && r->zrtt.n)
+        printf("kvtier-zc round trips / zmq round trip of their size (p50): reserve %.3f, commit "
+               "%.3f, pin %.3f\n",
+               ratio(r->bk[BK_ZC].reserve.p50, r->zrtt.p50),
+               ratio(r->bk[BK_ZC].commit.p50, r->zrtt.p50),
+               ratio(r->bk[BK_ZC].pin.p50, r->zrtt.p50));
+    printf("\n");
     for (int i = 0; i < BK_N; i++) {
         const counts_t *n = &r->bk[i].n;
         if (b->bk_state[i] == BK_ON)

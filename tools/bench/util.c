@@ -17,9 +17,13 @@
 const char *const data_names[] = {[DATA_RANDOM] = "random", [DATA_BF16] = "bf16"};
 const char *const op_names[2] = {"save", "load"};
 const col_name_t cols[COL_N] = {
-    {"kvtier-shm", "kvtier_shm"}, {"kvtier-frames", "kvtier_frames"},
-    {"redis", "redis"},           {"zmq", "zmq"},
+    {"kvtier-shm", "kvtier_shm"},
+    {"kvtier-frames", "kvtier_frames"},
+    {"kvtier-zc", "kvtier_zc"},
+    {"redis", "redis"},
+    {"zmq", "zmq"},
     {"memcpy", "memcpy"},
+    {"copy+csum", "copy_csum"},
 };
 
 uint64_t now_ns(void)

@@ -5,8 +5,11 @@
  * two barriers of run_step().
  *
  * Backends: kvtier on the shared-memory path and on the frames path (one client each, its data
- * path forced) and Redis (redis.c); bk_call() is the one place that tells them apart. The lookup
- * workload runs on a separate namespace of 4 KiB chunks (lookups carry no chunk bytes).
+ * path forced), kvtier's zero-copy calls (--zero-copy, async.c) and Redis (redis.c); bk_call()
+ * is the one place that tells the synchronous ones apart, and with --depth every kvtier backend
+ * runs through async.c instead. The lookup workload runs on a separate namespace of 4 KiB chunks
+ * (lookups carry no chunk bytes); with --all-ranks every rank of the world holds them, so that
+ * all-ranks lookups and single-rank lookups of the same chunks can be compared.
  *
  * Threads: one per rank; during a step each thread writes only its own rank_t and reads bench_t,
  * which the main thread does not change until the end barrier.
@@ -68,19 +71,22 @@ static int bk_call(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t i, s
     return op == OP_SAVE ? kv_save(r, c, h, i, k) : kv_load(r, c, h, i, k);
 }
 
-/* The measured workload: chains h of n chunks (chain_len each, the last may be shorter) saved
- * from src (outcomes) or loaded into dst (lens) through backend bk in calls of --batch chunks
- * that never cross a chain; lat (may be NULL) gets each call's latency. */
-static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n, series_t *lat)
+/* The measured workload: chunks [from, from + n) of chains h (chain_len each, the last may be
+ * shorter) saved from src (outcomes) or loaded into dst (lens) through backend bk in calls of
+ * --batch chunks that never cross a chain; lat (may be NULL) gets each call's latency. */
+static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, size_t n,
+                     series_t *lat)
 {
-    size_t batch = r->b->o.batch, chain = r->b->chain_len;
+    size_t batch = r->b->o.batch, chain = r->b->chain_len, end = from + n;
+    if (bk != BK_REDIS && (r->b->o.depth > 0 || bk == BK_ZC))
+        return async_chain(r, bk, op, h, from, n, lat);
     if (bk == BK_REDIS && op == OP_SAVE) {
         r->rkeys = h; /* before the first SET: a failed save is unlinked too */
-        r->nrkeys = n;
+        r->nrkeys = end;
     }
-    for (size_t i = 0, k; i < n; i += k) {
+    for (size_t i = from, k; i < end; i += k) {
         size_t left = chain - i % chain;
-        k = n - i < batch ? n - i : batch;
+        k = end - i < batch ? end - i : batch;
         k = k < left ? k : left;
         uint64_t t0 = now_ns();
         int rc = bk_call(r, bk, op, h, i, k);
@@ -93,12 +99,12 @@ static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t n,
     return 0;
 }
 
-/* Checks the loaded chunks against the saved ones; with count, counts hits, misses and lost
- * chunks into c. */
-static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t n, counts_t *c)
+/* Checks the loaded chunks [from, from + n) against the saved ones; with count, counts hits,
+ * misses and lost chunks into c. */
+static void verify_chain(rank_t *r, const kvt_hash_t *h, size_t from, size_t n, counts_t *c)
 {
     size_t chunk = r->b->o.chunk_bytes;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = from; i < from + n; i++) {
         char hex[33];
         if (r->lens[i] == 0) {
             int kept = r->outcomes[i] == KVT_SAVE_STORED || r->outcomes[i] == KVT_SAVE_EXISTS;
@@ -187,6 +193,13 @@ static void setup_kvtier(rank_t *r)
             return;
         }
     }
+    if (!r->shm_rc && b->bk_state[BK_ZC] == BK_ON) {
+        rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_SHM, &r->bk[BK_ZC].kv);
+        if (rc) {
+            rank_fail(r, 1, "connect %s (zero-copy client): %s", b->o.endpoint, kvt_strerror(rc));
+            return;
+        }
+    }
     rc = connect_ns(r, &b->bulk_ns, KVT_DATA_PATH_FRAMES, &r->bk[BK_FRAMES].kv);
     if (rc == 0)
         rc = connect_ns(r, &b->lookup_ns, KVT_DATA_PATH_FRAMES, &r->lk);
@@ -215,17 +228,33 @@ static void step_setup(rank_t *r)
     r->lens = calloc(o->chunks, sizeof *r->lens);
     r->lookup.v = calloc(o->lookups, sizeof(uint64_t));
     r->zlookup.v = calloc(o->lookups, sizeof(uint64_t));
+    r->lookup_single.v = calloc(o->lookups, sizeof(uint64_t));
+    r->zrtt.v = calloc(calls, sizeof(uint64_t));
+    nomem |= !r->lookup_single.v || !r->zrtt.v;
     if (o->disk_dir[0]) {
         r->dsave.v = calloc(b->calls_per_round, sizeof(uint64_t));
         r->dload.v = calloc(b->calls_per_round, sizeof(uint64_t));
-        nomem |= !r->dsave.v || !r->dload.v;
+        r->dload_shm.v = calloc(b->calls_per_round, sizeof(uint64_t));
+        nomem |= !r->dsave.v || !r->dload.v || !r->dload_shm.v;
     }
     for (int k = 0; k < BK_N; k++) {
+        rank_bk_t *rb = &r->bk[k];
         if (b->bk_state[k] == BK_OFF)
             continue;
-        r->bk[k].save.v = calloc(calls, sizeof(uint64_t));
-        r->bk[k].load.v = calloc(calls, sizeof(uint64_t));
-        nomem |= !r->bk[k].save.v || !r->bk[k].load.v;
+        rb->save.v = calloc(calls, sizeof(uint64_t));
+        rb->load.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !rb->save.v || !rb->load.v;
+        if (k == BK_REDIS || (o->depth == 0 && k != BK_ZC))
+            continue;
+        rb->submit_save.v = calloc(calls, sizeof(uint64_t));
+        rb->submit_load.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !rb->submit_save.v || !rb->submit_load.v;
+        if (k != BK_ZC)
+            continue;
+        rb->reserve.v = calloc(calls, sizeof(uint64_t));
+        rb->commit.v = calloc(calls, sizeof(uint64_t));
+        rb->pin.v = calloc(calls, sizeof(uint64_t));
+        nomem |= !rb->reserve.v || !rb->commit.v || !rb->pin.v;
     }
     if (nomem || !r->src || !r->dst || !r->small || !r->outcomes || !r->lens || !r->lookup.v ||
         !r->zlookup.v) {
@@ -253,10 +282,10 @@ static void step_warmup(rank_t *r)
     bench_t *b = r->b;
     const kvt_hash_t *h = chain_of(b, b->cur, 0, 1);
     prepare_chain(r, h, b->nwarm);
-    if (run_chain(r, b->cur, OP_SAVE, h, b->nwarm, NULL) ||
-        run_chain(r, b->cur, OP_LOAD, h, b->nwarm, NULL))
+    if (run_chain(r, b->cur, OP_SAVE, h, 0, b->nwarm, NULL) ||
+        run_chain(r, b->cur, OP_LOAD, h, 0, b->nwarm, NULL))
         return;
-    verify_chain(r, h, b->nwarm, NULL);
+    verify_chain(r, h, 0, b->nwarm, NULL);
     if (!r->failed && b->cur == BK_REDIS)
         redis_drop(r);
 }
@@ -271,10 +300,8 @@ static void do_lookups(rank_t *r, uint32_t count, series_t *lat)
     const bench_t *b = r->b;
     uint32_t world = b->o.world;
     uint32_t rank_hits[world];
-    uint32_t expect = b->o.prompt_chunks;
-    if (b->o.all_ranks && b->o.ranks < world)
-        expect = 0; /* ranks that no thread fills hit 0 */
-    kvt_lookup_opts_t lo = {.all_ranks = b->o.all_ranks};
+    uint32_t expect = b->o.prompt_chunks; /* every rank of the world holds them (fill) */
+    kvt_lookup_opts_t lo = {.all_ranks = b->o.all_ranks && !b->lookup_single};
     for (uint32_t i = 0; i < count; i++) {
         kvt_lookup_result_t res = {.rank_hits = rank_hits, .rank_hits_cap = world};
         uint64_t t0 = now_ns();
@@ -290,6 +317,26 @@ static void do_lookups(rank_t *r, uint32_t count, series_t *lat)
             r->lookup_skipped += res.skipped != 0;
         }
     }
+}
+
+/* Saves the lookup chunks for rank `rank` of the world through c. */
+static int fill_lookup_rank(rank_t *r, kvt_client_t *c, const void **bufs, const size_t *lens,
+                            uint8_t *oc)
+{
+    const bench_t *b = r->b;
+    uint32_t n = b->o.prompt_chunks;
+    int rc = kvt_save(c, b->lookup_hashes, n, bufs, lens, NULL, oc);
+    if (rc) {
+        rank_fail_kvt(r, "save (lookup namespace)", rc, c);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (oc[i] == KVT_SAVE_STORED || oc[i] == KVT_SAVE_EXISTS)
+            r->fill_stored++;
+        else
+            r->fill_other++;
+    }
+    return 0;
 }
 
 static void step_fill_lookup(rank_t *r)
@@ -311,16 +358,22 @@ static void step_fill_lookup(rank_t *r)
         bufs[i] = r->small + (size_t)i * BENCH_LOOKUP_CHUNK_BYTES;
         lens[i] = BENCH_LOOKUP_CHUNK_BYTES;
     }
-    int rc = kvt_save(r->lk, b->lookup_hashes, n, bufs, lens, NULL, oc);
-    if (rc) {
-        rank_fail_kvt(r, "save (lookup namespace)", rc, r->lk);
+    if (fill_lookup_rank(r, r->lk, bufs, lens, oc))
         goto out;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        if (oc[i] == KVT_SAVE_STORED || oc[i] == KVT_SAVE_EXISTS)
-            r->fill_stored++;
-        else
-            r->fill_other++;
+    /* the ranks of the world no thread runs: filled by the threads in turn, so that every rank
+     * holds the chunks (an all-ranks lookup answers the minimum over ranks) */
+    for (uint32_t rank = r->rank + b->o.ranks; rank < b->o.world; rank += b->o.ranks) {
+        kvt_connect_opts_t co = {.timeout_ms = BENCH_TIMEOUT_MS, .data_path = KVT_DATA_PATH_FRAMES};
+        kvt_client_t *c = NULL;
+        int rc = kvt_connect(b->o.endpoint, &b->lookup_ns, rank, &co, &c);
+        if (rc) {
+            rank_fail(r, 1, "connect %s (rank %u): %s", b->o.endpoint, rank, kvt_strerror(rc));
+            goto out;
+        }
+        rc = fill_lookup_rank(r, c, bufs, lens, oc);
+        kvt_close(&c);
+        if (rc)
+            goto out;
     }
 out:
     free(lens);
@@ -357,14 +410,14 @@ static void rank_run_step(rank_t *r)
         prepare_chain(r, h, n);
         break;
     case STEP_SAVE:
-        if (run_chain(r, b->cur, OP_SAVE, h, n, &rb->save) == 0)
+        if (run_chain(r, b->cur, OP_SAVE, h, 0, n, &rb->save) == 0)
             count_outcomes(r, n, &rb->n);
         break;
     case STEP_LOAD:
-        run_chain(r, b->cur, OP_LOAD, h, n, &rb->load);
+        run_chain(r, b->cur, OP_LOAD, h, 0, n, &rb->load);
         break;
     case STEP_VERIFY:
-        verify_chain(r, h, n, &rb->n);
+        verify_chain(r, h, 0, n, &rb->n);
         if (!r->failed && b->cur == BK_REDIS)
             redis_drop(r);
         break;
@@ -377,7 +430,7 @@ static void rank_run_step(rank_t *r)
         break;
     case STEP_LOOKUP:
         if (is_lookup_thread(r))
-            do_lookups(r, b->slice, &r->lookup);
+            do_lookups(r, b->slice, b->lookup_single ? &r->lookup_single : &r->lookup);
         break;
     case STEP_Z_CONNECT:
         step_z_connect(r);
@@ -400,15 +453,20 @@ static void rank_run_step(rank_t *r)
         if (is_lookup_thread(r))
             z_lookup_like(r, b->slice, &r->zlookup);
         break;
+    case STEP_Z_RTT:
+        z_rtt_like(r, b->calls_per_round, &r->zrtt);
+        break;
     case STEP_DISK_SAVE:
-        if (run_chain(r, b->primary, OP_SAVE, b->disk_hashes, n, &r->dsave) == 0)
+        if (run_chain(r, b->primary, OP_SAVE, b->disk_hashes, 0, n, &r->dsave) == 0)
             count_outcomes(r, n, &r->dn);
         break;
     case STEP_DISK_LOAD:
-        run_chain(r, BK_FRAMES, OP_LOAD, b->disk_hashes, b->disk_load_n, &r->dload);
+        run_chain(r, b->cur, OP_LOAD, b->disk_hashes, b->disk_load_from, b->disk_load_count,
+                  b->cur == BK_FRAMES ? &r->dload : &r->dload_shm);
         break;
     case STEP_DISK_VERIFY:
-        verify_chain(r, b->disk_hashes, b->disk_load_n, &r->dn);
+        verify_chain(r, b->disk_hashes, b->disk_load_from, b->disk_load_count,
+                     b->cur == BK_FRAMES ? &r->dn : &r->dn_shm);
         break;
     case STEP_EXIT:
         break;

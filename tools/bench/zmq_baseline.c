@@ -3,8 +3,14 @@
  * an ipc:// endpoint in a temp dir, with one DEALER per rank. "save-like" sends a chunk batch and
  * receives an 8-byte ack, "load-like" sends a small request and receives the chunk batch (plain
  * zmq_send, which copies into the message, and zmq_msg_recv, which does not copy out),
- * "lookup-like" sends prompt_chunks x 16 bytes and receives 32. The frames path of kvtier is
- * compared with it: same transport, so the ratio is what the protocol and the daemon cost.
+ * "lookup-like" sends prompt_chunks x 16 bytes and receives 32, "rtt-like" sends and receives
+ * what one zero-copy step carries for --batch chunks (a head and 24 bytes per chunk out, a head
+ * and 25 bytes per chunk back). Save-like, load-like and rtt-like keep --depth requests in
+ * flight (the echo thread answers in order). The echo thread's socket lives in a ZeroMQ context
+ * of its own, so each end has its own ZeroMQ I/O thread moving the bytes through the socket, as
+ * between a client and the daemon (one shared I/O thread would read what it just wrote without
+ * a wake-up in between). The frames path of kvtier is compared with it: same transport, so the
+ * ratio is what the protocol and the daemon cost.
  *
  * Threads: the echo thread (its own socket), the rank threads (their DEALERs, from
  * STEP_Z_CONNECT on), the main thread (start before the steps, stop after the rank threads left).
@@ -23,14 +29,18 @@
 #define BENCH_ACK_BYTES 8
 #define BENCH_LOOKUP_REPLY_BYTES 32
 #define BENCH_OP_BYTES 8
+#define BENCH_RTT_HEAD 56 /* a protocol 2 head, about */
+#define BENCH_RTT_OUT 24  /* per chunk out: a hash and a length or location */
+#define BENCH_RTT_BACK 25 /* per chunk back: a status, a location, a checksum */
+#define BENCH_RTT_MAX (BENCH_RTT_HEAD + 25 * 4096)
 
 static void *echo_main(void *arg)
 {
     bench_t *b = arg;
     size_t chunk = b->o.chunk_bytes;
-    void *sock = zmq_socket(b->zctx, ZMQ_ROUTER);
+    void *sock = zmq_socket(b->zectx, ZMQ_ROUTER);
     uint8_t *payload = malloc(chunk);
-    uint8_t reply[BENCH_LOOKUP_REPLY_BYTES] = {0};
+    static uint8_t reply[BENCH_RTT_MAX];
     if (!sock || !payload)
         goto out;
     fill_random(payload, chunk, b->seed ^ 0x5eed);
@@ -74,6 +84,8 @@ static void *echo_main(void *arg)
                 zmq_send(sock, payload, chunk, i + 1 < count ? ZMQ_SNDMORE : 0);
         } else if (code == 'Q') {
             zmq_send(sock, reply, BENCH_LOOKUP_REPLY_BYTES, 0);
+        } else if (code == 'R') {
+            zmq_send(sock, reply, count < BENCH_RTT_MAX ? count : BENCH_RTT_MAX, 0);
         } else {
             zmq_send(sock, reply, BENCH_ACK_BYTES, 0);
         }
@@ -119,35 +131,66 @@ static void z_fail(rank_t *r, const char *what)
     rank_fail(r, 1, "zmq baseline %s: %s", what, zmq_strerror(zmq_errno()));
 }
 
+static uint32_t z_depth(const bench_t *b)
+{
+    return b->o.depth ? b->o.depth : 1;
+}
+
+/* Sends one save-like batch of k chunks from chunk i. */
+static int z_send_save(rank_t *r, uint32_t i, uint32_t k)
+{
+    size_t chunk = r->b->o.chunk_bytes;
+    if (z_send_op(r->zsock, 'S', k, 1) < 0)
+        return -1;
+    for (uint32_t j = 0; j < k; j++)
+        if (zmq_send(r->zsock, r->src + (size_t)(i + j) * chunk, chunk,
+                     j + 1 < k ? ZMQ_SNDMORE : 0) < 0)
+            return -1;
+    return 0;
+}
+
 void z_save_like(rank_t *r, uint32_t nchunks)
 {
     const bench_t *b = r->b;
-    size_t chunk = b->o.chunk_bytes;
-    for (uint32_t i = 0; i < nchunks; i += b->o.batch) {
-        uint32_t k = nchunks - i < b->o.batch ? nchunks - i : b->o.batch;
+    uint32_t depth = z_depth(b), inflight = 0, batch = b->o.batch;
+    uint32_t ks[depth]; /* the batch size of each request in flight, in order */
+    uint32_t head = 0;
+    for (uint32_t i = 0; i < nchunks || inflight;) {
         size_t nframes = 0;
-        if (z_send_op(r->zsock, 'S', k, 1) < 0)
-            return z_fail(r, "send");
-        for (uint32_t j = 0; j < k; j++) {
-            if (zmq_send(r->zsock, r->src + (size_t)(i + j) * chunk, chunk,
-                         j + 1 < k ? ZMQ_SNDMORE : 0) < 0)
+        if (i < nchunks && inflight < depth) {
+            uint32_t k = nchunks - i < batch ? nchunks - i : batch;
+            if (z_send_save(r, i, k) < 0)
                 return z_fail(r, "send");
+            ks[(head + inflight++) % depth] = k;
+            i += k;
+            continue;
         }
         if (z_recv_reply(r->zsock, &nframes) < 0)
             return z_fail(r, "receive");
-        r->zbytes_save += (uint64_t)k * chunk;
+        r->zbytes_save += (uint64_t)ks[head] * b->o.chunk_bytes;
+        head = (head + 1) % depth;
+        inflight--;
     }
 }
 
 void z_load_like(rank_t *r, uint32_t nchunks)
 {
     const bench_t *b = r->b;
-    for (uint32_t i = 0; i < nchunks; i += b->o.batch) {
-        uint32_t k = nchunks - i < b->o.batch ? nchunks - i : b->o.batch;
+    uint32_t depth = z_depth(b), inflight = 0, batch = b->o.batch;
+    uint32_t ks[depth];
+    uint32_t head = 0;
+    for (uint32_t i = 0; i < nchunks || inflight;) {
         size_t nframes = 0;
-        if (z_send_op(r->zsock, 'L', k, 0) < 0)
-            return z_fail(r, "send");
+        if (i < nchunks && inflight < depth) {
+            uint32_t k = nchunks - i < batch ? nchunks - i : batch;
+            if (z_send_op(r->zsock, 'L', k, 0) < 0)
+                return z_fail(r, "send");
+            ks[(head + inflight++) % depth] = k;
+            i += k;
+            continue;
+        }
         int64_t got = z_recv_reply(r->zsock, &nframes);
+        uint32_t k = ks[head];
         if (got < 0)
             return z_fail(r, "receive");
         if ((uint64_t)got != (uint64_t)k * b->o.chunk_bytes || nframes != k + 1u) {
@@ -155,6 +198,35 @@ void z_load_like(rank_t *r, uint32_t nchunks)
             return;
         }
         r->zbytes_load += (uint64_t)got;
+        head = (head + 1) % depth;
+        inflight--;
+    }
+}
+
+void z_rtt_like(rank_t *r, uint32_t count, series_t *lat)
+{
+    const bench_t *b = r->b;
+    static const uint8_t req[BENCH_RTT_MAX];
+    uint32_t depth = z_depth(b), inflight = 0, k = b->o.batch < 4096 ? b->o.batch : 4096;
+    size_t out = BENCH_RTT_HEAD + (size_t)BENCH_RTT_OUT * k;
+    uint32_t back = BENCH_RTT_HEAD + BENCH_RTT_BACK * k;
+    uint64_t t0[depth];
+    uint32_t head = 0;
+    for (uint32_t i = 0; i < count || inflight;) {
+        size_t nframes = 0;
+        if (i < count && inflight < depth) {
+            t0[(head + inflight++) % depth] = now_ns();
+            if (z_send_op(r->zsock, 'R', back, 1) < 0 || zmq_send(r->zsock, req, out, 0) < 0)
+                return z_fail(r, "send");
+            i++;
+            continue;
+        }
+        if (z_recv_reply(r->zsock, &nframes) < 0)
+            return z_fail(r, "receive");
+        if (lat && lat->v)
+            lat->v[lat->n++] = now_ns() - t0[head];
+        head = (head + 1) % depth;
+        inflight--;
     }
 }
 
@@ -200,7 +272,8 @@ int zmq_baseline_start(bench_t *b)
     }
     snprintf(b->zendpoint, sizeof b->zendpoint, "ipc://%s/echo.zmq", b->zdir);
     b->zctx = zmq_ctx_new();
-    if (!b->zctx || pthread_create(&b->echo, NULL, echo_main, b) != 0) {
+    b->zectx = zmq_ctx_new();
+    if (!b->zctx || !b->zectx || pthread_create(&b->echo, NULL, echo_main, b) != 0) {
         tool_error("cannot start the zmq baseline");
         return -1;
     }
@@ -211,10 +284,14 @@ int zmq_baseline_start(bench_t *b)
 /* After the rank threads have closed their sockets: stop the echo thread, remove the temp dir. */
 void zmq_baseline_stop(bench_t *b)
 {
-    if (b->zctx) {
-        zmq_ctx_shutdown(b->zctx);
+    if (b->zectx) {
+        zmq_ctx_shutdown(b->zectx);
         if (b->echo_started)
             pthread_join(b->echo, NULL);
+        zmq_ctx_term(b->zectx);
+        b->zectx = NULL;
+    }
+    if (b->zctx) {
         zmq_ctx_term(b->zctx);
         b->zctx = NULL;
     }
