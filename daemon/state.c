@@ -237,7 +237,8 @@ void state_save(const char *path, const ns_table_t *nst, const store_t *st, uint
     store_leases(st, now_ms, lease_cb, &c);
     if (c.oom)
         goto out;
-    qsort(c.l, c.nl, sizeof *c.l, lease_cmp);
+    if (c.nl > 0)
+        qsort(c.l, c.nl, sizeof *c.l, lease_cmp);
     for (size_t i = 0; i < c.nl; i++) {
         int64_t at = file_index(&c, c.l[i].ns_id);
         if (at < 0 || (p = reserve(&b, STATE_LEASE)) == NULL)

@@ -270,12 +270,14 @@ static int replay_read(const uint8_t *buf, size_t n, replay_t *r, uint64_t *reco
             r->ev[r->nev++] = (jevent_t){.off = rec.u.del_off, .seq = *records, .add = -1};
         }
     }
-    qsort(r->ns, r->nns, sizeof *r->ns, ns_cmp);
+    if (r->nns > 0)
+        qsort(r->ns, r->nns, sizeof *r->ns, ns_cmp);
     r->declared = calloc(r->nns + 1, sizeof *r->declared);
     r->refused = calloc(r->nns + 1, sizeof *r->refused);
     if (r->declared == NULL || r->refused == NULL)
         return -ENOMEM;
-    qsort(r->ev, r->nev, sizeof *r->ev, event_cmp);
+    if (r->nev > 0)
+        qsort(r->ev, r->nev, sizeof *r->ev, event_cmp);
     return 0;
 }
 
@@ -283,7 +285,7 @@ static int replay_read(const uint8_t *buf, size_t n, replay_t *r, uint64_t *reco
 static ns_t *replay_ns(store_t *s, replay_t *r, uint32_t jns)
 {
     journal_ns_t key = {.ns = jns};
-    journal_ns_t *j = bsearch(&key, r->ns, r->nns, sizeof *r->ns, ns_cmp);
+    journal_ns_t *j = r->nns > 0 ? bsearch(&key, r->ns, r->nns, sizeof *r->ns, ns_cmp) : NULL;
     size_t i;
     ns_ident_t id;
 

@@ -186,8 +186,8 @@ static void px_from_daemon(proxy_t *p, void *front, const zmq_msg_t *id, px_msg_
     if (kvt_msg_decode(x->f, x->n, &px_lim, &m) == 0) {
         pthread_mutex_lock(&p->mu);
         if (m.hdr.type == KVT_MSG_HELLO_OK || m.hdr.type == KVT_MSG_ARENA_OK) {
-            uint32_t g = m.hdr.type == KVT_MSG_HELLO_OK ? m.u.hello_ok.arena_gen
-                                                        : m.u.arena_ok.arena_gen;
+            uint32_t g =
+                m.hdr.type == KVT_MSG_HELLO_OK ? m.u.hello_ok.arena_gen : m.u.arena_ok.arena_gen;
             if (g != 0 && g != p->gen_after)
                 p->real_gen = g;
         }
