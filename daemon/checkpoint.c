@@ -33,23 +33,7 @@
 
 static uint8_t *grow(ckpt_buf_t *c, size_t n)
 {
-    if (c->oom)
-        return NULL;
-    if (c->len + n > c->cap) {
-        size_t nc = c->cap ? c->cap : 65536;
-        uint8_t *nb;
-        while (nc < c->len + n)
-            nc *= 2;
-        nb = realloc(c->b, nc);
-        if (nb == NULL) {
-            c->oom = true;
-            return NULL;
-        }
-        c->b = nb;
-        c->cap = nc;
-    }
-    c->len += n;
-    return c->b + c->len - n;
+    return fsutil_buf_add(&c->buf, n);
 }
 
 static uint8_t *item(ckpt_buf_t *c, uint8_t tag, size_t body)
@@ -118,7 +102,7 @@ static uint32_t ns_index(ckpt_buf_t *c, const record_meta_t *m)
         uint32_t nc = c->nscap ? 2 * c->nscap : 16;
         struct ckpt_ns *nn = realloc(c->ns, nc * sizeof *nn);
         if (nn == NULL) {
-            c->oom = true;
+            c->buf.oom = true;
             return UINT32_MAX;
         }
         c->ns = nn;
@@ -176,15 +160,15 @@ int ckpt_finish(ckpt_buf_t *c)
 {
     uint8_t *p = item(c, CKPT_END, 8);
 
-    if (p == NULL || c->oom)
+    if (p == NULL || c->buf.oom)
         return -ENOMEM;
-    kvt_put_u64(p, ingest_hash(c->b, c->len - 8));
+    kvt_put_u64(p, ingest_hash(c->buf.b, c->buf.len - 8));
     return 0;
 }
 
 void ckpt_free(ckpt_buf_t *c)
 {
-    free(c->b);
+    free(c->buf.b);
     free(c->ns);
     memset(c, 0, sizeof *c);
 }
@@ -310,5 +294,5 @@ out:
 
 int ckpt_write(const char *dir, const ckpt_buf_t *c)
 {
-    return fsutil_write_atomic(dir, CKPT_FILE, c->b, c->len);
+    return fsutil_write_atomic(dir, CKPT_FILE, c->buf.b, c->buf.len);
 }

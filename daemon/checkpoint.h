@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fsutil.h"
 #include "record.h"
 
 #define CKPT_VERSION 1u
@@ -50,9 +51,7 @@ typedef struct {
 
 /* A checkpoint being built: a growing buffer (ckpt_finish seals it). */
 typedef struct {
-    uint8_t *b;
-    size_t len, cap;
-    bool oom;
+    fsutil_buf_t buf; /* the file so far */
     /* the namespaces written so far, to refer to them by number */
     struct ckpt_ns {
         uint64_t fingerprint;
@@ -69,7 +68,7 @@ int ckpt_begin(ckpt_buf_t *c, uint64_t written_ms);
 /* Every SEG first, in id order; then the RECs in (segment, offset) order. */
 void ckpt_put_seg(ckpt_buf_t *c, uint64_t id, uint64_t size, uint8_t version);
 void ckpt_put_rec(ckpt_buf_t *c, const record_meta_t *m, const ckpt_loc_t *loc);
-/* Seals it: 0 (c->b[c->len] is the file) or -ENOMEM (something could not be added). */
+/* Seals it: 0 (c->buf.b[c->buf.len] is the file) or -ENOMEM (something could not be added). */
 int ckpt_finish(ckpt_buf_t *c);
 void ckpt_free(ckpt_buf_t *c);
 

@@ -107,3 +107,24 @@ int fsutil_read_file(const char *path, uint8_t **buf, size_t *len)
     *len = got;
     return 0;
 }
+
+uint8_t *fsutil_buf_add(fsutil_buf_t *b, size_t n)
+{
+    if (b->oom)
+        return NULL;
+    if (b->len + n > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        uint8_t *nb;
+        while (nc < b->len + n)
+            nc *= 2;
+        nb = realloc(b->b, nc);
+        if (nb == NULL) {
+            b->oom = true;
+            return NULL;
+        }
+        b->b = nb;
+        b->cap = nc;
+    }
+    b->len += n;
+    return b->b + b->len - n;
+}

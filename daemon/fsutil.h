@@ -20,6 +20,17 @@ int fsutil_mkdirs(const char *path, bool last);
  * one, never a torn one. Returns 0 or a negative errno (the temporary file is removed). */
 int fsutil_write_atomic(const char *dir, const char *name, const void *data, size_t len);
 
+/* A growing byte buffer for building a small file (a checkpoint, the gate state). fsutil_buf_add
+ * appends n bytes and returns where they go (the caller writes them), or NULL once an allocation
+ * failed (oom is set then and stays set). Free b with free(). */
+typedef struct {
+    uint8_t *b;
+    size_t len, cap;
+    bool oom;
+} fsutil_buf_t;
+
+uint8_t *fsutil_buf_add(fsutil_buf_t *b, size_t n);
+
 /* Reads the whole file at path into a malloc'd buffer (*buf, *len; the caller frees it). 0, or
  * a negative errno (-ENOENT: no such file). */
 int fsutil_read_file(const char *path, uint8_t **buf, size_t *len);

@@ -114,33 +114,6 @@ int state_decode(const uint8_t *buf, size_t n, const state_visit_t *v, void *arg
 /* --- saving --- */
 
 typedef struct {
-    uint8_t *b;
-    size_t len, cap;
-    bool oom;
-} buf_t;
-
-static uint8_t *reserve(buf_t *b, size_t n)
-{
-    if (b->oom)
-        return NULL;
-    if (b->len + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        uint8_t *nb;
-        while (nc < b->len + n)
-            nc *= 2;
-        nb = realloc(b->b, nc);
-        if (nb == NULL) {
-            b->oom = true;
-            return NULL;
-        }
-        b->b = nb;
-        b->cap = nc;
-    }
-    b->len += n;
-    return b->b + b->len - n;
-}
-
-typedef struct {
     uint32_t ns_id; /* the live namespace's id */
     uint16_t rank;
     uint8_t hash[16];
@@ -194,10 +167,10 @@ static int64_t file_index(const save_ctx_t *c, uint32_t ns_id)
     return -1;
 }
 
-static void put_ns(buf_t *b, const ns_t *ns)
+static void put_ns(fsutil_buf_t *b, const ns_t *ns)
 {
     size_t ml = strlen(ns->model), rl = strlen(ns->revision), bl = gates_export_bytes(ns->gates);
-    uint8_t *p = reserve(b, 2 + ml + rl + 19 + bl);
+    uint8_t *p = fsutil_buf_add(b, 2 + ml + rl + 19 + bl);
 
     if (p == NULL)
         return;
@@ -219,13 +192,13 @@ static void put_ns(buf_t *b, const ns_t *ns)
 void state_save(const char *path, const ns_table_t *nst, const store_t *st, uint64_t now_ms)
 {
     save_ctx_t c = {.nst = nst};
-    buf_t b = {0};
+    fsutil_buf_t b = {0};
     uint32_t nleases = 0;
     uint8_t *p;
     int rc = -ENOMEM;
 
     c.ids = calloc(ns_max(nst) + 1, sizeof *c.ids);
-    if (c.ids == NULL || reserve(&b, STATE_HDR) == NULL)
+    if (c.ids == NULL || fsutil_buf_add(&b, STATE_HDR) == NULL)
         goto out;
     for (uint32_t slot = 0; slot < ns_max(nst); slot++) {
         const ns_t *ns = ns_at(nst, slot);
@@ -241,7 +214,7 @@ void state_save(const char *path, const ns_table_t *nst, const store_t *st, uint
         qsort(c.l, c.nl, sizeof *c.l, lease_cmp);
     for (size_t i = 0; i < c.nl; i++) {
         int64_t at = file_index(&c, c.l[i].ns_id);
-        if (at < 0 || (p = reserve(&b, STATE_LEASE)) == NULL)
+        if (at < 0 || (p = fsutil_buf_add(&b, STATE_LEASE)) == NULL)
             continue;
         kvt_put_u32(p, (uint32_t)at);
         p[4] = (uint8_t)c.l[i].rank;
@@ -250,7 +223,7 @@ void state_save(const char *path, const ns_table_t *nst, const store_t *st, uint
         kvt_put_u32(p + 22, (uint32_t)c.l[i].remaining_ms);
         nleases++;
     }
-    if ((p = reserve(&b, 8)) == NULL)
+    if ((p = fsutil_buf_add(&b, 8)) == NULL)
         goto out;
     memcpy(b.b, STATE_MAGIC, 8);
     kvt_put_u32(b.b + 8, STATE_VERSION);

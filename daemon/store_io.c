@@ -417,9 +417,9 @@ static void ckpt_done(store_t *s, const ckpt_buf_t *c, int rc)
 {
     if (rc == 0) {
         s->dk.checkpoints++;
-        s->dk.checkpoint_bytes = c->len;
+        s->dk.checkpoint_bytes = c->buf.len;
         log_debug("disk_checkpoint_written", "records=%" PRIu64 " bytes=%zu",
-                  s->dk.checkpoint_records, c->len);
+                  s->dk.checkpoint_records, c->buf.len);
     } else {
         s->dk.checkpoint_fails++;
         log_warn("disk_checkpoint_write", "dir=%s error=\"%s\"", s->cfg->disk.dir, strerror(-rc));

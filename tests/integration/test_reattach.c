@@ -103,6 +103,18 @@ static void scribble(const char *arena, uint64_t off)
     close(fd);
 }
 
+/* A daemon on p's arena takes chains 1..chains of model, then stops cleanly. */
+static void save_and_stop(const persist_t *p, const char *model, uint32_t chains)
+{
+    harness_t *h = persist_start(p, p->capacity, "");
+    kvt_client_t *c = harness_client(h, model, 1, 0, 0);
+
+    for (uint32_t seed = 1; seed <= chains; seed++)
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, p->chunk, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+
 /* Fill RAM, SIGTERM, restart: every chunk comes back from the arena, byte-exact, with no disk
  * read although the clean stop also wrote them to the disk tier. */
 START_TEST(test_reattach_clean_stop)
@@ -271,12 +283,7 @@ START_TEST(test_reattach_scribbled)
     kvt_client_t *c;
 
     persist_init(&p, 4u << 20, 64u << 10, false);
-    h = persist_start(&p, p.capacity, "");
-    c = harness_client(h, "scribbled", 1, 0, 0);
-    ck_assert_uint_eq(harness_save_chain(c, 1, PER, p.chunk, 0), PER);
-    ck_assert_uint_eq(harness_save_chain(c, 2, PER, p.chunk, 0), PER);
-    kvt_close(&c);
-    harness_stop(&h);
+    save_and_stop(&p, "scribbled", 2);
 
     /* the first chunk saved is the first extent of the chunk area: chain 1's first chunk */
     scribble(p.arena, 4096 + 1000);
@@ -308,11 +315,7 @@ START_TEST(test_reattach_config_changes)
     kvt_client_t *c;
 
     persist_init(&p, 4u << 20, 64u << 10, false);
-    h = persist_start(&p, p.capacity, "");
-    c = harness_client(h, "resized", 1, 0, 0);
-    ck_assert_uint_eq(harness_save_chain(c, 1, PER, p.chunk, 0), PER);
-    kvt_close(&c);
-    harness_stop(&h);
+    save_and_stop(&p, "resized", 1);
 
     h = persist_start(&p, 8u << 20, "");
     expect_path(h, "cold", "layout");
