@@ -411,12 +411,12 @@ class Reservation(_Held):
     """A zero-copy save, step 1: per chunk an outcome (SAVE_RESERVED: write views[i], then
     commit) and the arena space to fill before hold_until_ms."""
 
-    def __init__(self, client: "Client", comp):
+    def __init__(self, client: "Client", comp, lens: Sequence[int]):
         super().__init__(client, comp)
         c = comp.contents
         self.n = c.n
         self.outcomes = [c.outcomes[i] for i in range(c.n)]
-        self.lens = [c.lens[i] for i in range(c.n)] if c.lens else [0] * c.n
+        self.lens = list(lens)  # the sizes asked for (a reserve completion carries no lens)
         self.hold_until_ms = c.hold_until_ms
         self.views: list[Optional[memoryview]] = []
         for i in range(c.n):
@@ -831,7 +831,7 @@ class Client:
         return self._submit(
             OP_RESERVE,
             lambda so, h: lib.kvt_submit_reserve(self._check(), arr, n, clens, byref(opts), so, h),
-            keep=pkeep,
+            keep={"lens": list(lens), "parent": pkeep},
             user=user,
             timeout_ms=timeout_ms,
             call="kvt_submit_reserve",
@@ -898,7 +898,7 @@ class Client:
         comp = POINTER(_lib.KvtCompletion)()
         while self._c is not None and lib.kvt_next_completion(self._c, byref(comp)) == 1:
             fut = self._pending.pop(comp.contents.handle, None)
-            value, exc, keep_comp = self._convert(fut.op if fut else 0, comp)
+            value, exc, keep_comp = self._convert(fut, comp)
             if not keep_comp:
                 lib.kvt_completion_free(self._c, comp)
             comp = POINTER(_lib.KvtCompletion)()
@@ -909,7 +909,7 @@ class Client:
             self._cond.notify_all()
         return done
 
-    def _convert(self, op: int, comp) -> tuple[Any, Optional[BaseException], bool]:
+    def _convert(self, fut: Optional[Future], comp) -> tuple[Any, Optional[BaseException], bool]:
         c = comp.contents
         if c.status != 0 and not (c.op == OP_LOAD and c.status == EBUFSIZE):
             err = c.error.decode(errors="replace") if c.error else ""
@@ -930,7 +930,8 @@ class Client:
         if c.op == OP_TALLY:
             return _gate_state(c.gates), None, False
         if c.op == OP_RESERVE:
-            return Reservation(self, comp), None, True
+            lens = fut._keep["lens"] if fut is not None else [0] * c.n
+            return Reservation(self, comp, lens), None, True
         if c.op == OP_PIN:
             return Pin(self, comp), None, True
         return None, None, False
