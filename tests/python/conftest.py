@@ -13,6 +13,7 @@ cannot be loaded into an interpreter that was not started with the ASan runtime)
 
 from __future__ import annotations
 
+import ctypes
 import http.client
 import json
 import os
@@ -40,6 +41,13 @@ def _merge(dst: dict, src: dict) -> dict:
         else:
             dst[k] = v
     return dst
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies (PR_SET_PDEATHSIG), so a
+    test that crashes never leaves its daemon behind (as harness.c does)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
 
 
 class _UnixHTTP(http.client.HTTPConnection):
@@ -88,6 +96,7 @@ class Daemon:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
         self.wait_status(lambda st: True, what="the daemon to answer GET /status")
 
