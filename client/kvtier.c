@@ -217,10 +217,27 @@ static void register_locked(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *
         atomic_fetch_add_explicit(&c->n_submitted, 1, memory_order_relaxed);
 }
 
+/* Whether the I/O thread waits and must be woken (with c->mu held; it then counts as woken). */
+static bool wake_locked(kvt_client_t *c)
+{
+    bool sleeping = c->io_sleeping;
+
+    c->io_sleeping = false;
+    return sleeping;
+}
+
+/* Wakes the I/O thread (after wake_locked said so, without c->mu). */
+static void wake_io(kvt_client_t *c)
+{
+    uint64_t one = 1;
+
+    (void)!write(c->wake_fd, &one, sizeof one);
+}
+
 /* Queues r for the I/O thread. KVT_ECLOSED after kvt_shutdown (r is then the caller's to free). */
 static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
 {
-    bool wake = false;
+    bool wake;
 
     pthread_mutex_lock(&c->mu);
     if (c->closing) {
@@ -235,15 +252,10 @@ static int submit(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *so)
         c->subq_head = r;
     c->subq_tail = r;
     c->nsub++;
-    if (c->io_sleeping) {
-        c->io_sleeping = false;
-        wake = true;
-    }
+    wake = wake_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (wake) {
-        uint64_t one = 1;
-        (void)!write(c->wake_fd, &one, sizeof one);
-    }
+    if (wake)
+        wake_io(c);
     return 0;
 }
 
@@ -599,22 +611,17 @@ int kvt_next_completion(kvt_client_t *c, kvt_completion_t **out)
 static void queue_releases(kvt_client_t *c, int k, const kvt_hash_t *const *hs, size_t n)
 {
     int64_t now = kvt__now_ms();
-    bool wake = false;
+    bool wake;
 
     if (n == 0)
         return;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < n; i++)
         kvt__relq_add(&c->rel[k], hs[i], now);
-    if (c->io_sleeping) {
-        c->io_sleeping = false;
-        wake = true;
-    }
+    wake = wake_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (wake) {
-        uint64_t one = 1;
-        (void)!write(c->wake_fd, &one, sizeof one);
-    }
+    if (wake)
+        wake_io(c);
 }
 
 /* Releases the HIT chunks of a pin (or, with only, chunk only). */
@@ -745,11 +752,30 @@ int kvt_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *b
     return rc;
 }
 
-int kvt_tally_ex(kvt_client_t *c, const kvt_tally_req_t *t, kvt_gate_state_t *state)
+int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
+              const kvt_reason_t *reasons, size_t nreasons, kvt_gate_state_t *state)
 {
-    req_t *r;
-    int rc = make_tally(c, t, &r);
+    return kvt_tally2(c, engine_id, paid_total, probes_total, NULL, reasons, nreasons, state);
+}
 
+int kvt_tally2(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
+               const kvt_tally_tokens_t *tokens, const kvt_reason_t *reasons, size_t nreasons,
+               kvt_gate_state_t *state)
+{
+    kvt_tally_req_t t = {.engine_id = engine_id,
+                         .paid_total = paid_total,
+                         .probes_total = probes_total,
+                         .reasons = reasons,
+                         .nreasons = nreasons};
+    req_t *r;
+    int rc;
+
+    if (tokens != NULL) {
+        t.has_tokens = 1;
+        t.served_tokens_total = tokens->served_tokens_total;
+        t.lookup_tokens_total = tokens->lookup_tokens_total;
+    }
+    rc = make_tally(c, &t, &r);
     if (rc != 0)
         return rc;
     rc = run_sync(c, r);
@@ -757,18 +783,6 @@ int kvt_tally_ex(kvt_client_t *c, const kvt_tally_req_t *t, kvt_gate_state_t *st
         *state = r->comp.gates;
     sync_free(c, r);
     return rc;
-}
-
-int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
-              const kvt_reason_t *reasons, size_t nreasons, kvt_gate_state_t *state)
-{
-    kvt_tally_req_t t = {.engine_id = engine_id,
-                         .paid_total = paid_total,
-                         .probes_total = probes_total,
-                         .reasons = reasons,
-                         .nreasons = nreasons};
-
-    return kvt_tally_ex(c, &t, state);
 }
 
 /* --- the client --- */

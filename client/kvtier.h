@@ -225,7 +225,8 @@ KVT_API int kvt_save(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const 
 KVT_API int kvt_load(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, void *const *bufs,
                      const size_t *caps, size_t *lens, size_t *nhit);
 
-/* Gate state answered to a tally. */
+/* Gate state answered to a tally. The fields after load_bearing are the admission gate's value
+ * evidence, answered by a protocol 2 daemon (0 otherwise). */
 typedef struct {
     double payoff;
     double share;
@@ -235,14 +236,16 @@ typedef struct {
     int admission_enabled;
     int skip_enabled;
     int load_bearing;
-    /* 0.2 (protocol 2 TALLY_OK; 0 from a daemon that does not fill them) */
-    int policy; /* 0 atom, 1 value */
-    double density;
-    uint64_t served_tokens;
-    uint64_t regret_tokens;
-    uint64_t written_tokens;
-    uint64_t declined_tokens;
+    int policy;               /* KVT_ADMISSION_ATOM or KVT_ADMISSION_VALUE */
+    double density;           /* tokens served (and regretted) per token offered */
+    uint64_t served_tokens;   /* tokens the engines loaded from the tier (token tallies) */
+    uint64_t regret_tokens;   /* tokens declined saves would have served */
+    uint64_t written_tokens;  /* tokens of admitted save operations */
+    uint64_t declined_tokens; /* tokens of declined save operations */
 } kvt_gate_state_t;
+
+#define KVT_ADMISSION_ATOM 0  /* kvt_gate_state_t.policy: the verdict-payoff gate */
+#define KVT_ADMISSION_VALUE 1 /* tokens served per token written, at the daemon's cost ratio */
 
 typedef struct {
     const char *name;
@@ -255,7 +258,19 @@ KVT_API int kvt_tally(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total,
                       uint64_t probes_total, const kvt_reason_t *reasons, size_t nreasons,
                       kvt_gate_state_t *state);
 
-/* A tally with every protocol 2 field (kvt_submit_tally, kvt_tally_ex). */
+/* An engine instance's cumulative token totals, since it started (docs/GATES.md section 6). */
+typedef struct {
+    uint64_t served_tokens_total; /* tokens loaded from the tier and used, on paid verdicts */
+    uint64_t lookup_tokens_total; /* prompt tokens of the requests that got a verdict */
+} kvt_tally_tokens_t;
+
+/* kvt_tally with the token totals too (tokens may be NULL: then exactly kvt_tally). */
+KVT_API int kvt_tally2(kvt_client_t *c, uint64_t engine_id, uint64_t paid_total,
+                       uint64_t probes_total, const kvt_tally_tokens_t *tokens,
+                       const kvt_reason_t *reasons, size_t nreasons, kvt_gate_state_t *state);
+
+/* A tally with every protocol 2 field, for kvt_submit_tally (kvt_tally2 is its synchronous form).
+ */
 typedef struct {
     uint64_t engine_id;
     uint64_t paid_total;
@@ -266,7 +281,6 @@ typedef struct {
     uint64_t served_tokens_total;
     uint64_t lookup_tokens_total;
 } kvt_tally_req_t;
-KVT_API int kvt_tally_ex(kvt_client_t *c, const kvt_tally_req_t *t, kvt_gate_state_t *state);
 
 /* The daemon's message for the calling thread's last failed synchronous call on c (or, with c
  * NULL, its last failed kvt_connect), or "" when that call failed without one. The text lives in

@@ -8,7 +8,9 @@
  * admission_decide() takes the decision for the first rank that presents the operation and
  * remembers it (saveops.h) for the others. An operation is named by the client's op id when
  * the request carries KVT_SAVE_OPID, else by (first chunk hash, chunk count). An operation all
- * of whose chunks are stored already gets no decision and consumes no credit.
+ * of whose chunks are stored already gets no decision and consumes no credit. The deciding
+ * request's WANTED chunks are the operation's offer to the gate (gates_admit_op: the tokens it
+ * counts, the ghost table of declined chunks).
  *
  * Threads: loop thread only. Ownership: the admission state owns its table of decisions; the
  * namespaces (and their gates) are borrowed for each call.

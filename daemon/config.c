@@ -7,10 +7,11 @@
  * defaults from the rows, the loader walks the JSON objects and resolves every key against the
  * rows (a path that is neither a row nor the prefix of one is an unknown key), and config_dump()
  * rebuilds the JSON tree from the rows. Adding a key means adding one row. A key that takes one
- * of a few words (log.level, disk.compression, disk.fsync) is a KEY_WORD row pointing at the one
- * word list of its enum (log_level_words in log.h, codec_mode_words in codec.h,
- * config_fsync_words here): that list parses, validates, names the choices in the error message
- * and dumps, and the field holds the enum, so the disk tier never parses a word again.
+ * of a few words (log.level, disk.compression, disk.fsync, gates.admission.policy) is a KEY_WORD
+ * row pointing at the one word list of its enum (log_level_words in log.h, codec_mode_words in
+ * codec.h, gates_policy_words in gates.h, config_fsync_words here): that list parses, validates,
+ * names the choices in the error message and dumps, and the field holds the enum, so the disk tier
+ * never parses a word again.
  *
  * Gate rows are stored relative to a gates_cfg_t so the same rows serve the global "gates"
  * object (applied to cfg->gates) and each "namespaces": {"<model>": {"gates": ...}} entry
@@ -134,6 +135,15 @@ static int check_nonempty(const char *s, char *why, size_t whylen);
         .path = p, .type = KEY_DOUBLE, GATE_FIELD(m), .dmin = lo, .dmax = hi, .dmin_open = open,   \
         .ddef = def, .live = true                                                                  \
     }
+#define ROW_GU64R(p, m, lo, hi, def, ...)                                                          \
+    {                                                                                              \
+        .path = p, .type = KEY_U64, GATE_FIELD(m), .umin = lo, .umax = hi, .udef = def,            \
+        __VA_ARGS__                                                                                \
+    }
+#define ROW_GWORD(p, m, list, def)                                                                 \
+    {                                                                                              \
+        .path = p, .type = KEY_WORD, GATE_FIELD(m), .words = list, .udef = def, .live = true       \
+    }
 
 /* Every key, in the order config_dump() writes them. The gate rows are the only place the gate
  * defaults are written (docs/GATES.md explains them; gates.c takes its settings from here). */
@@ -146,6 +156,10 @@ static const config_key_t config_keys[] = {
     ROW_U32("server.client_idle_ms", server.client_idle_ms, 1000, 86400000, 600000, .live = true),
     ROW_U32("server.stop_drain_ms", server.stop_drain_ms, 0, 10000, 2000, .live = true),
     ROW_U32("server.max_in_flight", server.max_in_flight, 1, 65536, 256),
+    ROW_U32("server.session_max_namespaces", server.session_max_namespaces, 1, 16, 16),
+    ROW_U32("server.max_namespaces", server.max_namespaces, 1, 1024, 1024),
+    ROW_SIZE("server.session_reply_bytes", server.session_reply_bytes, MIB, 16 * TIB, GIB),
+    ROW_SIZE("server.max_reply_bytes", server.max_reply_bytes, MIB, 16 * TIB, 4 * GIB),
     ROW_SIZE("ram.capacity_bytes", ram.capacity_bytes, MIB, 16 * TIB, 8 * GIB),
     ROW_STR("ram.arena_path", ram.arena_path, "/dev/shm/kvtier.arena", NULL),
     ROW_SIZE("ram.max_chunk_bytes", ram.max_chunk_bytes, 1, GIB, 64 * MIB),
@@ -153,6 +167,8 @@ static const config_key_t config_keys[] = {
     ROW_STR("ram.arena_group", ram.arena_group, "", NULL),
     ROW_BOOL("ram.prefault", ram.prefault, true),
     ROW_U32("ram.shm_hold_ms", ram.shm_hold_ms, 100, 600000, 10000, .live = true),
+    ROW_DBL("ram.session_held_share", ram.session_held_share, true, 0.0, 1.0, 0.5),
+    ROW_DBL("ram.max_held_share", ram.max_held_share, true, 0.0, 1.0, 0.75),
     ROW_BOOL("disk.enabled", disk.enabled, false),
     ROW_STR("disk.dir", disk.dir, "/var/lib/kvtier/disk", check_nonempty),
     ROW_SIZE("disk.capacity_bytes", disk.capacity_bytes, 2 * MIB, 1024 * TIB, 64 * GIB),
@@ -161,6 +177,8 @@ static const config_key_t config_keys[] = {
     ROW_DBL("disk.compression_threshold", disk.compression_threshold, true, 0.0, 1.0, 0.9),
     ROW_WORD("disk.fsync", disk.fsync, config_fsync_words, CONFIG_FSYNC_SEGMENT),
     ROW_U32("disk.max_reads_in_flight", disk.max_reads_in_flight, 1, 1024, 8, .live = true),
+    ROW_U32("disk.session_max_reads", disk.session_max_reads, 1, 1048576, 1024),
+    ROW_U32("disk.max_reads_queued", disk.max_reads_queued, 1, 1048576, 16384),
     ROW_SIZE("disk.write_buffer_bytes", disk.write_buffer_bytes, 64 * KIB, 4 * GIB, 80 * MIB),
     ROW_WORD("log.level", log.level, log_level_words, LOG_INFO, .live = true),
     ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
@@ -169,6 +187,16 @@ static const config_key_t config_keys[] = {
     ROW_GDBL("gates.admission.alpha", admission.alpha, true, 0.0, 1.0, 1.0 / 16),
     ROW_GU64("gates.admission.warmup", admission.warmup, 0, 64),
     ROW_GU64("gates.admission.report_every", admission.report_every, 1, 256),
+    ROW_GWORD("gates.admission.policy", admission.policy, gates_policy_words, GATES_POLICY_VALUE),
+    ROW_GDBL("gates.admission.cost_ratio", admission.cost_ratio, true, 0.0, 0.5, 0.05),
+    ROW_GDBL("gates.admission.value_floor", admission.value_floor, false, 0.0, 1.0, 0.02),
+    ROW_GU64R("gates.admission.window_tokens", admission.window_tokens, 1024, 1ull << 40, 4194304,
+              .live = true),
+    /* these two size what a namespace's gate makes when it is created (its prior, its ghost
+     * table): a reload changes neither for an existing namespace (gates_set_cfg keeps them) */
+    ROW_GU64R("gates.admission.learn_tokens", admission.learn_tokens, 0, 1ull << 40, 4194304),
+    ROW_GU64R("gates.admission.ghost_entries", admission.ghost_entries, 0, GHOST_ENTRIES_MAX,
+              262144),
     ROW_GBOOL("gates.lookup_skip.enabled", lookup_skip.enabled, false),
     ROW_GU64("gates.lookup_skip.min_load_tokens", lookup_skip.min_load_tokens, 0, 8192),
     ROW_GDBL("gates.lookup_skip.cut", lookup_skip.cut, false, 0.0, 1.0, 0.01),
@@ -186,6 +214,7 @@ const char *const config_fsync_words[] = {"none", "segment", "record", NULL};
 _Static_assert(sizeof(log_level_t) == sizeof(int), "log_level_t is an int-sized enum");
 _Static_assert(sizeof(codec_mode_t) == sizeof(int), "codec_mode_t is an int-sized enum");
 _Static_assert(sizeof(config_fsync_t) == sizeof(int), "config_fsync_t is an int-sized enum");
+_Static_assert(sizeof(gates_policy_t) == sizeof(int), "gates_policy_t is an int-sized enum");
 
 /* Where a walk writes: a whole config_t (global keys) or one namespace's gates_cfg_t. */
 typedef struct {
@@ -199,6 +228,8 @@ typedef struct {
 static int errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Formats a message; control characters (a key or a value from the file may hold a newline)
+ * become '?', so that the message stays one line (fuzz_config found a key "\n..."). */
 static int errf(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -208,6 +239,9 @@ static int errf(char *err, size_t errlen, const char *fmt, ...)
         if (vsnprintf(err, errlen, fmt, ap) < 0)
             err[0] = '\0';
         va_end(ap);
+        for (char *p = err; *p != '\0'; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
     }
     return -1;
 }

@@ -57,6 +57,10 @@ typedef struct {
         uint32_t client_idle_ms;             /* a silent session is forgotten after (600000) */
         uint32_t max_in_flight;              /* requests a connection may have outstanding,
                                                 1..65536 (256), announced in HELLO_OK */
+        uint32_t session_max_namespaces;     /* namespaces one connection may declare (16) */
+        uint32_t max_namespaces;             /* namespaces alive at once, 1..1024 (1024) */
+        uint64_t session_reply_bytes;        /* reply bytes one connection may have queued */
+        uint64_t max_reply_bytes;            /* the same for all connections together */
         uint32_t stop_drain_ms;              /* graceful stop: how long in-flight requests and
                                                 reservations may take to finish, 0..10000
                                                 (2000) */
@@ -70,6 +74,9 @@ typedef struct {
         char arena_group[64];             /* group owning the arena file ("" = the daemon's) */
         uint32_t shm_hold_ms;             /* shared-memory reservations and load pins are
                                              reclaimed after this, 100..600000 (10000) */
+        double session_held_share;        /* leased + pinned + lent + reserved bytes one
+                                             connection may hold, share of capacity (0.5) */
+        double max_held_share;            /* the same for all connections together (0.75) */
     } ram;
     struct {
         bool enabled;                 /* the disk tier is on (production: true) */
@@ -80,6 +87,8 @@ typedef struct {
         double compression_threshold; /* auto keeps lz4 when stored/raw <= this (0.9) */
         config_fsync_t fsync;         /* "none" | "segment" | "record" */
         uint32_t max_reads_in_flight; /* disk reads on the thread pool at once (8) */
+        uint32_t session_max_reads;   /* disk reads queued or running for one connection */
+        uint32_t max_reads_queued;    /* disk reads queued or running in all (16384) */
         uint64_t write_buffer_bytes;  /* one of the two write buffers */
     } disk;
     struct {

@@ -37,6 +37,12 @@
  * Capacity: used_bytes = the sum of the segments' sizes rounded up to 4 KiB (the filesystem's
  * block) plus the in-flight reservation; it never exceeds capacity_bytes.
  *
+ * Faults: besides a failed flush (above), a failed read and a segment file found truncated or
+ * deleted under the running daemon (disk_check_files, once a second from the server's sweep: an
+ * fstat per segment) put the tier in the degraded state that status reports, with last_error and
+ * what it was of; they do not refuse demotions, and the state returns to ok once a read and a
+ * flush succeeded after the fault. The active segment found faulty is left for a new file.
+ *
  * Recovery (disk_open, before the loop serves): segments are scanned oldest first, record by
  * record, each fully read and checksummed. A record whose checksum fails is skipped (counted);
  * a header that does not decode, or a record running past the end of the file (a torn tail
@@ -76,6 +82,7 @@
 #define DISK_PATH_MAX (CONFIG_PATH_MAX + 32)
 
 typedef enum { DISK_OK = 0, DISK_DEGRADED } disk_state_t;
+/* (disk_fault_op_t, disk.h: what last_error is of) */
 
 typedef struct seg seg_t;
 struct seg {
@@ -84,6 +91,7 @@ struct seg {
     uint64_t size; /* committed bytes */
     uint32_t refs; /* reads holding the descriptor */
     bool dead;     /* reclaimed; freed when refs reaches 0 */
+    bool faulted;  /* found truncated or deleted (disk_check_files): reported once */
     void *user;    /* the store's entry list */
     seg_t *dnext;  /* dead list */
 };
@@ -180,9 +188,16 @@ struct disk {
     uint32_t reads_queued;
 
     uv_timer_t timer;
-    disk_state_t state;
+    disk_state_t state; /* of the write path: DEGRADED refuses demotions until retry_at */
     uint64_t retry_at;
     int last_error;
+    disk_fault_op_t last_error_op;
+    /* A failed read or a segment found truncated or deleted degrades the tier too (it is what
+     * status reports), without refusing demotions; it clears once a read and a flush succeeded
+     * after it. */
+    bool read_fault;
+    bool read_ok_since, write_ok_since;
+    uint64_t segment_faults;
     bool closing;
     bool closed;
     void (*done)(void *);
@@ -436,11 +451,40 @@ static void degrade(disk_t *d, int rc, const char *what)
     uint64_t now = uv_now(d->loop);
 
     d->last_error = rc;
+    d->last_error_op = DISK_FAULT_WRITE;
     d->retry_at = now + DISK_RETRY_MS;
-    if (d->state != DISK_DEGRADED)
+    if (d->state != DISK_DEGRADED && !d->read_fault)
         log_warn("disk_degraded", "op=%s error=\"%s\" retry_ms=%u", what, strerror(-rc),
                  DISK_RETRY_MS);
     d->state = DISK_DEGRADED;
+}
+
+/* A read failed, or a segment file was found truncated or deleted (op): the tier is degraded
+ * until a read and a flush succeed again. */
+static void fault(disk_t *d, int rc, disk_fault_op_t op, uint64_t seg)
+{
+    d->last_error = rc;
+    d->last_error_op = op;
+    if (d->state != DISK_DEGRADED && !d->read_fault)
+        log_warn("disk_degraded", "op=%s segment=%016" PRIx64 " error=\"%s\"",
+                 op == DISK_FAULT_READ ? "read" : "segment", seg, strerror(-rc));
+    d->read_fault = true;
+    d->read_ok_since = d->write_ok_since = false;
+}
+
+/* A read (read) or a flush (!read) succeeded: the end of a read fault once both did. */
+static void fault_clear(disk_t *d, bool read)
+{
+    if (!d->read_fault)
+        return;
+    if (read)
+        d->read_ok_since = true;
+    else
+        d->write_ok_since = true;
+    if (d->read_ok_since && d->write_ok_since && d->state == DISK_OK) {
+        d->read_fault = false;
+        log_info("disk_resumed", "after=read_fault");
+    }
 }
 
 static void flush_after(uv_work_t *req, int status)
@@ -468,6 +512,7 @@ static void flush_after(uv_work_t *req, int status)
         if (d->state == DISK_DEGRADED)
             log_info("disk_resumed", "segment=%016" PRIx64, s->id);
         d->state = DISK_OK;
+        fault_clear(d, false);
     } else {
         d->write_errors++;
         degrade(d, j->rc, "write");
@@ -720,12 +765,20 @@ static void read_after(uv_work_t *req, int status)
     if (j->rc == 0) {
         d->bytes_read += (uint64_t)j->loc.hdr_len + j->loc.stored;
         d->records_read++;
+        fault_clear(d, true);
     } else if (j->rc == -EBADMSG) {
         d->checksum_drops++;
         log_warn("disk_checksum", "segment=%016" PRIx64 " offset=%" PRIu64 " action=miss",
                  j->loc.seg, j->loc.off);
+        fault(d, j->rc, DISK_FAULT_READ, j->loc.seg);
     } else {
         d->read_errors++;
+        if (j->rc != -ECANCELED && j->rc != -ENOMEM) {
+            log_warn("disk_read_error",
+                     "segment=%016" PRIx64 " offset=%" PRIu64 " error=\"%s\" action=miss",
+                     j->loc.seg, j->loc.off, strerror(-j->rc));
+            fault(d, j->rc, DISK_FAULT_READ, j->loc.seg);
+        }
     }
     seg_unref(d, j->seg);
     j->cb(j->arg, j->rc, j->data, j->rc == 0 ? j->raw_len : 0);
@@ -780,6 +833,44 @@ int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t
         d->reads_queued++;
     }
     return 0;
+}
+
+void disk_check_files(disk_t *d)
+{
+    for (size_t i = 0; i < d->nsegs; i++) {
+        seg_t *s = d->segs[i];
+        struct stat st;
+        int rc = 0;
+
+        if (s->fd < 0 || s->faulted)
+            continue;
+        if (fstat(s->fd, &st) != 0)
+            rc = -errno;
+        else if (st.st_nlink == 0)
+            rc = -ENOENT; /* readable through the descriptor now, gone at the next start */
+        else if ((uint64_t)st.st_size < s->size)
+            rc = -EIO; /* records past the end are lost: their reads fail and drop them */
+        if (rc == 0)
+            continue;
+        s->faulted = true;
+        d->segment_faults++;
+        log_warn("disk_segment_fault",
+                 "segment=%016" PRIx64 " reason=%s size=%" PRIu64 " expected=%" PRIu64 " action=%s",
+                 s->id,
+                 rc == -ENOENT ? "deleted"
+                 : rc == -EIO  ? "truncated"
+                               : "fstat",
+                 rc == -ENOENT || rc == -EIO ? (uint64_t)st.st_size : 0, s->size,
+                 s == d->active ? "new_segment" : "none");
+        if (s == d->active && d->flushing == NULL)
+            d->active = NULL; /* the next flush starts a new file */
+        fault(d, rc, DISK_FAULT_SEGMENT, s->id);
+    }
+}
+
+uint32_t disk_reads_pending(const disk_t *d)
+{
+    return d->reads_running + d->reads_queued;
 }
 
 void **disk_seg_user(disk_t *d, uint64_t seg)
@@ -1169,7 +1260,7 @@ void disk_destroy(disk_t **pd)
 void disk_stats(const disk_t *d, disk_stats_t *out)
 {
     *out = (disk_stats_t){
-        .degraded = d->state == DISK_DEGRADED,
+        .degraded = d->state == DISK_DEGRADED || d->read_fault,
         .dir = d->dir,
         .compression = d->mode,
         .capacity_bytes = d->capacity,
@@ -1190,6 +1281,8 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .read_errors = d->read_errors,
         .write_errors = d->write_errors,
         .last_error = d->last_error,
+        .last_error_op = d->last_error_op,
+        .segment_faults = d->segment_faults,
         .reclaimed_segments = d->reclaimed_segments,
         .busy_reclaims = d->busy_reclaims,
         .reads_in_flight = d->reads_running,

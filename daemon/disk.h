@@ -103,10 +103,28 @@ typedef void (*disk_read_cb)(void *arg, int rc, void *data, uint64_t raw_len);
 int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t rank,
               uint64_t raw_len, disk_read_cb cb, void *arg);
 
+/* Reads queued or running. */
+uint32_t disk_reads_pending(const disk_t *d);
+
 /* The store's list head of segment seg, or NULL when the segment does not exist. */
 void **disk_seg_user(disk_t *d, uint64_t seg);
 
+/* Whether the write path is degraded (a flush failed and the retry time has not passed):
+ * demotions are refused. Status's "degraded" also covers read faults (disk_stats_t). */
 bool disk_degraded(const disk_t *d);
+
+/* Looks at every segment file (fstat): one found deleted or shorter than what was written to it
+ * is a fault (disk.h "degraded"), reported once per segment; when it is the active segment, the
+ * next flush starts a new file. */
+void disk_check_files(disk_t *d);
+
+/* What disk_stats_t.last_error is of. */
+typedef enum {
+    DISK_FAULT_NONE = 0,
+    DISK_FAULT_WRITE,   /* a flush */
+    DISK_FAULT_READ,    /* a read (I/O error, short read, checksum or header mismatch) */
+    DISK_FAULT_SEGMENT, /* a segment file found truncated or deleted */
+} disk_fault_op_t;
 
 /* The log position just past the last record written: records are written in ticket order, so
  * every record written so far is at a (segment id, offset) below it (lexicographically) and
@@ -130,7 +148,9 @@ typedef struct {
 
 /* The disk tier's own figures (status "disk", with the store's counters beside them). */
 typedef struct {
-    bool degraded;            /* a write failed and the retry time has not passed */
+    bool degraded;            /* a write failed and the retry time has not passed, or a read
+                                 failed or a segment was found truncated or deleted and no read
+                                 and flush succeeded since */
     const char *dir;          /* the segment directory (borrowed from the disk tier) */
     codec_mode_t compression; /* disk.compression */
     uint64_t capacity_bytes;
@@ -149,7 +169,9 @@ typedef struct {
     uint64_t checksum_drops;
     uint64_t read_errors;
     uint64_t write_errors;
-    int last_error; /* negative errno of the last failed write, or 0 */
+    int last_error; /* negative errno of the last fault (write, read or segment), or 0 */
+    disk_fault_op_t last_error_op;
+    uint64_t segment_faults; /* segment files found truncated or deleted */
     uint64_t reclaimed_segments;
     uint64_t busy_reclaims; /* reclaims that took a later segment: the oldest held leases */
     uint64_t reads_in_flight;

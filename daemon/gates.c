@@ -1,32 +1,74 @@
 /*
  * gates.c - save admission and lookup skip of one namespace (see gates.h, docs/GATES.md).
  *
- * Design. Two small estimators and two decisions, all counting events (never time):
- *   - admission: `payoff` is an exponential moving average of verdict payoffs, folded one at a
- *     time (gates_fold_one) or as a uniform batch (gates_fold_batch). gates_admit turns the
- *     share derived from it into admissions with a deterministic credit accumulator.
- *   - lookup skip: `act_ema` is an exponential moving average of "this answered lookup could
- *     have produced a load". gates_lookup_decide skips lookups whose answer cannot matter,
- *     unless the tier is measurably load-bearing, and forces one probe every probe_every.
- * Every formula is written exactly as GATES.md writes it, in double and in the same order: the
- * tests compare exact sequences. This file is compiled with -ffp-contract=off so that no
- * multiply-add is fused behind our back.
+ * What admission is for. Writing a prefix into the tier costs the engine time on every prefill;
+ * it pays only through the loads that come back for it. Per namespace and in tokens, the tier
+ * is worth net = served - c * written, c (cost_ratio) being the cost of writing a token over
+ * that of recomputing it. The gate must maximise net: admit everything while what the tier
+ * serves per token written is above c, almost nothing while it is far below.
  *
- * Shadow mode. While a gate is disabled its estimators still run and the decision it would have
- * taken is computed on separate shadow state (shadow credit, shadow skip counter) so that the
- * status can show would_decline / would_skip without the shadow ever touching real state.
+ * Policy value (GATES.md 6, the default). It estimates the value density D, tokens served per
+ * token offered had every save been admitted, over an exponential window in *offered tokens*
+ * (the gate has no clock): a new offer of x tokens ages the window by keep = exp(-x/H) and
+ * enters it spread over the step (xw = xw * keep - H * expm1(-x/H), so the window depends on the
+ * total offered only, not on how it was cut into operations); value adds at face value; D =
+ * vw / xw. In steady state only the rates matter, whatever the delay between a write and the
+ * loads it serves. The value is what the engines tallied as served (token tallies; the lookups'
+ * own estimate by the verdict rule while no token tally came) plus *regret*: when a lookup's hit
+ * stops at a chunk the gate declined, the prefix would have reached on through every ghosted or
+ * stored chunk, and what that longer hit would have loaded by the verdict rule, beyond what the
+ * real one loads, is what the declines cost. The declined chunks are remembered in a fixed-size
+ * ghost table (ghost.h); a chunk offered again after a decline is no new offer (under full
+ * admission it was written the first time). So the gate's own declines do not lower its
+ * estimate, the circularity that made atom keep a cold tier shut, and its floor can be small.
+ *
+ * It starts optimistic: the window holds a prior of X0 offered tokens that served as many
+ * (density 1), X0 = c * E(B) / (1 - c) with E(X) = H * expm1(X / H), so that without evidence D
+ * reaches c after exactly B = learn_tokens offered tokens; evidence, or its absence, takes over
+ * from there (warmup ends on evidence, not on a count of events). The window starts moving only
+ * once the namespace has shown reuse (an engine's verdict, or reused prefixes adding up to
+ * min_load_tokens): a workload that has reused nothing has said nothing about the tier. The
+ * share is 1 at D >= c, value_floor at D <= c / 2, linear between (near c the net hardly depends
+ * on the choice and the estimate is least certain), and atom's credit accumulator turns it into
+ * decisions. An operation whose declared parent was declined is declined without credit: stored,
+ * it could not be hit before its predecessor is saved again.
+ *
+ * Why these defaults (GATES.md 6.7 explains each): c 0.05 (a 70B-class GQA model writing over
+ * PCIe; from the KV bytes per token against the prefill FLOPs per token of the deployment),
+ * learn_tokens = window_tokens = 4M tokens (about one or two HBM prefix caches of a large engine:
+ * the tier cannot show its worth before the engine has written more than its HBM holds; the best
+ * sum of net over the tuning traces), value_floor 0.02, 262144 ghost fingerprints (2 MiB). With
+ * no value the gate writes 5.1M tokens and then 2% of what it is offered.
+ *
+ * Policy atom (GATES.md 2), kept bit for bit: `payoff` is an exponential moving average of
+ * verdict payoffs, folded one at a time (gates_fold_one) or as a uniform batch
+ * (gates_fold_batch), turned into a share against `target` with a floor. Lookup skip (GATES.md
+ * 3): `act_ema` is an exponential moving average of "this answered lookup could have produced a
+ * load"; gates_lookup_decide skips lookups whose answer cannot matter, unless the tier is
+ * measurably load-bearing, and forces one probe every probe_every. Every formula is written
+ * exactly as GATES.md writes it, in double and in the same order: the tests compare exact
+ * sequences. This file is compiled with -ffp-contract=off so that no multiply-add is fused
+ * behind our back.
+ *
+ * Shadow mode. Every estimator runs whether its gate is enabled or not. The configured policy
+ * decides while admission is enabled; the other one (and both while it is disabled) decides on
+ * a shadow credit of its own, so that status shows atom.would_decline / value.would_decline
+ * (and would_decline / would_skip for the disabled gates) without a shadow ever touching real
+ * state. Declines feed the ghost table whichever policy made them.
  *
  * Engine tallies. Engines push cumulative totals; the last totals per engine instance are kept
  * in a fixed table of GATES_ENGINE_MAX slots (least recently seen slot reused), each with the
  * last cumulative count of every reason name the namespace knows (up to GATES_REASON_MAX names;
- * further names are ignored). A tally scans the table linearly: at most 256 slots, once per
- * engine step.
+ * further names are ignored) and the last token totals. A tally scans the table linearly: at
+ * most 256 slots, once per engine step.
  *
  * Threads: loop thread only; no locks, no I/O, no allocation after gates_new.
  *
- * Invariants: paid <= probes; saved + skipped = gates_admit calls; skips + forced_probes =
+ * Invariants: paid <= probes; saved + skipped = decisions; written + declined = the WANTED
+ * tokens of decided operations; offered <= written + declined; skips + forced_probes =
  * skip_counter (skippable lookups met while enabled and not load-bearing); the shadow state
- * (shadow_credit, shadow_skip_counter) only ever feeds would_decline / would_skip.
+ * (shadow_credit, value_shadow_credit, shadow_skip_counter) only ever feeds the would_* counts;
+ * xw > 0 once anything was offered after the first reuse.
  */
 #include "gates.h"
 
@@ -38,6 +80,7 @@ typedef struct {
     bool used;
     uint64_t id;
     uint64_t seen_paid, seen_probes;
+    uint64_t seen_served, seen_lookup; /* token totals (TALLY flag TOKENS) */
     uint64_t last_tick; /* value of gates_t.tick when last seen: smallest = least recent */
     uint64_t reason_seen[GATES_REASON_MAX]; /* indexed like gates_t.reasons */
 } gates_engine_t;
@@ -45,9 +88,18 @@ typedef struct {
 struct gates {
     gates_cfg_t cfg;
 
-    /* admission */
+    /* admission: atom */
     double payoff, credit, shadow_credit;
-    uint64_t probes, paid, saved, skipped, would_decline;
+    uint64_t probes, paid, saved, skipped, would_decline, atom_would_decline;
+
+    /* admission: value */
+    double vw, xw; /* the value window: value tokens and offered tokens, aged by offers */
+    double value_credit, value_shadow_credit;
+    uint64_t value_would_decline;
+    uint64_t served, lookup_tokens, est_served, regret, written, declined, offered;
+    uint64_t token_tallies, orphans_declined;
+    uint64_t reuse_tokens; /* prompt tokens answered lookups found reused (in HBM or the tier) */
+    ghost_t *ghost;
 
     /* lookup skip */
     double act_ema;
@@ -61,6 +113,28 @@ struct gates {
     gates_engine_t engines[GATES_ENGINE_MAX];
 };
 
+const char *const gates_policy_words[] = {"atom", "value", NULL};
+
+/* E(X) of GATES.md 6: the offered tokens a window that ages by exp(-x / H) holds after X offered
+ * tokens, counted from the start (H * (e^(X/H) - 1)). */
+static double window_equivalent(double x, double h)
+{
+    return h * expm1(x / h);
+}
+
+/* The prior of the value window (GATES.md 6): X0 offered tokens that served X0 tokens (density
+ * 1.0), sized so that without any evidence the density reaches cost_ratio after exactly
+ * learn_tokens offered tokens. */
+static double value_prior(const gates_admission_cfg_t *a)
+{
+    double h = (double)(a->window_tokens > 0 ? a->window_tokens : 1);
+    double c = a->cost_ratio;
+
+    if (a->learn_tokens == 0 || c <= 0.0 || c >= 1.0)
+        return 0.0;
+    return c * window_equivalent((double)a->learn_tokens, h) / (1.0 - c);
+}
+
 gates_t *gates_new(const gates_cfg_t *cfg)
 {
     gates_t *g = calloc(1, sizeof *g);
@@ -72,6 +146,15 @@ gates_t *gates_new(const gates_cfg_t *cfg)
     g->credit = 0.0;
     g->shadow_credit = 0.0;
     g->act_ema = 0.0;
+    g->xw = value_prior(&cfg->admission);
+    g->vw = g->xw;
+    g->value_credit = 0.0;
+    g->value_shadow_credit = 0.0;
+    g->ghost = ghost_new(cfg->admission.ghost_entries);
+    if (g->ghost == NULL) {
+        free(g);
+        return NULL;
+    }
     return g;
 }
 
@@ -79,6 +162,7 @@ void gates_destroy(gates_t **g)
 {
     if (g == NULL || *g == NULL)
         return;
+    ghost_destroy(&(*g)->ghost);
     free(*g);
     *g = NULL;
 }
@@ -90,7 +174,11 @@ const gates_cfg_t *gates_cfg(const gates_t *g)
 
 void gates_set_cfg(gates_t *g, const gates_cfg_t *cfg)
 {
+    uint64_t learn = g->cfg.admission.learn_tokens, ghosts = g->cfg.admission.ghost_entries;
+
     g->cfg = *cfg;
+    g->cfg.admission.learn_tokens = learn;   /* sized the prior at creation */
+    g->cfg.admission.ghost_entries = ghosts; /* sized the ghost table at creation */
 }
 
 /* A modulus of 0 would be undefined; config validation rejects it, this keeps the state machine
@@ -139,31 +227,235 @@ static double admission_share(const gates_t *g)
     return share;
 }
 
-bool gates_admit(gates_t *g)
+/* Atom's answer for one operation (GATES.md 2). While it decides, its warmup admits without
+ * touching the credit; while it does not, its shadow credit counts what it would have declined
+ * (past the warmup only). */
+static bool atom_decide(gates_t *g, bool deciding)
 {
     const gates_admission_cfg_t *a = &g->cfg.admission;
     double share;
 
-    if (!a->enabled || g->probes < a->warmup) {
-        g->saved += 1;
-        if (!a->enabled && g->probes >= a->warmup) {
-            g->shadow_credit += admission_share(g);
-            if (g->shadow_credit >= 1.0)
-                g->shadow_credit -= 1.0;
-            else
-                g->would_decline += 1;
-        }
+    if (g->probes < a->warmup)
         return true;
-    }
     share = admission_share(g);
+    if (!deciding) {
+        g->shadow_credit += share;
+        if (g->shadow_credit >= 1.0) {
+            g->shadow_credit -= 1.0;
+            return true;
+        }
+        g->atom_would_decline += 1;
+        return false;
+    }
     g->credit += share;
     if (g->credit >= 1.0) {
         g->credit -= 1.0;
-        g->saved += 1;
         return true;
     }
-    g->skipped += 1;
     return false;
+}
+
+/* --- admission: value (GATES.md 6) --- */
+
+/* Below GATES_VALUE_RAMP x cost_ratio the value share is its floor; between that and
+ * cost_ratio it rises linearly to 1. */
+#define GATES_VALUE_RAMP 0.5
+
+static double value_density(const gates_t *g)
+{
+    return g->xw > 0.0 ? g->vw / g->xw : 1.0;
+}
+
+static double value_share(const gates_t *g)
+{
+    const gates_admission_cfg_t *a = &g->cfg.admission;
+    double r = value_density(g) / a->cost_ratio;
+    double share;
+
+    if (r >= 1.0)
+        return 1.0;
+    share = r <= GATES_VALUE_RAMP ? 0.0 : (r - GATES_VALUE_RAMP) / (1.0 - GATES_VALUE_RAMP);
+    return fmax(a->value_floor, share);
+}
+
+/* Value's answer for one operation. An orphan (its parent was declined) is declined without
+ * spending credit. */
+static bool value_decide(gates_t *g, bool deciding, bool orphan)
+{
+    double *credit = deciding ? &g->value_credit : &g->value_shadow_credit;
+
+    if (orphan) {
+        if (!deciding)
+            g->value_would_decline += 1;
+        return false;
+    }
+    *credit += value_share(g);
+    if (*credit >= 1.0) {
+        *credit -= 1.0;
+        return true;
+    }
+    if (!deciding)
+        g->value_would_decline += 1;
+    return false;
+}
+
+/* An offer of x new tokens ages the window: everything in it by exp(-x / H), and x enters it
+ * spread over the step (H * (1 - exp(-x / H))), so that the window depends on the total offered
+ * only, not on how it was cut into operations. */
+static void value_offer(gates_t *g, uint64_t x)
+{
+    double h = (double)(g->cfg.admission.window_tokens > 0 ? g->cfg.admission.window_tokens : 1);
+    double t = (double)x / h;
+    double keep = exp(-t);
+
+    g->vw = g->vw * keep;
+    g->xw = g->xw * keep - h * expm1(-t);
+}
+
+static void value_evidence(gates_t *g, uint64_t tokens)
+{
+    g->vw += (double)tokens;
+}
+
+/* Both policies' answers; the configured one is enforced while the gate is enabled. */
+static bool admit_decide(gates_t *g, bool orphan)
+{
+    const gates_admission_cfg_t *a = &g->cfg.admission;
+    bool atom_decides = a->enabled && a->policy == GATES_POLICY_ATOM;
+    bool value_decides = a->enabled && a->policy == GATES_POLICY_VALUE;
+    bool atom = atom_decide(g, atom_decides);
+    bool value = value_decide(g, value_decides, orphan);
+    bool admit = atom_decides ? atom : value_decides ? value : true;
+
+    if (!a->enabled && !(a->policy == GATES_POLICY_ATOM ? atom : value))
+        g->would_decline += 1;
+    if (admit)
+        g->saved += 1;
+    else
+        g->skipped += 1;
+    if (value_decides && orphan)
+        g->orphans_declined += 1;
+    return admit;
+}
+
+bool gates_admit(gates_t *g)
+{
+    return admit_decide(g, false);
+}
+
+/* The ghost fingerprint of hashes[i] (the hashes may be unaligned). */
+static uint64_t hash_fp(const kvt_wire_hash_t *hashes, size_t i)
+{
+    kvt_wire_hash_t h;
+
+    memcpy(&h, &hashes[i], sizeof h);
+    return ghost_fp(&h);
+}
+
+/* Whether the namespace has shown any reuse: an engine's verdict (the tier held a prefix of a
+ * lookup; the verdicts of skipped lookups do not count), or answered lookups whose reused
+ * prefixes add up to min_load_tokens. Before that the workload has shown nothing about what the
+ * tier is worth, and offers do not age the value window. */
+static bool reuse_seen(const gates_t *g)
+{
+    return g->probes > g->skips || g->reuse_tokens >= g->cfg.lookup_skip.min_load_tokens;
+}
+
+bool gates_admit_op(gates_t *g, const gates_op_t *op)
+{
+    uint64_t wanted = 0, fresh = 0, ct = op->chunk_tokens;
+    bool orphan = false, admit;
+
+    for (size_t i = 0; i < op->n; i++) {
+        uint64_t fp;
+
+        if (op->status[i] != KVT_CHUNK_WANTED)
+            continue;
+        fp = hash_fp(op->hashes, i);
+        wanted++;
+        fresh += !ghost_has(g->ghost, fp);
+    }
+    if (op->n > 0 && op->status[0] == KVT_CHUNK_WANTED && op->parent != NULL)
+        orphan = ghost_has(g->ghost, hash_fp(op->parent, 0));
+    admit = admit_decide(g, orphan);
+    for (size_t i = 0; i < op->n; i++) {
+        if (op->status[i] != KVT_CHUNK_WANTED)
+            continue;
+        if (admit)
+            ghost_remove(g->ghost, hash_fp(op->hashes, i));
+        else
+            ghost_add(g->ghost, hash_fp(op->hashes, i));
+    }
+    if (admit)
+        g->written += wanted * ct;
+    else
+        g->declined += wanted * ct;
+    g->offered += fresh * ct;
+    if (reuse_seen(g))
+        value_offer(g, fresh * ct);
+    return admit;
+}
+
+bool gates_value_report_due(const gates_t *g)
+{
+    uint64_t decided = g->saved + g->skipped;
+
+    return decided > 0 && decided % at_least_one(g->cfg.admission.report_every) == 0;
+}
+
+/* The tokens a load would take for a loadable hit lmc by the verdict rule (GATES.md 1), 0 when
+ * the verdict would not be paid. */
+static uint64_t paid_load(const gates_t *g, uint64_t lmc, uint64_t hbm, uint32_t chunk_tokens)
+{
+    if (lmc <= hbm || (chunk_tokens > 0 && hbm % chunk_tokens != 0) ||
+        lmc - hbm < g->cfg.lookup_skip.min_load_tokens)
+        return 0;
+    return lmc - hbm;
+}
+
+/* How far the prefix of hashes[0..n) would have reached had the declined saves been admitted. */
+static size_t lookup_reach(const gates_t *g, const kvt_wire_hash_t *hashes, size_t n, size_t hit,
+                           gates_stored_fn stored, void *arg)
+{
+    ghost_stats_t st;
+    size_t k = hit;
+
+    ghost_stats(g->ghost, &st);
+    if (st.entries == 0 || hit >= n || !ghost_has(g->ghost, hash_fp(hashes, hit)))
+        return hit;
+    for (k = hit + 1; k < n; k++) {
+        kvt_wire_hash_t h;
+
+        memcpy(&h, &hashes[k], sizeof h);
+        if (!ghost_has(g->ghost, ghost_fp(&h)) && (stored == NULL || !stored(arg, &h)))
+            break;
+    }
+    return k;
+}
+
+void gates_lookup_value(gates_t *g, const kvt_wire_hash_t *hashes, size_t n, uint32_t hit_chunks,
+                        uint64_t prompt_tokens, uint64_t hbm_tokens, uint32_t chunk_tokens,
+                        gates_stored_fn stored, void *arg)
+{
+    uint64_t ct = chunk_tokens, hit = hit_chunks < n ? hit_chunks : n;
+    uint64_t reused = hit * ct > hbm_tokens ? hit * ct : hbm_tokens;
+    uint64_t served = paid_load(g, gates_loadable(hit * ct, prompt_tokens, chunk_tokens),
+                                hbm_tokens, chunk_tokens);
+    size_t reach = lookup_reach(g, hashes, n, (size_t)hit, stored, arg);
+    uint64_t regret = 0;
+
+    g->reuse_tokens += reused < prompt_tokens ? reused : prompt_tokens;
+    g->est_served += served;
+    if (g->token_tallies == 0)
+        value_evidence(g, served);
+    if (reach > hit) {
+        uint64_t would =
+            paid_load(g, gates_loadable((uint64_t)reach * ct, prompt_tokens, chunk_tokens),
+                      hbm_tokens, chunk_tokens);
+        regret = would > served ? would - served : 0;
+    }
+    g->regret += regret;
+    value_evidence(g, regret);
 }
 
 /* --- engine tallies --- */
@@ -231,24 +523,49 @@ static void tally_reasons(gates_t *g, gates_engine_t *e, const gates_reason_t *r
     }
 }
 
-bool gates_tally(gates_t *g, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
-                 const gates_reason_t *reasons, int nreasons)
+bool gates_tally_fold(gates_t *g, const gates_tally_t *t)
 {
-    gates_engine_t *e = engine_slot(g, engine_id);
+    gates_engine_t *e = engine_slot(g, t->engine_id);
     bool report = false;
-    bool reset = probes_total < e->seen_probes || paid_total < e->seen_paid;
+    bool reset = t->probes_total < e->seen_probes || t->paid_total < e->seen_paid ||
+                 (t->has_tokens && (t->served_tokens_total < e->seen_served ||
+                                    t->lookup_tokens_total < e->seen_lookup));
 
     e->last_tick = ++g->tick;
     if (reset) {
-        e->seen_paid = paid_total;
-        e->seen_probes = probes_total;
-    } else if (probes_total > e->seen_probes) {
-        report = gates_fold_batch(g, paid_total - e->seen_paid, probes_total - e->seen_probes);
-        e->seen_paid = paid_total;
-        e->seen_probes = probes_total;
+        e->seen_paid = t->paid_total;
+        e->seen_probes = t->probes_total;
+    } else if (t->probes_total > e->seen_probes) {
+        report =
+            gates_fold_batch(g, t->paid_total - e->seen_paid, t->probes_total - e->seen_probes);
+        e->seen_paid = t->paid_total;
+        e->seen_probes = t->probes_total;
     }
-    tally_reasons(g, e, reasons, nreasons, reset);
+    if (t->has_tokens) {
+        if (!reset) {
+            uint64_t served = t->served_tokens_total - e->seen_served;
+            g->served += served;
+            g->lookup_tokens += t->lookup_tokens_total - e->seen_lookup;
+            value_evidence(g, served);
+        }
+        e->seen_served = t->served_tokens_total;
+        e->seen_lookup = t->lookup_tokens_total;
+        g->token_tallies += 1;
+    }
+    tally_reasons(g, e, t->reasons, t->nreasons, reset);
     return report;
+}
+
+bool gates_tally(gates_t *g, uint64_t engine_id, uint64_t paid_total, uint64_t probes_total,
+                 const gates_reason_t *reasons, int nreasons)
+{
+    gates_tally_t t = {.engine_id = engine_id,
+                       .paid_total = paid_total,
+                       .probes_total = probes_total,
+                       .reasons = reasons,
+                       .nreasons = nreasons};
+
+    return gates_tally_fold(g, &t);
 }
 
 /* --- lookup skip --- */
@@ -289,6 +606,7 @@ gates_lookup_decision_t gates_lookup_decide(gates_t *g, uint64_t prompt_tokens, 
         return GATES_LOOKUP_ANSWER;
     }
     g->skips += 1;
+    g->reuse_tokens += hbm_tokens < prompt_tokens ? hbm_tokens : prompt_tokens;
     gates_fold_one(g, false);
     return GATES_LOOKUP_SKIP;
 }
@@ -335,8 +653,27 @@ void gates_state(const gates_t *g, gates_state_t *st)
     st->would_decline = g->would_decline;
     st->payoff = g->payoff;
     st->credit = g->credit;
-    st->share = admission_share(g);
+    st->policy = g->cfg.admission.policy;
+    st->atom_share = admission_share(g);
+    st->value_share = value_share(g);
+    st->share = st->policy == GATES_POLICY_ATOM ? st->atom_share : st->value_share;
     st->save_share = decided == 0 ? 1.0 : (double)g->saved / (double)decided;
+    st->atom_would_decline = g->atom_would_decline;
+    st->value_would_decline = g->value_would_decline;
+    st->density = value_density(g);
+    st->served_tokens = g->served;
+    st->regret_tokens = g->regret;
+    st->written_tokens = g->written;
+    st->declined_tokens = g->declined;
+    st->offered_tokens = g->offered;
+    st->lookup_tokens = g->lookup_tokens;
+    st->estimated_served_tokens = g->est_served;
+    st->token_tallies = g->token_tallies;
+    st->orphans_declined = g->orphans_declined;
+    st->reuse_tokens = g->reuse_tokens;
+    st->net_tokens = (double)(g->token_tallies > 0 ? g->served : g->est_served) -
+                     g->cfg.admission.cost_ratio * (double)g->written;
+    ghost_stats(g->ghost, &st->ghost);
     st->lookups = g->lookups;
     st->skips = g->skips;
     st->forced_probes = g->forced_probes;

@@ -14,8 +14,11 @@
  * undone at once, without a loop iteration; the path length is checked instead of being
  * truncated. A socket file left at the path is removed only after a connect to it is refused.
  *
- * Bounds: at most HTTP_CONN_MAX connection structs exist (open or closing). Beyond that, or
- * when calloc fails, the pending connection is accepted into the server's one spare handle and
+ * Bounds: at most HTTP_CONN_MAX connections are open (and as many more closing). When all are
+ * open, the oldest idle or slow one is closed to make room (http.h): the list of connections is
+ * kept newest first, so that is the last one found. A connection whose peer sent bytes the loop
+ * has not read yet (FIONREAD) is not idle, however long the loop took to get to it. When none is,
+ * or when calloc fails, the pending connection is accepted into the server's one spare handle and
  * closed at once. While the spare is still closing, the connection waits in the listener (libuv
  * stops polling it until uv_accept) and is taken when the spare's close callback runs.
  *
@@ -33,9 +36,11 @@
 #include "http.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -56,8 +61,10 @@ struct http_conn {
     http_conn_t *prev, *next; /* the server's list of connections */
     int open_handles;         /* handles not yet through their close callback */
     int closing;
-    char *body; /* owned response body from the handler, or NULL */
-    size_t len; /* bytes in head */
+    int responding;       /* the answer is being written */
+    uint64_t accepted_ms; /* the loop's time at accept */
+    char *body;           /* owned response body from the handler, or NULL */
+    size_t len;           /* bytes in head */
     char hdr[HTTP_CTYPE_MAX + 160];
     char head[HTTP_HEAD_MAX];
 };
@@ -73,8 +80,9 @@ struct http_server {
     void *post_arg;
     char *path;
     unsigned timeout_ms;
-    http_conn_t *conns;
-    unsigned nconns; /* connection structs alive, open or closing */
+    http_conn_t *conns; /* newest first */
+    unsigned nconns;    /* connection structs alive, open or closing */
+    unsigned nopen;     /* of those, not closing */
     int listener_open;
     int spare_busy;     /* spare is closing */
     int accept_pending; /* a connection waits in the listener for uv_accept */
@@ -231,6 +239,7 @@ static void http_conn_close(http_conn_t *c)
     if (c->closing)
         return;
     c->closing = 1;
+    c->srv->nopen--;
     uv_close((uv_handle_t *)&c->pipe, http_conn_close_cb);
     uv_close((uv_handle_t *)&c->timer, http_conn_close_cb);
 }
@@ -272,6 +281,7 @@ static void http_respond(http_conn_t *c, int code, const char *ctype, const char
     int n, err;
 
     uv_read_stop((uv_stream_t *)&c->pipe);
+    c->responding = 1;
     n = snprintf(c->hdr, sizeof c->hdr,
                  "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
                  "Connection: close\r\n\r\n",
@@ -350,7 +360,7 @@ static void http_serve(http_conn_t *c, const http_request_t *req)
 {
     http_server_t *s = c->srv;
     const char *ctype = NULL;
-    char *body = NULL, *path;
+    char *body = NULL, *path, *query = NULL;
     size_t len = 0;
     int head, code;
 
@@ -363,10 +373,15 @@ static void http_serve(http_conn_t *c, const http_request_t *req)
         http_respond_text(c, 405, 1);
         return;
     }
-    /* The byte after the path (' ' or '?') is in c->head and already parsed: terminate there. */
+    /* The bytes after the path and the query (' ' or '?') are in c->head and already parsed:
+     * terminate there. */
     path = c->head + (req->path - c->head);
     path[req->path_len] = '\0';
-    code = s->cb(s->arg, path, &body, &len, &ctype);
+    if (req->query != NULL) {
+        query = c->head + (req->query - c->head);
+        query[req->query_len] = '\0';
+    }
+    code = s->cb(s->arg, path, query != NULL ? query : "", &body, &len, &ctype);
     c->body = body;
     if (body == NULL)
         len = 0;
@@ -444,12 +459,50 @@ static void http_refuse(http_server_t *s)
     uv_close((uv_handle_t *)&s->spare, http_spare_close_cb);
 }
 
+/* Whether c may be closed for a new connection at now: it is idle (still reading its head, and
+ * nothing it sent waits to be read: an operator's request that the loop has not read yet is not
+ * idle, however long the loop took to get to it) or slow (its answer has waited HTTP_SLOW_MS to be
+ * read). */
+static int http_evictable(const http_conn_t *c, uint64_t now)
+{
+    uv_os_fd_t fd;
+    int pending = 0;
+
+    if (c->closing)
+        return 0;
+    if (c->responding)
+        return now - c->accepted_ms >= HTTP_SLOW_MS;
+    if (uv_fileno((const uv_handle_t *)&c->pipe, &fd) == 0 && ioctl(fd, FIONREAD, &pending) == 0 &&
+        pending > 0)
+        return 0;
+    return 1;
+}
+
+/* All slots are taken: closes the oldest connection that is idle or slow, if any. */
+static void http_evict(http_server_t *s)
+{
+    uint64_t now = uv_now(s->loop);
+    http_conn_t *victim = NULL;
+
+    for (http_conn_t *c = s->conns; c != NULL; c = c->next)
+        if (http_evictable(c, now))
+            victim = c; /* newest first: the last one found is the oldest */
+    if (victim == NULL)
+        return;
+    log_debug("status_evicted", "age_ms=%" PRIu64 " bytes_read=%zu", now - victim->accepted_ms,
+              victim->len);
+    http_conn_close(victim);
+}
+
 static void http_accept(http_server_t *s)
 {
     http_conn_t *c = NULL;
+    unsigned timeout;
     int err;
 
-    if (s->nconns < HTTP_CONN_MAX)
+    if (s->nopen >= HTTP_CONN_MAX)
+        http_evict(s);
+    if (s->nopen < HTTP_CONN_MAX && s->nconns < 2 * HTTP_CONN_MAX)
         c = calloc(1, sizeof *c);
     if (c == NULL) {
         http_refuse(s);
@@ -461,15 +514,21 @@ static void http_accept(http_server_t *s)
     c->pipe.data = c;
     c->timer.data = c;
     c->open_handles = 2;
+    c->accepted_ms = uv_now(s->loop);
     c->next = s->conns;
     if (s->conns != NULL)
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
+    s->nopen++;
 
+    /* slots short: this one gets less time to finish */
+    timeout = s->timeout_ms;
+    if (s->nopen > HTTP_CONN_MAX * 3 / 4 && timeout > HTTP_SHORT_TIMEOUT_MS)
+        timeout = HTTP_SHORT_TIMEOUT_MS;
     err = uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->pipe);
     if (err == 0)
-        err = uv_timer_start(&c->timer, http_timeout_cb, s->timeout_ms, 0);
+        err = uv_timer_start(&c->timer, http_timeout_cb, timeout, 0);
     if (err == 0)
         err = uv_read_start((uv_stream_t *)&c->pipe, http_alloc_cb, http_read_cb);
     if (err < 0) {

@@ -8,8 +8,14 @@
  * registered with http_server_set_post() (an operator action: the parameters are in the query
  * string, a request body is not read); other methods and paths get 405, a malformed head 400, a
  * head larger than HTTP_HEAD_MAX 431. A connection that has not completed its exchange within the
- * timeout (HTTP_TIMEOUT_MS by default) is closed. At most HTTP_CONN_MAX connections are
- * served at once; beyond that a new connection is accepted and closed at once.
+ * timeout (HTTP_TIMEOUT_MS by default; HTTP_SHORT_TIMEOUT_MS for one accepted while three
+ * quarters of the slots are taken) is closed.
+ *
+ * At most HTTP_CONN_MAX connections are served at once. When all slots are taken, a new
+ * connection closes the oldest idle one (its head not complete and nothing it sent waiting to be
+ * read) or slow one (its answer unread for HTTP_SLOW_MS) and takes its slot; only when none is
+ * idle or slow is the new one accepted and closed at once. So idle connections cannot lock
+ * operators out: an operator's request is in the socket before the daemon gets to it.
  *
  * Writes to a peer that has gone away raise SIGPIPE: the process must ignore SIGPIPE (the
  * daemon does at start-up).
@@ -23,20 +29,23 @@
 
 #include <uv.h>
 
-#define HTTP_HEAD_MAX 8192u  /* bytes of request head read at most */
-#define HTTP_CONN_MAX 64u    /* connections served at once */
-#define HTTP_TIMEOUT_MS 5000 /* a connection's time to send its request and get the answer */
+#define HTTP_HEAD_MAX 8192u        /* bytes of request head read at most */
+#define HTTP_CONN_MAX 64u          /* connections served at once */
+#define HTTP_TIMEOUT_MS 5000       /* a connection's time to send its request and get the answer */
+#define HTTP_SHORT_TIMEOUT_MS 1000 /* the same when slots are short */
+#define HTTP_SLOW_MS 500           /* an answer not read for this long may be dropped for another */
 
 typedef struct http_server http_server_t;
 
-/* Builds a response for path (NUL-terminated, without the query string; borrowed for the call).
- * Returns 200 with *body an owned malloc'd buffer of *len bytes (the server frees it; NULL with
- * *len 0 is an empty body) and *content_type a string that outlives the response (a literal),
- * or 404. *body is NULL on entry and whatever it points to on return is freed by the server;
- * any other return value is answered 500. Called on the loop thread for GET and HEAD (the body
- * of a HEAD response is dropped); the handler must not close the server. */
-typedef int (*http_handler_cb)(void *arg, const char *path, char **body, size_t *len,
-                               const char **content_type);
+/* Builds a response for path (NUL-terminated, without the query string) and query (the bytes
+ * after '?', NUL-terminated, "" without one; both borrowed for the call). Returns 200 with *body
+ * an owned malloc'd buffer of *len bytes (the server frees it; NULL with *len 0 is an empty body)
+ * and *content_type a string that outlives the response (a literal), or 404. *body is NULL on
+ * entry and whatever it points to on return is freed by the server; any other return value is
+ * answered 500. Called on the loop thread for GET and HEAD (the body of a HEAD response is
+ * dropped); the handler must not close the server. */
+typedef int (*http_handler_cb)(void *arg, const char *path, const char *query, char **body,
+                               size_t *len, const char **content_type);
 
 /* Answers POST on the registered path. query is the text after '?' (NUL-terminated, "" without
  * one; not decoded), borrowed for the call. Returns an HTTP status (200, 400, 404 or 409; any
@@ -83,7 +92,8 @@ typedef struct http_request {
     size_t method_len;
     const char *path; /* the request target up to '?' (the query is not part of it) */
     size_t path_len;
-    const char *query; /* the target after '?' (NULL without one); not NUL-terminated */
+    const char *query; /* the target after the first '?' (excluded), or NULL without one; not
+                          NUL-terminated */
     size_t query_len;
     int version_minor; /* x in HTTP/1.x */
     size_t head_len;   /* bytes up to and including the blank line that ends the head */

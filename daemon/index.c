@@ -333,8 +333,10 @@ index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned ma
 {
     index_entry_t *e = ix->lru_head;
 
+    /* a leased chunk with a disk copy may leave RAM: its lease keeps the disk copy */
     for (unsigned n = 0; e != NULL && n < max_scan; n++, e = e->lru_next)
-        if (e->pins == 0 && !index_leased(e, now_ms) && (e->flags & flags) == flags)
+        if (e->pins == 0 && (!index_leased(e, now_ms) || (e->flags & INDEX_F_DISK)) &&
+            (e->flags & flags) == flags)
             return e;
     return NULL;
 }

@@ -129,8 +129,10 @@ static inline bool index_leased(const index_entry_t *e, uint64_t now_ms)
     return e->lease_until_ms > now_ms;
 }
 
-/* The least recent RAM leaf that is neither leased nor pinned, scanning at most max_scan leaves
- * from the cold end; NULL when none qualifies. */
+/* The least recent RAM leaf that is not pinned, and not leased unless it has a disk copy (a
+ * lease guarantees that a load finds the chunk, not that RAM holds it: evicting the RAM copy of a
+ * chunk that is on disk loses nothing, and a lease on it holds no RAM), scanning at most max_scan
+ * leaves from the cold end; NULL when none qualifies. */
 index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan);
 
 /* Same, among the leaves that have every one of flags (INDEX_F_*). */

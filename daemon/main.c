@@ -70,7 +70,7 @@ static void usage(FILE *f)
                "Signals: SIGHUP reloads the configuration, SIGTERM or SIGINT stops gracefully.\n");
 }
 
-static int status_handler(void *arg, const char *path, char **body, size_t *len,
+static int status_handler(void *arg, const char *path, const char *query, char **body, size_t *len,
                           const char **content_type)
 {
     daemon_t *d = arg;
@@ -79,7 +79,7 @@ static int status_handler(void *arg, const char *path, char **body, size_t *len,
         return 404; /* stopping: the server is gone, the socket closes next */
     if (strcmp(path, "/status") == 0) {
         *content_type = "application/json";
-        return stats_status_json(d->server, body, len) == 0 ? 200 : 500;
+        return stats_status_json_query(d->server, query, body, len) == 0 ? 200 : 500;
     }
     if (strcmp(path, "/metrics") == 0) {
         *content_type = "text/plain; version=0.0.4";

@@ -10,7 +10,11 @@
  * SAVE_BEGIN, SAVE_RESERVE) ask admission_decide(), which decides each save operation once for
  * all its ranks; an operation whose chunks all exist gets no decision and consumes no credit,
  * and SAVE_DATA of a declined operation stores nothing. Lookups that carry prompt info go
- * through the lookup-skip gate and feed its estimator; the gates' report lines are logged here.
+ * through the lookup-skip gate and feed its estimator; answered ones of rank 0 or of every rank
+ * also give the value policy its evidence (served estimate, regret through the ghost table, the
+ * reuse they show), once per engine request however many ranks look up. Tallies fold their
+ * token totals when a protocol 2 TALLY carries KVT_TALLY_TOKENS. The gates' report lines are
+ * logged here (the value policy's in admission.c).
  *
  * Loads (frames path): store_load_batch() reports every chunk once; RAM chunks arrive pinned and
  * their arena bytes are lent to ZeroMQ instead of copied (zcref.h: the chunk stays pinned until
@@ -40,6 +44,27 @@
 #include <string.h>
 #include <zmq.h>
 
+/* Finds or creates the namespace of a HELLO. A full table makes room by evicting the namespace
+ * no session declares that was declared least recently, with its chunks (ns.h); a namespace
+ * whose chunks are pinned stays, and the table stays full. */
+static int hello_declare(server_t *sv, const ns_ident_t *id, const char *model, ns_t **out)
+{
+    int rc = ns_declare(sv->nst, id, config_gates_for(sv->cfg, model), out);
+    store_drop_t d;
+    ns_t *victim;
+
+    if (rc != -ENOSPC || (victim = ns_victim(sv->nst)) == NULL)
+        return rc;
+    if (store_evict_ns(sv->store, victim, &d) != 0)
+        return -ENOSPC;
+    log_info("namespace_evicted",
+             "ns=\"%s\" id=%u chunks=%" PRIu64 " pinned=%" PRIu64 " for=\"%s\"", victim->model,
+             victim->id, d.chunks, d.pinned, model);
+    sv->counters.namespaces_evicted++;
+    ns_remove(sv->nst, victim);
+    return ns_declare(sv->nst, id, config_gates_for(sv->cfg, model), out);
+}
+
 static void do_hello(server_t *sv, const server_req_t *r)
 {
     session_t *s = r->session;
@@ -48,6 +73,14 @@ static void do_hello(server_t *sv, const server_req_t *r)
     bool replicated = (req->hdr.flags & KVT_HELLO_REPLICATED) != 0;
     char model[KVT_MODEL_MAX + 1];
     kvt_msg_t m = server__reply_to(&req->hdr, KVT_MSG_HELLO_OK);
+    const ns_ident_t id = {.model = h->model,
+                           .model_len = h->model_len,
+                           .revision = h->revision,
+                           .revision_len = h->revision_len,
+                           .fingerprint = h->layout_fp,
+                           .world = h->world,
+                           .replicated = replicated,
+                           .chunk_tokens = h->chunk_tokens};
     ns_t *ns;
     int rc;
 
@@ -61,16 +94,19 @@ static void do_hello(server_t *sv, const server_req_t *r)
     }
     memcpy(model, h->model, h->model_len);
     model[h->model_len] = '\0';
-    rc = ns_declare(sv->nst,
-                    &(ns_ident_t){.model = h->model,
-                                  .model_len = h->model_len,
-                                  .revision = h->revision,
-                                  .revision_len = h->revision_len,
-                                  .fingerprint = h->layout_fp,
-                                  .world = h->world,
-                                  .replicated = replicated,
-                                  .chunk_tokens = h->chunk_tokens},
-                    config_gates_for(sv->cfg, model), &ns);
+    /* the connection's own bound first: it is the more specific answer */
+    ns = ns_find(sv->nst, &id);
+    if ((ns == NULL || !session_has(s, ns->id)) &&
+        session_usage(s)->namespaces >= sessions_limits(sv->sessions)->namespaces) {
+        session_refused(sv->sessions, s, SESSION_BOUND_NAMESPACES);
+        server__reply_error(sv, r, KVT_WIRE_EBUSY,
+                            "hello: over server.session_max_namespaces (%u): this connection "
+                            "declared %u namespaces; use one connection per namespace",
+                            sessions_limits(sv->sessions)->namespaces,
+                            session_usage(s)->namespaces);
+        return;
+    }
+    rc = hello_declare(sv, &id, model, &ns);
     if (rc == -EEXIST) {
         server__reply_error(sv, r, KVT_WIRE_ECONFLICT,
                             "namespace %s/%016" PRIx64 " exists with another world, replication or "
@@ -78,8 +114,21 @@ static void do_hello(server_t *sv, const server_req_t *r)
                             model, h->layout_fp);
         return;
     }
-    if (rc != 0 || session_declare(s, ns->id) != 0) {
-        server__reply_error(sv, r, KVT_WIRE_EBUSY, "too many namespaces");
+    if (rc == -ENOSPC) {
+        session_refused(sv->sessions, s, SESSION_BOUND_MAX_NAMESPACES);
+        server__reply_error(sv, r, KVT_WIRE_EBUSY,
+                            "hello: namespace table full: server.max_namespaces (%u) namespaces "
+                            "are declared by connected clients; raise it, or stop the clients "
+                            "holding them (kvtierctl status lists them)",
+                            ns_max(sv->nst));
+        return;
+    }
+    if (rc != 0) {
+        server__reply_error(sv, r, KVT_WIRE_EBUSY, "hello: out of memory for a namespace");
+        return;
+    }
+    if (session_declare(sv->sessions, s, ns) != 0) { /* checked above: not reached */
+        server__reply_error(sv, r, KVT_WIRE_EBUSY, "hello: too many namespaces");
         return;
     }
     if (ns->chunks == 0 && ns->bytes == 0)
@@ -119,6 +168,21 @@ static void log_admission_report(const ns_t *ns)
              ns->model, st.probes, st.payoff, st.saved, st.skipped);
 }
 
+/* The store's answer to "is this chunk stored" for the value policy's walk through the ghost
+ * table (gates_lookup_value). */
+typedef struct {
+    store_t *store;
+    const ns_t *ns;
+    uint16_t rank;
+} lookup_stored_t;
+
+static bool lookup_stored_cb(void *arg, const kvt_wire_hash_t *h)
+{
+    const lookup_stored_t *ls = arg;
+
+    return store_find(ls->store, ls->ns, ls->rank, h) != NULL;
+}
+
 static void do_lookup(server_t *sv, const server_req_t *r)
 {
     ns_t *ns = r->ns;
@@ -130,6 +194,7 @@ static void do_lookup(server_t *sv, const server_req_t *r)
     uint64_t now = uv_now(sv->loop);
     kvt_msg_t m = server__reply_to(&req->hdr, KVT_MSG_LOOKUP_OK);
     size_t k, nranks = 0;
+    bool leased = false;
     uint32_t hit;
 
     if (!all && l->rank >= ns->world) {
@@ -148,22 +213,32 @@ static void do_lookup(server_t *sv, const server_req_t *r)
             memset(sv->rank_hits, 0, nranks * sizeof *sv->rank_hits);
         }
     } else if (all) {
-        hit = store_lookup_all(sv->store, ns, l->hashes, l->nhashes, lease, now, sv->rank_hits);
+        hit = store_lookup_all(sv->store, ns, l->hashes, l->nhashes, false, now, sv->rank_hits);
         nranks = ns->world;
     } else {
-        hit = store_lookup(sv->store, ns, l->rank, l->hashes, l->nhashes, lease, now);
+        hit = store_lookup(sv->store, ns, l->rank, l->hashes, l->nhashes, false, now);
     }
+    /* a lease within the held bounds (contract C3), or the hits without one */
+    if (lease && hit > 0 && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED))
+        leased = server__lease(sv, r, l->rank, l->hashes, hit, now);
     if (prompt && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED)) {
         uint64_t tokens = (uint64_t)hit * ns->chunk_tokens;
         if (gates_lookup_observe(ns->gates,
                                  gates_loadable(tokens, l->prompt_tokens, ns->chunk_tokens),
                                  l->hbm_tokens))
             log_skip_report(ns);
+        if (all || l->rank == 0) {
+            lookup_stored_t ls = {.store = sv->store, .ns = ns, .rank = 0};
+            gates_lookup_value(ns->gates, l->hashes, l->nhashes, hit, l->prompt_tokens,
+                               l->hbm_tokens, ns->chunk_tokens, lookup_stored_cb, &ls);
+        }
     }
     m.u.lookup_ok.hit = hit;
-    if (lease && hit > 0) {
+    if (leased) {
         m.hdr.flags |= KVT_LOOKUPR_LEASED;
         m.u.lookup_ok.lease_ms = sv->cfg->ram.lease_ms;
+    } else if (lease && hit > 0 && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED) && m.hdr.version >= 2) {
+        m.hdr.flags |= KVT_LOOKUPR_LEASE_CAPPED; /* protocol 2 only */
     }
     k = server__reply_head(sv, r->rid, &m);
     zmq_msg_init_size(&sv->out[k], nranks * 4);
@@ -247,10 +322,15 @@ static void do_load_shm(server_t *sv, const server_req_t *r)
     const kvt_load_t *l = &req->u.load;
     uint64_t deadline = uv_now(sv->loop) + sv->cfg->ram.shm_hold_ms;
     kvt_msg_t m = server__reply_to(&req->hdr, KVT_MSG_LOAD_OK);
+    store_cost_t cost;
     uint8_t *locs;
     size_t k, nparts;
 
     if (!shm_ok(sv, r))
+        return;
+    /* its load pins within the held bounds (contract C3) */
+    store_load_cost(sv->store, ns, l->rank, l->hashes, l->nhashes, uv_now(sv->loop), &cost);
+    if (!server__admit(sv, r, &(session_charge_t){0}, cost.ram_new_bytes))
         return;
     session_set_path(ss, SESSION_PATH_SHM);
     m.hdr.flags = KVT_LOADR_SHM;
@@ -269,7 +349,7 @@ static void do_load_shm(server_t *sv, const server_req_t *r)
         store_chunk_t *c = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
         kvt_wire_hash_t h;
         memcpy(&h, &l->hashes[i], sizeof h);
-        if (c == NULL)
+        if (c == NULL && server__may_read(sv, 1))
             store_promote(sv->store, ns, l->rank, &l->hashes[i]);
         if (c == NULL || session_pin(sv->sessions, ss, ns->id, l->rank, &h, c, deadline) != 0) {
             sv->status[i] = KVT_CHUNK_MISS;
@@ -361,6 +441,7 @@ static void do_load(server_t *sv, const server_req_t *r)
     const kvt_msg_t *req = r->m;
     const kvt_load_t *l = &req->u.load;
     server_deferred_t *d;
+    store_cost_t cost;
 
     if (l->rank >= ns->world) {
         server__reply_error(sv, r, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
@@ -371,6 +452,14 @@ static void do_load(server_t *sv, const server_req_t *r)
         return;
     }
     session_set_path(ss, SESSION_PATH_FRAMES);
+    /* its reply bytes, lent arena bytes and disk reads within the bounds (contract C3) */
+    store_load_cost(sv->store, ns, l->rank, l->hashes, l->nhashes, uv_now(sv->loop), &cost);
+    if (!server__admit(sv, r,
+                       &(session_charge_t){.reply_bytes = cost.ram_bytes + cost.copy_bytes,
+                                           .lent_bytes = cost.ram_new_bytes,
+                                           .disk_reads = cost.disk_reads},
+                       0))
+        return;
     d = server__defer(sv, r, (req->hdr.version >= 2 ? 2 : 1) + l->nhashes);
     if (d != NULL && load_init_parts(d, l->nhashes) != 0) {
         server__deferred_drop(d);
@@ -417,12 +506,19 @@ static void do_reserve(server_t *sv, const server_req_t *r)
     uint8_t *locs;
     bool full = false;
     size_t k, wanted;
+    uint64_t want_bytes = 0;
 
     if (!save_args_ok(sv, r) || !shm_ok(sv, r))
         return;
     session_set_path(ss, SESSION_PATH_SHM);
     wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
     admission_decide(sv->admission, ns, req, now, wanted, sv->status);
+    /* the reservations within the held bounds (contract C3) */
+    for (size_t i = 0; i < s->nhashes; i++)
+        if (sv->status[i] == KVT_CHUNK_WANTED)
+            want_bytes += kvt_get_u64(s->lengths + 8 * i);
+    if (!server__admit(sv, r, &(session_charge_t){0}, want_bytes))
+        return;
     m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
     k = server__reply_head(sv, r->rid, &m);
     zmq_msg_init_size(&sv->out[k + 1], s->nhashes * KVT_LOC_BYTES);
@@ -545,7 +641,16 @@ static void do_tally(server_t *sv, const server_req_t *r)
         reasons[nr].count = count;
         nr++;
     }
-    if (gates_tally(ns->gates, t->engine_id, t->paid_total, t->probes_total, reasons, nr))
+    if (gates_tally_fold(ns->gates,
+                         &(gates_tally_t){.engine_id = t->engine_id,
+                                          .paid_total = t->paid_total,
+                                          .probes_total = t->probes_total,
+                                          .has_tokens = req->hdr.version >= 2 &&
+                                                        (req->hdr.flags & KVT_TALLY_TOKENS) != 0,
+                                          .served_tokens_total = t->served_tokens_total,
+                                          .lookup_tokens_total = t->lookup_tokens_total,
+                                          .reasons = reasons,
+                                          .nreasons = nr}))
         log_admission_report(ns);
     gates_state(ns->gates, &st);
     m.u.tally_ok.payoff = st.payoff;
@@ -556,6 +661,13 @@ static void do_tally(server_t *sv, const server_req_t *r)
     m.u.tally_ok.gate_flags = (uint16_t)((gc->admission.enabled ? KVT_GATE_ADMISSION_ON : 0) |
                                          (gc->lookup_skip.enabled ? KVT_GATE_SKIP_ON : 0) |
                                          (st.load_bearing ? KVT_GATE_LOAD_BEARING : 0));
+    /* protocol 2 (not encoded in a protocol 1 reply) */
+    m.u.tally_ok.policy = (uint8_t)st.policy;
+    m.u.tally_ok.density = st.density;
+    m.u.tally_ok.served_tokens = st.served_tokens;
+    m.u.tally_ok.regret_tokens = st.regret_tokens;
+    m.u.tally_ok.written_tokens = st.written_tokens;
+    m.u.tally_ok.declined_tokens = st.declined_tokens;
     server__send(sv, server__reply_head(sv, r->rid, &m));
 }
 

@@ -12,6 +12,18 @@
  *
  * Replies are built in one scratch array of parts (sv->out) and sent as one multipart message;
  * a deferred reply keeps its own parts until it is sent, or dropped while the server closes.
+ *
+ * Bounds (contract C3, session.h). Only HELLO creates a session, and not beyond
+ * server.max_clients. A session's requests in flight are its deferred replies plus its replies
+ * still in ZeroMQ: the last part of every reply is wrapped in a ticket lent through a second
+ * zcref, whose return gives the reply's charge (a request, its bytes, the arena bytes it lent)
+ * back to the session. A request beyond server.max_in_flight, or whose cost (server__admit)
+ * would pass another bound, is answered EBUSY naming the bound. The ROUTER is
+ * ZMQ_ROUTER_MANDATORY, so a reply that cannot be queued is seen: a full queue (EAGAIN) stalls
+ * the session (its holds released, its requests dropped until its queued replies have left), a
+ * peer that is gone (EHOSTUNREACH) forgets it; both count in replies_dropped. The ROUTER's send
+ * high-water mark is server.max_in_flight + SERVER_HWM_SLACK, so a client within its window never
+ * meets it.
  * Shutdown stops intake (the ROUTER closes with linger 0, returning the loans of unsent
  * replies), then waits for the zero-copy loans (zcref) and for the store to drain before the
  * store, the sessions and the rest are freed.
@@ -32,12 +44,18 @@
 #include <string.h>
 
 #define SWEEP_MS 1000u
+#define SERVER_HWM_SLACK 64 /* replies beyond max_in_flight a queue takes (the EBUSY answers) */
 
 static void sweep_cb(uv_timer_t *t)
 {
     server_t *sv = t->data;
+    uint32_t gone;
 
     sessions_expire(sv->sessions, uv_now(sv->loop), sv->cfg->server.client_idle_ms);
+    store_disk_check(sv->store);
+    gone = ns_expire(sv->nst);
+    if (gone > 0)
+        log_debug("namespaces_expired", "count=%u left=%u", gone, ns_count(sv->nst));
 }
 
 /* --- replies --- */
@@ -69,12 +87,93 @@ uint32_t server__arena_gen(const server_t *sv)
     return store_arena_path(sv->store)[0] != '\0' ? 1 : 0;
 }
 
+/* A reply's charge, riding on its last part (see the opening comment). */
+typedef struct {
+    session_t *session;
+    session_charge_t charge;
+    zmq_msg_t inner; /* the part ZeroMQ sends (its bytes stay here until the ticket returns) */
+} ticket_t;
+
+static void ticket_release_cb(void *arg, void *obj)
+{
+    server_t *sv = arg;
+    ticket_t *t = obj;
+
+    zmq_msg_close(&t->inner); /* may return a chunk loan of its own (zcref) */
+    session_uncharge(sv->sessions, t->session, &t->charge);
+    free(t);
+}
+
+/* Wraps *last in a ticket charged to s with c. Without memory the reply goes uncharged. */
+static void ticket_attach(server_t *sv, session_t *s, const session_charge_t *c, zmq_msg_t *last)
+{
+    ticket_t *t = malloc(sizeof *t);
+
+    if (t == NULL)
+        return;
+    zmq_msg_init(&t->inner);
+    zmq_msg_move(&t->inner, last);
+    if (zcref_msg_init(sv->tickets, last, zmq_msg_data(&t->inner), zmq_msg_size(&t->inner), t) !=
+        0) {
+        zmq_msg_move(last, &t->inner);
+        zmq_msg_close(&t->inner);
+        free(t);
+        return;
+    }
+    t->session = s;
+    t->charge = *c;
+    session_charge(sv->sessions, s, c);
+}
+
+/* What a reply ZeroMQ refused means for its session: a queue that is full stalls it, a peer
+ * that is gone forgets it. */
+static void session_lost(server_t *sv, session_t *s, int rc)
+{
+    if (session_dead(s))
+        return;
+    if (rc == -EHOSTUNREACH) {
+        log_debug("client_gone", "in_flight=%u", session_usage(s)->in_flight);
+        sessions_forget(sv->sessions, s);
+    } else {
+        const session_usage_t *u = session_usage(s);
+        log_warn("client_stalled",
+                 "in_flight=%u reply_bytes=%" PRIu64 " action=dropping_requests_until_it_reads",
+                 u->in_flight, u->reply_bytes);
+        session_stall(sv->sessions, s);
+    }
+}
+
+/* Sends sv->out[0..n) charged to s (may be NULL) with lent arena bytes. */
+static void send_as(server_t *sv, session_t *s, uint64_t lent, size_t n)
+{
+    session_charge_t c = {.requests = 1, .lent_bytes = lent};
+    int rc;
+
+    for (size_t i = 1; i < n; i++)
+        c.reply_bytes += zmq_msg_size(&sv->out[i]);
+    sv->counters.bytes_sent += c.reply_bytes;
+    if (s != NULL && !session_dead(s))
+        ticket_attach(sv, s, &c, &sv->out[n - 1]);
+    rc = zsock_send(sv->zs, sv->out, n);
+    if (rc == 0)
+        return;
+    sv->counters.replies_dropped++;
+    if (s == NULL)
+        return;
+    session_reply_dropped(s);
+    if (rc != -EAGAIN && rc != -EHOSTUNREACH)
+        return;
+    if (sv->in_handler && s == sv->cur) {
+        if (sv->cur_lost != -EHOSTUNREACH)
+            sv->cur_lost = rc; /* acted on when the handler returns */
+    } else {
+        session_lost(sv, s, rc);
+    }
+}
+
 void server__send(server_t *sv, size_t n)
 {
-    for (size_t i = 1; i < n; i++)
-        sv->counters.bytes_sent += zmq_msg_size(&sv->out[i]);
-    if (zsock_send(sv->zs, sv->out, n) != 0)
-        sv->counters.replies_dropped++;
+    send_as(sv, sv->cur, 0, n);
 }
 
 size_t server__reply_head(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *m)
@@ -171,6 +270,12 @@ server_deferred_t *server__defer(server_t *sv, const server_req_t *r, size_t npa
     d->hdr = r->m->hdr;
     d->op_index = r->op_index;
     d->t0 = r->t0;
+    d->session = r->session;
+    d->charge = sv->pending;
+    d->charge.requests = 1;
+    sv->pending = (session_charge_t){0};
+    if (d->session != NULL)
+        session_charge(sv->sessions, d->session, &d->charge);
     d->nparts = nparts;
     for (size_t i = 0; i < nparts; i++)
         zmq_msg_init(&d->parts[i]);
@@ -184,6 +289,8 @@ static void deferred_free(server_deferred_t *d)
     for (size_t i = 0; i < d->nparts; i++)
         zmq_msg_close(&d->parts[i]);
     zmq_msg_close(&d->rid);
+    if (d->session != NULL)
+        session_uncharge(d->sv->sessions, d->session, &d->charge);
     d->sv->replies_deferred--;
     free(d);
 }
@@ -191,8 +298,13 @@ static void deferred_free(server_deferred_t *d)
 void server__deferred_reply(server_deferred_t *d, kvt_msg_t *m)
 {
     server_t *sv = d->sv;
+    session_t *s = d->session;
 
-    if (sv->zs != NULL) {
+    if (sv->zs != NULL && s != NULL && (session_dead(s) || session_stalled(s))) {
+        /* nobody to take it: its parts (loans, buffers) go now */
+        sv->counters.replies_dropped++;
+        session_reply_dropped(s);
+    } else if (sv->zs != NULL) {
         size_t k;
         m->hdr.version = d->hdr.version;
         m->hdr.req_id = d->hdr.req_id;
@@ -202,7 +314,7 @@ void server__deferred_reply(server_deferred_t *d, kvt_msg_t *m)
             zmq_msg_init(&sv->out[k + i]);
             zmq_msg_move(&sv->out[k + i], &d->parts[i]);
         }
-        server__send(sv, k + d->nparts);
+        send_as(sv, s, d->charge.lent_bytes, k + d->nparts);
         record_latency(sv, d->op_index, d->t0);
     }
     deferred_free(d);
@@ -212,6 +324,129 @@ void server__deferred_drop(server_deferred_t *d)
 {
     d->sv->deferred = false;
     deferred_free(d);
+}
+
+/* --- bounds (contract C3) --- */
+
+/* The figures of bound b for the message of an EBUSY answer. */
+static void bound_figures(const server_t *sv, const session_t *s, session_bound_t b,
+                          const session_charge_t *c, uint64_t held_extra, uint64_t *limit,
+                          uint64_t *have, uint64_t *want)
+{
+    const session_limits_t *l = sessions_limits(sv->sessions);
+    const session_usage_t *u = s != NULL ? session_usage(s) : NULL;
+    session_usage_t all;
+
+    sessions_usage(sv->sessions, uv_now(sv->loop), &all);
+    *want = 0;
+    switch (b) {
+    case SESSION_BOUND_IN_FLIGHT:
+        *limit = l->in_flight, *have = u ? u->in_flight : 0, *want = 1;
+        break;
+    case SESSION_BOUND_REPLY_BYTES:
+        *limit = l->reply_bytes, *have = u ? u->reply_bytes : 0, *want = c->reply_bytes;
+        break;
+    case SESSION_BOUND_MAX_REPLY_BYTES:
+        *limit = l->max_reply_bytes, *have = all.reply_bytes, *want = c->reply_bytes;
+        break;
+    case SESSION_BOUND_HELD:
+        *limit = l->held_bytes, *have = u ? session_usage_held(u) : 0;
+        *want = c->lent_bytes + held_extra;
+        break;
+    case SESSION_BOUND_MAX_HELD:
+        *limit = l->max_held_bytes, *have = session_usage_held(&all);
+        *want = c->lent_bytes + held_extra;
+        break;
+    case SESSION_BOUND_DISK_READS:
+        *limit = l->disk_reads, *have = u ? u->disk_reads : 0, *want = c->disk_reads;
+        break;
+    case SESSION_BOUND_MAX_DISK_READS:
+        *limit = sv->cfg->disk.max_reads_queued, *have = store_disk_reads(sv->store);
+        *want = c->disk_reads;
+        break;
+    case SESSION_BOUND_NAMESPACES:
+        *limit = l->namespaces, *have = u ? u->namespaces : 0, *want = 1;
+        break;
+    case SESSION_BOUND_CLIENTS:
+        *limit = l->max_sessions, *have = sessions_count(sv->sessions), *want = 1;
+        break;
+    default:
+        *limit = *have = 0;
+        break;
+    }
+}
+
+/* EBUSY for request r over bound b, counted. */
+static void refuse(server_t *sv, zmq_msg_t *rid, const kvt_hdr_t *req, session_t *s,
+                   session_bound_t b, const session_charge_t *c, uint64_t held_extra)
+{
+    static const session_charge_t none = {0};
+    uint64_t limit, have, want;
+
+    if (c == NULL)
+        c = &none;
+    bound_figures(sv, s, b, c, held_extra, &limit, &have, &want);
+    session_refused(sv->sessions, s, b);
+    reply_error(sv, rid, req, KVT_WIRE_EBUSY,
+                "%s: over %s (%" PRIu64 "): %s %" PRIu64 ", the request needs %" PRIu64,
+                kvt_msg_type_name(req->type), session_bound_key(b), limit,
+                b == SESSION_BOUND_MAX_REPLY_BYTES || b == SESSION_BOUND_MAX_HELD ||
+                        b == SESSION_BOUND_MAX_DISK_READS || b == SESSION_BOUND_CLIENTS
+                    ? "the daemon has"
+                    : "this client has",
+                have, want);
+}
+
+bool server__admit(server_t *sv, const server_req_t *r, const session_charge_t *c,
+                   uint64_t held_extra)
+{
+    session_charge_t cc = *c;
+    session_bound_t b = SESSION_BOUND_NONE;
+
+    cc.requests = 0;
+    if (r->session != NULL)
+        b = sessions_check(sv->sessions, r->session, uv_now(sv->loop), &cc, held_extra);
+    if (b != SESSION_BOUND_NONE) { /* count back what ZeroMQ is done with, and look again */
+        zcref_drain(sv->tickets);
+        zcref_drain(sv->zc);
+        b = sessions_check(sv->sessions, r->session, uv_now(sv->loop), &cc, held_extra);
+    }
+    if (b == SESSION_BOUND_NONE && !server__may_read(sv, cc.disk_reads))
+        b = SESSION_BOUND_MAX_DISK_READS;
+    if (b != SESSION_BOUND_NONE) {
+        refuse(sv, r->rid, &r->m->hdr, r->session, b, &cc, held_extra);
+        return false;
+    }
+    sv->pending = cc;
+    return true;
+}
+
+bool server__may_read(const server_t *sv, uint32_t n)
+{
+    uint32_t max = sv->cfg->disk.max_reads_queued;
+    uint32_t have = store_disk_reads(sv->store);
+
+    return n == 0 || (n <= max && have <= max - n);
+}
+
+bool server__lease(server_t *sv, const server_req_t *r, uint16_t rank, const kvt_wire_hash_t *h,
+                   uint32_t hit, uint64_t now_ms)
+{
+    static const session_charge_t none = {0};
+    uint64_t cost = store_lease_cost(sv->store, r->ns, rank, h, hit, now_ms);
+
+    if (cost > 0 && r->session != NULL &&
+        sessions_check(sv->sessions, r->session, now_ms, &none, cost) != SESSION_BOUND_NONE) {
+        zcref_drain(sv->tickets);
+        if (sessions_check(sv->sessions, r->session, now_ms, &none, cost) != SESSION_BOUND_NONE) {
+            sv->counters.leases_capped++;
+            return false;
+        }
+    }
+    store_lease(sv->store, r->ns, rank, h, hit, now_ms);
+    if (r->session != NULL)
+        session_lease(sv->sessions, r->session, cost, now_ms + sv->cfg->ram.lease_ms);
+    return true;
 }
 
 /* --- intake --- */
@@ -240,6 +475,7 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     zmq_msg_t *rid = &parts[0];
     uint64_t now = uv_now(sv->loop);
     server_req_t r = {.rid = rid, .t0 = uv_hrtime()};
+    session_t *s = NULL;
     kvt_msg_t req;
     int rc;
 
@@ -252,45 +488,80 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     rc = kvt_msg_decode(sv->frames, nparts - 1, &sv->lim, &req);
     if (rc == 0 && truncated)
         rc = KVT_WIRE_ETOOBIG;
+    if (rc == 0) {
+        /* Only HELLO makes a session; other requests of an unknown client go on without one. */
+        bool hello = req.hdr.type == KVT_MSG_HELLO;
+        int g = sessions_get(sv->sessions, zmq_msg_data(rid), zmq_msg_size(rid), now, hello, &s);
+        if (g == -EBUSY) {
+            refuse(sv, rid, &req.hdr, NULL, SESSION_BOUND_CLIENTS, NULL, 0);
+            return;
+        }
+        if (hello && s == NULL) {
+            reply_error(sv, rid, &req.hdr, KVT_WIRE_EBUSY, "hello: out of memory for sessions");
+            return;
+        }
+    }
+    sv->cur = s; /* replies from here on are charged to s */
     if (rc != 0) {
         reply_error(sv, rid, &req.hdr, rc, "%s: %s%s", kvt_msg_type_name(req.hdr.type),
                     kvt_wire_strerror(rc), truncated ? " (too many frames)" : "");
-        return;
+        goto out;
+    }
+    if (s != NULL && session_stalled(s)) {
+        /* it does not read its replies: this one would only queue behind them */
+        sv->counters.replies_dropped++;
+        session_reply_dropped(s);
+        goto out;
     }
     r.m = &req;
     r.op = op_find(req.hdr.type, &r.op_index);
     if (r.op == NULL) {
         reply_error(sv, rid, &req.hdr, KVT_WIRE_EUNSUPP, "%s is not a request",
                     kvt_msg_type_name(req.hdr.type));
-        return;
+        goto out;
     }
     if (sv->draining && starts_save(req.hdr.type)) {
         reply_error(sv, rid, &req.hdr, KVT_WIRE_EBUSY,
                     "%s: the daemon is stopping and takes no new saves",
                     kvt_msg_type_name(req.hdr.type));
-        return;
+        goto out;
     }
-    r.session = sessions_get(sv->sessions, zmq_msg_data(rid), zmq_msg_size(rid), now);
-    if (r.session == NULL) {
-        reply_error(sv, rid, &req.hdr, KVT_WIRE_EBUSY, "out of memory for sessions");
-        return;
+    if (s != NULL && session_usage(s)->in_flight >= sessions_limits(sv->sessions)->in_flight)
+        zcref_drain(sv->tickets); /* replies ZeroMQ is done with may not be counted back yet */
+    if (s != NULL && session_usage(s)->in_flight >= sessions_limits(sv->sessions)->in_flight) {
+        refuse(sv, rid, &req.hdr, s, SESSION_BOUND_IN_FLIGHT, NULL, 0);
+        goto out;
     }
+    r.session = s;
     if (r.op->needs_ns) {
-        r.ns = session_has(r.session, req.hdr.ns_id) ? ns_get(sv->nst, req.hdr.ns_id) : NULL;
+        r.ns = s != NULL && session_has(s, req.hdr.ns_id) ? ns_get(sv->nst, req.hdr.ns_id) : NULL;
         if (r.ns == NULL) {
             reply_error(sv, rid, &req.hdr, KVT_WIRE_ENONS,
                         "namespace %u was not declared by this client (send hello first)",
                         req.hdr.ns_id);
-            return;
+            goto out;
         }
     }
+    if (s != NULL)
+        session_ref(s); /* the handler may forget it (a reply to a peer that is gone) */
+    sv->in_handler = true;
+    sv->cur_lost = 0;
     r.op->handler(sv, &r);
+    sv->in_handler = false;
+    sv->pending = (session_charge_t){0};
     if (r.op->ns_timed) {
-        sv->counters.ns_lookup[r.ns->id].sum_us += (uv_hrtime() - r.t0) / 1000;
-        sv->counters.ns_lookup[r.ns->id].count++;
+        r.ns->lookup_us += (uv_hrtime() - r.t0) / 1000;
+        r.ns->lookups++;
     }
     if (!sv->deferred)
         record_latency(sv, r.op_index, r.t0);
+    if (s != NULL) {
+        if (sv->cur_lost != 0)
+            session_lost(sv, s, sv->cur_lost);
+        session_unref(sv->sessions, s);
+    }
+out:
+    sv->cur = NULL;
 }
 
 /* --- lifecycle --- */
@@ -300,6 +571,21 @@ static void zc_release_cb(void *arg, void *obj)
     server_t *sv = arg;
 
     store_unpin(sv->store, obj);
+}
+
+/* The bounds of contract C3 from the config (session.h). */
+static void session_limits(const config_t *cfg, session_limits_t *l)
+{
+    double cap = (double)cfg->ram.capacity_bytes;
+
+    *l = (session_limits_t){.max_sessions = cfg->server.max_clients,
+                            .in_flight = cfg->server.max_in_flight,
+                            .namespaces = cfg->server.session_max_namespaces,
+                            .reply_bytes = cfg->server.session_reply_bytes,
+                            .max_reply_bytes = cfg->server.max_reply_bytes,
+                            .held_bytes = (uint64_t)(cap * cfg->ram.session_held_share),
+                            .max_held_bytes = (uint64_t)(cap * cfg->ram.max_held_share),
+                            .disk_reads = cfg->disk.session_max_reads};
 }
 
 /* Frees what server_new made (any part may be missing). The ZeroMQ socket and the timer are
@@ -325,6 +611,7 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
 {
     server_t *sv = calloc(1, sizeof *sv);
     size_t maxc = cfg->server.max_chunks_per_request;
+    session_limits_t limits;
     int rc = -ENOMEM;
 
     if (sv == NULL)
@@ -341,7 +628,7 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     sv->rank_hits = calloc(KVT_WORLD_MAX, sizeof *sv->rank_hits);
     sv->offs = calloc(maxc, sizeof *sv->offs);
     sv->lens = calloc(maxc, sizeof *sv->lens);
-    sv->nst = ns_table_new();
+    sv->nst = ns_table_new(cfg->server.max_namespaces);
     sv->admission = admission_new();
     if (sv->counters.op_latency == NULL || sv->out == NULL || sv->frames == NULL ||
         sv->status == NULL || sv->rank_hits == NULL || sv->offs == NULL || sv->lens == NULL ||
@@ -353,21 +640,26 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
                   cfg->ram.arena_path, cfg->ram.capacity_bytes, strerror(-rc));
         goto fail;
     }
-    sv->sessions = sessions_new(cfg->server.max_clients, sv->store);
+    session_limits(cfg, &limits);
+    sv->sessions = sessions_new(&limits, sv->store, sv->nst);
     if (sv->sessions == NULL) {
         rc = -ENOMEM;
         goto fail;
     }
     rc = zsock_new(loop, zctx, cfg->server.endpoint, maxc + 3,
-                   (int64_t)(cfg->ram.max_chunk_bytes + 65536), recv_cb, sv, &sv->zs);
+                   (int64_t)(cfg->ram.max_chunk_bytes + 65536),
+                   (int)cfg->server.max_in_flight + SERVER_HWM_SLACK, recv_cb, sv, &sv->zs);
     if (rc != 0) {
         log_error("bind", "endpoint=%s error=\"%s\"", cfg->server.endpoint, zmq_strerror(-rc));
         goto fail;
     }
     sv->zc = zcref_new(loop, zc_release_cb, sv);
-    if (sv->zc == NULL) {
+    sv->tickets = sv->zc != NULL ? zcref_new(loop, ticket_release_cb, sv) : NULL;
+    if (sv->tickets == NULL) {
         rc = -ENOMEM;
         zsock_close(&sv->zs); /* its handles close when the caller runs the loop */
+        if (sv->zc != NULL)   /* frees itself in its close callbacks (no loan is out) */
+            zcref_close(&sv->zc, NULL, NULL);
         goto fail;
     }
     /* After the bind: a daemon that cannot bind never touches the disk directory. Recovery runs
@@ -426,10 +718,11 @@ void server_close(server_t **psv)
     if (sv == NULL)
         return;
     zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
-    sv->close_waits = 3;
+    sv->close_waits = 4;
     uv_close((uv_handle_t *)&sv->drain_timer, drain_closed_cb);
     store_close(sv->store, store_closed_cb, sv);
     zcref_close(&sv->zc, zc_closed_cb, sv);
+    zcref_close(&sv->tickets, zc_closed_cb, sv);
     *psv = NULL;
 }
 
@@ -497,9 +790,10 @@ void server_reconfigure(server_t *sv)
 {
     uint64_t sweep_ms;
 
-    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
-        ns_t *ns = ns_get(sv->nst, id);
-        gates_set_cfg(ns->gates, config_gates_for(sv->cfg, ns->model));
+    for (uint32_t slot = 0; slot < NS_MAX; slot++) {
+        ns_t *ns = ns_at(sv->nst, slot);
+        if (ns != NULL)
+            gates_set_cfg(ns->gates, config_gates_for(sv->cfg, ns->model));
     }
     sweep_ms = sv->cfg->ram.shm_hold_ms / 4 < SWEEP_MS ? sv->cfg->ram.shm_hold_ms / 4 : SWEEP_MS;
     if (sweep_ms != sv->sweep_ms) {
@@ -513,19 +807,20 @@ int server_drop_ns(server_t *sv, const char *model, const char *revision, server
 {
     int matched = 0;
 
-    for (uint32_t id = 1; id <= ns_count(sv->nst); id++) {
-        ns_t *ns = ns_get(sv->nst, id);
-        server_drops_t *c = &sv->counters.ns_drops[id];
+    for (uint32_t slot = 0; slot < NS_MAX; slot++) {
+        ns_t *ns = ns_at(sv->nst, slot);
+        uint32_t id;
         store_drop_t d;
 
-        if (strcmp(ns->model, model) != 0 ||
+        if (ns == NULL || strcmp(ns->model, model) != 0 ||
             (revision != NULL && strcmp(ns->revision, revision) != 0))
             continue;
+        id = ns->id;
         if (store_drop_ns(sv->store, ns, &d) != 0)
             return -ENOMEM;
-        c->drops++;
-        c->chunks += d.chunks;
-        c->bytes += d.bytes;
+        ns->drops++;
+        ns->drop_chunks += d.chunks;
+        ns->drop_bytes += d.bytes;
         log_info("drop",
                  "ns=\"%s\" revision=\"%s\" id=%u chunks=%" PRIu64 " bytes=%" PRIu64
                  " ram_chunks=%" PRIu64 " disk_chunks=%" PRIu64 " pinned=%" PRIu64,

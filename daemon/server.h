@@ -3,11 +3,13 @@
  * requests through one operation table (requests.c) to the store and the gates, and the
  * server's counters.
  *
- * Every request gets exactly one reply: its *_OK, or ERROR with a wire code and a text. A
- * session is one client connection (one ROUTER routing id); it remembers the namespaces the
- * client declared with HELLO, and requests naming any other namespace are refused (ENONS).
+ * Every request gets exactly one reply: its *_OK, or ERROR with a wire code and a text, unless
+ * the client cannot take it (its queue is full: the session is stalled, session.h). A session is
+ * one client connection (one ROUTER routing id), made by its first HELLO; it remembers the
+ * namespaces the client declared, and requests naming any other namespace are refused (ENONS).
  * Sessions idle for server.client_idle_ms are forgotten; at most server.max_clients are kept
- * (the least recently active is forgotten first).
+ * (a HELLO beyond them is refused with EBUSY). Every session's resources are bounded (contract
+ * C3, session.h): a request over a bound is refused with EBUSY naming it.
  *
  * The status documents are not built here: stats.c reads the server's counters and the engines
  * it owns through server_view() and renders them.
@@ -93,12 +95,13 @@ typedef enum {
     SERVER_ERR_COUNT
 } server_err_t;
 
+/* A sum and a count of microseconds (the LOOKUP service time of a namespace, ns_t keeps it). */
 typedef struct {
     uint64_t sum_us;
     uint64_t count;
 } server_timing_t;
 
-/* Drops of one namespace (server_drop_ns). */
+/* Drops of one namespace (server_drop_ns), as status shows them (ns_t keeps them). */
 typedef struct {
     uint64_t drops;  /* drop requests that matched it */
     uint64_t chunks; /* chunks they removed */
@@ -107,15 +110,17 @@ typedef struct {
 
 /* The server's own counters. */
 typedef struct {
-    uint64_t requests;                     /* messages received, well-formed or not */
-    uint64_t bytes_received;               /* SAVE_DATA payload bytes */
-    uint64_t bytes_sent;                   /* reply bytes (every part after the routing id) */
-    uint64_t bytes_committed;              /* payload bytes published through the shared arena */
-    uint64_t replies_dropped;              /* replies ZeroMQ refused (the peer's queue was full) */
-    uint64_t errors[SERVER_ERR_COUNT];     /* ERROR replies by class */
-    hist_t *op_latency;                    /* service time per request type: server_op_count() */
-    server_timing_t ns_lookup[NS_MAX + 1]; /* LOOKUP service time per namespace id */
-    server_drops_t ns_drops[NS_MAX + 1];   /* drops per namespace id */
+    uint64_t requests;                 /* messages received, well-formed or not */
+    uint64_t bytes_received;           /* SAVE_DATA payload bytes */
+    uint64_t bytes_sent;               /* reply bytes (every part after the routing id) */
+    uint64_t bytes_committed;          /* payload bytes published through the shared arena */
+    uint64_t replies_dropped;          /* replies not delivered: ZeroMQ refused them (the peer's
+                                          queue was full, or the peer was gone), or the session
+                                          was stalled or forgotten before they were sent */
+    uint64_t errors[SERVER_ERR_COUNT]; /* ERROR replies by class */
+    hist_t *op_latency;                /* service time per request type: server_op_count() */
+    uint64_t leases_capped;            /* lookups answered without the lease they asked for */
+    uint64_t namespaces_evicted;       /* namespaces dropped with their chunks to make room */
 } server_counters_t;
 
 /* The request types of the operation table, in its order (the order of status "ops"). */

@@ -62,6 +62,15 @@ struct server {
     int close_waits;           /* zcref, store and drain timer closings still running */
     bool deferred;             /* the request being handled replies later */
     uint64_t replies_deferred; /* deferred replies alive */
+
+    /* Contract C3 (session.h): every reply to a session is charged to it until ZeroMQ is done
+     * with it. The last part of each reply is lent to ZeroMQ through `tickets`, whose return
+     * (on the loop) gives the charge back. */
+    zcref_t *tickets;
+    session_t *cur;           /* the session of the request being handled, or NULL */
+    bool in_handler;          /* recv_cb is running a handler for cur */
+    int cur_lost;             /* a reply to cur failed: 0, -EAGAIN (stall) or -EHOSTUNREACH */
+    session_charge_t pending; /* what server__admit() accepted, for the next server__defer() */
 };
 
 typedef struct server_op server_op_t;
@@ -92,14 +101,35 @@ extern const server_op_t server__ops[];
 extern const size_t server__nops;
 
 /* Protocol 2 feature bits (KVT_FEAT_*) this daemon implements; HELLO_OK answers the subset a
- * client offers. Checksums, token tallies and arena generation checks each add their bit when
- * they are in place. */
-#define SERVER_FEATURES 0ull
+ * client offers. Checksums and arena generation checks each add their bit when they are in
+ * place; the gates fold token tallies (TOKENS). */
+#define SERVER_FEATURES (KVT_FEAT_TOKENS)
 
 /* The arena generation HELLO_OK and ARENA_OK announce: 0 without a shared arena; otherwise 1,
  * since every start creates the arena anew (generations start counting when the arena can
  * survive a restart). */
 uint32_t server__arena_gen(const server_t *sv);
+
+/* --- bounds of contract C3 (server.c) ---
+ *
+ * server__admit: whether request r may take c (reply bytes, lent bytes and disk reads of a
+ * deferred reply; c->requests is ignored: intake counted the request already) plus held_extra
+ * new held bytes (shared-memory pins or reservations) within its session's and the daemon's
+ * bounds. When not, the request is answered EBUSY with a text naming the bound and its figures,
+ * counted (server.refused), and false is returned: the handler returns at once. When it may,
+ * c is remembered and the next server__defer() of this request carries it.
+ *
+ * server__lease: leases the prefix h[0..hit) of rank (or KVT_RANK_ALL) for r's session when its
+ * cost stays within the held bounds, and charges it; returns false (nothing leased, counted in
+ * server.leases_capped) otherwise. A prefix that is leased already costs nothing.
+ *
+ * server__may_read: whether n more disk reads stay within disk.max_reads_queued (for reads no
+ * reply waits for: background promotions). */
+bool server__admit(server_t *sv, const server_req_t *r, const session_charge_t *c,
+                   uint64_t held_extra);
+bool server__lease(server_t *sv, const server_req_t *r, uint16_t rank, const kvt_wire_hash_t *h,
+                   uint32_t hit, uint64_t now_ms);
+bool server__may_read(const server_t *sv, uint32_t n);
 
 /* --- replies (server.c) --- */
 
@@ -123,7 +153,10 @@ size_t server__reply_head(server_t *sv, zmq_msg_t *rid, const kvt_msg_t *m);
 /* Initialises p with a copy of len bytes. */
 void server__part_bytes(zmq_msg_t *p, const void *data, size_t len);
 
-/* Sends sv->out[0..n) as one reply and counts its bytes. */
+/* Sends sv->out[0..n) as one reply and counts its bytes; the reply is charged to the session of
+ * the request being handled (sv->cur) until ZeroMQ is done with it. A reply ZeroMQ refuses is
+ * counted in replies_dropped: a full queue stalls the session, a peer that is gone forgets it
+ * (after the handler returns). */
 void server__send(server_t *sv, size_t n);
 
 /* ERROR with code and a printf text, counted by class and logged at debug. */
@@ -150,6 +183,8 @@ typedef struct {
     kvt_hdr_t hdr;
     size_t op_index;
     uint64_t t0;
+    session_t *session;      /* charged with `charge` until the reply is sent or dropped */
+    session_charge_t charge; /* a request in flight plus what server__admit() accepted */
     size_t nparts;
     zmq_msg_t parts[]; /* initialised empty (zmq_msg_init) */
 } server_deferred_t;
@@ -157,7 +192,8 @@ typedef struct {
 /* NULL on allocation failure (nothing changed: reply at once). */
 server_deferred_t *server__defer(server_t *sv, const server_req_t *r, size_t nparts);
 
-/* Sends m (its req_id and ns_id are the request's) and the parts; frees d. */
+/* Sends m (its req_id and ns_id are the request's) and the parts; frees d. A reply whose session
+ * was forgotten or stalled meanwhile is dropped instead (counted in replies_dropped). */
 void server__deferred_reply(server_deferred_t *d, kvt_msg_t *m);
 
 void server__deferred_drop(server_deferred_t *d);

@@ -1,16 +1,30 @@
 /*
- * session.c - client sessions and their arena holds (see session.h).
+ * session.c - client sessions, their holds, charges and bounds (see session.h).
  *
  * Design: sessions live in a chained hash table keyed by routing id and on one activity list
- * (head = least recently active), so forgetting the oldest and expiring idle ones are O(1) per
- * session. Holds are a per-session array searched linearly from a cursor that follows request
- * order (commits and releases arrive in the order their reservations and pins were made, so a
- * search is usually one step); holds of a session are few (at most the chunks of its requests
- * in flight).
+ * (head = least recently active), so expiring idle ones is O(1) per session. Holds are a
+ * per-session array searched linearly from a cursor that follows request order (commits and
+ * releases arrive in the order their reservations and pins were made, so a search is usually one
+ * step); holds of a session are few (at most the chunks of its requests in flight).
+ *
+ * Accounting is incremental: every counter of session_usage_t is kept per session and summed in
+ * the table as it changes, so checking a bound is O(1) on the request path. Lease costs are kept
+ * in rings of (expiry, bytes) buckets, one per session and one for the table (leases outlive the
+ * session that took them): every lease lasts ram.lease_ms, so expiries arrive in order and a
+ * bucket per SESSION_LEASE_BUCKET_MS bounds a ring to lease_ms / bucket + 1 entries.
+ *
+ * Reference counting: the table holds one reference on each session it lists, every charge one
+ * more. A forgotten session is unlinked at once (holds released, namespaces undeclared, flagged
+ * dead) and freed with its last reference; the table's sums keep its charges until they return.
+ *
  * Threads: loop thread only.
+ * Invariants: the table's usage sums equal the sums over its sessions, listed or dead, except
+ * leased_bytes (the table's ring keeps the costs of forgotten sessions until they expire); a dead
+ * session holds no reservation, pin, lease cost or namespace.
  */
 #include "session.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +41,15 @@ typedef struct {
     uint64_t deadline_ms;
 } hold_t;
 
+/* Lease costs by expiry, oldest first (a ring). */
+typedef struct {
+    struct lease_bucket {
+        uint64_t until_ms;
+        uint64_t bytes;
+    } * b;
+    size_t head, n, cap;
+} lease_ring_t;
+
 struct session {
     session_t *hnext;
     session_t *prev, *next;
@@ -35,22 +58,113 @@ struct session {
     uint32_t ns[SESSION_NS_MAX];
     int nns;
     uint8_t path;
+    bool dead;
+    bool stalled;
+    uint32_t refs;
     hold_t *holds;
     size_t nholds, cap, cursor;
+    session_usage_t use;
+    lease_ring_t leases;
+    uint64_t refused;
+    uint64_t replies_dropped;
     size_t idlen;
     uint8_t id[SESSION_ID_MAX];
 };
 
 struct sessions {
     store_t *store;
+    ns_table_t *nst;
+    session_limits_t lim;
     session_t **buckets;
     uint32_t nbuckets;
-    uint32_t max;
     uint32_t n;
     session_t *head, *tail;
-    uint64_t reserved_bytes;
-    uint64_t pinned_bytes;
+    session_usage_t use; /* every session's, dead ones included; leases: see lease_ring */
+    lease_ring_t leases; /* every lease cost still running */
+    uint64_t charges;    /* charges out (references other than the table's) */
+    sessions_counters_t counters;
 };
+
+static const struct {
+    const char *key, *name;
+} bounds[SESSION_BOUND_COUNT] = {
+    [SESSION_BOUND_NONE] = {"", "none"},
+    [SESSION_BOUND_CLIENTS] = {"server.max_clients", "clients"},
+    [SESSION_BOUND_IN_FLIGHT] = {"server.max_in_flight", "in_flight"},
+    [SESSION_BOUND_NAMESPACES] = {"server.session_max_namespaces", "namespaces"},
+    [SESSION_BOUND_MAX_NAMESPACES] = {"server.max_namespaces", "max_namespaces"},
+    [SESSION_BOUND_REPLY_BYTES] = {"server.session_reply_bytes", "reply_bytes"},
+    [SESSION_BOUND_MAX_REPLY_BYTES] = {"server.max_reply_bytes", "max_reply_bytes"},
+    [SESSION_BOUND_HELD] = {"ram.session_held_share", "held_bytes"},
+    [SESSION_BOUND_MAX_HELD] = {"ram.max_held_share", "max_held_bytes"},
+    [SESSION_BOUND_DISK_READS] = {"disk.session_max_reads", "disk_reads"},
+    [SESSION_BOUND_MAX_DISK_READS] = {"disk.max_reads_queued", "max_disk_reads"},
+};
+
+const char *session_bound_key(session_bound_t b)
+{
+    return b < SESSION_BOUND_COUNT ? bounds[b].key : "";
+}
+
+const char *session_bound_name(session_bound_t b)
+{
+    return b < SESSION_BOUND_COUNT ? bounds[b].name : "none";
+}
+
+/* --- lease rings --- */
+
+/* Drops the buckets that expired by now_ms; returns the bytes they held. */
+static uint64_t ring_expire(lease_ring_t *r, uint64_t now_ms)
+{
+    uint64_t gone = 0;
+
+    while (r->n > 0 && r->b[r->head].until_ms <= now_ms) {
+        gone += r->b[r->head].bytes;
+        r->head = (r->head + 1) % r->cap;
+        r->n--;
+    }
+    return gone;
+}
+
+/* Adds bytes expiring at until_ms, rounded down to a bucket: a cost never outlives its lease
+ * (a client that waited for its leases to end finds its bound free), at the price of a bound
+ * that new leases may pass by one bucket's worth for the bucket's time. 0 or -ENOMEM. */
+static int ring_add(lease_ring_t *r, uint64_t bytes, uint64_t until_ms)
+{
+    uint64_t until = until_ms / SESSION_LEASE_BUCKET_MS * SESSION_LEASE_BUCKET_MS;
+
+    if (r->n > 0) {
+        struct lease_bucket *tail = &r->b[(r->head + r->n - 1) % r->cap];
+        if (tail->until_ms >= until) { /* same bucket, or earlier after a reload shortened
+                                          ram.lease_ms: the cost then outlives its lease */
+            tail->bytes += bytes;
+            return 0;
+        }
+    }
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 8;
+        struct lease_bucket *nb = malloc(cap * sizeof *nb);
+        if (nb == NULL)
+            return -ENOMEM;
+        for (size_t i = 0; i < r->n; i++)
+            nb[i] = r->b[(r->head + i) % r->cap];
+        free(r->b);
+        r->b = nb;
+        r->cap = cap;
+        r->head = 0;
+    }
+    r->b[(r->head + r->n) % r->cap] = (struct lease_bucket){.until_ms = until, .bytes = bytes};
+    r->n++;
+    return 0;
+}
+
+static void session_leases_expire(sessions_t *t, session_t *s, uint64_t now_ms)
+{
+    s->use.leased_bytes -= ring_expire(&s->leases, now_ms);
+    t->use.leased_bytes -= ring_expire(&t->leases, now_ms);
+}
+
+/* --- the table --- */
 
 static uint32_t id_hash(const uint8_t *id, size_t len)
 {
@@ -61,16 +175,19 @@ static uint32_t id_hash(const uint8_t *id, size_t len)
     return h;
 }
 
-sessions_t *sessions_new(uint32_t max, store_t *store)
+sessions_t *sessions_new(const session_limits_t *limits, store_t *store, ns_table_t *nst)
 {
     sessions_t *t = calloc(1, sizeof *t);
 
     if (t == NULL)
         return NULL;
     t->store = store;
-    t->max = max;
+    t->nst = nst;
+    t->lim = *limits;
+    if (t->lim.namespaces == 0 || t->lim.namespaces > SESSION_NS_MAX)
+        t->lim.namespaces = SESSION_NS_MAX;
     t->nbuckets = 1;
-    while (t->nbuckets < max && t->nbuckets < (1u << 20))
+    while (t->nbuckets < t->lim.max_sessions && t->nbuckets < (1u << 20))
         t->nbuckets <<= 1;
     t->buckets = calloc(t->nbuckets, sizeof *t->buckets);
     if (t->buckets == NULL) {
@@ -80,15 +197,18 @@ sessions_t *sessions_new(uint32_t max, store_t *store)
     return t;
 }
 
-static void hold_end(sessions_t *t, hold_t *h)
+static void hold_end(sessions_t *t, session_t *s, hold_t *h)
 {
     if (h->kind == HOLD_RESERVE) {
         store_unreserve(t->store, h->off, h->len);
-        t->reserved_bytes -= h->len;
+        s->use.reserved_bytes -= h->len;
+        t->use.reserved_bytes -= h->len;
         if (h->chunk != NULL)
             store_unpin(t->store, h->chunk);
     } else {
-        t->pinned_bytes -= store_chunk_len(h->chunk);
+        uint64_t len = store_chunk_len(h->chunk);
+        s->use.pinned_bytes -= len;
+        t->use.pinned_bytes -= len;
         store_unpin(t->store, h->chunk); /* may free the entry */
     }
 }
@@ -99,6 +219,15 @@ static void hold_remove(session_t *s, size_t i)
     s->holds[i] = s->holds[--s->nholds];
     if (s->cursor > s->nholds)
         s->cursor = 0;
+}
+
+/* Ends every hold of s. */
+static void holds_release(sessions_t *t, session_t *s)
+{
+    for (size_t i = 0; i < s->nholds; i++)
+        hold_end(t, s, &s->holds[i]);
+    s->nholds = 0;
+    s->cursor = 0;
 }
 
 static void list_unlink(sessions_t *t, session_t *s)
@@ -125,6 +254,29 @@ static void list_append(sessions_t *t, session_t *s)
     t->tail = s;
 }
 
+static void session_free(session_t *s)
+{
+    free(s->holds);
+    free(s->leases.b);
+    free(s);
+}
+
+void session_ref(session_t *s)
+{
+    s->refs++;
+}
+
+void session_unref(sessions_t *t, session_t *s)
+{
+    (void)t;
+    assert(s->refs > 0);
+    if (--s->refs == 0) {
+        assert(s->dead);
+        session_free(s);
+    }
+}
+
+/* Unlinks s from the table, releases what it holds and drops the table's reference. */
 static void session_drop(sessions_t *t, session_t *s)
 {
     session_t **pp = &t->buckets[id_hash(s->id, s->idlen) & (t->nbuckets - 1)];
@@ -132,12 +284,22 @@ static void session_drop(sessions_t *t, session_t *s)
     while (*pp != s)
         pp = &(*pp)->hnext;
     *pp = s->hnext;
+    s->hnext = NULL;
     list_unlink(t, s);
-    for (size_t i = 0; i < s->nholds; i++)
-        hold_end(t, &s->holds[i]);
+    holds_release(t, s);
+    for (int i = 0; i < s->nns; i++) {
+        ns_t *ns = ns_get(t->nst, s->ns[i]);
+        if (ns != NULL)
+            ns_undeclare(ns);
+    }
+    t->use.namespaces -= (uint32_t)s->nns;
+    s->use.namespaces = 0;
+    s->nns = 0;
+    /* its lease costs stay in the table's ring: the leases run on in the index */
+    s->use.leased_bytes = 0;
+    s->dead = true;
     t->n--;
-    free(s->holds);
-    free(s);
+    session_unref(t, s);
 }
 
 void sessions_destroy(sessions_t **pt)
@@ -148,30 +310,38 @@ void sessions_destroy(sessions_t **pt)
         return;
     while (t->head != NULL)
         session_drop(t, t->head);
+    assert(t->charges == 0); /* the server returned every charge before (zcref, store drained) */
+    free(t->leases.b);
     free(t->buckets);
     free(t);
     *pt = NULL;
 }
 
-session_t *sessions_get(sessions_t *t, const void *id, size_t len, uint64_t now_ms)
+int sessions_get(sessions_t *t, const void *id, size_t len, uint64_t now_ms, bool create,
+                 session_t **out)
 {
-    uint32_t b = id_hash(id, len) & (t->nbuckets - 1);
+    uint32_t b;
     session_t *s;
 
+    *out = NULL;
     if (len == 0 || len > SESSION_ID_MAX)
-        return NULL;
+        return -EINVAL;
+    b = id_hash(id, len) & (t->nbuckets - 1);
     for (s = t->buckets[b]; s != NULL; s = s->hnext)
         if (s->idlen == len && memcmp(s->id, id, len) == 0)
             break;
     if (s == NULL) {
-        if (t->n >= t->max && t->head != NULL)
-            session_drop(t, t->head);
+        if (!create)
+            return -ENOENT;
+        if (t->n >= t->lim.max_sessions)
+            return -EBUSY; /* established sessions are not forgotten for a newcomer */
         s = calloc(1, sizeof *s);
         if (s == NULL)
-            return NULL;
+            return -ENOMEM;
         memcpy(s->id, id, len);
         s->idlen = len;
         s->created_ms = now_ms;
+        s->refs = 1;
         s->hnext = t->buckets[b];
         t->buckets[b] = s;
         t->n++;
@@ -180,23 +350,36 @@ session_t *sessions_get(sessions_t *t, const void *id, size_t len, uint64_t now_
     }
     list_append(t, s);
     s->last_ms = now_ms;
-    return s;
+    *out = s;
+    return 0;
 }
 
 void sessions_expire(sessions_t *t, uint64_t now_ms, uint64_t idle_ms)
 {
-    while (t->head != NULL && now_ms - t->head->last_ms > idle_ms)
+    while (t->head != NULL && now_ms - t->head->last_ms > idle_ms) {
+        t->counters.expired++;
         session_drop(t, t->head);
+    }
+    t->use.leased_bytes -= ring_expire(&t->leases, now_ms);
     for (session_t *s = t->head; s != NULL; s = s->next) {
+        s->use.leased_bytes -= ring_expire(&s->leases, now_ms);
         for (size_t i = 0; i < s->nholds;) {
             if (s->holds[i].deadline_ms <= now_ms) {
-                hold_end(t, &s->holds[i]);
+                hold_end(t, s, &s->holds[i]);
                 hold_remove(s, i);
             } else {
                 i++;
             }
         }
     }
+}
+
+void sessions_forget(sessions_t *t, session_t *s)
+{
+    if (s->dead)
+        return;
+    t->counters.peers_gone++;
+    session_drop(t, s);
 }
 
 uint32_t sessions_count(const sessions_t *t)
@@ -206,21 +389,172 @@ uint32_t sessions_count(const sessions_t *t)
 
 uint64_t sessions_reserved_bytes(const sessions_t *t)
 {
-    return t->reserved_bytes;
+    return t->use.reserved_bytes;
 }
 
 uint64_t sessions_pinned_bytes(const sessions_t *t)
 {
-    return t->pinned_bytes;
+    return t->use.pinned_bytes;
 }
 
-int session_declare(session_t *s, uint32_t ns)
+void sessions_usage(const sessions_t *t, uint64_t now_ms, session_usage_t *out)
 {
-    if (session_has(s, ns))
+    const lease_ring_t *r = &t->leases;
+
+    *out = t->use;
+    /* the sweep expires buckets once a second or more often: leave out those past already */
+    for (size_t i = 0; i < r->n; i++) {
+        const struct lease_bucket *lb = &r->b[(r->head + i) % r->cap];
+        if (lb->until_ms > now_ms)
+            break;
+        out->leased_bytes -= lb->bytes;
+    }
+}
+
+const sessions_counters_t *sessions_counters(const sessions_t *t)
+{
+    return &t->counters;
+}
+
+const session_limits_t *sessions_limits(const sessions_t *t)
+{
+    return &t->lim;
+}
+
+/* --- bounds and charges --- */
+
+static bool over(uint64_t have, uint64_t add, uint64_t limit)
+{
+    return limit != 0 && (add > limit || have > limit - add);
+}
+
+session_bound_t sessions_check(sessions_t *t, session_t *s, uint64_t now_ms,
+                               const session_charge_t *c, uint64_t held_extra)
+{
+    const session_limits_t *l = &t->lim;
+    uint64_t held = c->lent_bytes + held_extra;
+
+    session_leases_expire(t, s, now_ms);
+    if (c->requests > 0 && over(s->use.in_flight, c->requests, l->in_flight))
+        return SESSION_BOUND_IN_FLIGHT;
+    if (c->reply_bytes > 0 && over(s->use.reply_bytes, c->reply_bytes, l->reply_bytes))
+        return SESSION_BOUND_REPLY_BYTES;
+    if (c->reply_bytes > 0 && over(t->use.reply_bytes, c->reply_bytes, l->max_reply_bytes))
+        return SESSION_BOUND_MAX_REPLY_BYTES;
+    if (held > 0 && over(session_usage_held(&s->use), held, l->held_bytes))
+        return SESSION_BOUND_HELD;
+    if (held > 0 && over(session_usage_held(&t->use), held, l->max_held_bytes))
+        return SESSION_BOUND_MAX_HELD;
+    if (c->disk_reads > 0 && over(s->use.disk_reads, c->disk_reads, l->disk_reads))
+        return SESSION_BOUND_DISK_READS;
+    return SESSION_BOUND_NONE;
+}
+
+void session_refused(sessions_t *t, session_t *s, session_bound_t b)
+{
+    if (b < SESSION_BOUND_COUNT)
+        t->counters.refused[b]++;
+    if (s != NULL)
+        s->refused++;
+}
+
+static void usage_add(session_usage_t *u, const session_charge_t *c)
+{
+    u->in_flight += c->requests;
+    u->reply_bytes += c->reply_bytes;
+    u->lent_bytes += c->lent_bytes;
+    u->disk_reads += c->disk_reads;
+}
+
+static void usage_sub(session_usage_t *u, const session_charge_t *c)
+{
+    assert(u->in_flight >= c->requests && u->reply_bytes >= c->reply_bytes &&
+           u->lent_bytes >= c->lent_bytes && u->disk_reads >= c->disk_reads);
+    u->in_flight -= c->requests;
+    u->reply_bytes -= c->reply_bytes;
+    u->lent_bytes -= c->lent_bytes;
+    u->disk_reads -= c->disk_reads;
+}
+
+void session_charge(sessions_t *t, session_t *s, const session_charge_t *c)
+{
+    usage_add(&s->use, c);
+    usage_add(&t->use, c);
+    t->charges++;
+    session_ref(s);
+}
+
+void session_uncharge(sessions_t *t, session_t *s, const session_charge_t *c)
+{
+    usage_sub(&s->use, c);
+    usage_sub(&t->use, c);
+    t->charges--;
+    if (s->stalled && s->use.in_flight == 0)
+        s->stalled = false; /* everything it had queued has left: serve it again */
+    session_unref(t, s);
+}
+
+/* Records bytes in r; when the ring cannot grow they join its newest bucket (they then expire
+ * later, never earlier). false when they could not be recorded at all. */
+static bool ring_record(lease_ring_t *r, uint64_t bytes, uint64_t until_ms)
+{
+    if (ring_add(r, bytes, until_ms) == 0)
+        return true;
+    if (r->n == 0)
+        return false;
+    r->b[(r->head + r->n - 1) % r->cap].bytes += bytes;
+    return true;
+}
+
+void session_lease(sessions_t *t, session_t *s, uint64_t bytes, uint64_t until_ms)
+{
+    if (bytes == 0)
+        return;
+    if (ring_record(&s->leases, bytes, until_ms))
+        s->use.leased_bytes += bytes;
+    if (ring_record(&t->leases, bytes, until_ms))
+        t->use.leased_bytes += bytes;
+}
+
+void session_stall(sessions_t *t, session_t *s)
+{
+    if (s->stalled || s->dead)
+        return;
+    s->stalled = true;
+    t->counters.stalls++;
+    holds_release(t, s);
+}
+
+bool session_stalled(const session_t *s)
+{
+    return s->stalled;
+}
+
+bool session_dead(const session_t *s)
+{
+    return s->dead;
+}
+
+void session_reply_dropped(session_t *s)
+{
+    s->replies_dropped++;
+}
+
+const session_usage_t *session_usage(const session_t *s)
+{
+    return &s->use;
+}
+
+int session_declare(sessions_t *t, session_t *s, ns_t *ns)
+{
+    if (session_has(s, ns->id))
         return 0;
-    if (s->nns == SESSION_NS_MAX)
+    if ((uint32_t)s->nns >= t->lim.namespaces)
         return -ENOSPC;
-    s->ns[s->nns++] = ns;
+    s->ns[s->nns++] = ns->id;
+    s->use.namespaces++;
+    t->use.namespaces++;
+    ns_declared(t->nst, ns);
     return 0;
 }
 
@@ -236,6 +570,8 @@ void session_set_path(session_t *s, session_path_t path)
 {
     s->path = (uint8_t)path;
 }
+
+/* --- shared-memory holds --- */
 
 static hold_t *hold_new(session_t *s)
 {
@@ -293,7 +629,8 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
         return -ENOMEM;
     x->off = off;
     x->len = len;
-    t->reserved_bytes += len;
+    s->use.reserved_bytes += len;
+    t->use.reserved_bytes += len;
     return 0;
 }
 
@@ -310,7 +647,8 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     *len = x->len;
     if (x->chunk != NULL)
         store_unpin(t->store, x->chunk);
-    t->reserved_bytes -= x->len;
+    s->use.reserved_bytes -= x->len;
+    t->use.reserved_bytes -= x->len;
     hold_remove(s, (size_t)i);
     return 0;
 }
@@ -318,9 +656,13 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
 int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                 store_chunk_t *c, uint64_t deadline_ms)
 {
+    uint64_t len;
+
     if (hold_add(t, s, HOLD_PIN, ns, rank, h, c, deadline_ms) == NULL)
         return -ENOMEM;
-    t->pinned_bytes += store_chunk_len(c);
+    len = store_chunk_len(c);
+    s->use.pinned_bytes += len;
+    t->use.pinned_bytes += len;
     return 0;
 }
 
@@ -330,36 +672,90 @@ int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const
 
     if (i < 0)
         return 0;
-    hold_end(t, &s->holds[i]);
+    hold_end(t, s, &s->holds[i]);
     hold_remove(s, (size_t)i);
     return 1;
 }
 
-size_t sessions_info(const sessions_t *t, uint64_t now_ms, session_info_t *out, size_t max)
+/* --- status --- */
+
+static void info_fill(const session_t *s, uint64_t now_ms, session_info_t *o)
 {
     static const char digits[] = "0123456789abcdef";
+    uint64_t expired = 0;
+
+    for (size_t i = 0; i < s->idlen; i++) {
+        o->id[2 * i] = digits[s->id[i] >> 4];
+        o->id[2 * i + 1] = digits[s->id[i] & 15];
+    }
+    o->id[2 * s->idlen] = '\0';
+    o->data_path = (session_path_t)s->path;
+    o->nnamespaces = (size_t)s->nns;
+    memcpy(o->namespaces, s->ns, (size_t)s->nns * sizeof s->ns[0]);
+    o->idle_ms = now_ms - s->last_ms;
+    o->age_ms = now_ms - s->created_ms;
+    o->use = s->use;
+    for (size_t i = 0; i < s->leases.n; i++) {
+        const struct lease_bucket *lb = &s->leases.b[(s->leases.head + i) % s->leases.cap];
+        if (lb->until_ms > now_ms)
+            break;
+        expired += lb->bytes;
+    }
+    o->use.leased_bytes -= expired;
+    o->reserved_bytes = s->use.reserved_bytes;
+    o->pinned_bytes = s->use.pinned_bytes;
+    o->held_bytes = session_usage_held(&o->use);
+    o->stalled = s->stalled;
+    o->refused = s->refused;
+    o->replies_dropped = s->replies_dropped;
+}
+
+size_t sessions_info(const sessions_t *t, uint64_t now_ms, session_info_t *out, size_t max)
+{
     size_t n = 0;
 
-    for (const session_t *s = t->tail; s != NULL && n < max; s = s->prev, n++) {
-        session_info_t *o = &out[n];
+    for (const session_t *s = t->tail; s != NULL && n < max; s = s->prev, n++)
+        info_fill(s, now_ms, &out[n]);
+    return n;
+}
 
-        for (size_t i = 0; i < s->idlen; i++) {
-            o->id[2 * i] = digits[s->id[i] >> 4];
-            o->id[2 * i + 1] = digits[s->id[i] & 15];
-        }
-        o->id[2 * s->idlen] = '\0';
-        o->data_path = (session_path_t)s->path;
-        o->nnamespaces = (size_t)s->nns;
-        memcpy(o->namespaces, s->ns, (size_t)s->nns * sizeof s->ns[0]);
-        o->idle_ms = now_ms - s->last_ms;
-        o->age_ms = now_ms - s->created_ms;
-        o->reserved_bytes = o->pinned_bytes = 0;
-        for (size_t i = 0; i < s->nholds; i++) {
-            if (s->holds[i].kind == HOLD_RESERVE)
-                o->reserved_bytes += s->holds[i].len;
-            else
-                o->pinned_bytes += store_chunk_len(s->holds[i].chunk);
-        }
+/* Orders sessions by what they hold: held + reply bytes, then disk reads, then in flight. */
+static int weigh(const session_usage_t *a, const session_usage_t *b)
+{
+    uint64_t wa = session_usage_held(a) + a->reply_bytes,
+             wb = session_usage_held(b) + b->reply_bytes;
+
+    if (wa != wb)
+        return wa > wb ? 1 : -1;
+    if (a->disk_reads != b->disk_reads)
+        return a->disk_reads > b->disk_reads ? 1 : -1;
+    if (a->in_flight != b->in_flight)
+        return a->in_flight > b->in_flight ? 1 : -1;
+    return 0;
+}
+
+size_t sessions_top(const sessions_t *t, uint64_t now_ms, session_info_t *out, size_t max)
+{
+    const session_t *top[64];
+    size_t n = 0;
+
+    if (max > sizeof top / sizeof top[0])
+        max = sizeof top / sizeof top[0];
+    for (const session_t *s = t->tail; s != NULL && max > 0; s = s->prev) {
+        size_t i;
+        if (session_usage_held(&s->use) + s->use.reply_bytes + s->use.disk_reads +
+                s->use.in_flight ==
+            0)
+            continue; /* holds nothing: not a consumer */
+        if (n == max && weigh(&s->use, &top[n - 1]->use) <= 0)
+            continue;
+        if (n < max)
+            n++;
+        for (i = n - 1; i > 0 && weigh(&s->use, &top[i - 1]->use) > 0; i--)
+            top[i] = top[i - 1];
+        top[i] = s;
     }
+    for (size_t i = 0; i < n; i++)
+        info_fill(top[i], now_ms, &out[i]);
     return n;
 }

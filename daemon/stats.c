@@ -71,6 +71,8 @@
 #include <unistd.h>
 
 #define STATS_SESSIONS_MAX 256  /* sessions listed in status, most recently active first */
+#define STATS_TOP_SESSIONS 8    /* the largest consumers, listed apart */
+#define STATS_NS_PAGE 64        /* namespaces per status document (?namespaces=OFFSET pages) */
 #define STATS_METRICS_NS_MAX 32 /* namespaces exported in /metrics (the largest by bytes) */
 #define STATS_LABELS_MAX 1024   /* bytes of the labels of one metric line */
 #define STATS_NAME_MAX 160      /* bytes of a family name */
@@ -100,6 +102,21 @@ typedef struct {
     server_config_state_t st;
 } stats_config_t;
 
+/* The configured bounds of contract C3 (session.h), as status shows them. */
+typedef struct {
+    uint32_t max_clients, max_in_flight, session_max_namespaces, max_namespaces;
+    uint64_t session_reply_bytes, max_reply_bytes, session_held_bytes, max_held_bytes;
+    uint32_t session_max_reads, max_reads_queued;
+} stats_limits_t;
+
+/* Which namespaces a status document lists (slot order). */
+typedef struct {
+    uint32_t total;  /* namespaces that exist */
+    uint32_t offset; /* of the first one listed */
+    uint32_t shown;
+    uint32_t next; /* the offset of the next page, 0 when this is the last */
+} stats_page_t;
+
 typedef struct {
     const char *version;
     double uptime_s;
@@ -114,14 +131,22 @@ typedef struct {
     uint32_t namespaces_declared, namespaces_exported;
     server_counters_t server; /* a copy; its op_latency pointer is not followed */
     stats_config_t config;
+    session_usage_t usage; /* every session's holds and charges */
+    uint64_t held_bytes;
+    sessions_counters_t scount;
+    stats_limits_t limits;
+    uint64_t namespaces_removed;
     session_info_t *sessions; /* every session, most recently active first */
     size_t nsessions, nsessions_listed;
+    session_info_t *top; /* the largest consumers */
+    size_t ntop;
     stats_op_t *ops;
     size_t nops;
     stats_ns_t *namespaces;
     size_t nnamespaces;
     stats_ns_t *ns_metrics; /* the exported namespaces, most bytes first */
     size_t nns_metrics;
+    stats_page_t page;
 } stats_doc_t;
 
 static void doc_free(stats_doc_t *d)
@@ -129,6 +154,7 @@ static void doc_free(stats_doc_t *d)
     if (d == NULL)
         return;
     free(d->sessions);
+    free(d->top);
     free(d->ops);
     free(d->namespaces);
     free(d->ns_metrics);
@@ -153,11 +179,13 @@ static int ns_by_bytes(const void *a, const void *b)
     return x->ns.id < y->ns.id ? -1 : x->ns.id > y->ns.id;
 }
 
-static stats_doc_t *doc_take(const server_t *sv)
+/* A snapshot; "namespaces" lists at most max of them from offset on (slot order). */
+static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
 {
     stats_doc_t *d = calloc(1, sizeof *d);
+    const session_limits_t *lim;
     server_view_t v;
-    uint32_t nns, nsess;
+    uint32_t nns, nsess, seen = 0;
 
     if (d == NULL)
         return NULL;
@@ -166,9 +194,12 @@ static stats_doc_t *doc_take(const server_t *sv)
     nsess = sessions_count(v.sessions);
     d->sessions = calloc(nsess > 0 ? nsess : 1, sizeof *d->sessions);
     d->ops = calloc(server_op_count(), sizeof *d->ops);
-    d->namespaces = calloc(nns > 0 ? nns : 1, sizeof *d->namespaces);
+    d->top = calloc(STATS_TOP_SESSIONS, sizeof *d->top);
+    d->namespaces =
+        calloc(max < nns ? (max > 0 ? max : 1) : (nns > 0 ? nns : 1), sizeof *d->namespaces);
     d->ns_metrics = calloc(nns > 0 ? nns : 1, sizeof *d->ns_metrics);
-    if (d->sessions == NULL || d->ops == NULL || d->namespaces == NULL || d->ns_metrics == NULL) {
+    if (d->sessions == NULL || d->top == NULL || d->ops == NULL || d->namespaces == NULL ||
+        d->ns_metrics == NULL) {
         doc_free(d);
         return NULL;
     }
@@ -188,6 +219,22 @@ static stats_doc_t *doc_take(const server_t *sv)
         .path = v.config->path, .log_level = (int)v.cfg->log.level, .st = *v.config};
     d->nsessions = sessions_info(v.sessions, v.now_ms, d->sessions, nsess);
     d->nsessions_listed = d->nsessions < STATS_SESSIONS_MAX ? d->nsessions : STATS_SESSIONS_MAX;
+    d->ntop = sessions_top(v.sessions, v.now_ms, d->top, STATS_TOP_SESSIONS);
+    sessions_usage(v.sessions, v.now_ms, &d->usage);
+    d->held_bytes = session_usage_held(&d->usage);
+    d->scount = *sessions_counters(v.sessions);
+    lim = sessions_limits(v.sessions);
+    d->limits = (stats_limits_t){.max_clients = lim->max_sessions,
+                                 .max_in_flight = lim->in_flight,
+                                 .session_max_namespaces = lim->namespaces,
+                                 .max_namespaces = ns_max(v.namespaces),
+                                 .session_reply_bytes = lim->reply_bytes,
+                                 .max_reply_bytes = lim->max_reply_bytes,
+                                 .session_held_bytes = lim->held_bytes,
+                                 .max_held_bytes = lim->max_held_bytes,
+                                 .session_max_reads = lim->disk_reads,
+                                 .max_reads_queued = v.cfg->disk.max_reads_queued};
+    d->namespaces_removed = ns_removed(v.namespaces);
     d->nops = server_op_count();
     for (size_t i = 0; i < d->nops; i++) {
         const hist_t *h = &v.counters->op_latency[i];
@@ -198,20 +245,30 @@ static stats_doc_t *doc_take(const server_t *sv)
                                  .max_us = hist_max(h),
                                  .hist = h};
     }
-    for (uint32_t id = 1; id <= nns; id++) {
-        const ns_t *ns = ns_get(v.namespaces, id);
-        const server_timing_t *lt = &v.counters->ns_lookup[id];
-        stats_ns_t *o = &d->namespaces[d->nnamespaces++];
+    d->page = (stats_page_t){.total = nns, .offset = offset};
+    for (uint32_t slot = 0; slot < NS_MAX; slot++) {
+        const ns_t *ns = ns_at(v.namespaces, slot);
+        stats_ns_t o;
 
-        o->ns = *ns;
-        o->cfg = *gates_cfg(ns->gates);
-        gates_state(ns->gates, &o->gates);
-        o->mean_lookup_us = lt->count ? (double)lt->sum_us / (double)lt->count : 0.0;
-        o->lookup = *lt;
-        o->drops = v.counters->ns_drops[id];
+        if (ns == NULL)
+            continue;
+        o = (stats_ns_t){
+            .ns = *ns,
+            .cfg = *gates_cfg(ns->gates),
+            .mean_lookup_us = ns->lookups ? (double)ns->lookup_us / (double)ns->lookups : 0.0,
+            .lookup = {.sum_us = ns->lookup_us, .count = ns->lookups},
+            .drops = {.drops = ns->drops, .chunks = ns->drop_chunks, .bytes = ns->drop_bytes}};
+        gates_state(ns->gates, &o.gates);
         if (utf8(ns->model) && utf8(ns->revision))
-            d->ns_metrics[d->nns_metrics++] = *o;
+            d->ns_metrics[d->nns_metrics++] = o;
+        if (seen++ < offset)
+            continue;
+        if (d->nnamespaces < max)
+            d->namespaces[d->nnamespaces++] = o;
+        else if (d->page.next == 0)
+            d->page.next = offset + (uint32_t)d->nnamespaces;
     }
+    d->page.shown = (uint32_t)d->nnamespaces;
     qsort(d->ns_metrics, d->nns_metrics, sizeof *d->ns_metrics, ns_by_bytes);
     if (d->nns_metrics > STATS_METRICS_NS_MAX)
         d->nns_metrics = STATS_METRICS_NS_MAX;
@@ -317,6 +374,7 @@ struct stats_field {
 
 static const char *const disk_state_words[] = {"off", "unavailable", "ok", "degraded", NULL};
 static const char *const data_path_words[] = {"none", "frames", "shm", NULL};
+static const char *const fault_op_words[] = {"", "write", "read", "segment", NULL};
 
 static bool tier_open(const void *base)
 {
@@ -382,6 +440,14 @@ static const stats_field_t ram_fields[] = {
         "Arena bytes reserved by shared-memory saves not committed yet."),
     NUM(D, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
         "Bytes of chunks pinned by shared-memory loads not released yet."),
+    RAMV("nospace_held", counts.nospace_held, COUNTER, NULL,
+         "Chunks refused for lack of room because leases, pins or reservations held it."),
+    NUM(D, "leased_bytes", T_U64, usage.leased_bytes, GAUGE, "bytes",
+        "Bytes leased by lookups, until the leases expire (in 100 ms steps)."),
+    NUM(D, "lent_bytes", T_U64, usage.lent_bytes, GAUGE, "bytes",
+        "Arena bytes of load replies lent to ZeroMQ (pinned until sent)."),
+    NUM(D, "held_bytes", T_U64, held_bytes, GAUGE, "bytes",
+        "Leased, pinned, lent and reserved bytes: what eviction cannot take."),
 };
 
 static const stats_field_t recovery_fields[] = {
@@ -465,8 +531,17 @@ static const stats_field_t disk_fields[] = {
      .type = T_ERRNO,
      .off = offsetof(D, disk.tier.last_error),
      .kind = INFO,
-     .help = "The error of the last failed flush.",
+     .help = "The error of the last fault: a failed flush or read, a segment truncated or deleted.",
      .when = tier_open},
+    {.key = "last_error_op",
+     .type = T_WORD,
+     .off = offsetof(D, disk.tier.last_error_op),
+     .kind = INFO,
+     .help = "What last_error is of: \"\", \"write\", \"read\" or \"segment\".",
+     .words = fault_op_words,
+     .when = tier_open},
+    DISK("segment_faults", segment_faults, COUNTER, NULL,
+         "Segment files found truncated or deleted under the daemon."),
     DISK("reclaimed_segments", reclaimed_segments, COUNTER, NULL,
          "Segments reclaimed (oldest first) to make room."),
     DISK("reclaims_deferred_by_leases", busy_reclaims, COUNTER, NULL,
@@ -547,12 +622,102 @@ static const stats_field_t session_fields[] = {
         "Arena bytes its shared-memory saves reserved."),
     NUM(session_info_t, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
         "Bytes of chunks its shared-memory loads pinned."),
+    /* the metrics carry these as server.usage (which counts forgotten sessions' charges too) */
+    NUM(session_info_t, "in_flight", T_U32, use.in_flight, GAUGE, NULL,
+        "Its requests in flight: deferred replies and replies queued in ZeroMQ.",
+        .no_metric = true),
+    NUM(session_info_t, "reply_bytes", T_U64, use.reply_bytes, GAUGE, "bytes",
+        "Bytes of those replies (heap copies and lent arena bytes).", .no_metric = true),
+    NUM(session_info_t, "lent_bytes", T_U64, use.lent_bytes, GAUGE, "bytes",
+        "Arena bytes of its load replies lent to ZeroMQ.", .no_metric = true),
+    NUM(session_info_t, "disk_reads", T_U32, use.disk_reads, GAUGE, NULL,
+        "Disk reads its loads wait for.", .no_metric = true),
+    NUM(session_info_t, "leased_bytes", T_U64, use.leased_bytes, GAUGE, "bytes",
+        "Bytes its lookups leased, until the leases expire.", .no_metric = true),
+    NUM(session_info_t, "held_bytes", T_U64, held_bytes, GAUGE, "bytes",
+        "Leased, pinned, lent and reserved bytes (ram.session_held_share bounds them).",
+        .no_metric = true),
+    NUM(session_info_t, "stalled", T_BOOL, stalled, GAUGE, NULL,
+        "Its queue was full: its requests are dropped until its queued replies left.",
+        .metric = "kvtier_server_sessions_stalled"),
+    NUM(session_info_t, "refused", T_U64, refused, COUNTER, NULL,
+        "Its requests refused with EBUSY over a bound.", .no_metric = true),
+    NUM(session_info_t, "replies_dropped", T_U64, replies_dropped, COUNTER, NULL,
+        "Replies to it that were not delivered.", .no_metric = true),
 };
 
 static const stats_field_t session_elem = ELEM(session_fields, "One session.");
 
 ITEMS(doc_sessions, stats_doc_t, sessions, nsessions_listed)
 ITEMS(doc_sessions_all, stats_doc_t, sessions, nsessions)
+ITEMS(doc_top, stats_doc_t, top, ntop)
+
+/* No elements: a collection that status lists and the metrics leave out. */
+static size_t no_items(const void *base, const void **first)
+{
+    (void)base;
+    *first = NULL;
+    return 0;
+}
+
+#define USE(k, t, m, kd, u, h, ...) NUM(D, k, t, usage.m, kd, u, h, __VA_ARGS__)
+
+/* The held bytes are in the metrics as ram.* (kvtier_ram_leased_bytes, ...). */
+static const stats_field_t usage_fields[] = {
+    USE("in_flight", T_U32, in_flight, GAUGE, NULL,
+        "Requests in flight: deferred replies and replies queued in ZeroMQ."),
+    USE("reply_bytes", T_U64, reply_bytes, GAUGE, "bytes",
+        "Bytes of those replies (server.max_reply_bytes bounds them)."),
+    USE("lent_bytes", T_U64, lent_bytes, GAUGE, "bytes", "Arena bytes of them lent to ZeroMQ.",
+        .no_metric = true),
+    USE("disk_reads", T_U32, disk_reads, GAUGE, NULL, "Disk reads that load replies wait for."),
+    USE("leased_bytes", T_U64, leased_bytes, GAUGE, "bytes", "Bytes under lookup leases.",
+        .no_metric = true),
+    USE("pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes", "Shared-memory load pins.",
+        .no_metric = true),
+    USE("reserved_bytes", T_U64, reserved_bytes, GAUGE, "bytes", "Shared-memory reservations.",
+        .no_metric = true),
+    NUM(D, "held_bytes", T_U64, held_bytes, GAUGE, "bytes",
+        "Leased, pinned, lent and reserved bytes (ram.max_held_share bounds them).",
+        .no_metric = true),
+    USE("namespaces", T_U32, namespaces, GAUGE, NULL, "Namespace declarations of sessions."),
+};
+
+#define LIM(k, t, m, u, h) NUM(D, k, t, limits.m, GAUGE, u, h)
+
+static const stats_field_t limits_fields[] = {
+    LIM("max_clients", T_U32, max_clients, NULL, "server.max_clients."),
+    LIM("max_in_flight", T_U32, max_in_flight, NULL, "server.max_in_flight (per session)."),
+    LIM("session_max_namespaces", T_U32, session_max_namespaces, NULL,
+        "server.session_max_namespaces."),
+    LIM("max_namespaces", T_U32, max_namespaces, NULL, "server.max_namespaces."),
+    LIM("session_reply_bytes", T_U64, session_reply_bytes, "bytes", "server.session_reply_bytes."),
+    LIM("max_reply_bytes", T_U64, max_reply_bytes, "bytes", "server.max_reply_bytes."),
+    LIM("session_held_bytes", T_U64, session_held_bytes, "bytes",
+        "ram.session_held_share x ram.capacity_bytes."),
+    LIM("max_held_bytes", T_U64, max_held_bytes, "bytes",
+        "ram.max_held_share x ram.capacity_bytes."),
+    LIM("session_max_reads", T_U32, session_max_reads, NULL, "disk.session_max_reads."),
+    LIM("max_reads_queued", T_U32, max_reads_queued, NULL, "disk.max_reads_queued."),
+};
+
+#define REF(k, b)                                                                                  \
+    NUM(D, k, T_U64, scount.refused[b], COUNTER, NULL,                                             \
+        "Requests refused with EBUSY over this bound.", .metric = "kvtier_server_refused_total",   \
+        .labels = "bound=\"" k "\"")
+
+static const stats_field_t refused_fields[] = {
+    REF("clients", SESSION_BOUND_CLIENTS),
+    REF("in_flight", SESSION_BOUND_IN_FLIGHT),
+    REF("namespaces", SESSION_BOUND_NAMESPACES),
+    REF("max_namespaces", SESSION_BOUND_MAX_NAMESPACES),
+    REF("reply_bytes", SESSION_BOUND_REPLY_BYTES),
+    REF("max_reply_bytes", SESSION_BOUND_MAX_REPLY_BYTES),
+    REF("held_bytes", SESSION_BOUND_HELD),
+    REF("max_held_bytes", SESSION_BOUND_MAX_HELD),
+    REF("disk_reads", SESSION_BOUND_DISK_READS),
+    REF("max_disk_reads", SESSION_BOUND_MAX_DISK_READS),
+};
 
 static const stats_field_t server_fields[] = {
     NUM(D, "clients", T_U32, clients, GAUGE, NULL, "Sessions remembered."),
@@ -565,13 +730,14 @@ static const stats_field_t server_fields[] = {
     NUM(D, "bytes_committed", T_U64, server.bytes_committed, COUNTER, "bytes",
         "Payload bytes published through the shared arena."),
     NUM(D, "replies_dropped", T_U64, server.replies_dropped, COUNTER, NULL,
-        "Replies ZeroMQ refused because the client's queue was full."),
+        "Replies not delivered: the client's queue was full or it was gone, or its session was "
+        "stalled or forgotten first."),
     NUM(D, "save_ops_remembered", T_U32, save_ops_remembered, GAUGE, NULL,
         "Save operations whose admission decision is remembered for their other ranks."),
     NUM(D, "draining", T_BOOL, draining, GAUGE, NULL,
         "A stop has begun: saves are refused while the requests in flight finish."),
     NUM(D, "namespaces_declared", T_U32, namespaces_declared, GAUGE, NULL,
-        "Namespaces declared (status lists them all)."),
+        "Namespaces that exist (status lists 64 per page: namespaces_page)."),
     NUM(D, "namespaces_exported", T_U32, namespaces_exported, GAUGE, NULL,
         "Namespaces with series in /metrics (at most 32: the most stored bytes first)."),
     OBJ("errors", error_fields, "ERROR replies by class."),
@@ -585,6 +751,30 @@ static const stats_field_t server_fields[] = {
      .metric_items = doc_sessions_all,
      .aggregate = true,
      .elem_size = sizeof(session_info_t)},
+    {.key = "top_sessions",
+     .type = T_ARRAY,
+     .kind = INFO,
+     .help = "The sessions holding the most (held + reply bytes), at most 8, largest first; not "
+             "in the metrics (server.usage sums them).",
+     .elem = &session_elem,
+     .items = doc_top,
+     .metric_items = no_items,
+     .elem_size = sizeof(session_info_t)},
+    OBJ("usage", usage_fields, "What all sessions hold and have in flight."),
+    OBJ("limits", limits_fields, "The bounds on sessions (configuration)."),
+    OBJ("refused", refused_fields, "Requests refused with EBUSY, by bound."),
+    NUM(D, "leases_capped", T_U64, server.leases_capped, COUNTER, NULL,
+        "Lookups answered without the lease they asked for (a held bound)."),
+    NUM(D, "stalls", T_U64, scount.stalls, COUNTER, NULL,
+        "Sessions stalled because their queue was full (they did not read their replies)."),
+    NUM(D, "peers_gone", T_U64, scount.peers_gone, COUNTER, NULL,
+        "Sessions forgotten because a reply found their peer gone."),
+    NUM(D, "sessions_expired", T_U64, scount.expired, COUNTER, NULL,
+        "Sessions forgotten after server.client_idle_ms of silence."),
+    NUM(D, "namespaces_removed", T_U64, namespaces_removed, COUNTER, NULL,
+        "Namespaces removed: expired (no session, no chunk) or evicted."),
+    NUM(D, "namespaces_evicted", T_U64, server.namespaces_evicted, COUNTER, NULL,
+        "Namespaces dropped with their chunks to make room for a new one."),
 };
 
 static const stats_field_t config_fields[] = {
@@ -655,6 +845,33 @@ static void reason_labels(const void *elem, char *buf, size_t cap)
 static const stats_field_t reason_elem = NUM(gates_reason_t, NULL, T_U64, count, COUNTER, NULL,
                                              "Verdicts of this reason, summed over engines.");
 
+static const stats_field_t atom_fields[] = {
+    NUM(N, "share", T_DOUBLE, gates.atom_share, GAUGE, "ratio",
+        "The share policy atom computes from the payoff now."),
+    NUM(N, "would_decline", T_U64, gates.atom_would_decline, COUNTER, NULL,
+        "Operations atom would have declined while it did not decide (past its warmup)."),
+};
+
+static const stats_field_t value_fields[] = {
+    NUM(N, "share", T_DOUBLE, gates.value_share, GAUGE, "ratio",
+        "The share policy value computes from the density now."),
+    NUM(N, "would_decline", T_U64, gates.value_would_decline, COUNTER, NULL,
+        "Operations value would have declined while it did not decide."),
+};
+
+static const stats_field_t ghost_fields[] = {
+    NUM(N, "capacity", T_U64, gates.ghost.capacity, GAUGE, NULL,
+        "Fingerprints the table holds (gates.admission.ghost_entries, rounded down)."),
+    NUM(N, "entries", T_U64, gates.ghost.entries, GAUGE, NULL, "Fingerprints held now."),
+    NUM(N, "inserts", T_U64, gates.ghost.inserts, COUNTER, NULL, "Fingerprints added."),
+    NUM(N, "refreshes", T_U64, gates.ghost.refreshes, COUNTER, NULL,
+        "Fingerprints declined again (moved to the front of their bucket)."),
+    NUM(N, "evictions", T_U64, gates.ghost.evictions, COUNTER, NULL,
+        "Fingerprints forgotten by the replacement rule (full bucket, oldest decline first)."),
+    NUM(N, "removals", T_U64, gates.ghost.removals, COUNTER, NULL,
+        "Fingerprints removed because their chunk was admitted."),
+};
+
 static const stats_field_t admission_fields[] = {
     NUM(N, "enabled", T_BOOL, cfg.admission.enabled, GAUGE, NULL,
         "gates.admission.enabled: the gate declines operations (else shadow mode)."),
@@ -670,13 +887,51 @@ static const stats_field_t admission_fields[] = {
     NUM(N, "payoff", T_DOUBLE, gates.payoff, GAUGE, "ratio",
         "Moving average of the verdicts' payoff."),
     NUM(N, "share", T_DOUBLE, gates.share, GAUGE, "ratio",
-        "Share of save operations the gate admits at this payoff."),
+        "Share of save operations the configured policy admits now."),
     NUM(N, "saved", T_U64, gates.saved, COUNTER, NULL, "Save operations admitted."),
     NUM(N, "skipped", T_U64, gates.skipped, COUNTER, NULL, "Save operations declined."),
     NUM(N, "save_share", T_DOUBLE, gates.save_share, GAUGE, "ratio",
         "Admitted over decided operations (1 before any decision)."),
     NUM(N, "would_decline", T_U64, gates.would_decline, COUNTER, NULL,
         "Shadow mode: operations the enabled gate would have declined."),
+    WORD(N, "policy", cfg.admission.policy, gates_policy_words,
+         "gates.admission.policy: the policy that decides while enabled, \"value\" or \"atom\"."),
+    NUM(N, "cost_ratio", T_DOUBLE, cfg.admission.cost_ratio, GAUGE, "ratio",
+        "gates.admission.cost_ratio: cost of writing a token over recomputing it."),
+    NUM(N, "value_floor", T_DOUBLE, cfg.admission.value_floor, GAUGE, "ratio",
+        "gates.admission.value_floor: the least share the value policy admits."),
+    NUM(N, "window_tokens", T_U64, cfg.admission.window_tokens, GAUGE, NULL,
+        "gates.admission.window_tokens: offered tokens over which value evidence fades by 1/e."),
+    NUM(N, "learn_tokens", T_U64, cfg.admission.learn_tokens, GAUGE, NULL,
+        "gates.admission.learn_tokens: offered tokens admitted on trust after the first reuse."),
+    NUM(N, "density", T_DOUBLE, gates.density, GAUGE, "ratio",
+        "Value policy: tokens served (and regretted) per token offered, over the window."),
+    NUM(N, "served_tokens", T_U64, gates.served_tokens, COUNTER, NULL,
+        "Tokens the engines loaded from the tier and used (token tallies)."),
+    NUM(N, "regret_tokens", T_U64, gates.regret_tokens, COUNTER, NULL,
+        "Tokens lookups through declined chunks would have loaded (ghost table)."),
+    NUM(N, "written_tokens", T_U64, gates.written_tokens, COUNTER, NULL,
+        "Tokens of the wanted chunks of admitted save operations."),
+    NUM(N, "declined_tokens", T_U64, gates.declined_tokens, COUNTER, NULL,
+        "Tokens of the wanted chunks of declined save operations."),
+    NUM(N, "offered_tokens", T_U64, gates.offered_tokens, COUNTER, NULL,
+        "Tokens of wanted chunks not in the ghost table: new offers, the value window's clock."),
+    NUM(N, "lookup_tokens", T_U64, gates.lookup_tokens, COUNTER, NULL,
+        "Prompt tokens of the requests that got a verdict (token tallies)."),
+    NUM(N, "estimated_served_tokens", T_U64, gates.estimated_served_tokens, COUNTER, NULL,
+        "Tokens answered lookups would load by the verdict rule (the value evidence while no "
+        "token tally came)."),
+    NUM(N, "reuse_tokens", T_U64, gates.reuse_tokens, COUNTER, NULL,
+        "Prompt tokens lookups found reused, in HBM or in the tier."),
+    NUM(N, "token_tallies", T_U64, gates.token_tallies, COUNTER, NULL,
+        "Tallies that carried token totals."),
+    NUM(N, "orphans_declined", T_U64, gates.orphans_declined, COUNTER, NULL,
+        "Value policy: operations declined because their parent chunk was declined."),
+    NUM(N, "net_tokens", T_DOUBLE, gates.net_tokens, GAUGE, NULL,
+        "Served tokens minus cost_ratio x written tokens."),
+    OBJ("atom", atom_fields, "Policy atom: its share and the declines it would have made."),
+    OBJ("value", value_fields, "Policy value: its share and the declines it would have made."),
+    OBJ("ghost", ghost_fields, "The ghost table of declined chunks (docs/GATES.md)."),
     {.key = "reasons",
      .type = T_MAP,
      .kind = INFO,
@@ -753,6 +1008,15 @@ static void ns_labels(const void *elem, char *buf, size_t cap)
     label_append(buf, cap, "id", id);
 }
 
+/* Not in the metrics: server.namespaces_declared is the total. */
+static const stats_field_t page_fields[] = {
+    NUM(D, "total", T_U32, page.total, GAUGE, NULL, "Namespaces that exist.", .no_metric = true),
+    NUM(D, "offset", T_U32, page.offset, INFO, NULL, "The offset of the first one listed."),
+    NUM(D, "shown", T_U32, page.shown, INFO, NULL, "How many are listed."),
+    NUM(D, "next", T_U32, page.next, INFO, NULL,
+        "The offset of the next page (?namespaces=NEXT), 0 when this is the last."),
+};
+
 static const stats_field_t doc_fields[] = {
     TXT(D, "version", T_STR, version, "kvtierd's version (the label of kvtier_build_info).",
         .metric = "kvtier_build_info", .labels = "version"),
@@ -776,13 +1040,15 @@ static const stats_field_t doc_fields[] = {
     {.key = "namespaces",
      .type = T_ARRAY,
      .kind = INFO,
-     .help = "The declared namespaces, by id.",
+     .help = "The namespaces, in table order: at most 64 per document (namespaces_page).",
      .elem = &ns_elem,
      .items = doc_namespaces,
      .metric_items = doc_ns_metrics,
      .elem_size = sizeof(stats_ns_t),
      .elem_labels = ns_labels,
      .metric_prefix = "namespace"},
+    OBJ("namespaces_page", page_fields,
+        "Which namespaces this document lists: GET /status?namespaces=OFFSET for the others."),
 };
 
 #undef N
@@ -907,9 +1173,33 @@ static json_t *json_fields(const stats_field_t *fields, size_t n, const char *ba
     return o;
 }
 
+/* The offset of a query "namespaces=N" (other keys and malformed values are ignored). */
+static uint32_t query_offset(const char *query)
+{
+    const char *p = query;
+
+    while (p != NULL && *p != '\0') {
+        if (strncmp(p, "namespaces=", 11) == 0) {
+            char *end;
+            unsigned long v = strtoul(p + 11, &end, 10);
+            if (end != p + 11 && (*end == '\0' || *end == '&') && v <= NS_MAX)
+                return (uint32_t)v;
+        }
+        p = strchr(p, '&');
+        if (p != NULL)
+            p++;
+    }
+    return 0;
+}
+
 int stats_status_json(const server_t *sv, char **body, size_t *len)
 {
-    stats_doc_t *d = doc_take(sv);
+    return stats_status_json_query(sv, "", body, len);
+}
+
+int stats_status_json_query(const server_t *sv, const char *query, char **body, size_t *len)
+{
+    stats_doc_t *d = doc_take(sv, query_offset(query), STATS_NS_PAGE);
     json_t *root = d != NULL ? json_fields(doc_fields, NFIELDS(doc_fields), (const char *)d) : NULL;
 
     doc_free(d);
@@ -1307,7 +1597,7 @@ static void metrics_rows(mwalk_t *w, const stats_field_t *fields, size_t n, cons
 
 int stats_metrics_text(const server_t *sv, char **body, size_t *len)
 {
-    stats_doc_t *d = doc_take(sv);
+    stats_doc_t *d = doc_take(sv, 0, 0);
     mwalk_t w = {.tb = {.cap = 16384}};
     inst_t root = {.base = (const char *)d};
     insts_t in = {.v = &root, .n = 1, .cap = 1};
@@ -1334,7 +1624,7 @@ int stats_metrics_text(const server_t *sv, char **body, size_t *len)
 
 void stats_summary_line(const server_t *sv, char *buf, size_t cap)
 {
-    stats_doc_t *d = doc_take(sv);
+    stats_doc_t *d = doc_take(sv, 0, 0);
     uint64_t asked;
     size_t n;
 

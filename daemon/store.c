@@ -69,11 +69,13 @@ struct store {
     int disk_error;
     bool closing;
     store_disk_counts_t dk;
-    drops_t *drops;       /* tombstones of dropped namespaces (with the disk tier) */
-    uint64_t last_seq;    /* the last write-buffer ticket issued */
-    uint64_t done_seq;    /* the last one whose flush finished */
-    index_entry_t *limbo; /* dropped while pinned: unindexed, freed at the last unpin */
-    relink_t *relink;     /* recovery only */
+    bool nospace_held;       /* the last allocation that failed did so because of holds */
+    uint64_t nospace_log_ms; /* when ram_nospace was last logged (once a second at most) */
+    drops_t *drops;          /* tombstones of dropped namespaces (with the disk tier) */
+    uint64_t last_seq;       /* the last write-buffer ticket issued */
+    uint64_t done_seq;       /* the last one whose flush finished */
+    index_entry_t *limbo;    /* dropped while pinned: unindexed, freed at the last unpin */
+    relink_t *relink;        /* recovery only */
     size_t nrelink, relinkcap;
     /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
     uv_timer_t persist_timer; /* initialised when the disk tier is attached */
@@ -202,6 +204,91 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
     s->st.hits += (uint64_t)min * ranks;
     s->st.misses += (uint64_t)(n - min) * ranks;
     return min;
+}
+
+void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                     size_t n, uint64_t now_ms, store_cost_t *out)
+{
+    *out = (store_cost_t){0};
+    for (size_t i = 0; i < n; i++) {
+        const index_entry_t *e = store_find(s, ns, rank, &h[i]);
+        if (e == NULL || tierless(e))
+            continue;
+        if (e->flags & INDEX_F_RAM) {
+            out->ram_bytes += e->len;
+            /* held already: leased without a disk copy (eviction cannot take it anyway) */
+            if (!index_leased(e, now_ms) || (e->flags & INDEX_F_DISK))
+                out->ram_new_bytes += e->len;
+        } else if (e->flags & INDEX_F_WBUF) {
+            out->copy_bytes += e->len;
+        } else if ((e->flags & INDEX_F_DISK) && s->disk != NULL && !s->closing) {
+            out->copy_bytes += e->len;
+            out->disk_reads++;
+        }
+    }
+}
+
+/* Calls fn for the chunks of the prefix h[0..hit) of rank (or of every rank: KVT_RANK_ALL). */
+static void prefix_each(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                        uint32_t hit, void (*fn)(index_entry_t *e, void *arg), void *arg)
+{
+    uint16_t first = rank, last = rank;
+
+    if (rank == KVT_RANK_ALL) {
+        first = 0;
+        last = ns->replicated ? 0 : (uint16_t)(ns->world - 1);
+    } else {
+        first = last = ns_store_rank(ns, rank);
+    }
+    for (uint32_t r = first; r <= last; r++) {
+        for (uint32_t i = 0; i < hit; i++) {
+            kvt_wire_hash_t k;
+            index_entry_t *e;
+            memcpy(&k, &h[i], sizeof k);
+            e = index_find(s->ix, ns->id, (uint16_t)r, &k);
+            if (e != NULL)
+                fn(e, arg);
+        }
+    }
+}
+
+struct lease_acc {
+    uint64_t now_ms;
+    uint64_t bytes;
+    uint32_t lease_ms;
+};
+
+static void lease_cost_cb(index_entry_t *e, void *arg)
+{
+    struct lease_acc *a = arg;
+
+    /* a lease holds RAM only for a chunk that is in RAM and nowhere else (index_victim) */
+    if (!index_leased(e, a->now_ms) && (e->flags & INDEX_F_RAM) && !(e->flags & INDEX_F_DISK))
+        a->bytes += e->len;
+}
+
+static void lease_cb(index_entry_t *e, void *arg)
+{
+    struct lease_acc *a = arg;
+
+    index_lease(e, a->now_ms, a->lease_ms);
+}
+
+uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                          uint32_t hit, uint64_t now_ms)
+{
+    struct lease_acc a = {.now_ms = now_ms};
+
+    prefix_each(s, ns, rank, h, hit, lease_cost_cb, &a);
+    return a.bytes;
+}
+
+void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
+                 uint64_t now_ms)
+{
+    struct lease_acc a = {.now_ms = now_ms, .lease_ms = s->cfg->ram.lease_ms};
+
+    prefix_each(s, ns, rank, h, hit, lease_cb, &a);
 }
 
 size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
@@ -343,7 +430,9 @@ static void collect_ns(const index_entry_t *e, void *arg)
         c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
 }
 
-int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
+/* Removes every chunk of ns from the index (pinned ones into the limbo), counting in *out.
+ * 0 or -ENOMEM (nothing removed). */
+static int drop_ns_chunks(store_t *s, ns_t *ns, store_drop_t *out)
 {
     struct ns_collect c = {.ns = ns->id};
 
@@ -371,6 +460,18 @@ int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
         }
     }
     free(c.keys);
+    return 0;
+}
+
+int store_evict_ns(store_t *s, ns_t *ns, store_drop_t *out)
+{
+    return drop_ns_chunks(s, ns, out);
+}
+
+int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
+{
+    if (drop_ns_chunks(s, ns, out) != 0)
+        return -ENOMEM;
     if (s->disk != NULL) {
         uint64_t seg, off;
         disk_log_end(s->disk, &seg, &off);
@@ -454,6 +555,28 @@ static bool write_backlogged(const store_t *s, const index_entry_t *v)
 }
 
 /*
+ * An allocation of len bytes failed with nothing left to evict. A chunk that fits the arena finds
+ * no room only because what is left is held: leased or pinned chunks (and their ancestors, which
+ * wait for those tails), or reservations. That is reported as such (ram.nospace_held and a log
+ * line at most once a second), apart from a chunk larger than the arena. Returns -ENOSPC.
+ */
+static int nospace(store_t *s, uint64_t len, uint64_t now_ms)
+{
+    s->nospace_held = len <= ram_capacity(s->ram);
+    if (s->nospace_held && (s->nospace_log_ms == 0 || now_ms >= s->nospace_log_ms + 1000)) {
+        s->nospace_log_ms = now_ms;
+        log_warn("ram_nospace",
+                 "cause=held bytes=%" PRIu64 " used_bytes=%" PRIu64 " capacity_bytes=%" PRIu64
+                 " chunks=%" PRIu64 " nospace_held=%" PRIu64
+                 " hint=\"leases, pins and reservations hold the arena (status server.sessions, "
+                 "ram.session_held_share, ram.max_held_share)\"",
+                 len, ram_used(s->ram), ram_capacity(s->ram), s->ram_chunks,
+                 s->st.nospace_held + 1);
+    }
+    return -ENOSPC;
+}
+
+/*
  * Allocates len bytes, evicting chain tails while the arena is full. When the least recent
  * tail would have to be written but the write buffer is backlogged, a tail whose disk copy
  * already exists is evicted instead (dropping its RAM copy loses nothing); only when there is
@@ -468,7 +591,7 @@ static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *o
             return rc;
         v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
         if (v == NULL)
-            return -ENOSPC;
+            return nospace(s, len, now_ms);
         if (write_backlogged(s, v)) {
             index_entry_t *clean =
                 index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
@@ -577,7 +700,10 @@ void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *pare
         rc = c.full ? -ENOSPC : store_reserve(s, payloads[i].len, c.prev, now_ms, &off);
         if (rc != 0) {
             status[i] = KVT_CHUNK_NOSPACE;
-            s->st.nospace++;
+            if (c.full) { /* store_reserve counted the first one */
+                s->st.nospace++;
+                s->st.nospace_held += s->nospace_held;
+            }
             c.full = true;
             continue;
         }
@@ -610,9 +736,14 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
 
     if (keep != NULL)
         store_pin(s, keep);
+    s->nospace_held = false;
     rc = alloc_evicting(s, len, now_ms, off);
     if (keep != NULL)
         store_unpin(s, keep);
+    if (rc != 0) {
+        s->st.nospace++;
+        s->st.nospace_held += s->nospace_held;
+    }
     return rc == 0 ? 0 : -ENOSPC;
 }
 
@@ -966,6 +1097,17 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     return 0;
 }
 
+void store_disk_check(store_t *s)
+{
+    if (s->disk != NULL && !s->closing)
+        disk_check_files(s->disk);
+}
+
+uint32_t store_disk_reads(const store_t *s)
+{
+    return s->disk != NULL ? disk_reads_pending(s->disk) : 0;
+}
+
 int store_disk_error(const store_t *s)
 {
     return s->disk_error;
@@ -1097,7 +1239,9 @@ static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
     } else {
         s->st.misses++;
         s->dk.misses++;
-        if (rc == -EBADMSG && same) {
+        /* a record that failed its check, or that cannot be read (a truncated segment, an I/O
+         * error), is gone: the next load must not try it again */
+        if ((rc == -EBADMSG || rc == -EIO) && same) {
             log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
                      c->ns, c->rank, c->loc.seg, c->loc.off);
             disk_forget(s, e);

@@ -52,11 +52,13 @@ typedef struct store store_t;
 typedef struct index_entry store_chunk_t;
 
 typedef struct {
-    uint64_t hits;      /* chunks found by lookups and loads (in any tier) */
-    uint64_t misses;    /* chunks asked by lookups and loads and not found */
-    uint64_t evictions; /* chunks evicted from RAM to make room */
-    uint64_t nospace;   /* chunks refused for lack of evictable space */
-    uint64_t stored;    /* chunks stored */
+    uint64_t hits;         /* chunks found by lookups and loads (in any tier) */
+    uint64_t misses;       /* chunks asked by lookups and loads and not found */
+    uint64_t evictions;    /* chunks evicted from RAM to make room */
+    uint64_t nospace;      /* chunks refused for lack of evictable space */
+    uint64_t nospace_held; /* of those, refused because leases, pins or reservations held the
+                              room (a chunk larger than the arena is the other cause) */
+    uint64_t stored;       /* chunks stored */
 } store_stats_t;
 
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */
@@ -162,6 +164,45 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
  * shared-memory load path answers from RAM only and calls this for its misses.) */
 void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
+/*
+ * Costs for the bounds of contract C3 (session.h): what a request would cost before it runs, so
+ * the server can charge it to a session or refuse it.
+ *
+ * store_load_cost: for a LOAD of n chunks of one rank, the bytes its RAM hits would lend or pin
+ * (arena bytes held until the reply is sent or released), of which the bytes of chunks that a
+ * lease does not hold already (one leased at now_ms without a disk copy: pinning it holds nothing
+ * more), the bytes of
+ * the copies it would make (chunks in the disk write buffer, and chunks read from disk), and the
+ * disk reads it would queue. The load itself must follow in the same loop callback for the
+ * figures to hold.
+ */
+typedef struct {
+    uint64_t ram_bytes;     /* RAM-resident hits (lent, or pinned for a shared-memory load) */
+    uint64_t ram_new_bytes; /* of those, the bytes of chunks no lease holds */
+    uint64_t copy_bytes;    /* write-buffer hits and disk reads (malloc'd copies) */
+    uint32_t disk_reads;    /* chunks only on disk */
+} store_cost_t;
+
+void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                     size_t n, uint64_t now_ms, store_cost_t *out);
+
+/* Leases (separate from store_lookup, so a lease can be refused over a bound): the payload bytes
+ * that leasing the prefix h[0..hit) would hold in RAM: its chunks that are not leased now (a lease
+ * is never extended) and are in RAM only (a chunk with a disk copy may leave RAM while leased:
+ * index.h), of rank, or of every rank with KVT_RANK_ALL (then the prefix of every rank); and the
+ * lease of the prefix's chunks until now_ms + ram.lease_ms. h may be unaligned. */
+uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+                          uint32_t hit, uint64_t now_ms);
+void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
+                 uint64_t now_ms);
+
+/* Looks for segment files truncated or deleted under the daemon (disk_check_files): a fault
+ * that status reports. Without a disk tier, does nothing. Called once a second (the sweep). */
+void store_disk_check(store_t *s);
+
+/* Disk reads queued or running on the thread pool (0 without a disk tier). */
+uint32_t store_disk_reads(const store_t *s);
+
 /* Prefix hit of one rank; leases the hit chunks when lease is true. */
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
                       bool lease, uint64_t now_ms);
@@ -236,6 +277,12 @@ typedef struct {
 } store_drop_t;
 
 int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out);
+
+/* The same without a tombstone: a namespace evicted to make room for another (ns.h). Its disk
+ * records may come back at a restart, as a namespace nobody declares, evictable in its turn; a
+ * tombstone would cost a synchronous file write per eviction, which a flood of new namespaces
+ * could make the loop pay at the rate of its HELLOs. */
+int store_evict_ns(store_t *s, ns_t *ns, store_drop_t *out);
 
 /* Pins c (see store_chunk_t): the only way to hold a chunk across other store calls. Pins
  * count; each store_pin() needs one store_unpin(). */

@@ -125,6 +125,12 @@ int zcref_msg_init(zcref_t *z, zmq_msg_t *msg, void *data, size_t len, void *obj
     return 0;
 }
 
+void zcref_drain(zcref_t *z)
+{
+    if (!z->closing)
+        drain(z);
+}
+
 uint64_t zcref_outstanding(const zcref_t *z)
 {
     return z->out;

@@ -41,6 +41,10 @@ int zcref_msg_init(zcref_t *z, zmq_msg_t *msg, void *data, size_t len, void *obj
 /* Loans not yet returned. */
 uint64_t zcref_outstanding(const zcref_t *z);
 
+/* Hands the loans ZeroMQ has returned so far to release_cb now, instead of at the next check or
+ * timer (for a count that must be current: a bound checked on the request path). */
+void zcref_drain(zcref_t *z);
+
 /* Waits until every loan is back (returned objects still go through release_cb), then frees
  * everything and calls done(arg). Sets *z to NULL. */
 void zcref_close(zcref_t **z, void (*done)(void *arg), void *arg);

@@ -11,6 +11,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 struct zsock {
     void *sock;
@@ -105,11 +107,33 @@ static void poll_cb(uv_poll_t *h, int status, int events)
     drain(h->data);
 }
 
+/* zmq_bind, giving an ipc:// socket file ZSOCK_IPC_MODE: libzmq creates the file in this thread
+ * (bind(2) in zmq_bind) with the umask's mode, so the umask is narrowed around the call (the
+ * daemon is single-threaded at start-up; ZeroMQ's threads create no files) and the mode is set
+ * explicitly afterwards, for a umask that was narrower still. */
+static int bind_endpoint(void *sock, const char *endpoint)
+{
+    bool ipc = strncmp(endpoint, "ipc://", 6) == 0;
+    mode_t old = ipc ? umask(0777 & ~ZSOCK_IPC_MODE) : 0;
+    int rc = zmq_bind(sock, endpoint);
+    int err = zmq_errno();
+
+    if (ipc)
+        umask(old);
+    if (rc != 0) {
+        errno = err;
+        return -1;
+    }
+    if (ipc && endpoint[6] != '@' && chmod(endpoint + 6, ZSOCK_IPC_MODE) != 0)
+        return -1; /* errno is chmod's: zmq_errno() reads errno */
+    return 0;
+}
+
 int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_parts,
-              int64_t max_msg_bytes, zsock_recv_cb cb, void *arg, zsock_t **out)
+              int64_t max_msg_bytes, int sndhwm, zsock_recv_cb cb, void *arg, zsock_t **out)
 {
     zsock_t *z = calloc(1, sizeof *z);
-    int linger = 0, hwm = 256, rc;
+    int linger = 0, mandatory = 1, rc;
     int fd;
     size_t fdlen = sizeof fd;
 
@@ -130,8 +154,10 @@ int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_part
     }
     if (zmq_setsockopt(z->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
         zmq_setsockopt(z->sock, ZMQ_MAXMSGSIZE, &max_msg_bytes, sizeof max_msg_bytes) != 0 ||
-        zmq_setsockopt(z->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
-        zmq_bind(z->sock, endpoint) != 0 || zmq_getsockopt(z->sock, ZMQ_FD, &fd, &fdlen) != 0) {
+        zmq_setsockopt(z->sock, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm) != 0 ||
+        zmq_setsockopt(z->sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory) != 0 ||
+        bind_endpoint(z->sock, endpoint) != 0 ||
+        zmq_getsockopt(z->sock, ZMQ_FD, &fd, &fdlen) != 0) {
         rc = -zmq_errno();
         goto fail_bind;
     }

@@ -31,13 +31,18 @@ typedef struct zsock zsock_t;
 typedef void (*zsock_recv_cb)(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated);
 
 /* Binds a ROUTER socket on endpoint in zctx. max_msg_bytes bounds a single frame (larger frames
- * make ZeroMQ drop the peer). Returns 0 or a negative errno (zmq_errno). */
+ * make ZeroMQ drop the peer); sndhwm bounds the replies queued for one peer. An ipc:// endpoint's
+ * socket file gets mode ZSOCK_IPC_MODE whatever the umask (it is created under a umask that
+ * allows no more, then chmod'ed). Returns 0 or a negative errno (zmq_errno). */
 int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_parts,
-              int64_t max_msg_bytes, zsock_recv_cb cb, void *arg, zsock_t **out);
+              int64_t max_msg_bytes, int sndhwm, zsock_recv_cb cb, void *arg, zsock_t **out);
+
+#define ZSOCK_IPC_MODE 0660
 
 /* Sends the n parts as one multipart message; the parts are consumed (closed) whether or not
- * sending succeeds. Returns 0, or -EAGAIN when the peer's queue is full (reply dropped), or
- * another negative errno (peer gone: ROUTER drops the message silently and returns 0). */
+ * sending succeeds. The ROUTER is ZMQ_ROUTER_MANDATORY, so a reply that cannot be queued is
+ * reported rather than dropped silently: returns 0, -EAGAIN (the peer's queue is at sndhwm),
+ * -EHOSTUNREACH (no such peer: it disconnected), or another negative errno. */
 int zsock_send(zsock_t *z, zmq_msg_t *parts, size_t n);
 
 /* Stops receiving and closes the handles; the ZMQ socket is closed at once (linger 0) and the

@@ -2,8 +2,9 @@
 # gate-experiment.sh [KVTIERD [KVTIERCTL]] - bytes the daemon receives with the save-admission
 # gate off and on, for a useless tier and a useful one (docs/GATES.md section 2). Not a test.
 #
-# For each workload and each gate setting, a fresh kvtierd (memfd arena, default gate settings:
-# target 0.10, floor 0.25, alpha 1/16, warmup 64; `gates.admission.enabled` false or true) gets
+# For each workload and each gate setting, a fresh kvtierd (memfd arena, policy atom, its default
+# settings: target 0.10, floor 0.25, alpha 1/16, warmup 64; `gates.admission.enabled` false or
+# true; the value policy needs token evidence, which this script does not give) gets
 # OPS save operations of one CHUNK-byte chunk each (`kvtierctl put --op K`, distinct chunks:
 # nothing is ever saved twice). One engine reports one verdict per operation as cumulative
 # totals (`kvtierctl tally PAID PROBES`) every STEP operations:
@@ -38,7 +39,7 @@ run() {
 {"server": {"endpoint": "$endpoint", "status_socket": "$sock"},
  "ram": {"capacity_bytes": $capacity, "arena_path": "", "max_chunk_bytes": $chunk},
  "log": {"level": "warn"},
- "gates": {"admission": {"enabled": $enabled}}}
+ "gates": {"admission": {"enabled": $enabled, "policy": "atom"}}}
 EOF
     : >"$dir/kvtierd.log"
     testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"

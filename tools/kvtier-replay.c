@@ -4,7 +4,7 @@
  *
  *   kvtier-replay [-c CONFIG | -e ENDPOINT -s STATUS_SOCKET] --trace FILE [--requests N]
  *                 [--hbm-blocks N] [--chunk-bytes N] [--min-load-tokens N] [--engine-id ID]
- *                 [--ns NAME] [--salt N] [--timeout MS] [--json]
+ *                 [--ns NAME] [--salt N] [--timeout MS] [--policy off|atom|value] [--json]
  *
  * Design. The trace's hash_ids are 512-token blocks, already prefix-chained; the namespace has
  * chunk_tokens 512, so one block is one chunk, named by a 16-byte hash: the id little-endian in
@@ -22,10 +22,17 @@
  *      block's hash) of the blocks from max(hbm, hit) to the last whole block;
  *   5. the request's blocks enter the HBM LRU, last block first, so that a prefix is evicted
  *      after its extensions;
- *   6. every 8 requests (and once at the end) the cumulative totals and per-reason counts go to
- *      the daemon with kvt_tally.
+ *   6. every 8 requests (and once at the end) the cumulative totals, per-reason counts and token
+ *      totals (tokens loaded on paid verdicts; prompt tokens of the requests with a verdict) go
+ *      to the daemon with kvt_tally2.
  * The daemon's status (GET /status on the status socket, tool.h) is read before and after the
  * replay: bytes moved into the tier are the deltas of server.bytes_received and bytes_committed.
+ * The report's token figures are the engine's: written = blocks stored x 512, served = tokens
+ * loaded, net = served - c x written at c = 0.02, 0.05, 0.1 and at the namespace's configured
+ * gates.admission.cost_ratio. The policy is the daemon's, per namespace (gates.admission.enabled
+ * and .policy in its configuration): --policy names the one the run means to test, and the
+ * replay refuses to start (exit 3) when the namespace runs another one ("off": admission
+ * disabled); the report says which one ran.
  *
  * Threads: single-threaded. Exit: 0 ok, 1 a load returned wrong bytes, 2 usage, 3 error.
  *
@@ -60,6 +67,7 @@ typedef struct {
     const char *status_socket;
     const char *trace;
     const char *ns;
+    const char *policy;    /* NULL: any; else "off", "atom" or "value" */
     char *config_endpoint; /* owned: read from the config file */
     char *config_status;   /* owned */
     uint64_t requests;     /* 0: all */
@@ -101,6 +109,7 @@ typedef struct {
     uint64_t lookups_answered, lookups_skipped, lookups_hit;
     uint64_t verdicts[V_COUNT], paid_total, probes_total;
     uint64_t prompt_tokens, hbm_tokens, tokens_loaded, blocks_loaded, loads_verified;
+    uint64_t verdict_prompt_tokens; /* prompt tokens of the requests that got a verdict */
     uint64_t load_short, load_mismatch;
     uint64_t save_ops, save_ops_declined, blocks_stored, blocks_exists, blocks_declined;
     uint64_t blocks_nospace, tallies;
@@ -110,10 +119,11 @@ static const char usage_text[] =
     "usage: kvtier-replay [-c CONFIG | -e ENDPOINT -s STATUS_SOCKET] --trace FILE\n"
     "                     [--requests N] [--hbm-blocks N] [--chunk-bytes N]\n"
     "                     [--min-load-tokens N] [--engine-id ID] [--ns NAME] [--salt N]\n"
-    "                     [--timeout MS] [--json]\n"
+    "                     [--timeout MS] [--policy off|atom|value] [--json]\n"
     "Defaults: all requests, --hbm-blocks 2000, --chunk-bytes 65536, --min-load-tokens 8192,\n"
-    "--engine-id 1, --ns replay, --timeout 10000. Exit: 0 ok, 1 a load returned wrong bytes,\n"
-    "2 usage, 3 error.\n";
+    "--engine-id 1, --ns replay, --timeout 10000, any policy. --policy: refuse to run unless\n"
+    "the daemon's namespace runs it (off: admission disabled). Exit: 0 ok, 1 a load returned\n"
+    "wrong bytes, 2 usage, 3 error.\n";
 
 static int fail_kvt(const char *what, const kvt_client_t *c, int err)
 {
@@ -138,7 +148,7 @@ static int parse_args(rp_opts_t *o, int argc, char **argv)
             exit(0);
         }
         if (strcmp(a, "-c") == 0 || strcmp(a, "-e") == 0 || strcmp(a, "-s") == 0 ||
-            strcmp(a, "--trace") == 0 || strcmp(a, "--ns") == 0) {
+            strcmp(a, "--trace") == 0 || strcmp(a, "--ns") == 0 || strcmp(a, "--policy") == 0) {
             if (v == NULL || v[0] == '\0')
                 return tool_usage_error("%s needs a value", a);
             if (strcmp(a, "-c") == 0)
@@ -149,6 +159,8 @@ static int parse_args(rp_opts_t *o, int argc, char **argv)
                 o->status_socket = v;
             else if (strcmp(a, "--trace") == 0)
                 o->trace = v;
+            else if (strcmp(a, "--policy") == 0)
+                o->policy = v;
             else
                 o->ns = v;
             continue;
@@ -177,6 +189,9 @@ static int parse_args(rp_opts_t *o, int argc, char **argv)
         return tool_usage_error("--trace FILE is required");
     if (o->chunk_bytes % 8 != 0)
         return tool_usage_error("--chunk-bytes must be a multiple of 8");
+    if (o->policy != NULL && strcmp(o->policy, "off") != 0 && strcmp(o->policy, "atom") != 0 &&
+        strcmp(o->policy, "value") != 0)
+        return tool_usage_error("--policy must be off, atom or value, got '%s'", o->policy);
     return 0;
 }
 
@@ -237,6 +252,18 @@ static json_t *status_ns_gates(const json_t *st, const char *ns)
             return json_object_get(e, "gates");
     }
     return NULL;
+}
+
+/* The admission policy a namespace's gates run: "off" while admission is disabled, else the
+ * policy's name; "?" when status does not say. */
+static const char *gates_policy(const json_t *gates)
+{
+    const json_t *adm = json_object_get(gates, "admission");
+    const char *p = json_string_value(json_object_get(adm, "policy"));
+
+    if (!json_is_boolean(json_object_get(adm, "enabled")) || p == NULL)
+        return "?";
+    return json_is_true(json_object_get(adm, "enabled")) ? p : "off";
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -450,7 +477,10 @@ static int push_tally(kvt_client_t *c, const rp_opts_t *o, rp_stats_t *s)
 
     for (int v = 0; v < V_COUNT; v++)
         reasons[v] = (kvt_reason_t){.name = verdict_names[v], .count = s->verdicts[v]};
-    rc = kvt_tally(c, o->engine_id, s->paid_total, s->probes_total, reasons, V_COUNT, NULL);
+    rc = kvt_tally2(c, o->engine_id, s->paid_total, s->probes_total,
+                    &(kvt_tally_tokens_t){.served_tokens_total = s->tokens_loaded,
+                                          .lookup_tokens_total = s->verdict_prompt_tokens},
+                    reasons, V_COUNT, NULL);
     if (rc != 0)
         return fail_kvt("tally", c, rc);
     s->tallies++;
@@ -543,6 +573,7 @@ static int replay_one(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t, 
             v = V_PAID;
         s->verdicts[v]++;
         s->probes_total++;
+        s->verdict_prompt_tokens += r->input_length;
         if (v == V_PAID) {
             s->paid_total++;
             rc = replay_load(c, o, t, r, b, hbm_blocks, (uint32_t)(lmc / RP_BLOCK_TOKENS), s);
@@ -588,16 +619,24 @@ static int replay_one(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t, 
     return 0;
 }
 
+/* net = served - c x written, in tokens. */
+static double net_at(double c, const rp_stats_t *s)
+{
+    return (double)s->tokens_loaded - c * (double)(s->blocks_stored * RP_BLOCK_TOKENS);
+}
+
 static json_t *report_json(const rp_opts_t *o, const rp_stats_t *s, uint64_t d_received,
                            uint64_t d_committed, const json_t *gates, double seconds)
 {
     json_t *adm = json_object_get(gates, "admission");
     json_t *skip = json_object_get(gates, "lookup_skip");
     json_t *verdicts = json_object();
+    json_t *rep, *more;
+    const json_t *cr = json_object_get(adm, "cost_ratio");
 
     for (int v = 0; v < V_COUNT; v++)
         json_object_set_new(verdicts, verdict_names[v], json_integer((json_int_t)s->verdicts[v]));
-    return json_pack(
+    rep = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
         " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f,"
         " s:{s:O?, s:O?, s:O?, s:O?, s:O?, s:O?}, s:{s:O?, s:O?, s:O?, s:O?, s:O?, s:O?}}",
@@ -625,6 +664,44 @@ static json_t *report_json(const rp_opts_t *o, const rp_stats_t *s, uint64_t d_r
         json_object_get(skip, "enabled"), "lookups", json_object_get(skip, "lookups"), "act_ema",
         json_object_get(skip, "act_ema"), "load_bearing", json_object_get(skip, "load_bearing"),
         "skips", json_object_get(skip, "skips"), "would_skip", json_object_get(skip, "would_skip"));
+    if (rep == NULL)
+        return NULL;
+    /* Added by issue 12: the engine's token figures and the value evidence of the daemon. */
+    more = json_pack(
+        "{s:s, s:I, s:I, s:I, s:{s:f, s:f, s:f}, s:o}", "policy", gates_policy(gates),
+        "written_tokens", (json_int_t)(s->blocks_stored * RP_BLOCK_TOKENS), "served_tokens",
+        (json_int_t)s->tokens_loaded, "lookup_tokens", (json_int_t)s->verdict_prompt_tokens, "net",
+        "0.02", net_at(0.02, s), "0.05", net_at(0.05, s), "0.1", net_at(0.1, s), "net_cost_ratio",
+        json_is_number(cr) ? json_real(net_at(json_number_value(cr), s)) : json_null());
+    if (more == NULL || json_object_update(rep, more) != 0) {
+        json_decref(more);
+        json_decref(rep);
+        return NULL;
+    }
+    json_decref(more);
+    {
+        /* report key <- status path under namespaces[].gates.admission (null when absent) */
+        static const char *const keys[][2] = {
+            {"policy", "policy"},
+            {"cost_ratio", "cost_ratio"},
+            {"share", "share"},
+            {"density", "density"},
+            {"served_tokens", "served_tokens"},
+            {"regret_tokens", "regret_tokens"},
+            {"written_tokens", "written_tokens"},
+            {"declined_tokens", "declined_tokens"},
+            {"net_tokens", "net_tokens"},
+            {"ghost_entries", "ghost.entries"},
+            {"atom_would_decline", "atom.would_decline"},
+            {"value_would_decline", "value.would_decline"},
+        };
+        json_t *a = json_object_get(rep, "admission");
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            json_t *v = tool_json_path(adm, keys[i][1]);
+            json_object_set_new(a, keys[i][0], v != NULL ? json_incref(v) : json_null());
+        }
+    }
+    return rep;
 }
 
 static void print_value(const char *key, const char *sub, const json_t *v)
@@ -718,6 +795,13 @@ int main(int argc, char **argv)
         goto out;
     }
     if ((st0 = status_get(o.status_socket, o.timeout_ms)) == NULL) {
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    if (o.policy != NULL && strcmp(gates_policy(status_ns_gates(st0, o.ns)), o.policy) != 0) {
+        tool_error("--policy %s: namespace %s runs admission policy %s (the daemon's "
+                   "gates.admission.enabled and .policy decide it)",
+                   o.policy, o.ns, gates_policy(status_ns_gates(st0, o.ns)));
         rc = EXIT_FAIL;
         goto out;
     }

@@ -67,8 +67,9 @@ static const char usage_text[] =
     "  get HASH FILE                               load chunk HASH into FILE (exit 1: miss)\n"
     "  lookup [--all-ranks] [--lease] [--prompt-tokens N] [--hbm-tokens N] HASH...\n"
     "                                              prefix hit in chunks\n"
-    "  tally PAID PROBES [--engine ID] [--reason NAME=COUNT...]\n"
-    "                                              push verdict totals, print the gate state\n"
+    "  tally PAID PROBES [--engine ID] [--served-tokens N --lookup-tokens N]\n"
+    "        [--reason NAME=COUNT...]              push verdict (and token) totals, print the\n"
+    "                                              gate state\n"
     "HASH is 32 hex digits. Defaults: -c " TOOL_DEFAULT_CONFIG ", --ns kvtierctl, --rank 0,\n"
     "--world 1, --chunk-tokens 256, --timeout 5000, --data-path frames.\n"
     "drop prints the number of chunks removed. Exit: 0 ok, 1 miss (get; drop: no such\n"
@@ -512,9 +513,10 @@ static int verb_tally(ctl_t *o, int argc, char **argv)
     kvt_reason_t reasons[16];
     kvt_gate_state_t st;
     kvt_client_t *c = NULL;
+    kvt_tally_tokens_t tokens = {0};
     uint64_t engine = 0, totals[2];
     size_t nreasons = 0, npos = 0;
-    int rc, in_reasons = 0;
+    int rc, in_reasons = 0, has_served = 0, has_lookup = 0;
 
     for (int i = 0; i < argc;) {
         char *eq;
@@ -522,10 +524,16 @@ static int verb_tally(ctl_t *o, int argc, char **argv)
             if (rc != 1)
                 return rc;
             in_reasons = 0;
-        } else if (strcmp(argv[i], "--engine") == 0) {
-            if ((rc = tool_opt_u64("--engine", i + 1 < argc ? argv[i + 1] : NULL, 0, UINT64_MAX,
-                                   &engine)) != 0)
+        } else if (strcmp(argv[i], "--engine") == 0 || strcmp(argv[i], "--served-tokens") == 0 ||
+                   strcmp(argv[i], "--lookup-tokens") == 0) {
+            uint64_t *to = strcmp(argv[i], "--engine") == 0          ? &engine
+                           : strcmp(argv[i], "--served-tokens") == 0 ? &tokens.served_tokens_total
+                                                                     : &tokens.lookup_tokens_total;
+            if ((rc = tool_opt_u64(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 0,
+                                   to == &engine ? UINT64_MAX : INT64_MAX, to)) != 0)
                 return rc;
+            has_served |= to == &tokens.served_tokens_total;
+            has_lookup |= to == &tokens.lookup_tokens_total;
             in_reasons = 0;
             i += 2;
         } else if (strcmp(argv[i], "--reason") == 0) {
@@ -558,25 +566,35 @@ static int verb_tally(ctl_t *o, int argc, char **argv)
     }
     if (npos != 2)
         return tool_usage_error("tally: expected PAID PROBES");
+    if (has_served != has_lookup)
+        return tool_usage_error("tally: --served-tokens and --lookup-tokens go together");
     if ((rc = ctl_connect(o, &c)) != 0)
         return rc;
-    rc = kvt_tally(c, engine, totals[0], totals[1], reasons, nreasons, &st);
+    rc = kvt_tally2(c, engine, totals[0], totals[1], has_served ? &tokens : NULL, reasons, nreasons,
+                    &st);
     if (rc != 0) {
         rc = fail_kvt("tally", NULL, c, rc);
         goto out;
     }
     if (o->json)
-        rc = print_json(json_pack("{s:f,s:f,s:f,s:I,s:I,s:b,s:b,s:b}", "payoff", st.payoff, "share",
-                                  st.share, "act_ema", st.act_ema, "probes", (json_int_t)st.probes,
-                                  "lookups", (json_int_t)st.lookups, "admission_enabled",
-                                  st.admission_enabled, "skip_enabled", st.skip_enabled,
-                                  "load_bearing", st.load_bearing));
+        rc = print_json(json_pack(
+            "{s:f,s:f,s:f,s:I,s:I,s:b,s:b,s:b,s:s,s:f,s:I,s:I,s:I,s:I}", "payoff", st.payoff,
+            "share", st.share, "act_ema", st.act_ema, "probes", (json_int_t)st.probes, "lookups",
+            (json_int_t)st.lookups, "admission_enabled", st.admission_enabled, "skip_enabled",
+            st.skip_enabled, "load_bearing", st.load_bearing, "policy",
+            st.policy == KVT_ADMISSION_ATOM ? "atom" : "value", "density", st.density,
+            "served_tokens", (json_int_t)st.served_tokens, "regret_tokens",
+            (json_int_t)st.regret_tokens, "written_tokens", (json_int_t)st.written_tokens,
+            "declined_tokens", (json_int_t)st.declined_tokens));
     else
-        printf("payoff %.6f share %.6f act_ema %.6f probes %" PRIu64 " lookups %" PRIu64
-               " admission %s skip %s load_bearing %s\n",
-               st.payoff, st.share, st.act_ema, st.probes, st.lookups,
-               st.admission_enabled ? "on" : "off", st.skip_enabled ? "on" : "off",
-               st.load_bearing ? "yes" : "no");
+        printf(
+            "payoff %.6f share %.6f act_ema %.6f probes %" PRIu64 " lookups %" PRIu64
+            " admission %s skip %s load_bearing %s policy %s density %.6f served_tokens %" PRIu64
+            " regret_tokens %" PRIu64 " written_tokens %" PRIu64 " declined_tokens %" PRIu64 "\n",
+            st.payoff, st.share, st.act_ema, st.probes, st.lookups,
+            st.admission_enabled ? "on" : "off", st.skip_enabled ? "on" : "off",
+            st.load_bearing ? "yes" : "no", st.policy == KVT_ADMISSION_ATOM ? "atom" : "value",
+            st.density, st.served_tokens, st.regret_tokens, st.written_tokens, st.declined_tokens);
 out:
     kvt_close(&c);
     return rc;
@@ -588,6 +606,50 @@ static double jnum(const json_t *obj, const char *path)
     const json_t *v = tool_json_path(obj, path);
 
     return json_is_number(v) ? json_number_value(v) : -1;
+}
+
+/* The bounds of contract C3 at work and the sessions that hold the most (server.top_sessions):
+ * lines after the summary's, only when there is something to say. */
+static void print_consumers(const json_t *st)
+{
+    const json_t *top = tool_json_path(st, "server.top_sessions"), *s;
+    double refused = 0, stalls = jnum(st, "server.stalls"),
+           dropped = jnum(st, "server.replies_dropped");
+    const json_t *ref = tool_json_path(st, "server.refused");
+    char a[32], b[32], c[32], d[32], e[32], f[32];
+    const char *key;
+    json_t *v;
+    size_t i;
+
+    json_object_foreach((json_t *)ref, key, v) refused +=
+        json_is_integer(v) ? (double)json_integer_value(v) : 0;
+    if (refused > 0 || stalls > 0 || dropped > 0) {
+        printf("refused %.0f (", refused);
+        i = 0;
+        json_object_foreach((json_t *)ref, key,
+                            v) if (json_is_integer(v) && json_integer_value(v) > 0)
+            printf("%s%s %lld", i++ ? ", " : "", key, (long long)json_integer_value(v));
+        printf("), stalled sessions %.0f, replies dropped %.0f\n", stalls, dropped);
+    }
+    if (json_array_size(top) == 0)
+        return;
+    printf("top sessions: held %s of %s per session, replies %s per session\n",
+           tool_human_bytes(jnum(st, "ram.held_bytes"), a, sizeof a),
+           tool_human_bytes(jnum(st, "server.limits.session_held_bytes"), b, sizeof b),
+           tool_human_bytes(jnum(st, "server.limits.session_reply_bytes"), c, sizeof c));
+    json_array_foreach(top, i, s)
+    {
+        const char *id = json_string_value(json_object_get(s, "id"));
+        printf("  %s: held %s (leased %s, pinned %s, lent %s, reserved %s), %.0f in flight, "
+               "%s queued, %.0f disk reads%s\n",
+               id ? id : "?", tool_human_bytes(jnum(s, "held_bytes"), a, sizeof a),
+               tool_human_bytes(jnum(s, "leased_bytes"), b, sizeof b),
+               tool_human_bytes(jnum(s, "pinned_bytes"), c, sizeof c),
+               tool_human_bytes(jnum(s, "lent_bytes"), d, sizeof d),
+               tool_human_bytes(jnum(s, "reserved_bytes"), e, sizeof e), jnum(s, "in_flight"),
+               tool_human_bytes(jnum(s, "reply_bytes"), f, sizeof f), jnum(s, "disk_reads"),
+               json_is_true(json_object_get(s, "stalled")) ? ", stalled" : "");
+    }
 }
 
 static void print_status_summary(const json_t *st)
@@ -615,12 +677,20 @@ static void print_status_summary(const json_t *st)
                    jnum(st, "disk.chunks"), jnum(st, "disk.hits"), jnum(st, "disk.misses"));
     }
     printf("clients %.0f\n", jnum(st, "server.clients"));
-    printf("namespaces %zu\n", json_array_size(nss));
+    /* status lists 64 namespaces per page; the count is all of them (an older daemon lists all) */
+    printf("namespaces %.0f\n", jnum(st, "server.namespaces_declared") >= 0
+                                    ? jnum(st, "server.namespaces_declared")
+                                    : (double)json_array_size(nss));
     json_array_foreach(nss, i, ns)
     {
         const char *model = json_string_value(json_object_get(ns, "model"));
         printf("  %s: %.0f chunks\n", model ? model : "?", jnum(ns, "chunks"));
     }
+    if (jnum(st, "namespaces_page.next") > 0)
+        printf("  ... %.0f more (GET /status?namespaces=%.0f)\n",
+               jnum(st, "namespaces_page.total") - jnum(st, "namespaces_page.shown"),
+               jnum(st, "namespaces_page.next"));
+    print_consumers(st);
 }
 
 /* A number of seconds in [0.1, 86400] (a fraction allowed): 0, or -1. */

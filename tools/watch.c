@@ -188,9 +188,15 @@ static void draw_namespaces(frame_t *f, const json_t *st)
         const json_t *s = tool_json_path(v[i], "gates.lookup_skip");
 
         tool_human_bytes(num(v[i], "bytes"), b, sizeof b);
-        snprintf(adm, sizeof adm, "%s payoff %.3f share %.2f",
-                 json_is_true(json_object_get(a, "enabled")) ? "on " : "off", num(a, "payoff"),
-                 num(a, "share"));
+        /* the configured policy's estimate: value's density, atom's payoff */
+        if (strcmp(str(a, "policy"), "atom") == 0)
+            snprintf(adm, sizeof adm, "%s atom payoff %.3f share %.2f",
+                     json_is_true(json_object_get(a, "enabled")) ? "on " : "off", num(a, "payoff"),
+                     num(a, "share"));
+        else
+            snprintf(adm, sizeof adm, "%s value density %.3f share %.2f",
+                     json_is_true(json_object_get(a, "enabled")) ? "on " : "off", num(a, "density"),
+                     num(a, "share"));
         snprintf(skip, sizeof skip, "%s %s skips %.0f",
                  json_is_true(json_object_get(s, "enabled")) ? "on " : "off",
                  json_is_true(json_object_get(s, "load_bearing")) ? "load-bearing" : "idle",

@@ -19,6 +19,9 @@
  * single folds leave it (0.0; 1.0 for paid ones), and with alpha 0.5 (scenario 6) both give
  * 0.5^200 exactly, then 1.0; so each scenario's decisions are the ones GATES.md states.
  *
+ * Every configuration here names policy atom (value is the default since issue 12): these are
+ * atom's scenarios, unchanged; tests/integration/test_value_daemon.c covers policy value.
+ *
  * Threads: one per test (Check forks each test). Every test starts its own daemon.
  * Invariants: a save operation here is one kvt_save call; its chunks' hashes are unique per
  * (test, operation), so operations never collide in the daemon's table of decisions.
@@ -154,20 +157,6 @@ static gsnap_t snap(const harness_t *h, const char *model)
 
 /* --- client helpers --- */
 
-static kvt_client_t *connect_ns(const harness_t *h, const char *model, uint32_t world,
-                                uint32_t rank, uint32_t chunk_tokens, int data_path)
-{
-    kvt_ns_desc_t d = harness_ns_desc(model, world, 0, 32);
-    kvt_connect_opts_t o = {.timeout_ms = 5000, .data_path = data_path};
-    kvt_client_t *c = NULL;
-    int rc;
-
-    d.chunk_tokens = chunk_tokens;
-    rc = kvt_connect(h->endpoint, &d, rank, &o, &c);
-    ck_assert_msg(rc == 0, "kvt_connect(%s, rank %u): %s", model, rank, kvt_strerror(rc));
-    return c;
-}
-
 static kvt_gate_state_t tally(kvt_client_t *c, uint64_t engine, uint64_t paid, uint64_t probes)
 {
     kvt_gate_state_t gs;
@@ -231,25 +220,12 @@ static int save_ops(kvt_client_t *c, uint32_t tag, uint32_t first, int ops, uint
     return stored;
 }
 
-/* Number of log lines holding needle. */
-static int log_count(const harness_t *h, const char *needle)
-{
-    FILE *f = fopen(h->log_path, "r");
-    char line[2048];
-    int n = 0;
-
-    ck_assert_msg(f != NULL, "cannot open %s", h->log_path);
-    while (fgets(line, sizeof line, f) != NULL)
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Tallies: two engine instances, a counter reset, scenarios 7, 8, 10, 11, 12, the log line
  */
 
-static const char tally_cfg[] = "{\"namespaces\": {"
+static const char tally_cfg[] = "{\"gates\": {\"admission\": {\"policy\": \"atom\"}},"
+                                " \"namespaces\": {"
                                 " \"tally\": {\"gates\": {\"admission\": {\"report_every\": 16}}},"
                                 " \"clamp\": {\"gates\": {\"admission\": {\"alpha\": 1}}},"
                                 " \"half\": {\"gates\": {\"admission\": {\"alpha\": 0.5}}}"
@@ -327,13 +303,13 @@ START_TEST(test_tallies)
 
     /* report_every 16: probes 10, 30 (crosses 16), 50 (crosses 32 and 48: one line), 52, 57, 58.
      */
-    ck_assert_int_eq(log_count(h, "event=admission ns=tally "), 2);
+    ck_assert_int_eq(harness_log_count(h, "event=admission ns=tally "), 2);
     snprintf(line, sizeof line, "event=admission ns=tally probes=30 payoff=%.6f saved=0 skipped=0",
              ref_batch(ref_batch(1.0, a, 2, 10), a, 3, 20));
-    ck_assert_int_eq(log_count(h, line), 1);
+    ck_assert_int_eq(harness_log_count(h, line), 1);
     snprintf(line, sizeof line, "event=admission ns=tally probes=50 payoff=%.6f saved=0 skipped=0",
              ref_batch(ref_batch(ref_batch(1.0, a, 2, 10), a, 3, 20), a, 3, 20));
-    ck_assert_int_eq(log_count(h, line), 1);
+    ck_assert_int_eq(harness_log_count(h, line), 1);
 
     kvt_close(&e1);
     kvt_close(&e2);
@@ -393,7 +369,7 @@ END_TEST
  */
 
 static const char adm_cfg[] =
-    "{\"namespaces\": {"
+    "{\"gates\": {\"admission\": {\"policy\": \"atom\"}}, \"namespaces\": {"
     " \"adm1\": {\"gates\": {\"admission\": {\"warmup\": 0, \"floor\": 0}}},"
     " \"adm2\": {\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 100, \"floor\": 0,"
     "   \"alpha\": 1}}},"
@@ -428,9 +404,10 @@ START_TEST(test_adm3_zero_payoff)
     ck_assert_int_eq(s.probes, 200);
     ck_assert_int_eq(s.adm_enabled, 1);
     /* probes 0 -> 200 crossed 100 and 200: one line for the one tally */
-    ck_assert_int_eq(log_count(h, "event=admission ns=adm3 "), 1);
-    ck_assert_int_eq(
-        log_count(h, "event=admission ns=adm3 probes=200 payoff=0.000000 saved=0 skipped=0"), 1);
+    ck_assert_int_eq(harness_log_count(h, "event=admission ns=adm3 "), 1);
+    ck_assert_int_eq(harness_log_count(
+                         h, "event=admission ns=adm3 probes=200 payoff=0.000000 saved=0 skipped=0"),
+                     1);
     rx0 = s.bytes_received;
 
     ck_assert_int_eq(save_ops(c, 3, 0, 400, admitted), 100);
@@ -627,12 +604,13 @@ START_TEST(test_adm_shm_reserve)
     gsnap_t s;
 
     snprintf(extra, sizeof extra,
-             "{\"ram\": {\"arena_path\": \"%s/shm-%d.arena\"}, \"namespaces\": {\"shm\": "
+             "{\"gates\": {\"admission\": {\"policy\": \"atom\"}},"
+             " \"ram\": {\"arena_path\": \"%s/shm-%d.arena\"}, \"namespaces\": {\"shm\": "
              "{\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 0, \"floor\": 0.25, "
              "\"alpha\": 1}}}}}",
              check_scratch_dir(), (int)getpid());
     h = harness_start(&ho);
-    c = connect_ns(h, "shm", 1, 0, 16, KVT_DATA_PATH_SHM);
+    c = harness_client_with(h, "shm", 1, 0, 16, KVT_DATA_PATH_SHM);
     ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
     tally(c, 1, 0, 5);
     ck_assert_int_eq(save_ops(c, 77, 0, 40, admitted), 10);
@@ -655,8 +633,8 @@ END_TEST
 START_TEST(test_namespaces_independent)
 {
     static const char cfg[] =
-        "{\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 0, \"floor\": 0.25,"
-        "   \"alpha\": 1}},"
+        "{\"gates\": {\"admission\": {\"policy\": \"atom\", \"enabled\": true, \"warmup\": 0,"
+        "   \"floor\": 0.25, \"alpha\": 1}},"
         " \"namespaces\": {\"m2\": {\"gates\": {\"admission\": {\"enabled\": true, \"warmup\": 0,"
         "   \"floor\": 0.5, \"alpha\": 1}, \"lookup_skip\": {\"enabled\": true,"
         "   \"min_load_tokens\": 64}}}}}";
@@ -741,7 +719,7 @@ END_TEST
 #define PLEN 3525
 
 static const char skip_cfg[] =
-    "{\"gates\": {\"lookup_skip\": {\"enabled\": true}},"
+    "{\"gates\": {\"admission\": {\"policy\": \"atom\"}, \"lookup_skip\": {\"enabled\": true}},"
     " \"namespaces\": {"
     "  \"skip-off\": {\"gates\": {\"lookup_skip\": {\"enabled\": false}}},"
     "  \"skip-19992\": {\"gates\": {\"lookup_skip\": {\"min_load_tokens\": 19992}}},"
@@ -806,7 +784,7 @@ static void store_prefix(kvt_client_t *c, const kvt_hash_t *chain, size_t n)
 
 static kvt_client_t *skip_client(skip_env_t *e, const char *model, int store_p, int store_q)
 {
-    kvt_client_t *c = connect_ns(e->h, model, 1, 0, 8, KVT_DATA_PATH_AUTO);
+    kvt_client_t *c = harness_client_with(e->h, model, 1, 0, 8, KVT_DATA_PATH_AUTO);
     if (store_p)
         store_prefix(c, e->p, 2500);
     if (store_q)
@@ -1022,7 +1000,7 @@ START_TEST(test_skip_7)
     /* admission report_every 16: lines at probes 16 and 32 (the skips' verdicts; saved=1 is the
      * save that stored the prefix, admitted by the disabled gate); lookup_skip report_every 1:
      * one line per answered lookup (only the forced probe here). */
-    ck_assert_int_eq(log_count(e->h, "event=admission ns=skip7 "), 2);
+    ck_assert_int_eq(harness_log_count(e->h, "event=admission ns=skip7 "), 2);
     p = 1.0;
     for (int i = 1; i <= 32; i++) {
         p = ref_one(p, 0.0625, 0);
@@ -1030,11 +1008,12 @@ START_TEST(test_skip_7)
             continue;
         snprintf(line, sizeof line,
                  "event=admission ns=skip7 probes=%d payoff=%.6f saved=1 skipped=0", i, p);
-        ck_assert_msg(log_count(e->h, line) == 1, "no log line '%s'", line);
+        ck_assert_msg(harness_log_count(e->h, line) == 1, "no log line '%s'", line);
     }
-    ck_assert_int_eq(log_count(e->h, "event=lookup_skip ns=skip7 "), 1);
-    ck_assert_int_eq(log_count(e->h, "event=lookup_skip ns=skip7 lookups=1 act_ema=0.000000 "
-                                     "load_bearing=0 skips=31 forced_probes=1 would_skip=0"),
+    ck_assert_int_eq(harness_log_count(e->h, "event=lookup_skip ns=skip7 "), 1);
+    ck_assert_int_eq(harness_log_count(e->h,
+                                       "event=lookup_skip ns=skip7 lookups=1 act_ema=0.000000 "
+                                       "load_bearing=0 skips=31 forced_probes=1 would_skip=0"),
                      1);
     kvt_close(&c);
     skip_stop(&e);
@@ -1044,7 +1023,8 @@ END_TEST
 /* A skipped all-ranks lookup still answers one (zero) hit per rank, as PROTOCOL.md states. */
 START_TEST(test_skip_all_ranks)
 {
-    harness_opts_t ho = {.extra_json = "{\"gates\": {\"lookup_skip\": {\"enabled\": true}}}"};
+    harness_opts_t ho = {.extra_json = "{\"gates\": {\"admission\": {\"policy\": \"atom\"},"
+                                       " \"lookup_skip\": {\"enabled\": true}}}"};
     harness_t *h = harness_start(&ho);
     kvt_client_t *c = harness_client(h, "skip-all", 3, 0, 1);
     kvt_lookup_opts_t lo = {.all_ranks = 1, .lease = 1, .has_prompt = 1, .prompt_tokens = 100};

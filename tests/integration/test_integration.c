@@ -466,7 +466,13 @@ START_TEST(test_leases)
     enum { N = 4 };
     const size_t chunk = 64 * KIB;
     const size_t sizes[N] = {chunk, chunk, chunk, chunk};
-    harness_opts_t o = {.capacity_bytes = 1 * MIB, .max_chunk_bytes = chunk, .lease_ms = 2000};
+    /* the held bounds off (shares of 1): this test is about what leases pin, up to all of it;
+     * test_hostile.c has the bounds */
+    harness_opts_t o = {.capacity_bytes = 1 * MIB,
+                        .max_chunk_bytes = chunk,
+                        .lease_ms = 2000,
+                        .extra_json =
+                            "{\"ram\": {\"session_held_share\": 1.0, \"max_held_share\": 1.0}}"};
     harness_t *h = harness_start(&o);
     kvt_client_t *c = harness_client(h, "lease-model", 1, 0, 0);
     const int fill_chunks = (int)(3 * o.capacity_bytes / chunk);

@@ -5,7 +5,8 @@
  * not change by accident (a refactoring of the status code, a renamed field). The test starts
  * the real daemon with the disk tier on, declares a namespace from a client, saves, loads and
  * looks up a few chunks, pushes a tally with a reason (so every conditional part of the
- * documents is present: a session, a namespace with its gates, a reason count), then compares
+ * documents is present: a session, a consumer among the top sessions (a lease), a namespace with
+ * its gates, a reason count), then compares
  *
  *   - the set of JSON key paths of /status with tests/data/status_keys.txt: every object member
  *     by its dotted path, recursively; members of array elements as the union over the
@@ -250,6 +251,9 @@ static void workload(const harness_t *h)
     ck_assert_uint_eq(nhit, NCHUNKS);
     ck_assert_int_eq(kvt_lookup(c, hs, NCHUNKS, NULL, &r), 0);
     ck_assert_uint_eq(r.hit, NCHUNKS);
+    /* a lease (30 s) keeps the session among server.top_sessions while the documents are read */
+    ck_assert_int_eq(kvt_lookup(c, hs, NCHUNKS, &(kvt_lookup_opts_t){.lease = 1}, &r), 0);
+    ck_assert_int_eq(r.leased, 1);
     ck_assert_int_eq(kvt_tally(c, 1, 2, 10, &reason, 1, &gs), 0);
     for (uint32_t i = 0; i < NCHUNKS; i++) {
         free((void *)bufs[i]);

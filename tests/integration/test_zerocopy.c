@@ -242,16 +242,18 @@ START_TEST(test_pin_survives_fill_then_evicted)
 {
     harness_t *h = start_shm(8 * MIB, 60000); /* a hold longer than the fills take */
     kvt_client_t *c = connect_c(h, KVT_DATA_PATH_SHM);
-    kvt_hash_t pinned[2], other[4];
+    kvt_hash_t pinned[2], other[2];
     kvt_completion_t *p;
     size_t nhit;
 
     harness_chain(3, pinned, 2);
     zc_save(c, pinned, 2, 1 * MIB, KVT_SAVE_STORED);
     p = zc_pin(c, pinned, 2, 1 * MIB);
-    for (uint32_t k = 0; k < 6; k++) { /* 3x the capacity */
-        harness_chain(100 + k, other, 4);
-        zc_save(c, other, 4, 1 * MIB, KVT_SAVE_STORED);
+    /* 3x the capacity, 2 MiB a reservation: with the 2 MiB pinned that is the most one client
+     * may hold (ram.session_held_share 0.5 of 8 MiB) */
+    for (uint32_t k = 0; k < 12; k++) {
+        harness_chain(100 + k, other, 2);
+        zc_save(c, other, 2, 1 * MIB, KVT_SAVE_STORED);
     }
     ck_assert_int_gt(harness_stat(h, "ram.evictions"), 0);
     for (size_t i = 0; i < 2; i++) /* the bytes under the pointers never moved */
@@ -263,9 +265,9 @@ START_TEST(test_pin_survives_fill_then_evicted)
         ck_assert_msg(st != NULL, "the pins were not released");
         json_decref(st);
     }
-    for (uint32_t k = 0; k < 6; k++) {
-        harness_chain(200 + k, other, 4);
-        zc_save(c, other, 4, 1 * MIB, KVT_SAVE_STORED);
+    for (uint32_t k = 0; k < 12; k++) {
+        harness_chain(200 + k, other, 2);
+        zc_save(c, other, 2, 1 * MIB, KVT_SAVE_STORED);
     }
     ck_assert_int_eq(kvt_submit_pin(c, pinned, 2, NULL, NULL), 0);
     p = next(c);

@@ -102,6 +102,13 @@ static int write_config(harness_t *h, const char *extra_json)
     return rc;
 }
 
+const char *harness_kvtierd(void)
+{
+    const char *bin = getenv("KVT_TEST_KVTIERD");
+
+    return bin != NULL && bin[0] != '\0' ? bin : KVTIERD_PATH;
+}
+
 static void exec_daemon(const harness_t *h, pid_t parent)
 {
     sigset_t none;
@@ -118,7 +125,7 @@ static void exec_daemon(const harness_t *h, pid_t parent)
     fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (fd >= 0)
         dup2(fd, STDIN_FILENO);
-    execl(KVTIERD_PATH, "kvtierd", "-c", h->config_path, (char *)NULL);
+    execl(harness_kvtierd(), "kvtierd", "-c", h->config_path, (char *)NULL);
     _exit(127);
 }
 
@@ -364,6 +371,22 @@ kvt_ns_desc_t harness_ns_desc(const char *model, uint32_t world, int mla, uint32
     return d;
 }
 
+kvt_client_t *harness_client_with(const harness_t *h, const char *model, uint32_t world,
+                                  uint32_t rank, uint32_t chunk_tokens, int data_path)
+{
+    kvt_ns_desc_t d = harness_ns_desc(model, world, 0, 32);
+    kvt_connect_opts_t o = {.timeout_ms = 5000, .data_path = data_path};
+    kvt_client_t *c = NULL;
+    int rc;
+
+    d.chunk_tokens = chunk_tokens;
+    rc = kvt_connect(h->endpoint, &d, rank, &o, &c);
+    ck_assert_msg(rc == 0, "kvt_connect(%s, %s, rank %u/%u): %s", h->endpoint, model, rank, world,
+                  kvt_strerror(rc));
+    ck_assert_ptr_nonnull(c);
+    return c;
+}
+
 kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t world, int mla,
                              uint32_t rank)
 {
@@ -376,6 +399,19 @@ kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t wor
                   kvt_strerror(rc));
     ck_assert_ptr_nonnull(c);
     return c;
+}
+
+int harness_log_count(const harness_t *h, const char *needle)
+{
+    FILE *f = fopen(h->log_path, "r");
+    char line[2048];
+    int n = 0;
+
+    ck_assert_msg(f != NULL, "cannot open %s", h->log_path);
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
 }
 
 void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n)
@@ -411,7 +447,7 @@ uint64_t harness_hash_key(const kvt_hash_t *h)
     return k;
 }
 
-static uint64_t splitmix(uint64_t *s)
+uint64_t harness_prng(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -425,7 +461,7 @@ void harness_fill(void *buf, size_t len, uint32_t rank, uint64_t key)
     uint8_t *b = buf;
 
     for (size_t i = 0; i < len; i += 8) {
-        uint64_t v = splitmix(&s);
+        uint64_t v = harness_prng(&s);
         size_t k = len - i < 8 ? len - i : 8;
         memcpy(b + i, &v, k);
     }
@@ -441,6 +477,103 @@ int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key)
     ok = memcmp(want, buf, len) == 0;
     free(want);
     return ok;
+}
+
+static int pred_disk_drained(json_t *st, void *arg)
+{
+    (void)arg;
+    return harness_jint(st, "disk.write_buffer_chunks") == 0 &&
+           harness_jint(st, "disk.reads_in_flight") == 0;
+}
+
+void harness_wait_disk_drained(const harness_t *h)
+{
+    json_t *st = harness_wait_status(h, pred_disk_drained, NULL, HARNESS_DEADLINE_MS);
+
+    ck_assert_msg(st != NULL, "the disk tier's write buffer never drained");
+    json_decref(st);
+}
+
+uint64_t harness_rss_anon(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kb = 0;
+    FILE *f;
+    int found = 0;
+
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "RssAnon: %lu kB", (unsigned long *)&kb) == 1) {
+            found = 1;
+            break;
+        }
+    fclose(f);
+    ck_assert_msg(found, "no RssAnon in %s", path);
+    return kb * 1024;
+}
+
+size_t harness_save_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank)
+{
+    kvt_hash_t *hs = calloc(n, sizeof *hs);
+    size_t ok = 0;
+
+    ck_assert_ptr_nonnull(hs);
+    harness_chain(seed, hs, n);
+    for (size_t at = 0; at < n; at += 16) {
+        size_t k = n - at < 16 ? n - at : 16;
+        const void *bufs[16];
+        size_t lens[16];
+        uint8_t out[16];
+        kvt_save_opts_t o = {.parent = at > 0 ? &hs[at - 1] : NULL};
+        for (size_t i = 0; i < k; i++) {
+            void *b = malloc(len);
+            ck_assert_ptr_nonnull(b);
+            harness_fill(b, len, rank, (uint64_t)seed << 32 | (at + i));
+            bufs[i] = b;
+            lens[i] = len;
+        }
+        if (kvt_save(c, &hs[at], k, bufs, lens, &o, out) == 0)
+            for (size_t i = 0; i < k; i++)
+                ok += out[i] == KVT_SAVE_STORED || out[i] == KVT_SAVE_EXISTS;
+        for (size_t i = 0; i < k; i++)
+            free((void *)bufs[i]);
+    }
+    free(hs);
+    return ok;
+}
+
+size_t harness_load_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank)
+{
+    kvt_hash_t *hs = calloc(n, sizeof *hs);
+    size_t got = 0;
+
+    ck_assert_ptr_nonnull(hs);
+    harness_chain(seed, hs, n);
+    for (size_t at = 0; at < n; at += 16) {
+        size_t k = n - at < 16 ? n - at : 16, lens[16], caps[16], nhit = 0;
+        void *bufs[16];
+        int rc;
+        for (size_t i = 0; i < k; i++) {
+            bufs[i] = malloc(len);
+            caps[i] = len;
+        }
+        rc = kvt_load(c, &hs[at], k, bufs, caps, lens, &nhit);
+        ck_assert_msg(rc == 0, "kvt_load: %s (%s)", kvt_strerror(rc), kvt_last_error(c));
+        for (size_t i = 0; i < k; i++) {
+            if (lens[i] > 0) {
+                ck_assert_uint_eq(lens[i], len);
+                ck_assert_msg(
+                    harness_check_fill(bufs[i], len, rank, (uint64_t)seed << 32 | (at + i)),
+                    "chain %u chunk %zu loaded with other bytes", seed, at + i);
+                got++;
+            }
+            free(bufs[i]);
+        }
+    }
+    free(hs);
+    return got;
 }
 
 /* --- raw ZeroMQ peers --- */

@@ -48,6 +48,10 @@ typedef struct {
     uint32_t lease_ms;
 } harness_t;
 
+/* The kvtierd binary tests start: $KVT_TEST_KVTIERD when set (to run a test against another
+ * build, e.g. to see it fail on an older daemon), else the one of this build. */
+const char *harness_kvtierd(void);
+
 /* Starts a daemon (opts may be NULL) and returns once GET /status answers. Never NULL. */
 harness_t *harness_start(const harness_opts_t *opts);
 
@@ -103,6 +107,14 @@ int harness_pred_int_eq(json_t *status, void *arg);
 kvt_client_t *harness_client(const harness_t *h, const char *model, uint32_t world, int mla,
                              uint32_t rank);
 
+/* The same for a namespace of chunk_tokens tokens per chunk (not MLA), on a data path
+ * (KVT_DATA_PATH_*). */
+kvt_client_t *harness_client_with(const harness_t *h, const char *model, uint32_t world,
+                                  uint32_t rank, uint32_t chunk_tokens, int data_path);
+
+/* Lines of the daemon's log (its stderr so far) that contain needle. */
+int harness_log_count(const harness_t *h, const char *needle);
+
 /* The descriptor harness_client() uses; num_layers distinguishes layouts of one model. */
 kvt_ns_desc_t harness_ns_desc(const char *model, uint32_t world, int mla, uint32_t num_layers);
 
@@ -114,6 +126,26 @@ void harness_chain(uint32_t seed, kvt_hash_t *out, size_t n);
  * buf holds exactly that pattern. */
 void harness_fill(void *buf, size_t len, uint32_t rank, uint64_t key);
 int harness_check_fill(const void *buf, size_t len, uint32_t rank, uint64_t key);
+
+/* Saves chain seed: n chunks of len bytes (harness_chain(seed)), in calls of at most 16 chained by
+ * parent, each filled with harness_fill(rank, seed << 32 | i). Returns how many were stored or
+ * existed (a failed call counts none). */
+size_t harness_save_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank);
+
+/* Loads chain seed as saved by harness_save_chain and fails the test on any chunk that loads with
+ * other bytes or another length; returns how many loaded. */
+size_t harness_load_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank);
+
+/* Waits (polling status) until the disk tier's write buffer is empty and no read runs: a
+ * demotion made after it finds the buffer free. Fails the test after HARNESS_DEADLINE_MS. */
+void harness_wait_disk_drained(const harness_t *h);
+
+/* RssAnon of process pid in bytes (/proc/<pid>/status; fails the test when unreadable). */
+uint64_t harness_rss_anon(pid_t pid);
+
+/* A pseudo-random sequence (splitmix64) of the state *s, for tests that need reproducible
+ * choices. */
+uint64_t harness_prng(uint64_t *s);
 
 /* Monotonic milliseconds. */
 int64_t harness_now_ms(void);

@@ -97,5 +97,17 @@ expect_eq "ram.hits after the gets" "$(jq -e '.ram.hits' <<<"$st")" $((hits0 + 1
 expect_eq "ram.misses after the gets" "$(jq -e '.ram.misses' <<<"$st")" $((misses0 + 2))
 expect_eq "ram.used_bytes <= capacity" "$(jq -e ".ram.used_bytes <= $capacity" <<<"$st")" true
 
+# A leased lookup makes its connection a consumer: the summary lists it under the top sessions
+# (the summary's other lines unchanged), and the JSON has its held bytes.
+ctl 0 lookup --lease "${hashes[@]}" >/dev/null || fail "leased lookup"
+summary=$(ctl 0 status) || fail "status"
+grep -q '^clients ' <<<"$summary" || fail "status summary: no clients line: $summary"
+grep -q '^namespaces 1$' <<<"$summary" || fail "status summary: no namespaces line: $summary"
+grep -q '^top sessions: held ' <<<"$summary" || fail "status summary: no top sessions: $summary"
+grep -Eq '^  [0-9a-f]+: held [0-9.]+ [KM]iB \(leased ' <<<"$summary" ||
+    fail "status summary: no consumer line: $summary"
+expect_jq "the leaseholder's held bytes" \
+    '.server.top_sessions[0].held_bytes == (1 + 4096 + 70001 + 1048576)' <(status) '.server'
+
 testlib_stop_daemon
 echo "cli_roundtrip: ok"

@@ -11,6 +11,9 @@
 # HBM (19999 - 16000 < 8192: skippable): 31 answered `skipped` with hit 0 and no lease, the 32nd
 # answered (a forced probe). The stored prefix is 4 chunks here, not 20000 tokens: the decision
 # depends only on the token counts, and the forced probe is non-actionable either way.
+# Token tallies (namespace clitok, policy value): `tally --served-tokens N --lookup-tokens N`
+# folds the token totals (a repeat folds nothing, a decrease re-baselines) and prints them with
+# the policy; one option without the other is a usage error.
 set -euo pipefail
 
 kvtierd=${1:?usage: gates_cli.sh KVTIERD KVTIERCTL}
@@ -26,7 +29,9 @@ cat >"$dir/kvtierd.json" <<EOF
   "server": {"endpoint": "$endpoint", "status_socket": "$sock"},
   "ram": {"capacity_bytes": "8MiB", "arena_path": "", "max_chunk_bytes": "64KiB"},
   "log": {"level": "info"},
+  "gates": {"admission": {"policy": "atom"}},
   "namespaces": {
+    "clitok": {"gates": {"admission": {"enabled": true, "policy": "value"}}},
     "cli3": {"gates": {"admission": {"enabled": true, "warmup": 10, "floor": 0.25, "alpha": 1,
                                      "report_every": 100}}},
     "cli7": {"gates": {"lookup_skip": {"enabled": true}}}
@@ -129,6 +134,24 @@ expect_eq "cli7 payoff" "$(jq -c '.admission.payoff as $p |
     (reduce range(31) as $i (1.0; . + 0.0625 * (0 - .))) == $p' <<<"$g")" true
 expect_eq "leased chunks (only the forced probe leased)" \
     "$(jq -c '.ram.leased_chunks' <<<"$st")" 4
+
+# --- token tallies ---
+tok() { ctl clitok 16 1 0 tally --engine 4 --json "$@"; }
+out=$(tok 1 2 --served-tokens 8192 --lookup-tokens 20000) || fail "tally with tokens"
+expect_eq "tokens: policy and served" "$(jq -c '[.policy, .served_tokens]' <<<"$out")" \
+    '["value",8192]'
+out=$(tok 1 2 --served-tokens 8192 --lookup-tokens 20000) || fail "tally repeated"
+expect_eq "tokens: a repeat folds nothing" "$(jq -c '.served_tokens' <<<"$out")" 8192
+out=$(tok 0 1 --served-tokens 100 --lookup-tokens 100) || fail "tally restarted"
+out=$(tok 1 3 --served-tokens 612 --lookup-tokens 900) || fail "tally after the restart"
+expect_eq "tokens: differences after a re-baseline" "$(jq -c '.served_tokens' <<<"$out")" 8704
+rc=0
+ctl clitok 16 1 0 tally 1 2 --served-tokens 5 >/dev/null 2>&1 || rc=$?
+expect_eq "tokens: both options or none (exit 2)" "$rc" 2
+st=$(status)
+expect_eq "tokens: status" "$(jq -c '.namespaces[] | select(.model == "clitok") |
+    .gates.admission | [.served_tokens, .lookup_tokens, .token_tallies]' <<<"$st")" \
+    "[8704,20800,4]"
 
 testlib_stop_daemon
 echo "gates_cli: ok"

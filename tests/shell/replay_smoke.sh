@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # replay_smoke.sh KVTIERD KVTIER_REPLAY KVTIER_TRACEGEN - kvtier-replay on a 200-request trace that
 # kvtier-tracegen writes at test time (shape conversations, seed 1), against a real kvtierd
-# (memfd arena large enough that nothing is evicted, 4 KiB per block), twice on one daemon:
-# namespace `replay-off` (gates off) and `replay-on` (admission and lookup skip enabled by a
-# per-namespace override). The trace itself is checked first: the same seed writes the same
+# (memfd arena large enough that nothing is evicted, 4 KiB per block), four times on one daemon
+# (namespaces never meet): `replay-off` (gates off) and `replay-on` (admission and lookup skip
+# enabled by a per-namespace override) with a 100-block HBM cache, then `value-useless` and
+# `value-useful`, both gates enabled with policy value and learn_tokens = window_tokens = 131072
+# (the defaults scaled down 32 times: the trace offers 1M tokens), with an HBM cache holding
+# every distinct block (the tier is useless) and with 100 blocks (it serves most prompts). The trace itself is checked first: the same seed writes the same
 # bytes and another seed other bytes; every record has the four fields, ceil(input_length / 512)
 # hash_ids, ids numbered in the order of their first appearance, and each id always behind the
 # same id (prefix-chained). Then the replay, checked with jq:
@@ -17,7 +20,11 @@
 #   - gates off: every distinct whole block of the 200 requests (counted here with jq from the
 #     trace) is saved exactly once, nothing declined, and the daemon received exactly that many
 #     blocks x 4096 bytes;
-#   - gates on: stored + declined + exists = the blocks offered, bytes = stored x 4096.
+#   - gates on: stored + declined + exists = the blocks offered, bytes = stored x 4096;
+#   - the token totals reached the daemon: its served and written tokens are the replay's;
+#   - the direction of the value policy (docs/GATES.md 7): useless, at most a quarter of the
+#     bytes of gates off (every distinct block); useful, at least 98% of the tokens gates off
+#     served at the same HBM size.
 # kvtierd stops cleanly (exit 0, no sanitizer report).
 set -euo pipefail
 
@@ -39,7 +46,11 @@ cat >"$dir/kvtierd.json" <<JSON
   "ram": {"capacity_bytes": "128MiB", "arena_path": "", "prefault": false},
   "log": {"level": "warn"},
   "namespaces": {
-    "replay-on": {"gates": {"admission": {"enabled": true}, "lookup_skip": {"enabled": true}}}
+    "replay-on": {"gates": {"admission": {"enabled": true}, "lookup_skip": {"enabled": true}}},
+    "value-useless": {"gates": {"admission": {"enabled": true, "policy": "value",
+        "learn_tokens": 131072, "window_tokens": 131072}, "lookup_skip": {"enabled": true}}},
+    "value-useful": {"gates": {"admission": {"enabled": true, "policy": "value",
+        "learn_tokens": 131072, "window_tokens": 131072}, "lookup_skip": {"enabled": true}}}
   }
 }
 JSON
@@ -75,9 +86,10 @@ distinct=$(head -n "$requests" "$trace" |
 no_block=$(head -n "$requests" "$trace" | jq -s '[.[] | select(.input_length < 512)] | length')
 ((distinct > 1000)) || fail "trace: only $distinct distinct whole blocks in $requests requests"
 
-replay_run() { # NS: the --json report on stdout
-    "$replay" -c "$dir/kvtierd.json" --trace "$trace" --requests "$requests" --hbm-blocks 100 \
-        --chunk-bytes "$chunk" --ns "$1" --json >"$dir/$1.json" 2>"$dir/$1.err" ||
+replay_run() { # NS [HBM_BLOCKS [POLICY]]: the --json report in $dir/NS.json
+    "$replay" -c "$dir/kvtierd.json" --trace "$trace" --requests "$requests" \
+        --hbm-blocks "${2:-100}" --chunk-bytes "$chunk" --ns "$1" ${3:+--policy "$3"} --json \
+        >"$dir/$1.json" 2>"$dir/$1.err" ||
         { cat "$dir/$1.err" >&2; fail "kvtier-replay --ns $1: exit $?"; }
 }
 
@@ -114,7 +126,31 @@ check "gates off: disabled, nothing skipped" \
 check "gates on: enabled" ".admission.enabled == true and .lookup_skip.enabled == true" replay-on
 check "gates on: declines counted by the daemon" \
     "(.save_ops_declined > 0) == (.admission.skipped > 0)" replay-on
+for ns in replay-off replay-on; do
+    check "token totals folded" \
+        ".admission.served_tokens == .served_tokens and .admission.written_tokens == .written_tokens
+         and .served_tokens == .tokens_loaded and .written_tokens == .blocks_saved * 512" "$ns"
+done
+check "gates off: policy off" '.policy == "off"' replay-off
+
+replay_run value-useless "$distinct" value
+replay_run value-useful 100 value
+for ns in value-useless value-useful; do
+    check "token totals folded" \
+        ".admission.served_tokens == .served_tokens and .admission.written_tokens == .written_tokens" \
+        "$ns"
+    check "no load went wrong" ".load_mismatch == 0 and .load_short == 0" "$ns"
+done
+check "useless: nothing served" ".served_tokens == 0" value-useless
+check "useless: at most a quarter of the bytes of gates off" \
+    ".bytes_received + .bytes_committed <= $distinct * $chunk / 4" value-useless
+off_served=$(jq -e .served_tokens "$dir/replay-off.json")
+check "useful: at least 98% of the tokens gates off served ($off_served)" \
+    ".served_tokens * 100 >= $off_served * 98" value-useful
 
 testlib_stop_daemon
-for ns in replay-off replay-on; do jq -c "{ns: \"$ns\", lookups_skipped, paid_total, probes_total, blocks_saved, blocks_declined, save_ops_declined, adm: .admission}" "$dir/$ns.json"; done
+for ns in replay-off replay-on value-useless value-useful; do
+    jq -c "{ns: \"$ns\", policy, hbm_blocks, lookups_skipped, paid_total, blocks_saved,
+        blocks_declined, served_tokens, written_tokens, net}" "$dir/$ns.json"
+done
 echo "PASS: replay_smoke ($requests requests, $distinct distinct blocks)"

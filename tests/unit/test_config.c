@@ -240,6 +240,9 @@ START_TEST(test_unknown_keys)
     expect_error("{\"gates\": {\"skip\": {}}}", "gates.skip: unknown key");
     expect_error("{\"ram.lease_ms\": 5}", "ram.lease_ms: unknown key");
     expect_error("{\"\": 5}", ": unknown key");
+    /* a message is one line whatever the key holds (found by fuzz_config) */
+    expect_error("{\"\\namespaces\": 1}", "?amespaces: unknown key");
+    expect_error("{\"ram\": {\"a\\r\\nb\\u007f\": 1}}", "ram.a??b?: unknown key");
 }
 END_TEST
 

@@ -35,12 +35,15 @@ static double ref_batch(double payoff, double alpha, uint64_t h, uint64_t n)
     return payoff * keep + ((double)h / (double)n) * (1.0 - keep);
 }
 
+/* The settings of the atom scenarios (GATES.md section 4): policy atom, which is no longer the
+ * default (value is), decides while enabled and is what would_decline shadows while disabled. */
 static gates_cfg_t admission_cfg(bool enabled, uint64_t warmup, double floor_, double target,
                                  double alpha)
 {
     gates_cfg_t c;
 
     config_gates_defaults(&c);
+    c.admission.policy = GATES_POLICY_ATOM;
     c.admission.enabled = enabled;
     c.admission.warmup = warmup;
     c.admission.floor = floor_;
@@ -110,6 +113,12 @@ START_TEST(test_defaults)
     ck_assert(c.admission.alpha == 0.0625);
     ck_assert_uint_eq(c.admission.warmup, 64);
     ck_assert_uint_eq(c.admission.report_every, 256);
+    ck_assert_int_eq(c.admission.policy, GATES_POLICY_VALUE);
+    ck_assert(c.admission.cost_ratio == 0.05);
+    ck_assert(c.admission.value_floor == 0.02);
+    ck_assert_uint_eq(c.admission.window_tokens, 4194304);
+    ck_assert_uint_eq(c.admission.learn_tokens, 4194304);
+    ck_assert_uint_eq(c.admission.ghost_entries, 262144);
     ck_assert(!c.lookup_skip.enabled);
     ck_assert_uint_eq(c.lookup_skip.min_load_tokens, 8192);
     ck_assert(c.lookup_skip.cut == 0.01);

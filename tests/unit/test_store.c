@@ -203,7 +203,7 @@ static void fixture_init(fixture_t *f, uint64_t capacity, uint16_t world, bool r
     f->cfg.ram.max_chunk_bytes = capacity;
     f->cfg.ram.lease_ms = 1000;
     g = f->cfg.gates;
-    f->nst = ns_table_new();
+    f->nst = ns_table_new(NS_MAX);
     ck_assert_ptr_nonnull(f->nst);
     ck_assert_int_eq(ns_declare(f->nst,
                                 &(ns_ident_t){.model = "m",

@@ -94,8 +94,9 @@ static void make_warnings(const bench_t *b, const results_t *r, warnings_t *w)
             warn_add(w, "%s unavailable: %s", name, b->bk_why[k]);
         if (n->nospace)
             warn_add(w,
-                     "%s: %" PRIu64 " chunk saves answered NOSPACE: the daemon's "
-                     "ram.capacity_bytes is too small for this run (raise it or lower "
+                     "%s: %" PRIu64 " chunk saves answered NOSPACE: leases, pins or "
+                     "reservations held the RAM tier (status ram.nospace_held counts those), "
+                     "else ram.capacity_bytes is too small for this run (raise it or lower "
                      "--chunks/--ranks/--chunk-bytes)",
                      name, n->nospace);
         if (n->declined)

@@ -1,0 +1,903 @@
+/*
+ * test_hostile.c - the attacks of issue 13 against the real daemon, one test per finding, each
+ * asserting the bound that holds now (every one of them failed against the daemon before the
+ * bounds of contract C3 existed):
+ *
+ *   1. a client that never reads its replies (a DEALER with RCVHWM 1 sending 300 LOADs of
+ *      disk-resident chunks, then silence): the daemon's anonymous RSS and its disk read queue
+ *      stay under their bounds, every reply it did not deliver is counted, another client keeps
+ *      working; with RAM-resident chunks, its loads cannot pin the arena away from others;
+ *   3. a namespace flood (1,024 namespaces with a chunk each) survives neither the sessions that
+ *      made it nor a restart, one connection cannot declare more than its bound, namespaces
+ *      nobody declares and that hold nothing expire, and the status document stays small;
+ *   4. 64 idle connections (and a thread reopening them) cannot lock operators out of status;
+ *   5. one client cannot lease or reserve the RAM tier away from the others, and NOSPACE caused
+ *      by holds is counted as such;
+ *   6. the ipc socket (and every file the daemon creates) has an explicit mode under umask 0;
+ *   7. a HELLO storm beyond server.max_clients is refused instead of forgetting an established
+ *      client.
+ *
+ * Daemon memory is read from /proc/<pid>/status (RssAnon): the arena is shared memory and does
+ * not count there. The raw peers speak protocol 1 (harness.h). Waits poll status; nothing here
+ * asserts a time.
+ *
+ * Threads: one per test, plus a reopening thread in the status lock-out test.
+ */
+#include "check_main.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "harness.h"
+#include "kvt_proto.h"
+#include "kvtier.h"
+
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+
+/* --- helpers --- */
+
+/* A raw DEALER for namespace model (declared by harness_client: the same layout) with a receive
+ * high-water mark of rcvhwm messages; its ns id in *ns. */
+static void *attacker_open(void *ctx, const harness_t *h, const char *model, int rcvhwm,
+                           uint32_t *ns)
+{
+    kvt_ns_desc_t d = harness_ns_desc(model, 1, 0, 32);
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+
+    ck_assert_ptr_nonnull(s);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
+    zmq_setsockopt(s, ZMQ_LINGER, &(int){0}, sizeof(int));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &(int){5000}, sizeof(int));
+    ck_assert_int_eq(zmq_connect(s, h->endpoint), 0);
+    *ns = harness_raw_hello(s, model, kvt_ns_fingerprint(&d), 0, 1, 1);
+    return s;
+}
+
+/* Sends a raw LOAD (protocol 1) of hs[0..n) in namespace ns without waiting for the reply. */
+static void raw_load_send(void *s, uint32_t ns, const kvt_hash_t *hs, size_t n, uint64_t rid,
+                          int flags)
+{
+    uint8_t head[128];
+    kvt_frame_t f[2] = {{head, 0}, {hs, n * KVT_HASH_BYTES}};
+
+    f[0].len = harness_raw_head(head, KVT_MSG_LOAD, rid, ns, 0);
+    head[6] = (uint8_t)flags;
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+}
+
+/* Receives whatever replies are queued for s (waiting up to wait_ms for the first); returns how
+ * many, and adds the EBUSY ones to *busy. Any number of frames per message. */
+static int raw_drain(void *s, int wait_ms, int *busy)
+{
+    int n = 0;
+
+    for (;;) {
+        zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+        int more = 1, first = 1, code = 0;
+        if (zmq_poll(&it, 1, n == 0 ? wait_ms : 200) <= 0)
+            return n;
+        while (more) {
+            zmq_msg_t m;
+            size_t sz = sizeof more;
+            zmq_msg_init(&m);
+            ck_assert_int_ge(zmq_msg_recv(&m, s, 0), 0);
+            if (first && zmq_msg_size(&m) >= 32 &&
+                ((uint8_t *)zmq_msg_data(&m))[5] == KVT_MSG_ERROR)
+                code = (int32_t)kvt_get_u32((uint8_t *)zmq_msg_data(&m) + 24);
+            first = 0;
+            zmq_msg_close(&m);
+            zmq_getsockopt(s, ZMQ_RCVMORE, &more, &sz);
+        }
+        if (code == KVT_WIRE_EBUSY && busy != NULL)
+            (*busy)++;
+        n++;
+    }
+}
+
+/* Reads every reply queued for s until the daemon has none in flight any more (its deferred
+ * replies, waiting for disk reads, come later); returns how many, EBUSY ones added to *busy. */
+static int raw_drain_all(const harness_t *h, void *s, int *busy)
+{
+    int64_t t0 = harness_now_ms();
+    int n = 0;
+
+    for (;;) {
+        int got = raw_drain(s, 100, busy);
+        n += got;
+        if (got == 0 && harness_stat(h, "server.usage.in_flight") == 0 &&
+            raw_drain(s, 100, busy) == 0)
+            return n;
+        ck_assert_msg(harness_now_ms() - t0 < 60000, "replies still in flight after 60 s");
+    }
+}
+
+/* Integer at path of a status object, or -1 when missing (main's daemon lacks some keys). */
+static int64_t jint_or(json_t *st, const char *path)
+{
+    json_t *v = json_object_get(st, "");
+    char buf[128], *p, *save = NULL;
+
+    snprintf(buf, sizeof buf, "%s", path);
+    v = st;
+    for (p = strtok_r(buf, ".", &save); p != NULL && v != NULL; p = strtok_r(NULL, ".", &save))
+        v = json_object_get(v, p);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * 1. A client that never reads its replies
+ */
+
+typedef struct {
+    int64_t requests;
+} pred_requests_t;
+
+static int pred_requests(json_t *st, void *arg)
+{
+    return harness_jint(st, "server.requests") >= ((pred_requests_t *)arg)->requests;
+}
+
+START_TEST(test_non_reading_client_disk)
+{
+    enum { CHUNKS = 80, DISK_CHUNKS = 64, LOADS = 300 };
+    const size_t len = 1 * MIB;
+    char dir[96], extra[768];
+    harness_opts_t o = {.capacity_bytes = 16 * MIB, .max_chunk_bytes = 1 * MIB};
+    const uint64_t reply_bound = 128 * MIB, reads_bound = 128;
+    harness_t *h;
+    kvt_client_t *owner, *good;
+    kvt_hash_t hs[CHUNKS];
+    void *ctx, *bad;
+    int busy = 0, received;
+    uint64_t rss0, rss_max = 0;
+    int64_t queued_max = 0, t0;
+    uint32_t ns;
+    json_t *st;
+
+    snprintf(dir, sizeof dir, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(extra, sizeof extra,
+             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"256MiB\", "
+             "\"segment_bytes\": \"32MiB\", \"write_buffer_bytes\": \"32MiB\", "
+             "\"session_max_reads\": %llu}, "
+             "\"server\": {\"session_reply_bytes\": %llu, \"max_reply_bytes\": %llu}}",
+             dir, (unsigned long long)reads_bound, (unsigned long long)reply_bound,
+             (unsigned long long)(2 * reply_bound));
+    o.extra_json = extra;
+    h = harness_start(&o);
+
+    /* 80 chunks of 1 MiB through a 16 MiB RAM tier: most are on disk afterwards */
+    owner = harness_client(h, "victim", 1, 0, 0);
+    for (uint32_t k = 0; k < CHUNKS / 8; k++) { /* paced: every demotion finds the buffer free */
+        ck_assert_uint_eq(harness_save_chain(owner, 100 + k, 8, len, 0), 8);
+        harness_wait_disk_drained(h);
+    }
+    for (uint32_t k = 0; k < CHUNKS / 8; k++)
+        harness_chain(100 + k, &hs[8 * k], 8);
+    st = harness_status(h);
+    ck_assert_int_gt(harness_jint(st, "disk.chunks"), CHUNKS / 2);
+    json_decref(st);
+    rss0 = harness_rss_anon(h->pid);
+
+    /* The attacker: RCVHWM 1, 300 LOADs of the 80 chunks, never reading. */
+    ctx = zmq_ctx_new();
+    bad = attacker_open(ctx, h, "victim", 1, &ns);
+    for (uint64_t i = 0; i < LOADS; i++) /* the oldest 64: only on disk by now */
+        raw_load_send(bad, ns, hs, DISK_CHUNKS, 10 + i, 0);
+
+    /* Until the daemon took all 300 (and a little after), memory and the read queue stay under
+     * their bounds while another client keeps working. */
+    good = harness_client(h, "bystander", 1, 0, 0);
+    t0 = harness_now_ms();
+    for (uint32_t round = 0;; round++) {
+        uint64_t rss = harness_rss_anon(h->pid);
+        int64_t queued, reqs;
+        st = harness_status(h);
+        ck_assert_ptr_nonnull(st);
+        queued = harness_jint(st, "disk.reads_queued") + harness_jint(st, "disk.reads_in_flight");
+        reqs = harness_jint(st, "server.requests");
+        json_decref(st);
+        if (rss > rss_max)
+            rss_max = rss;
+        if (queued > queued_max)
+            queued_max = queued;
+        ck_assert_msg(rss < rss0 + reply_bound + 96 * MIB,
+                      "daemon RssAnon grew from %llu to %llu MiB", (unsigned long long)(rss0 >> 20),
+                      (unsigned long long)(rss >> 20));
+        ck_assert_msg(queued <= (int64_t)reads_bound + 8, "%lld disk reads queued or running",
+                      (long long)queued);
+        ck_assert_uint_eq(harness_save_chain(good, 900 + round, 2, 64 * KIB, 0), 2);
+        ck_assert_uint_eq(harness_load_chain(good, 900 + round, 2, 64 * KIB, 0), 2);
+        if (reqs >= LOADS + 1 && round >= 10)
+            break;
+        ck_assert_msg(harness_now_ms() - t0 < 60000, "the daemon did not take the 300 loads");
+    }
+    st = harness_status(h);
+    printf("non-reading client (disk): RssAnon %llu -> max %llu MiB, reads queued+running max "
+           "%lld, replies_dropped %lld, refused reply_bytes %lld in_flight %lld, stalls %lld\n",
+           (unsigned long long)(rss0 >> 20), (unsigned long long)(rss_max >> 20),
+           (long long)queued_max, (long long)harness_jint(st, "server.replies_dropped"),
+           (long long)jint_or(st, "server.refused.reply_bytes"),
+           (long long)jint_or(st, "server.refused.in_flight"),
+           (long long)jint_or(st, "server.stalls"));
+    json_decref(st);
+
+    /* Now it reads: every reply it gets, plus every one counted as dropped, is one per request
+     * (the HELLO's reply was read). */
+    received = raw_drain_all(h, bad, &busy);
+    st = harness_status(h);
+    ck_assert_int_eq(received + harness_jint(st, "server.replies_dropped"), LOADS);
+    ck_assert_int_gt(busy, 0); /* refused over a bound, with EBUSY */
+    json_decref(st);
+    printf("non-reading client (disk): %d replies read afterwards (%d EBUSY)\n", received, busy);
+
+    zmq_close(bad);
+    zmq_ctx_term(ctx);
+    kvt_close(&good);
+    kvt_close(&owner);
+    harness_stop(&h);
+}
+END_TEST
+
+START_TEST(test_non_reading_client_ram)
+{
+    enum { CHUNKS = 112, LOADS = 300, OTHERS = 40 };
+    const size_t len = 256 * KIB;
+    harness_opts_t o = {.capacity_bytes = 32 * MIB, .max_chunk_bytes = 256 * KIB};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *owner = harness_client(h, "pinner", 1, 0, 0);
+    kvt_client_t *good;
+    kvt_hash_t hs[CHUNKS];
+    void *ctx, *bad;
+    int received, busy = 0;
+    size_t survived;
+    json_t *st;
+    uint32_t ns;
+
+    /* 28 MiB of a 32 MiB arena, then 300 LOADs of all of it that are never read */
+    for (uint32_t k = 0; k < CHUNKS / 16; k++)
+        ck_assert_uint_eq(harness_save_chain(owner, 200 + k, 16, len, 0), 16);
+    for (uint32_t k = 0; k < CHUNKS / 16; k++)
+        harness_chain(200 + k, &hs[16 * k], 16);
+    ctx = zmq_ctx_new();
+    bad = attacker_open(ctx, h, "pinner", 1, &ns);
+    for (uint64_t i = 0; i < LOADS; i++)
+        raw_load_send(bad, ns, &hs[(i % 7) * 16], 16, 10 + i, 0);
+    st = harness_wait_status(h, pred_requests, &(pred_requests_t){.requests = LOADS + 1},
+                             HARNESS_DEADLINE_MS * 3);
+    ck_assert_ptr_nonnull(st);
+    json_decref(st);
+
+    /* Another client's fresh chunks: they must find room, not be evicted by each other because
+     * the attacker's loads pin the rest. */
+    good = harness_client(h, "fresh", 1, 0, 0);
+    ck_assert_uint_eq(harness_save_chain(good, 300, OTHERS, len, 0), OTHERS);
+    survived = harness_load_chain(good, 300, OTHERS, len, 0);
+    st = harness_status(h);
+    printf("non-reading client (RAM): %zu of %d fresh chunks survived; lent_bytes %lld, "
+           "pinned chunks' replies dropped %lld\n",
+           survived, OTHERS, (long long)jint_or(st, "ram.lent_bytes"),
+           (long long)harness_jint(st, "server.replies_dropped"));
+    json_decref(st);
+    ck_assert_uint_ge(survived, OTHERS * 3 / 4);
+
+    received = raw_drain_all(h, bad, &busy);
+    ck_assert_int_eq(received + harness_stat(h, "server.replies_dropped"), LOADS);
+    zmq_close(bad);
+    zmq_ctx_term(ctx);
+    kvt_close(&good);
+    kvt_close(&owner);
+    harness_stop(&h);
+}
+END_TEST
+
+/* Requests in flight beyond server.max_in_flight are refused with EBUSY naming it. */
+START_TEST(test_max_in_flight)
+{
+    enum { SENT = 200 };
+    harness_opts_t o = {.extra_json = "{\"server\": {\"max_in_flight\": 8}}"};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *c = harness_client(h, "window", 1, 0, 0);
+    void *ctx = zmq_ctx_new(), *s;
+    kvt_hash_t hs[4];
+    int busy = 0, received;
+    uint32_t ns;
+
+    ck_assert_uint_eq(harness_save_chain(c, 1, 4, 16 * KIB, 0), 4);
+    harness_chain(1, hs, 4);
+    s = attacker_open(ctx, h, "window", 1000, &ns);
+    /* a burst of loads without reading: the daemon sees more than 8 outstanding */
+    for (uint64_t i = 0; i < SENT; i++)
+        raw_load_send(s, ns, hs, 4, 100 + i, 0);
+    received = raw_drain_all(h, s, &busy);
+    /* the first 8 are served, the rest refused until its queue filled; then it stalled and its
+     * requests were dropped (counted) until it read */
+    ck_assert_int_eq(received + harness_stat(h, "server.replies_dropped"), SENT);
+    ck_assert_int_ge(received - busy, 8);
+    ck_assert_int_gt(busy, 0);
+    /* every EBUSY read was counted (a refusal whose answer met the full queue was dropped) */
+    ck_assert_int_le(busy, (int)harness_stat(h, "server.refused.in_flight"));
+    /* and once it read everything it is served again */
+    raw_load_send(s, ns, hs, 4, 1000, 0);
+    ck_assert_int_eq(raw_drain(s, 5000, &busy), 1);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------
+ * 3. Namespace flood across a restart
+ */
+
+/* HELLO of model on raw socket s; returns the reply's ERROR code (0 for HELLO_OK) and its ns in
+ * *ns, its text in text. */
+static int raw_hello_rc(void *s, const char *model, uint64_t rid, uint32_t *ns, char *text,
+                        size_t cap)
+{
+    uint8_t head[128];
+    kvt_frame_t f[2] = {{head, 0}, {model, strlen(model)}};
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    int rc;
+
+    f[0].len = harness_raw_hello_head(head, 0x7e57, 0, 1, rid);
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+    ck_assert_msg(harness_raw_recv(s, &r) == 0, "no reply to HELLO %s", model);
+    harness_raw_decode(&r, &m);
+    rc = m.hdr.type == KVT_MSG_ERROR ? m.u.error.code : 0;
+    if (ns != NULL)
+        *ns = rc == 0 ? m.u.hello_ok.ns_id : 0;
+    if (text != NULL)
+        snprintf(text, cap, "%.*s", rc != 0 ? (int)m.u.error.text_len : 0,
+                 rc != 0 ? m.u.error.text : "");
+    harness_raw_msg_close(&r);
+    return rc;
+}
+
+/* One 4 KiB chunk into namespace ns over raw socket s (protocol 1 SAVE_DATA). */
+static void raw_save_one(void *s, uint32_t ns, uint32_t seed, uint64_t rid)
+{
+    static uint8_t buf[4096];
+    uint8_t head[128];
+    kvt_hash_t hh;
+    kvt_frame_t f[3] = {{head, 0}, {&hh, KVT_HASH_BYTES}, {buf, sizeof buf}};
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+
+    harness_chain(seed, &hh, 1);
+    f[0].len = harness_raw_head(head, KVT_MSG_SAVE_DATA, rid, ns, 0);
+    ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+    harness_raw_decode(&r, &m);
+    ck_assert_int_eq(m.hdr.type, KVT_MSG_SAVE_OK);
+    harness_raw_msg_close(&r);
+}
+
+static size_t status_size(const harness_t *h)
+{
+    char *body = NULL;
+    int code = 0;
+    size_t n;
+
+    ck_assert_int_eq(harness_http(h->status_path, "GET", "/status", &code, NULL, 0, &body), 0);
+    ck_assert_int_eq(code, 200);
+    n = strlen(body);
+    free(body);
+    return n;
+}
+
+START_TEST(test_namespace_flood_restart)
+{
+    enum { CONNS = 64, PER = 16 };
+    char dir[96], extra[512], text[256], model[64];
+    harness_opts_t o = {.capacity_bytes = 16 * MIB};
+    harness_t *h;
+    void *ctx, *s[CONNS], *late;
+    uint32_t ns;
+    int rc;
+
+    snprintf(dir, sizeof dir, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(extra, sizeof extra,
+             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
+             "\"segment_bytes\": \"8MiB\", \"write_buffer_bytes\": \"4MiB\"}}",
+             dir);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    ctx = zmq_ctx_new();
+
+    /* 64 connections x 16 namespaces, one 4 KiB chunk each: the table's 1,024 */
+    for (int i = 0; i < CONNS; i++) {
+        s[i] = harness_raw_open(ctx, h->endpoint, 5000);
+        for (int k = 0; k < PER; k++) {
+            snprintf(model, sizeof model, "flood-%d-%d", i, k);
+            ck_assert_int_eq(raw_hello_rc(s[i], model, 1 + (uint64_t)k, &ns, text, sizeof text), 0);
+            raw_save_one(s[i], ns, (uint32_t)(i * PER + k + 1), 100 + (uint64_t)k);
+        }
+    }
+    /* one connection cannot declare a 17th: the bound is per connection, and named */
+    rc = raw_hello_rc(s[0], "flood-0-16", 99, NULL, text, sizeof text);
+    ck_assert_int_eq(rc, KVT_WIRE_EBUSY);
+    ck_assert_msg(strstr(text, "server.session_max_namespaces") != NULL, "EBUSY text: %s", text);
+    /* while the flooders are connected the table is full, and the answer says what to do */
+    late = harness_raw_open(ctx, h->endpoint, 5000);
+    rc = raw_hello_rc(late, "new-model", 1, NULL, text, sizeof text);
+    ck_assert_int_eq(rc, KVT_WIRE_EBUSY);
+    ck_assert_msg(strstr(text, "server.max_namespaces") != NULL, "EBUSY text: %s", text);
+    /* the status document stays small: namespaces are paged */
+    printf("namespace flood: status document %zu bytes with 1024 namespaces\n", status_size(h));
+    ck_assert_uint_lt(status_size(h), 256 * KIB);
+    for (int i = 0; i < CONNS; i++)
+        zmq_close(s[i]);
+    zmq_close(late);
+
+    /* a restart re-declares the 1,024 from their records: a new model still gets in */
+    harness_stop(&h);
+    h = harness_start(&o);
+    ck_assert_int_eq(harness_stat(h, "namespaces_page.total"), CONNS * PER);
+    late = harness_raw_open(ctx, h->endpoint, 5000);
+    rc = raw_hello_rc(late, "new-model", 1, &ns, text, sizeof text);
+    ck_assert_msg(rc == 0, "HELLO after the restart: %d %s", rc, text);
+    raw_save_one(late, ns, 5000, 2);
+    ck_assert_int_eq(harness_stat(h, "server.namespaces_evicted"), 1);
+    /* paging reaches every namespace */
+    {
+        uint32_t off = 0, total = 0;
+        for (int pages = 0; pages < 64; pages++) {
+            char path[64], *body = NULL;
+            int code;
+            json_t *st;
+            snprintf(path, sizeof path, "/status?namespaces=%u", off);
+            ck_assert_int_eq(harness_http(h->status_path, "GET", path, &code, NULL, 0, &body), 0);
+            st = json_loads(body, 0, NULL);
+            free(body);
+            ck_assert_ptr_nonnull(st);
+            total += (uint32_t)json_array_size(json_object_get(st, "namespaces"));
+            off = (uint32_t)harness_jint(st, "namespaces_page.next");
+            json_decref(st);
+            if (off == 0)
+                break;
+        }
+        ck_assert_uint_eq(total, CONNS * PER);
+    }
+    zmq_close(late);
+    zmq_ctx_term(ctx);
+    harness_stop(&h);
+}
+END_TEST
+
+static int pred_ns_total(json_t *st, void *arg)
+{
+    json_t *arr = json_object_get(st, "namespaces");
+    return (int)json_array_size(arr) == *(int *)arg;
+}
+
+/* Namespaces nobody declares that hold no chunk expire (their ids are never given again). */
+START_TEST(test_namespace_expiry)
+{
+    harness_opts_t o = {.extra_json = "{\"server\": {\"client_idle_ms\": 1000}}"};
+    harness_t *h = harness_start(&o);
+    void *ctx = zmq_ctx_new();
+    void *s = harness_raw_open(ctx, h->endpoint, 5000);
+    uint32_t first, again;
+    char model[32];
+    int zero = 0;
+    json_t *st;
+
+    for (int k = 0; k < 10; k++) {
+        uint32_t ns;
+        snprintf(model, sizeof model, "idle-%d", k);
+        ck_assert_int_eq(raw_hello_rc(s, model, 1 + (uint64_t)k, &ns, NULL, 0), 0);
+        if (k == 0)
+            first = ns;
+    }
+    ck_assert_uint_eq(json_array_size(json_object_get(st = harness_status(h), "namespaces")), 10);
+    json_decref(st);
+    zmq_close(s);
+    /* the session goes idle, then its namespaces (no chunks) go */
+    st = harness_wait_status(h, pred_ns_total, &zero, 15000);
+    ck_assert_msg(st != NULL, "idle namespaces without chunks never expired");
+    json_decref(st);
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    ck_assert_int_eq(raw_hello_rc(s, "idle-0", 1, &again, NULL, 0), 0);
+    ck_assert_uint_ne(again, first);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    harness_stop(&h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------
+ * 4. Status lock-out
+ */
+
+static int uconnect(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+typedef struct {
+    const char *path;
+    atomic_int stop;
+    int reopened;
+} reopener_t;
+
+/* Keeps 64 idle connections open, reopening each as soon as the daemon closes it. */
+static void *reopen_loop(void *arg)
+{
+    reopener_t *r = arg;
+    int fds[64];
+
+    for (int i = 0; i < 64; i++)
+        fds[i] = uconnect(r->path);
+    while (!atomic_load(&r->stop)) {
+        for (int i = 0; i < 64; i++) {
+            char c;
+            struct timeval tv = {0, 1000};
+            setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            if (fds[i] < 0 || recv(fds[i], &c, 1, 0) == 0) {
+                if (fds[i] >= 0)
+                    close(fds[i]);
+                fds[i] = uconnect(r->path);
+                r->reopened++;
+            }
+        }
+    }
+    for (int i = 0; i < 64; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return NULL;
+}
+
+START_TEST(test_status_lockout)
+{
+    harness_t *h = harness_start(NULL);
+    int idle[64], ok = 0;
+    reopener_t r = {.path = h->status_path};
+    pthread_t t;
+
+    for (int i = 0; i < 64; i++) {
+        idle[i] = uconnect(h->status_path);
+        ck_assert_int_ge(idle[i], 0);
+    }
+    /* 64 idle connections: every status read still succeeds */
+    for (int i = 0; i < 50; i++) {
+        json_t *st = harness_status(h);
+        ok += st != NULL;
+        json_decref(st);
+    }
+    ck_assert_int_eq(ok, 50);
+    for (int i = 0; i < 64; i++)
+        close(idle[i]);
+    /* and with a thread reopening them as they are closed */
+    ck_assert_int_eq(pthread_create(&t, NULL, reopen_loop, &r), 0);
+    ok = 0;
+    for (int i = 0; i < 100; i++) {
+        json_t *st = harness_status(h);
+        ok += st != NULL;
+        json_decref(st);
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(t, NULL);
+    printf("status lock-out: %d of 100 status reads answered (reopened %d idle connections)\n", ok,
+           r.reopened);
+    ck_assert_int_eq(ok, 100);
+    harness_stop(&h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------
+ * 5. Lease and reserve starvation
+ */
+
+START_TEST(test_lease_starvation)
+{
+    enum { OTHERS = 40 };
+    const size_t len = 64 * KIB;
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB, .lease_ms = 60000};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *hog = harness_client(h, "hog", 1, 0, 0);
+    kvt_client_t *good;
+    size_t stored = 0, survived;
+    json_t *st;
+
+    /* the hog fills the arena and leases everything it stored, chain by chain */
+    for (uint32_t k = 0; k < 8; k++) {
+        kvt_hash_t hs[8];
+        kvt_lookup_result_t res = {0};
+        ck_assert_uint_eq(harness_save_chain(hog, 400 + k, 8, len, 0), 8);
+        harness_chain(400 + k, hs, 8);
+        ck_assert_int_eq(kvt_lookup(hog, hs, 8, &(kvt_lookup_opts_t){.lease = 1}, &res), 0);
+        ck_assert_uint_eq(res.hit, 8);
+    }
+    /* everyone else still stores and keeps fresh chunks */
+    good = harness_client(h, "starved", 1, 0, 0);
+    for (uint32_t k = 0; k < OTHERS / 8; k++)
+        stored += harness_save_chain(good, 500 + k, 8, len, 0);
+    survived = 0;
+    for (uint32_t k = 0; k < OTHERS / 8; k++)
+        survived += harness_load_chain(good, 500 + k, 8, len, 0);
+    st = harness_status(h);
+    printf("lease starvation: %zu of %d stored, %zu survive; leased_chunks %lld, leases_capped "
+           "%lld, nospace %lld (held %lld)\n",
+           stored, OTHERS, survived, (long long)harness_jint(st, "ram.leased_chunks"),
+           (long long)jint_or(st, "server.leases_capped"),
+           (long long)harness_jint(st, "ram.nospace"), (long long)jint_or(st, "ram.nospace_held"));
+    ck_assert_uint_eq(stored, OTHERS);
+    ck_assert_uint_ge(survived, OTHERS / 2);
+    ck_assert_int_gt(harness_jint(st, "server.leases_capped"), 0);
+    ck_assert_int_le(harness_jint(st, "ram.leased_chunks"), 4 * MIB / len / 2);
+    json_decref(st);
+    kvt_close(&good);
+    kvt_close(&hog);
+    harness_stop(&h);
+}
+END_TEST
+
+/* With the held bounds off, NOSPACE caused by leases is counted apart from capacity. */
+START_TEST(test_nospace_held_counted)
+{
+    const size_t len = 64 * KIB;
+    harness_opts_t o = {.capacity_bytes = 1 * MIB,
+                        .max_chunk_bytes = 64 * KIB,
+                        .lease_ms = 60000,
+                        .extra_json =
+                            "{\"ram\": {\"session_held_share\": 1.0, \"max_held_share\": 1.0}}"};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *c = harness_client(h, "held", 1, 0, 0);
+    kvt_hash_t hs[16];
+    kvt_lookup_result_t res = {0};
+    json_t *st;
+
+    ck_assert_uint_eq(harness_save_chain(c, 1, 16, len, 0), 16);
+    harness_chain(1, hs, 16);
+    ck_assert_int_eq(kvt_lookup(c, hs, 16, &(kvt_lookup_opts_t){.lease = 1}, &res), 0);
+    ck_assert_int_eq(res.leased, 1);
+    ck_assert_uint_eq(harness_save_chain(c, 2, 4, len, 0), 0); /* NOSPACE: all of RAM is leased */
+    st = harness_status(h);
+    ck_assert_int_eq(harness_jint(st, "ram.nospace"), 4);
+    ck_assert_int_eq(harness_jint(st, "ram.nospace_held"), 4);
+    json_decref(st);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
+/* The reserve hog (raw SAVE_RESERVE of the whole arena, never committed). */
+START_TEST(test_reserve_starvation)
+{
+    enum { OTHERS = 40, HOG = 64 };
+    const size_t len = 64 * KIB;
+    char extra[256], arena[96];
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB};
+    harness_t *h;
+    kvt_client_t *good;
+    void *ctx, *s;
+    uint8_t head[128], lens[HOG * 8];
+    kvt_hash_t hs[HOG];
+    kvt_frame_t f[3];
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t ns;
+    size_t stored = 0, survived = 0;
+    int reserved = 0;
+    json_t *st;
+
+    snprintf(arena, sizeof arena, "/dev/shm/kvt-hostile-%d.arena", (int)getpid());
+    snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\", \"prefault\": false}}",
+             arena);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    ctx = zmq_ctx_new();
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    ns = harness_raw_hello(s, "reserver", 0x4e5e, 0, 1, 1);
+    harness_chain(600, hs, HOG);
+    for (int i = 0; i < HOG; i++)
+        kvt_put_u64(lens + 8 * i, len);
+    f[0].data = head;
+    f[0].len = harness_raw_head(head, KVT_MSG_SAVE_RESERVE, 2, ns, 0);
+    f[1].data = hs;
+    f[1].len = sizeof hs;
+    f[2].data = lens;
+    f[2].len = sizeof lens;
+    ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+    harness_raw_decode(&r, &m);
+    if (m.hdr.type == KVT_MSG_SAVE_RESERVE_OK)
+        for (int i = 0; i < HOG; i++)
+            reserved += m.u.chunks_ok.status[i] == KVT_CHUNK_WANTED;
+    harness_raw_msg_close(&r);
+
+    good = harness_client(h, "starved", 1, 0, 0);
+    for (uint32_t k = 0; k < OTHERS / 8; k++)
+        stored += harness_save_chain(good, 700 + k, 8, len, 0);
+    for (uint32_t k = 0; k < OTHERS / 8; k++)
+        survived += harness_load_chain(good, 700 + k, 8, len, 0);
+    st = harness_status(h);
+    printf("reserve starvation: hog reserved %d of %d chunks; others stored %zu of %d, %zu "
+           "survive; refused held_bytes %lld\n",
+           reserved, HOG, stored, OTHERS, survived,
+           (long long)jint_or(st, "server.refused.held_bytes"));
+    json_decref(st);
+    ck_assert_uint_eq(stored, OTHERS);
+    ck_assert_uint_ge(survived, OTHERS / 2);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kvt_close(&good);
+    harness_stop(&h);
+    unlink(arena);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------
+ * 6. Modes under umask 0
+ */
+
+static unsigned mode_of(const char *path, unsigned type)
+{
+    struct stat st;
+
+    ck_assert_msg(lstat(path, &st) == 0, "%s: %s", path, strerror(errno));
+    ck_assert_msg((st.st_mode & S_IFMT) == type, "%s: file type %o", path, st.st_mode & S_IFMT);
+    return st.st_mode & 07777;
+}
+
+START_TEST(test_modes_under_umask0)
+{
+    char extra[768], arena[96], disk[160], path[512];
+    harness_opts_t o = {0};
+    harness_t *h;
+    kvt_client_t *c;
+    DIR *d;
+    struct dirent *de;
+    int segs = 0;
+
+    umask(0); /* the daemon inherits it */
+    snprintf(arena, sizeof arena, "/dev/shm/kvt-modes-%d.arena", (int)getpid());
+    snprintf(disk, sizeof disk, "%s/modes-%d/disk", check_scratch_dir(), (int)getpid());
+    snprintf(extra, sizeof extra,
+             "{\"ram\": {\"arena_path\": \"%s\", \"prefault\": false}, \"disk\": {\"enabled\": "
+             "true, \"dir\": \"%s\", \"capacity_bytes\": \"16MiB\", \"segment_bytes\": \"2MiB\", "
+             "\"write_buffer_bytes\": \"1MiB\"}}",
+             arena, disk);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    c = harness_client(h, "modes", 1, 0, 0);
+    for (uint32_t k = 0; k < 12; k++) /* 6 MiB in a 4 MiB arena: some reach the disk */
+        ck_assert_uint_eq(harness_save_chain(c, 1 + k, 8, 64 * KIB, 0), 8);
+    kvt_close(&c);
+
+    ck_assert_uint_eq(mode_of(h->endpoint + 6, S_IFSOCK), 0660);
+    ck_assert_uint_eq(mode_of(h->status_path, S_IFSOCK), 0660);
+    ck_assert_uint_eq(mode_of(arena, S_IFREG), 0660);
+    ck_assert_uint_eq(mode_of(disk, S_IFDIR), 0750);
+    *strrchr(disk, '/') = '\0'; /* the parent the daemon created too */
+    ck_assert_uint_eq(mode_of(disk, S_IFDIR), 0750);
+    strcat(disk, "/disk");
+    snprintf(path, sizeof path, "%s/lock", disk);
+    ck_assert_uint_eq(mode_of(path, S_IFREG), 0640);
+    harness_stop(&h); /* the shutdown persist writes segments */
+    d = opendir(disk);
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL) {
+        if (strstr(de->d_name, ".seg") == NULL)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", disk, de->d_name);
+        ck_assert_uint_eq(mode_of(path, S_IFREG), 0640);
+        segs++;
+    }
+    closedir(d);
+    ck_assert_int_gt(segs, 0);
+    unlink(arena);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------
+ * 7. HELLO storm against an established client
+ */
+
+START_TEST(test_hello_storm)
+{
+    enum { STORM = 5000, BATCH = 50, MAXC = 64 };
+    harness_opts_t o = {.extra_json = "{\"server\": {\"max_clients\": 64}}"};
+    harness_t *h = harness_start(&o);
+    void *ctx = zmq_ctx_new();
+    void *est = harness_raw_open(ctx, h->endpoint, 5000);
+    uint8_t head[128];
+    kvt_hash_t hh;
+    kvt_frame_t f[2] = {{head, 0}, {&hh, KVT_HASH_BYTES}};
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t ns;
+    int busy = 0, ok = 0;
+
+    ns = harness_raw_hello(est, "established", 0xe57, 0, 1, 1);
+    for (int done = 0; done < STORM; done += BATCH) {
+        void *s[BATCH];
+        for (int i = 0; i < BATCH; i++) {
+            char model[32];
+            uint8_t hhead[128];
+            kvt_frame_t hf[2] = {{hhead, 0}, {model, 0}};
+            s[i] = harness_raw_open(ctx, h->endpoint, 5000);
+            snprintf(model, sizeof model, "storm-%d", done + i);
+            hf[1].len = strlen(model);
+            hf[0].len = harness_raw_hello_head(hhead, 0x5707, 0, 1, 7);
+            ck_assert_int_eq(harness_raw_send(s[i], hf, 2), 0);
+        }
+        for (int i = 0; i < BATCH; i++) {
+            ck_assert_int_eq(harness_raw_recv(s[i], &r), 0);
+            harness_raw_decode(&r, &m);
+            busy += m.hdr.type == KVT_MSG_ERROR && m.u.error.code == KVT_WIRE_EBUSY;
+            ok += m.hdr.type == KVT_MSG_HELLO_OK;
+            harness_raw_msg_close(&r);
+            zmq_close(s[i]);
+        }
+    }
+    printf("hello storm: %d admitted, %d refused with EBUSY\n", ok, busy);
+    ck_assert_int_eq(ok + busy, STORM);
+    ck_assert_int_le(ok, MAXC - 1);
+    /* the established client was not forgotten */
+    harness_chain(1, &hh, 1);
+    f[0].len = harness_raw_head(head, KVT_MSG_LOOKUP, 9, ns, 0);
+    ck_assert_int_eq(harness_raw_send(est, f, 2), 0);
+    ck_assert_int_eq(harness_raw_recv(est, &r), 0);
+    harness_raw_decode(&r, &m);
+    ck_assert_msg(m.hdr.type == KVT_MSG_LOOKUP_OK, "established client: %s %d",
+                  kvt_msg_type_name(m.hdr.type), m.hdr.type == KVT_MSG_ERROR ? m.u.error.code : 0);
+    harness_raw_msg_close(&r);
+    zmq_close(est);
+    zmq_ctx_term(ctx);
+    harness_stop(&h);
+}
+END_TEST
+
+static Suite *hostile_suite(void)
+{
+    Suite *su = suite_create("hostile");
+    TCase *reply = tcase_create("replies");
+    TCase *ns = tcase_create("namespaces");
+    TCase *other = tcase_create("other");
+
+    tcase_set_timeout(reply, 120);
+    tcase_set_timeout(ns, 120);
+    tcase_set_timeout(other, 120);
+    tcase_add_test(reply, test_non_reading_client_disk);
+    tcase_add_test(reply, test_non_reading_client_ram);
+    tcase_add_test(reply, test_max_in_flight);
+    tcase_add_test(ns, test_namespace_flood_restart);
+    tcase_add_test(ns, test_namespace_expiry);
+    tcase_add_test(other, test_status_lockout);
+    tcase_add_test(other, test_lease_starvation);
+    tcase_add_test(other, test_nospace_held_counted);
+    tcase_add_test(other, test_reserve_starvation);
+    tcase_add_test(other, test_modes_under_umask0);
+    tcase_add_test(other, test_hello_storm);
+    suite_add_tcase(su, reply);
+    suite_add_tcase(su, ns);
+    suite_add_tcase(su, other);
+    return su;
+}
+
+const check_program_t check_program = {.suite = hostile_suite, .scratch = "kvtho"};
