@@ -79,6 +79,10 @@ int main(void)
     FIELD(kvt_reason_t, name), FIELD(kvt_reason_t, count);
     CLOSE();
 
+    first = 0, OPEN(kvt_tally_tokens_t);
+    FIELD(kvt_tally_tokens_t, served_tokens_total), FIELD(kvt_tally_tokens_t, lookup_tokens_total);
+    CLOSE();
+
     first = 0, OPEN(kvt_tally_req_t);
     FIELD(kvt_tally_req_t, engine_id), FIELD(kvt_tally_req_t, paid_total);
     FIELD(kvt_tally_req_t, probes_total), FIELD(kvt_tally_req_t, reasons);

@@ -135,6 +135,10 @@ class KvtReason(Structure):
     _fields_ = [("name", c_char_p), ("count", c_uint64)]
 
 
+class KvtTallyTokens(Structure):
+    _fields_ = [("served_tokens_total", c_uint64), ("lookup_tokens_total", c_uint64)]
+
+
 class KvtTallyReq(Structure):
     _fields_ = [
         ("engine_id", c_uint64),
@@ -210,6 +214,7 @@ STRUCTS = {
     "kvt_save_opts_t": KvtSaveOpts,
     "kvt_gate_state_t": KvtGateState,
     "kvt_reason_t": KvtReason,
+    "kvt_tally_tokens_t": KvtTallyTokens,
     "kvt_tally_req_t": KvtTallyReq,
     "kvt_submit_opts_t": KvtSubmitOpts,
     "kvt_completion_t": KvtCompletion,
@@ -242,7 +247,19 @@ PROTOTYPES = {
         c_int,
         [_client, c_uint64, c_uint64, c_uint64, _P(KvtReason), c_size_t, _P(KvtGateState)],
     ),
-    "kvt_tally_ex": (c_int, [_client, _P(KvtTallyReq), _P(KvtGateState)]),
+    "kvt_tally2": (
+        c_int,
+        [
+            _client,
+            c_uint64,
+            c_uint64,
+            c_uint64,
+            _P(KvtTallyTokens),
+            _P(KvtReason),
+            c_size_t,
+            _P(KvtGateState),
+        ],
+    ),
     "kvt_last_error": (c_char_p, [_client]),
     "kvt_strerror": (c_char_p, [c_int]),
     "kvt_submit_lookup": (

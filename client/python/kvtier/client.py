@@ -717,11 +717,21 @@ class Client:
         req, keep = _tally_req(
             engine_id, paid_total, probes_total, reasons, served_tokens_total, lookup_tokens_total
         )
+        tokens = _lib.KvtTallyTokens(req.served_tokens_total, req.lookup_tokens_total)
         st = _lib.KvtGateState()
-        rc = lib.kvt_tally_ex(c, byref(req), byref(st))
+        rc = lib.kvt_tally2(
+            c,
+            engine_id,
+            paid_total,
+            probes_total,
+            byref(tokens) if req.has_tokens else None,
+            req.reasons,
+            req.nreasons,
+            byref(st),
+        )
         del keep
         if rc != 0:
-            raise self._fail(rc, "kvt_tally_ex")
+            raise self._fail(rc, "kvt_tally2")
         return _gate_state(st)
 
     # -- asynchronous calls
