@@ -64,9 +64,12 @@ typedef struct {
         uint32_t stop_drain_ms;              /* graceful stop: how long in-flight requests and
                                                 reservations may take to finish, 0..10000
                                                 (2000) */
+        uint32_t cpu_workers;                /* thread-pool threads for checksums and copies
+                                                beside the disk's, 0..256 (0: one per CPU) */
     } server;
     struct {
-        uint64_t capacity_bytes;          /* hard limit of the arena */
+        uint64_t capacity_bytes;          /* the RAM tier's capacity (with the disk tier the
+                                             arena adds 2 x disk.write_buffer_bytes) */
         char arena_path[CONFIG_PATH_MAX]; /* file under /dev/shm, or "" for an anonymous memfd */
         uint64_t max_chunk_bytes;         /* largest chunk payload accepted */
         uint32_t lease_ms;                /* lookup lease time, 1..600000 (30000) */
@@ -74,6 +77,9 @@ typedef struct {
         char arena_group[64];             /* group owning the arena file ("" = the daemon's) */
         uint32_t shm_hold_ms;             /* shared-memory reservations and load pins are
                                              reclaimed after this, 100..600000 (10000) */
+        uint64_t clean_target_bytes;      /* with the disk tier: RAM the cleaner keeps free or
+                                             clean (written to disk, evictable at once); 0: half
+                                             the capacity */
         double session_held_share;        /* leased + pinned + lent + reserved bytes one
                                              connection may hold, share of capacity (0.5) */
         double max_held_share;            /* the same for all connections together (0.75) */
@@ -89,7 +95,8 @@ typedef struct {
         uint32_t max_reads_in_flight; /* disk reads on the thread pool at once (8) */
         uint32_t session_max_reads;   /* disk reads queued or running for one connection */
         uint32_t max_reads_queued;    /* disk reads queued or running in all (16384) */
-        uint64_t write_buffer_bytes;  /* one of the two write buffers */
+        uint64_t write_buffer_bytes;  /* the budget of one of the two write batches */
+        bool direct_io;               /* O_DIRECT segment I/O where the filesystem allows it */
     } disk;
     struct {
         log_level_t level;

@@ -1,38 +1,67 @@
 /*
- * disk.c - the disk tier: segments, write buffer, thread-pool jobs, reclaim, recovery, degraded
- * state (see disk.h).
+ * disk.c - the disk tier: segments, by-reference write batches, thread-pool jobs, reclaim,
+ * recovery, degraded state (see disk.h).
  *
  * Files: <dir>/<16 hex digits>.seg, one per segment id, plus <dir>/lock (flock'ed for the
  * daemon's life so a second daemon cannot write into the same segments). Segment ids grow and
- * are never reused; they are the generation numbers of the records.
+ * are never reused; they are the generation numbers of the records. Segments hold one record
+ * version: new segments are written in version 2 (record.h); a segment found at start is never
+ * appended to (the first flush after a start opens a new one), so version 1 segments written by
+ * an older daemon stay readable until they are reclaimed.
  *
- * Write path (memcached extstore style): a demoted chunk is copied into the filling write
- * buffer (the loop's only cost: one memcpy) and stays readable there until its flush commits.
- * One flush is in flight at a time (one stream): when none is, the filling buffer becomes the
- * flushing one and the other buffer starts filling, so flushes batch by themselves under load.
- * Before a flush the loop reserves an upper bound (headers + raw lengths) in the active segment,
- * rolling to a new segment when the bound does not fit and reclaiming the oldest segments
- * (FIFO; a segment holding leased entries is skipped for now) until used + bound <= capacity.
- * The worker then unlinks the reclaimed files, fsyncs the segment just sealed (fsync
- * "segment"), creates the new segment file, compresses and checksums every record into one
- * contiguous buffer, writes it with pwrite at the reserved offset and fdatasyncs (fsync
- * "record"). The after-work callback shrinks the reservation to the bytes written and reports
- * each record to the store (committed), which re-checks the entry's ticket before it points the
- * index at the record. A failed write (ENOSPC, EIO) truncates the segment back to where the
- * flush started, fails the batch (the store drops those chunks: RAM kept serving them until
- * then... they had already left RAM) and puts the tier in the degraded state: demotions are
- * refused until DISK_RETRY_MS has passed, then the next flush is the probe; its success returns
- * the tier to "ok".
+ * Write path: a chunk written is not copied (the store writes back by reference). disk_append()
+ * extent (the loop's whole cost: a few stores) in the filling batch; the batch's budget is
+ * disk.write_buffer_bytes of record spans. One flush is in flight at a time (one stream): when
+ * none is, the filling batch becomes the flushing one and the other starts filling, so flushes
+ * batch by themselves under load. The kick that starts a flush runs on the next loop turn (an
+ * idle handle), so a burst of appends in one turn becomes one batch. Before a flush the loop
+ * reserves an upper bound of the batch in the active segment, rolling to a new segment when the
+ * bound does not fit and reclaiming the oldest segments (FIFO; a segment holding leased entries
+ * is skipped for now) until used + bound <= capacity. The worker then unlinks the reclaimed
+ * files, fsyncs the segment just sealed (fsync "segment"), creates the new segment file, and for
+ * every record verifies the lent bytes against the record's csum (a mismatch - the bytes changed
+ * since they were committed - is not written: committed() gets -EBADMSG), compresses them into
+ * the staging buffer when that pays, encodes the header into its 4 KiB block there, and writes
+ * the whole batch with pwritev from the staging blocks and the arena extents themselves, then
+ * fdatasyncs (fsync "record"). The after-work callback shrinks the reservation to the bytes
+ * written and reports each record to the store (committed), DISK_COMMIT_SLICE records per loop
+ * turn, so that a batch of many small records never holds the loop. A failed write (ENOSPC,
+ * EIO) truncates the segment back to where the flush started, fails the batch and puts the tier
+ * in the degraded state: appends are refused until DISK_RETRY_MS has passed, then the next
+ * flush is the probe; its success returns the tier to "ok".
  *
- * Compression in auto mode yields to throughput: a batch that filled at least half of its
- * buffer while the previous flush ran is written raw (status flushes_raw), since compressing it
- * on one worker would fall further behind and demotions would be refused.
+ * O_DIRECT (disk.direct_io, default on): segment files are written and read without the page
+ * cache when the filesystem allows it (a new segment that cannot be opened O_DIRECT falls back
+ * to buffered I/O, logged once, and later segments do not try again). Version 2 records are
+ * laid out in 4 KiB blocks for it, and the arena's extents are 4 KiB aligned, so payloads go
+ * from and into the arena by DMA with no copy at all. The page-cache effect: chunk bytes never
+ * occupy the kernel's cache (the daemon's memory is its arena plus its buffers, nothing hidden),
+ * the kernel's write-back throttling does not apply (on the development VM buffered writes
+ * sustain ~0.4 GB/s against ~2 GB/s direct), and a read always comes from the device: a record
+ * written a moment ago is not served from a warm cache (the chunk usually still is in RAM then).
+ * Recovery scans through the page cache (buffered), then drops those pages (posix_fadvise).
+ *
+ * Compression. "auto" compresses a record only when that makes neither writing nor reading
+ * slower than storing it raw:
+ *   - writes: a batch that filled at least half of its budget while the previous flush ran is
+ *     written raw (status flushes_raw), since compressing it on one worker would fall further
+ *     behind and demotions would be dropped;
+ *   - reads: a compressed read costs ratio x (device time per byte) + (decode time per byte)
+ *     against (device time per byte) raw, so compression pays only below
+ *     1 - decode/device - DISK_AUTO_MARGIN. Both times are measured by the read jobs (moving
+ *     averages; the device time is seeded from the flushes' write time, the decode time by
+ *     decoding one record of the first compressed flush), and the largest ratio that pays is the
+ *     effective threshold (status auto_max_ratio, at most disk.compression_threshold); at or
+ *     below 0 auto writes raw without even sampling. "lz4" compresses whenever smaller.
  *
  * Read path: a read job holds a reference on its segment (a reclaimed segment's file is
- * unlinked but its descriptor stays open until the last reader finishes), preadv's header and
- * payload into their own buffers, checks every header field against what the index expects
- * (hash, rank, lengths), verifies the checksum and decompresses. At most max_reads_in_flight
- * jobs run; the rest wait in a FIFO.
+ * unlinked but its descriptor stays open until the last reader finishes), preadv's the header
+ * block and the payload (into the caller's extent for a raw record, into a staging buffer for a
+ * compressed one), checks every header field against what the index expects (hash, rank,
+ * lengths, csum), decompresses into the extent and verifies the raw bytes against the csum. At
+ * most max_reads_in_flight jobs run; the rest wait in a FIFO. The thread pool is sized so that
+ * these jobs and the flush can never occupy every thread (store.h, store_pool_threads): checksum
+ * and copy jobs of saves never queue behind the disk.
  *
  * Capacity: used_bytes = the sum of the segments' sizes rounded up to 4 KiB (the filesystem's
  * block) plus the in-flight reservation; it never exceeds capacity_bytes.
@@ -44,14 +73,18 @@
  * flush succeeded after the fault. The active segment found faulty is left for a new file.
  *
  * Recovery (disk_open, before the loop serves): segments are scanned oldest first, record by
- * record, each fully read and checksummed. A record whose checksum fails is skipped (counted);
- * a header that does not decode, or a record running past the end of the file (a torn tail
- * after a crash), ends the scan of that segment and the file is truncated there. A file that
- * cannot be opened or read is logged and left alone. Recovery is synchronous and reads every
- * byte; a checkpoint of the index would make it proportional to the tail only (not done).
+ * record, each fully read and verified (a version 2 header against its own checksum, its raw
+ * bytes against csum; a version 1 record against its checksum, and its csum computed). A record
+ * whose payload fails is skipped (counted); a header that does not decode, or a record running
+ * past the end of the file (a torn tail after a crash), ends the scan of that segment and the
+ * file is truncated there. A file that cannot be opened or read is logged and left alone.
+ * Recovery is synchronous and reads every byte; a checkpoint of the index would make it
+ * proportional to the tail only (not done).
  *
  * Threads: the loop thread owns everything here; a job's buffers belong to its worker between
- * uv_queue_work and the after-work callback.
+ * uv_queue_work and the after-work callback. The lent arena bytes are read (and their padding
+ * tail zeroed) by the flush worker; the store guarantees nobody frees or reuses them before
+ * committed() returns them.
  */
 #include "disk.h"
 
@@ -65,6 +98,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,13 +107,17 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define DISK_BLOCK 4096u
+#define DISK_BLOCK RECORD_BLOCK
 #define DISK_WB_MAX_RECS 4096u
 #define DISK_RETRY_MS 1000u
 #define DISK_BUSY_RETRY_MS 50u
 #define DISK_PROGRESS_MS 1000u /* recovery progress lines at most this often */
 #define DISK_SHUFFLE_ELEM 2u
 #define DISK_PATH_MAX (CONFIG_PATH_MAX + 32)
+#define DISK_COMMIT_SLICE 256u /* committed() calls per loop turn */
+#define DISK_IOV_MAX 1024      /* iovecs per pwritev/preadv (IOV_MAX on Linux) */
+#define DISK_AUTO_MARGIN 0.05  /* auto compresses only when reads get at least this faster */
+#define DISK_EMA_WEIGHT 0.125  /* weight of one job in the moving averages of byte times */
 
 typedef enum { DISK_OK = 0, DISK_DEGRADED } disk_state_t;
 /* (disk_fault_op_t, disk.h: what last_error is of) */
@@ -87,26 +125,29 @@ typedef enum { DISK_OK = 0, DISK_DEGRADED } disk_state_t;
 typedef struct seg seg_t;
 struct seg {
     uint64_t id;
-    int fd;        /* -1 until its first flush created the file */
-    uint64_t size; /* committed bytes */
-    uint32_t refs; /* reads holding the descriptor */
-    bool dead;     /* reclaimed; freed when refs reaches 0 */
-    bool faulted;  /* found truncated or deleted (disk_check_files): reported once */
-    void *user;    /* the store's entry list */
-    seg_t *dnext;  /* dead list */
+    int fd;          /* -1 until its first flush created the file */
+    bool direct;     /* fd was opened with O_DIRECT */
+    uint8_t version; /* of its records: RECORD_VERSION for the segments this daemon writes */
+    uint64_t size;   /* committed bytes */
+    uint32_t refs;   /* reads holding the descriptor */
+    bool dead;       /* reclaimed; freed when refs reaches 0 */
+    bool faulted;    /* found truncated or deleted (disk_check_files): reported once */
+    void *user;      /* the store's entry list */
+    seg_t *dnext;    /* dead list */
 };
 
 typedef struct {
     record_meta_t m;
     uint32_t ns_id;
-    uint64_t boff;  /* raw bytes in wbuf data */
-    disk_loc_t loc; /* filled by the worker */
+    uint8_t *data;   /* the lent raw bytes */
+    uint64_t cookie; /* the caller's, handed back by committed() */
+    int rc;          /* worker: 0, or -EBADMSG (bytes changed: not written) */
+    disk_loc_t loc;  /* filled by the worker */
 } wrec_t;
 
 typedef struct {
-    uint8_t *data;
-    uint64_t used;  /* raw bytes */
-    uint64_t bound; /* sum of header + aligned raw lengths: an upper bound of the records */
+    uint64_t used;  /* raw bytes lent */
+    uint64_t bound; /* sum of header blocks + block-rounded raw lengths: an upper bound */
     wrec_t *recs;
     uint32_t n;
     uint64_t first_seq;
@@ -125,16 +166,24 @@ typedef struct {
     uint64_t start;
     int fd;
     bool create;
+    bool try_direct; /* create: open the new file with O_DIRECT */
     int sync_fd;
     drop_t *drops;
     size_t ndrops;
-    bool raw_only; /* auto mode behind the writes: store this batch uncompressed */
+    bool raw_only;    /* auto mode behind the writes, or compression cannot pay: raw */
+    double max_ratio; /* auto: the effective threshold */
+    bool calibrate;   /* time the decoding of one compressed record */
     /* results */
     int rc;
     int new_fd;
-    uint64_t written;
-    uint64_t raw, stored;
+    bool new_direct;
+    int direct_errno; /* create: why O_DIRECT was refused, or 0 */
+    uint64_t written, raw, stored;
     uint32_t compressed;
+    uint64_t write_ns;
+    uint64_t dec_ns, dec_bytes; /* calibration */
+    /* loop: commits reported so far */
+    uint32_t next_commit;
 } flush_job_t;
 
 typedef struct read_job read_job_t;
@@ -147,10 +196,12 @@ struct read_job {
     uint8_t hash[16];
     uint16_t rank;
     uint64_t raw_len;
+    uint64_t csum;
+    uint8_t *dst;
     disk_read_cb cb;
     void *arg;
     int rc;
-    void *data;
+    uint64_t io_ns, dec_ns;
     read_job_t *next;
 };
 
@@ -163,6 +214,7 @@ struct disk {
     int lock_fd;
     codec_mode_t mode;
     config_fsync_t fsync;
+    bool direct; /* disk.direct_io, until a filesystem refused O_DIRECT */
     uint64_t capacity;
     uint64_t seg_bytes;
     uint64_t wb_bytes;
@@ -180,7 +232,8 @@ struct disk {
     wbuf_t wb[2];
     wbuf_t *fill;
     wbuf_t *flushing;
-    uint8_t *out; /* encoded records of the flush in flight */
+    flush_job_t *committing; /* its commits are being reported, a slice per turn */
+    uint8_t *out;            /* staging of the flush in flight: header blocks, lz4 payloads */
     uint64_t next_seq;
 
     read_job_t *qhead, *qtail;
@@ -188,7 +241,11 @@ struct disk {
     uint32_t reads_queued;
 
     uv_timer_t timer;
-    disk_state_t state; /* of the write path: DEGRADED refuses demotions until retry_at */
+    uv_idle_t idle; /* the next turn: a deferred kick, the next slice of commits or reclaim */
+    bool kick_pending;
+    bool busy_wait; /* a kick could not start the flush: it retries after DISK_BUSY_RETRY_MS */
+    int open_handles;
+    disk_state_t state; /* of the write path: DEGRADED refuses appends until retry_at */
     uint64_t retry_at;
     int last_error;
     disk_fault_op_t last_error_op;
@@ -203,11 +260,16 @@ struct disk {
     void (*done)(void *);
     void *done_arg;
 
+    /* measured byte times (moving averages, ns per byte): device reads, device writes, decode */
+    double rd_ns_pb, wr_ns_pb, dec_ns_pb;
+
     /* counters */
     uint64_t bytes_written, bytes_read, raw_written, stored_written;
     uint64_t records_written, records_compressed, records_read;
     uint64_t flushes_raw; /* auto mode: batches written uncompressed to keep up */
-    uint64_t checksum_drops, read_errors, write_errors, reclaimed_segments, busy_reclaims;
+    uint64_t checksum_drops, verify_drops, read_errors, write_errors, reclaimed_segments,
+        busy_reclaims;
+    uint64_t flush_ns, read_ns;
     disk_recovery_stats_t rec;
 };
 
@@ -222,6 +284,47 @@ static uint64_t round_block(uint64_t n)
 static void seg_path(const char *dir, uint64_t id, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/%016" PRIx64 ".seg", dir, id);
+}
+
+static void ema(double *x, double v)
+{
+    *x = *x == 0 ? v : (1 - DISK_EMA_WEIGHT) * *x + DISK_EMA_WEIGHT * v;
+}
+
+/* Reads or writes every byte of iov[0..n) at off, resuming after short transfers (the array is
+ * consumed). 0 or a negative errno (-EIO for an unexpected end of file). */
+static int iov_full(int fd, struct iovec *iov, size_t n, uint64_t off, bool write)
+{
+    while (n > 0) {
+        int cnt = n > DISK_IOV_MAX ? DISK_IOV_MAX : (int)n;
+        ssize_t r = write ? pwritev(fd, iov, cnt, (off_t)off) : preadv(fd, iov, cnt, (off_t)off);
+        size_t got;
+
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EIO;
+        off += (uint64_t)r;
+        got = (size_t)r;
+        while (n > 0 && got >= iov->iov_len) {
+            got -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + got;
+            iov->iov_len -= got;
+        }
+    }
+    return 0;
+}
+
+static void *block_alloc(uint64_t n)
+{
+    void *p = NULL;
+
+    return posix_memalign(&p, DISK_BLOCK, n > 0 ? (size_t)round_block(n) : DISK_BLOCK) == 0 ? p
+                                                                                            : NULL;
 }
 
 /* --- segments --- */
@@ -323,19 +426,24 @@ static void seg_unref(disk_t *d, seg_t *s)
     free(s);
 }
 
-/* Reclaims the oldest segments (never the active one) until used + need <= capacity. */
+/* Reclaims the oldest segments (never the active one) until used + need <= capacity. -EAGAIN:
+ * the store took its bounded share of a segment's entries this turn; call again next turn. */
 static int reclaim_for(disk_t *d, uint64_t need, bool force)
 {
     size_t i = 0;
 
     while (d->used + need > d->capacity) {
         seg_t *s;
+        int rc;
         while (i < d->nsegs && d->segs[i] == d->active)
             i++;
         if (i >= d->nsegs)
             return -EBUSY;
         s = d->segs[i];
-        if (d->ops.reclaim(d->arg, s->id, &s->user, force) != 0) {
+        rc = d->ops.reclaim(d->arg, s->id, &s->user, force);
+        if (rc == -EAGAIN && !force)
+            return -EAGAIN;
+        if (rc != 0) {
             d->busy_reclaims++;
             i++;
             continue;
@@ -356,9 +464,88 @@ static void wbuf_reset(wbuf_t *wb)
     wb->n = 0;
 }
 
+/* The upper bound of a record's span: its header block and its raw length in blocks. */
 static uint64_t rec_need(const record_meta_t *m)
 {
-    return record_total_len(m->model_len, m->raw_len);
+    return record_payload_off(m) + round_block(m->raw_len);
+}
+
+/* Opens the new segment file of j (O_DIRECT when asked and allowed). */
+static int flush_create(flush_job_t *j)
+{
+    char path[DISK_PATH_MAX];
+    int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, fd = -1;
+
+    seg_path(j->d->dir, j->seg->id, path, sizeof path);
+    if (j->try_direct) {
+        fd = open(path, flags | O_DIRECT, 0640);
+        if (fd >= 0)
+            j->new_direct = true;
+        else if (errno == EINVAL)
+            j->direct_errno = EINVAL;
+        else
+            return -errno;
+    }
+    if (fd < 0)
+        fd = open(path, flags, 0640);
+    if (fd < 0)
+        return -errno;
+    j->new_fd = fd;
+    return 0;
+}
+
+/* Encodes record r of the batch: verifies its bytes, compresses them into the staging area at
+ * *sp when that pays, and appends its header block and payload to iov. */
+static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *cal,
+                         struct iovec *iov, size_t *niov, uint64_t *sp, uint64_t *fpos)
+{
+    disk_t *d = j->d;
+    uint64_t raw = r->m.raw_len, hb = record_payload_off(&r->m), stored = raw;
+    uint8_t *hdr = d->out + *sp, *pay = hdr + hb, codec = RECORD_CODEC_RAW;
+    int hl;
+
+    if (record_csum(r->data, raw) != r->m.csum) {
+        r->rc = -EBADMSG; /* changed since it was committed: never written as valid */
+        return;
+    }
+    memset(r->data + raw, 0, round_block(raw) - raw);
+    if (scratch != NULL)
+        stored = codec_encode(d->mode, j->max_ratio, DISK_SHUFFLE_ELEM, r->data, raw, pay, raw,
+                              scratch, &codec);
+    if (codec != RECORD_CODEC_RAW && cal != NULL && j->dec_bytes == 0) {
+        uint64_t t0 = uv_hrtime();
+        if (codec_decode(codec, DISK_SHUFFLE_ELEM, pay, stored, cal, raw, scratch) == 0) {
+            j->dec_ns = uv_hrtime() - t0;
+            j->dec_bytes = raw;
+        }
+    }
+    r->m.codec = codec;
+    r->m.shuffle = codec == RECORD_CODEC_RAW ? 1 : DISK_SHUFFLE_ELEM;
+    r->m.stored_len = stored;
+    hl = record_encode_header(hdr, hb, &r->m, NULL);
+    if (hl < 0) {
+        r->rc = -EINVAL;
+        return;
+    }
+    memset(hdr + hl, 0, hb - (uint64_t)hl);
+    iov[(*niov)++] = (struct iovec){hdr, hb};
+    if (codec == RECORD_CODEC_RAW) {
+        iov[(*niov)++] = (struct iovec){r->data, round_block(raw)};
+        *sp += hb;
+    } else {
+        memset(pay + stored, 0, round_block(stored) - stored);
+        iov[(*niov)++] = (struct iovec){pay, round_block(stored)};
+        *sp += hb + round_block(stored);
+        j->compressed++;
+    }
+    r->loc = (disk_loc_t){.seg = j->seg->id,
+                          .off = j->start + *fpos,
+                          .hdr_len = (uint16_t)hb,
+                          .stored = (uint32_t)stored,
+                          .version = RECORD_VERSION};
+    *fpos += hb + round_block(stored);
+    j->raw += raw;
+    j->stored += stored;
 }
 
 static void flush_work(uv_work_t *req)
@@ -367,8 +554,10 @@ static void flush_work(uv_work_t *req)
     disk_t *d = j->d;
     wbuf_t *wb = j->wb;
     char path[DISK_PATH_MAX];
-    uint64_t pos = 0, maxraw = 0;
-    uint8_t *scratch = NULL;
+    uint64_t sp = 0, fpos = 0, maxraw = 0, t0;
+    uint8_t *scratch = NULL, *cal = NULL;
+    struct iovec *iov;
+    size_t niov = 0;
     int fd = j->fd;
 
     for (size_t i = 0; i < j->ndrops; i++) {
@@ -380,70 +569,41 @@ static void flush_work(uv_work_t *req)
     if (j->sync_fd >= 0)
         fsync(j->sync_fd);
     if (j->create) {
-        seg_path(d->dir, j->seg->id, path, sizeof path);
-        fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-        if (fd < 0) {
-            j->rc = -errno;
+        j->rc = flush_create(j);
+        if (j->rc != 0)
             return;
-        }
-        j->new_fd = fd;
+        fd = j->new_fd;
     }
+    iov = malloc(2 * (size_t)wb->n * sizeof *iov);
     for (uint32_t i = 0; i < wb->n; i++)
         if (wb->recs[i].m.raw_len > maxraw)
             maxraw = wb->recs[i].m.raw_len;
-    scratch = malloc(maxraw);
-    if (scratch == NULL) {
+    if (!j->raw_only && d->mode != CODEC_MODE_OFF) {
+        scratch = malloc(maxraw);
+        if (j->calibrate)
+            cal = malloc(maxraw);
+    }
+    if (iov == NULL || (!j->raw_only && d->mode != CODEC_MODE_OFF && scratch == NULL)) {
         j->rc = -ENOMEM;
-        return;
+        goto out;
     }
-    for (uint32_t i = 0; i < wb->n; i++) {
-        wrec_t *r = &wb->recs[i];
-        const uint8_t *src = wb->data + r->boff;
-        size_t hl = record_header_len(r->m.model_len);
-        uint8_t *pay = d->out + pos + hl;
-        uint8_t codec;
-        size_t stored =
-            codec_encode(j->raw_only ? CODEC_MODE_OFF : d->mode, d->cfg->disk.compression_threshold,
-                         DISK_SHUFFLE_ELEM, src, r->m.raw_len, pay, r->m.raw_len, scratch, &codec);
-        if (codec == RECORD_CODEC_RAW)
-            memcpy(pay, src, r->m.raw_len);
-        r->m.codec = codec;
-        r->m.shuffle = codec == RECORD_CODEC_RAW ? 1 : DISK_SHUFFLE_ELEM;
-        r->m.stored_len = stored;
-        if (record_encode_header(d->out + pos, hl, &r->m, pay) < 0) {
-            j->rc = -EINVAL;
-            free(scratch);
-            return;
-        }
-        memset(pay + stored, 0, record_align(stored) - stored);
-        r->loc = (disk_loc_t){.seg = j->seg->id,
-                              .off = j->start + pos,
-                              .hdr_len = (uint16_t)hl,
-                              .stored = (uint32_t)stored};
-        pos += hl + record_align(stored);
-        j->raw += r->m.raw_len;
-        j->stored += stored;
-        j->compressed += codec != RECORD_CODEC_RAW;
-    }
-    free(scratch);
-    for (uint64_t done = 0; done < pos;) {
-        ssize_t n = pwrite(fd, d->out + done, pos - done, (off_t)(j->start + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            j->rc = n < 0 ? -errno : -EIO;
-            break;
-        }
-        done += (uint64_t)n;
-    }
+    for (uint32_t i = 0; i < wb->n; i++)
+        flush_record(j, &wb->recs[i], scratch, cal, iov, &niov, &sp, &fpos);
+    t0 = uv_hrtime();
+    j->rc = iov_full(fd, iov, niov, j->start, true);
     if (j->rc == 0 && d->fsync == CONFIG_FSYNC_RECORD && fdatasync(fd) != 0)
         j->rc = -errno;
+    j->write_ns = uv_hrtime() - t0;
     if (j->rc != 0) {
         if (ftruncate(fd, (off_t)j->start) != 0)
             log_debug("disk_truncate", "error=\"%s\"", strerror(errno));
-        return;
+        goto out;
     }
-    j->written = pos;
+    j->written = fpos;
+out:
+    free(iov);
+    free(scratch);
+    free(cal);
 }
 
 static void degrade(disk_t *d, int rc, const char *what)
@@ -457,6 +617,45 @@ static void degrade(disk_t *d, int rc, const char *what)
         log_warn("disk_degraded", "op=%s error=\"%s\" retry_ms=%u", what, strerror(-rc),
                  DISK_RETRY_MS);
     d->state = DISK_DEGRADED;
+}
+
+static void idle_cb(uv_idle_t *h);
+
+static void next_turn(disk_t *d)
+{
+    if (!d->closed)
+        uv_idle_start(&d->idle, idle_cb);
+}
+
+/* Reports the next slice of the committing batch's records; the batch ends with its last. */
+static void commit_step(disk_t *d)
+{
+    flush_job_t *j = d->committing;
+    wbuf_t *wb = j->wb;
+    uint32_t end =
+        j->next_commit + DISK_COMMIT_SLICE < wb->n ? j->next_commit + DISK_COMMIT_SLICE : wb->n;
+
+    for (uint32_t i = j->next_commit; i < end; i++) {
+        wrec_t *r = &wb->recs[i];
+        int rc = r->rc != 0 ? r->rc : j->rc;
+        if (r->rc == -EBADMSG) {
+            d->verify_drops++;
+            log_warn("disk_verify_drop", "ns=%u rank=%u action=not_written", r->ns_id, r->m.rank);
+        }
+        d->ops.committed(d->arg, r->ns_id, &r->m, wb->first_seq + i, r->cookie, rc, &r->loc);
+    }
+    j->next_commit = end;
+    if (end < wb->n) {
+        next_turn(d);
+        return;
+    }
+    d->committing = NULL;
+    wbuf_reset(wb);
+    d->flushing = NULL;
+    free(j->drops);
+    free(j);
+    kick(d);
+    maybe_done(d);
 }
 
 /* A read failed, or a segment file was found truncated or deleted (op): the tier is degraded
@@ -498,8 +697,15 @@ static void flush_after(uv_work_t *req, int status)
     if (j->rc == 0 && status != 0)
         j->rc = status;
     ok = j->rc == 0;
-    if (j->create && j->new_fd >= 0)
+    if (j->create && j->new_fd >= 0) {
         s->fd = j->new_fd;
+        s->direct = j->new_direct;
+    }
+    if (j->direct_errno != 0 && d->direct) {
+        d->direct = false;
+        log_warn("disk_direct_io", "dir=%s error=\"%s\" action=buffered", d->dir,
+                 strerror(j->direct_errno));
+    }
     d->used -= d->reserved;
     d->reserved = 0;
     if (ok) {
@@ -507,8 +713,14 @@ static void flush_after(uv_work_t *req, int status)
         d->bytes_written += j->written;
         d->raw_written += j->raw;
         d->stored_written += j->stored;
-        d->records_written += wb->n;
+        for (uint32_t i = 0; i < wb->n; i++)
+            d->records_written += wb->recs[i].rc == 0;
         d->records_compressed += j->compressed;
+        d->flush_ns += j->write_ns;
+        if (j->written >= (1u << 20))
+            ema(&d->wr_ns_pb, (double)j->write_ns / (double)j->written);
+        if (j->dec_bytes > 0 && d->dec_ns_pb == 0)
+            d->dec_ns_pb = (double)j->dec_ns / (double)j->dec_bytes;
         if (d->state == DISK_DEGRADED)
             log_info("disk_resumed", "segment=%016" PRIx64, s->id);
         d->state = DISK_OK;
@@ -529,26 +741,19 @@ static void flush_after(uv_work_t *req, int status)
             free(s);
         }
     }
-    for (uint32_t i = 0; i < wb->n; i++) {
-        wrec_t *r = &wb->recs[i];
-        d->ops.committed(d->arg, r->ns_id, r->m.rank, r->m.hash, wb->first_seq + i, ok, &r->loc);
-    }
-    wbuf_reset(wb);
-    d->flushing = NULL;
-    free(j->drops);
-    free(j);
-    kick(d);
-    maybe_done(d);
+    d->committing = j;
+    j->next_commit = 0;
+    commit_step(d);
 }
 
-/* Fails every record of the filling buffer (shutdown with nowhere to write). */
+/* Fails every record of the filling batch (shutdown with nowhere to write). */
 static void fail_fill(disk_t *d)
 {
     wbuf_t *wb = d->fill;
 
     for (uint32_t i = 0; i < wb->n; i++)
-        d->ops.committed(d->arg, wb->recs[i].ns_id, wb->recs[i].m.rank, wb->recs[i].m.hash,
-                         wb->first_seq + i, false, &wb->recs[i].loc);
+        d->ops.committed(d->arg, wb->recs[i].ns_id, &wb->recs[i].m, wb->first_seq + i,
+                         wb->recs[i].cookie, -EIO, &wb->recs[i].loc);
     wbuf_reset(wb);
 }
 
@@ -557,7 +762,33 @@ static void timer_cb(uv_timer_t *t)
     kick(t->data);
 }
 
-/* Starts a flush of the filling buffer when none is in flight. */
+static void idle_cb(uv_idle_t *h)
+{
+    disk_t *d = h->data;
+
+    uv_idle_stop(&d->idle);
+    if (d->committing != NULL)
+        commit_step(d); /* its last slice kicks */
+    else
+        kick(d);
+}
+
+/* The largest ratio at which compressing a record makes reading it no slower than raw (auto),
+ * capped by disk.compression_threshold. */
+static double auto_max_ratio(const disk_t *d)
+{
+    double r = d->cfg->disk.compression_threshold;
+    double dev = d->rd_ns_pb > 0 ? d->rd_ns_pb : d->wr_ns_pb;
+
+    if (d->dec_ns_pb > 0 && dev > 0) {
+        double pays = 1.0 - d->dec_ns_pb / dev - DISK_AUTO_MARGIN;
+        if (pays < r)
+            r = pays;
+    }
+    return r;
+}
+
+/* Starts a flush of the filling batch when none is in flight. */
 static void kick(disk_t *d)
 {
     uint64_t now = uv_now(d->loop), start, need;
@@ -565,23 +796,27 @@ static void kick(disk_t *d)
     bool roll;
     int rc;
 
+    d->kick_pending = false;
+    d->busy_wait = false;
     if (d->closed || d->flushing != NULL || d->fill->n == 0)
         return;
     if (d->state == DISK_DEGRADED && now < d->retry_at && !d->closing) {
         uv_timer_start(&d->timer, timer_cb, d->retry_at - now, 0);
         return;
     }
-    j = calloc(1, sizeof *j);
-    if (j == NULL)
-        goto busy;
     roll = d->active == NULL || d->active->size + d->fill->bound > d->seg_bytes;
     start = roll ? 0 : d->active->size;
     need = round_block(start + d->fill->bound) - (roll ? 0 : round_block(start));
     rc = reclaim_for(d, need, d->closing);
-    if (rc != 0) {
-        free(j);
-        goto busy;
+    if (rc == -EAGAIN) {
+        next_turn(d); /* a large segment is being reclaimed a slice per turn */
+        return;
     }
+    if (rc != 0)
+        goto busy;
+    j = calloc(1, sizeof *j);
+    if (j == NULL)
+        goto busy;
     j->sync_fd = -1;
     j->new_fd = -1;
     if (roll) {
@@ -593,17 +828,24 @@ static void kick(disk_t *d)
             free(j);
             goto busy;
         }
+        s->version = RECORD_VERSION;
         d->next_id++;
         d->active = s;
         j->create = true;
+        j->try_direct = d->direct;
     }
     d->reserved = need;
     d->used += need;
     /* Compression is worth it only while the disk keeps up with demotions: a batch that filled
-     * half its buffer while the previous flush was still running says it does not, and in
-     * auto mode it is written raw (the next, smaller batch is compressed again). */
-    j->raw_only = d->mode == CODEC_MODE_AUTO && d->fill->bound * 2 >= d->wb_bytes;
-    d->flushes_raw += j->raw_only;
+     * half its budget while the previous flush was still running says it does not, and in auto
+     * mode it is written raw (the next, smaller batch is compressed again). It is worth it for
+     * reads only below auto_max_ratio(). */
+    j->max_ratio =
+        d->mode == CODEC_MODE_AUTO ? auto_max_ratio(d) : d->cfg->disk.compression_threshold;
+    j->raw_only =
+        d->mode == CODEC_MODE_AUTO && (d->fill->bound * 2 >= d->wb_bytes || j->max_ratio <= 0);
+    j->calibrate = d->dec_ns_pb == 0;
+    d->flushes_raw += d->mode == CODEC_MODE_AUTO && d->fill->bound * 2 >= d->wb_bytes;
     j->req.data = j;
     j->d = d;
     j->seg = d->active;
@@ -626,21 +868,31 @@ busy:
         maybe_done(d);
         return;
     }
+    d->busy_wait = true; /* the filling batch cannot go yet: no append beyond it meanwhile */
     uv_timer_start(&d->timer, timer_cb, DISK_BUSY_RETRY_MS, 0);
+}
+
+/* The span bound of a chunk of len bytes with the longest names. */
+static uint64_t worst_need(uint64_t len)
+{
+    return round_block(RECORD_HEADER_MAX) + round_block(len);
 }
 
 bool disk_admits(const disk_t *d, uint64_t len)
 {
-    if (d->closing || len == 0 || len > RECORD_RAW_MAX)
-        return false;
-    if (record_total_len(KVT_MODEL_MAX, len) > d->wb_bytes)
+    if (d->closing || len == 0 || len > RECORD_RAW_MAX || worst_need(len) > d->wb_bytes)
         return false;
     if (d->state == DISK_DEGRADED && uv_now(d->loop) < d->retry_at)
         return false;
-    return true;
+    if (d->fill->bound + worst_need(len) <= d->wb_bytes && d->fill->n < DISK_WB_MAX_RECS)
+        return true;
+    /* the filling batch goes now and the other one is empty (unless its start is waiting for
+     * room: reclaim refused every segment, or no file could be made) */
+    return d->flushing == NULL && !d->busy_wait;
 }
 
-int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, const void *data, uint64_t *seq)
+int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, uint64_t cookie,
+                uint64_t *seq)
 {
     uint64_t need = rec_need(m);
     wbuf_t *wb;
@@ -663,93 +915,121 @@ int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, const void *d
     r = &wb->recs[wb->n++];
     r->m = *m;
     r->ns_id = ns_id;
-    r->boff = wb->used;
+    r->data = data;
+    r->cookie = cookie;
+    r->rc = 0;
     memset(&r->loc, 0, sizeof r->loc);
-    memcpy(wb->data + wb->used, data, m->raw_len);
     wb->used += m->raw_len;
     wb->bound += need;
     *seq = d->next_seq++;
-    kick(d);
-    return 0;
-}
-
-const void *disk_wbuf_get(const disk_t *d, uint64_t seq)
-{
-    for (int i = 0; i < 2; i++) {
-        const wbuf_t *wb = &d->wb[i];
-        if (wb->n > 0 && seq >= wb->first_seq && seq < wb->first_seq + wb->n)
-            return wb->data + wb->recs[seq - wb->first_seq].boff;
+    if (!d->kick_pending) {
+        d->kick_pending = true;
+        next_turn(d);
     }
-    return NULL;
+    return 0;
 }
 
 /* --- read path --- */
 
-static void read_work(uv_work_t *req)
+/* A version 2 record: header block and payload in one preadv, the payload straight into dst
+ * when it is stored raw; then the checks, the decoding and the csum over the raw bytes. */
+static void read_v2(read_job_t *j)
 {
-    read_job_t *j = req->data;
-    uint8_t hdr[RECORD_HEADER_MAX];
-    uint8_t *payload = malloc(j->loc.stored), *raw, *scratch;
-    struct iovec iov[2] = {{hdr, j->loc.hdr_len}, {payload, j->loc.stored}};
-    uint64_t want = (uint64_t)j->loc.hdr_len + j->loc.stored, got = 0;
+    uint64_t hb = j->loc.hdr_len, stored = j->loc.stored, raw = j->raw_len, t0;
+    bool packed = stored != raw;
+    uint8_t *hdr = block_alloc(hb), *pay = packed ? block_alloc(stored) : j->dst, *scratch = NULL;
+    struct iovec iov[2];
     record_meta_t m;
     size_t hl;
 
-    if (payload == NULL) {
+    if (hdr == NULL || pay == NULL) {
         j->rc = -ENOMEM;
-        return;
+        goto out;
     }
-    while (got < want) {
-        ssize_t n;
-        struct iovec v[2];
-        int nv = 0;
-        uint64_t skip = got;
-        for (int i = 0; i < 2; i++) {
-            if (skip >= iov[i].iov_len) {
-                skip -= iov[i].iov_len;
-                continue;
-            }
-            v[nv].iov_base = (uint8_t *)iov[i].iov_base + skip;
-            v[nv].iov_len = iov[i].iov_len - skip;
-            skip = 0;
-            nv++;
-        }
-        n = preadv(j->fd, v, nv, (off_t)(j->loc.off + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            j->rc = n < 0 ? -errno : -EIO;
-            free(payload);
-            return;
-        }
-        got += (uint64_t)n;
-    }
-    if (record_decode_header(hdr, j->loc.hdr_len, &m, &hl) != RECORD_OK || hl != j->loc.hdr_len ||
-        m.stored_len != j->loc.stored || m.raw_len != j->raw_len || m.rank != j->rank ||
-        memcmp(m.hash, j->hash, 16) != 0 ||
-        record_verify(hdr, hl, payload, m.stored_len) != RECORD_OK) {
+    iov[0] = (struct iovec){hdr, hb};
+    iov[1] = (struct iovec){pay, round_block(stored)};
+    t0 = uv_hrtime();
+    j->rc = iov_full(j->fd, iov, 2, j->loc.off, false);
+    j->io_ns = uv_hrtime() - t0;
+    if (j->rc != 0)
+        goto out;
+    if (record_decode_header(hdr, hb, &m, &hl) != RECORD_OK || m.version != RECORD_VERSION ||
+        record_payload_off(&m) != hb || m.stored_len != stored || m.raw_len != raw ||
+        m.rank != j->rank || memcmp(m.hash, j->hash, 16) != 0 || m.csum != j->csum ||
+        (m.codec == RECORD_CODEC_RAW) == packed) {
         j->rc = -EBADMSG;
-        free(payload);
-        return;
+        goto out;
     }
-    if (m.codec == RECORD_CODEC_RAW) {
-        j->data = payload;
-        return;
+    if (packed) {
+        scratch = malloc(raw);
+        if (scratch == NULL) {
+            j->rc = -ENOMEM;
+            goto out;
+        }
+        t0 = uv_hrtime();
+        if (codec_decode(m.codec, m.shuffle, pay, stored, j->dst, raw, scratch) != 0) {
+            j->rc = -EBADMSG;
+            goto out;
+        }
+        j->dec_ns = uv_hrtime() - t0;
     }
-    raw = malloc(m.raw_len);
+    if (record_csum(j->dst, raw) != j->csum)
+        j->rc = -EBADMSG;
+out:
+    free(hdr);
+    if (packed)
+        free(pay);
+    free(scratch);
+}
+
+/* A version 1 record (a segment of an older daemon, buffered): header and payload into
+ * buffers of the job, the record's checksum, the decoding into dst, then the csum. */
+static void read_v1(read_job_t *j)
+{
+    uint8_t hdr[RECORD_HEADER_MAX], *payload = malloc(j->loc.stored ? j->loc.stored : 1);
+    uint8_t *scratch = NULL;
+    struct iovec iov[2] = {{hdr, j->loc.hdr_len}, {payload, j->loc.stored}};
+    record_meta_t m;
+    uint64_t t0;
+    size_t hl;
+
+    if (payload == NULL || j->loc.hdr_len > sizeof hdr) {
+        j->rc = payload == NULL ? -ENOMEM : -EBADMSG;
+        goto out;
+    }
+    t0 = uv_hrtime();
+    j->rc = iov_full(j->fd, iov, 2, j->loc.off, false);
+    j->io_ns = uv_hrtime() - t0;
+    if (j->rc != 0)
+        goto out;
+    if (record_decode_header(hdr, j->loc.hdr_len, &m, &hl) != RECORD_OK ||
+        m.version != RECORD_VERSION_V1 || hl != j->loc.hdr_len || m.stored_len != j->loc.stored ||
+        m.raw_len != j->raw_len || m.rank != j->rank || memcmp(m.hash, j->hash, 16) != 0 ||
+        record_verify_v1(hdr, hl, payload, m.stored_len) != RECORD_OK) {
+        j->rc = -EBADMSG;
+        goto out;
+    }
     scratch = malloc(m.raw_len);
-    if (raw == NULL || scratch == NULL) {
+    if (scratch == NULL) {
         j->rc = -ENOMEM;
-    } else if (codec_decode(m.codec, m.shuffle, payload, m.stored_len, raw, m.raw_len, scratch) !=
-               0) {
-        j->rc = -EBADMSG;
-    } else {
-        j->data = raw;
-        raw = NULL;
+        goto out;
     }
-    free(raw);
+    if (codec_decode(m.codec, m.shuffle, payload, m.stored_len, j->dst, m.raw_len, scratch) != 0 ||
+        record_csum(j->dst, m.raw_len) != j->csum)
+        j->rc = -EBADMSG;
+out:
     free(scratch);
     free(payload);
+}
+
+static void read_work(uv_work_t *req)
+{
+    read_job_t *j = req->data;
+
+    if (j->loc.version == RECORD_VERSION_V1)
+        read_v1(j);
+    else
+        read_v2(j);
 }
 
 static void read_start(disk_t *d, read_job_t *j);
@@ -762,9 +1042,14 @@ static void read_after(uv_work_t *req, int status)
     if (j->rc == 0 && status != 0)
         j->rc = status;
     d->reads_running--;
+    d->read_ns += j->io_ns;
     if (j->rc == 0) {
         d->bytes_read += (uint64_t)j->loc.hdr_len + j->loc.stored;
         d->records_read++;
+        if (j->loc.stored >= (64u << 10))
+            ema(&d->rd_ns_pb, (double)j->io_ns / (double)(j->loc.hdr_len + j->loc.stored));
+        if (j->dec_ns > 0)
+            ema(&d->dec_ns_pb, (double)j->dec_ns / (double)j->raw_len);
         fault_clear(d, true);
     } else if (j->rc == -EBADMSG) {
         d->checksum_drops++;
@@ -781,7 +1066,7 @@ static void read_after(uv_work_t *req, int status)
         }
     }
     seg_unref(d, j->seg);
-    j->cb(j->arg, j->rc, j->data, j->rc == 0 ? j->raw_len : 0);
+    j->cb(j->arg, j->rc);
     free(j);
     while (d->qhead != NULL && d->reads_running < d->cfg->disk.max_reads_in_flight) {
         read_job_t *q = d->qhead;
@@ -802,7 +1087,7 @@ static void read_start(disk_t *d, read_job_t *j)
 }
 
 int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t rank,
-              uint64_t raw_len, disk_read_cb cb, void *arg)
+              uint64_t raw_len, uint64_t csum, void *dst, disk_read_cb cb, void *arg)
 {
     seg_t *s = seg_find(d, loc->seg);
     read_job_t *j;
@@ -819,6 +1104,8 @@ int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t
     memcpy(j->hash, hash, 16);
     j->rank = rank;
     j->raw_len = raw_len;
+    j->csum = csum;
+    j->dst = dst;
     j->cb = cb;
     j->arg = arg;
     s->refs++;
@@ -940,8 +1227,52 @@ static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
     return (ssize_t)got;
 }
 
+/* Recovery's buffers: the stored payload and the raw bytes decoded from it. */
+typedef struct {
+    uint8_t *buf, *raw, *scratch;
+    size_t cap, rawcap, scratchcap;
+} recover_bufs_t;
+
+static int grow(uint8_t **p, size_t *cap, uint64_t n)
+{
+    uint8_t *np;
+
+    if (n <= *cap)
+        return 0;
+    np = realloc(*p, (size_t)n);
+    if (np == NULL)
+        return -1;
+    *p = np;
+    *cap = (size_t)n;
+    return 0;
+}
+
+/* Verifies the payload of a decoded record (buf, stored_len bytes) and sets m->csum for a
+ * version 1 record. 1 valid, 0 not, -1 out of memory. */
+static int recover_verify(const uint8_t *hdr, size_t hl, record_meta_t *m, recover_bufs_t *b)
+{
+    const uint8_t *raw = b->buf;
+
+    if (m->version == RECORD_VERSION_V1 && record_verify_v1(hdr, hl, b->buf, m->stored_len) != 0)
+        return 0;
+    if (m->codec != RECORD_CODEC_RAW) {
+        if (grow(&b->raw, &b->rawcap, m->raw_len) != 0 ||
+            grow(&b->scratch, &b->scratchcap, m->raw_len) != 0)
+            return -1;
+        if (codec_decode(m->codec, m->shuffle, b->buf, m->stored_len, b->raw, m->raw_len,
+                         b->scratch) != 0)
+            return 0;
+        raw = b->raw;
+    }
+    if (m->version == RECORD_VERSION_V1) {
+        m->csum = record_csum(raw, m->raw_len);
+        return 1;
+    }
+    return record_csum(raw, m->raw_len) == m->csum;
+}
+
 /* Scans one segment; returns the length of its valid prefix, or -1 when unreadable. */
-static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, uint8_t **buf, size_t *cap)
+static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, recover_bufs_t *b)
 {
     uint8_t hdr[RECORD_HEADER_MAX];
     uint64_t off = 0;
@@ -950,12 +1281,14 @@ static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, uint8_t **buf
         size_t avail = size - off < sizeof hdr ? (size_t)(size - off) : sizeof hdr, hl;
         ssize_t n = pread_full(s->fd, hdr, avail, off);
         record_meta_t m;
-        uint64_t total;
+        uint64_t total, poff;
         int rc;
 
         if (n < 0)
             return -1;
         rc = record_decode_header(hdr, (size_t)n, &m, &hl);
+        if (rc == RECORD_OK && s->version != 0 && m.version != s->version)
+            rc = RECORD_EVERSION; /* segments never mix versions */
         if (rc != RECORD_OK) {
             if (rc != RECORD_NEED_MORE) {
                 d->rec.bad_headers++;
@@ -965,22 +1298,22 @@ static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, uint8_t **buf
             }
             break;
         }
-        total = record_total_len(m.model_len, m.stored_len);
+        s->version = (uint8_t)m.version;
+        total = record_span(&m);
+        poff = record_payload_off(&m);
         if (off + total > size)
             break;
-        if (m.stored_len > *cap) {
-            uint8_t *nb = realloc(*buf, m.stored_len);
-            if (nb == NULL)
-                return -1;
-            *buf = nb;
-            *cap = m.stored_len;
-        }
-        n = pread_full(s->fd, *buf, m.stored_len, off + hl);
+        if (grow(&b->buf, &b->cap, m.stored_len) != 0)
+            return -1;
+        n = pread_full(s->fd, b->buf, m.stored_len, off + poff);
         if (n < 0)
             return -1;
         if ((uint64_t)n < m.stored_len)
             break;
-        if (record_verify(hdr, hl, *buf, m.stored_len) != RECORD_OK) {
+        rc = recover_verify(hdr, hl, &m, b);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
             d->rec.checksum_drops++;
             d->checksum_drops++;
             log_warn("disk_checksum",
@@ -989,14 +1322,33 @@ static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t size, uint8_t **buf
         } else {
             disk_loc_t loc = {.seg = s->id,
                               .off = off,
-                              .hdr_len = (uint16_t)hl,
-                              .stored = (uint32_t)m.stored_len};
+                              .hdr_len = (uint16_t)poff,
+                              .stored = (uint32_t)m.stored_len,
+                              .version = (uint8_t)m.version};
             d->ops.recovered(d->arg, &m, &loc);
             d->rec.records++;
+            d->rec.records_v1 += m.version == RECORD_VERSION_V1;
         }
         off += total;
     }
     return (int64_t)off;
+}
+
+/* A scanned segment of version 2 records is read with O_DIRECT from now on (disk.direct_io);
+ * the pages its scan brought into the page cache are dropped either way. */
+static void recover_reopen(disk_t *d, seg_t *s, const char *path)
+{
+    int fd;
+
+    posix_fadvise(s->fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (!d->direct || s->version != RECORD_VERSION)
+        return;
+    fd = open(path, O_RDWR | O_CLOEXEC | O_DIRECT);
+    if (fd < 0)
+        return; /* stays buffered */
+    close(s->fd);
+    s->fd = fd;
+    s->direct = true;
 }
 
 /* Start-up progress (a log line and a STATUS= line for systemd, which also extends the start
@@ -1015,8 +1367,8 @@ static void recover_progress(const disk_t *d, size_t done, size_t total, uint64_
 static int recover(disk_t *d)
 {
     uint64_t t0 = uv_hrtime(), *ids = NULL, last_report, bytes = 0;
-    size_t nids = 0, idcap = 0, cap = 0;
-    uint8_t *buf = NULL;
+    size_t nids = 0, idcap = 0;
+    recover_bufs_t b = {0};
     struct dirent *de;
     DIR *dir = opendir(d->dir);
 
@@ -1066,10 +1418,12 @@ static int recover(disk_t *d)
         if (s == NULL) {
             close(fd);
             free(ids);
-            free(buf);
+            free(b.buf);
+            free(b.raw);
+            free(b.scratch);
             return -ENOMEM;
         }
-        good = recover_segment(d, s, (uint64_t)st.st_size, &buf, &cap);
+        good = recover_segment(d, s, (uint64_t)st.st_size, &b);
         if (good < 0) {
             log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path, strerror(errno));
             d->rec.bad_files++;
@@ -1084,6 +1438,7 @@ static int recover(disk_t *d)
                 log_warn("disk_recovery_truncate", "path=%s error=\"%s\"", path, strerror(errno));
         }
         seg_set_size(d, s, (uint64_t)good);
+        recover_reopen(d, s, path);
         d->rec.segments++;
         bytes += (uint64_t)good;
         if (i + 1 == nids || uv_hrtime() - last_report >= DISK_PROGRESS_MS * 1000000ull) {
@@ -1092,14 +1447,16 @@ static int recover(disk_t *d)
         }
     }
     free(ids);
-    free(buf);
+    free(b.buf);
+    free(b.raw);
+    free(b.scratch);
     d->rec.ms = (uv_hrtime() - t0) / 1000000;
     log_info("disk_recovery",
-             "dir=%s segments=%" PRIu64 " records=%" PRIu64 " checksum_drops=%" PRIu64
-             " bad_headers=%" PRIu64 " torn_bytes=%" PRIu64 " bad_files=%" PRIu64
-             " used_bytes=%" PRIu64 " ms=%" PRIu64,
-             d->dir, d->rec.segments, d->rec.records, d->rec.checksum_drops, d->rec.bad_headers,
-             d->rec.torn_bytes, d->rec.bad_files, d->used, d->rec.ms);
+             "dir=%s segments=%" PRIu64 " records=%" PRIu64 " records_v1=%" PRIu64
+             " checksum_drops=%" PRIu64 " bad_headers=%" PRIu64 " torn_bytes=%" PRIu64
+             " bad_files=%" PRIu64 " used_bytes=%" PRIu64 " ms=%" PRIu64,
+             d->dir, d->rec.segments, d->rec.records, d->rec.records_v1, d->rec.checksum_drops,
+             d->rec.bad_headers, d->rec.torn_bytes, d->rec.bad_files, d->used, d->rec.ms);
     return 0;
 }
 
@@ -1140,13 +1497,13 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     d->next_seq = 1;
     d->mode = cfg->disk.compression;
     d->fsync = cfg->disk.fsync;
+    d->direct = cfg->disk.direct_io;
     for (int i = 0; i < 2; i++) {
-        d->wb[i].data = malloc(d->wb_bytes);
         d->wb[i].recs = calloc(DISK_WB_MAX_RECS, sizeof *d->wb[i].recs);
-        if (d->wb[i].data == NULL || d->wb[i].recs == NULL)
+        if (d->wb[i].recs == NULL)
             goto fail;
     }
-    d->out = malloc(d->wb_bytes);
+    d->out = block_alloc(d->wb_bytes);
     if (d->out == NULL)
         goto fail;
     d->fill = &d->wb[0];
@@ -1172,7 +1529,9 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
                  d->capacity);
     drops_now(d);
     uv_timer_init(loop, &d->timer);
-    d->timer.data = d;
+    uv_idle_init(loop, &d->idle);
+    d->timer.data = d->idle.data = d;
+    d->open_handles = 2;
     return 0;
 
 fail:
@@ -1181,11 +1540,11 @@ fail:
     return rc;
 }
 
-static void timer_closed_cb(uv_handle_t *h)
+static void handle_closed_cb(uv_handle_t *h)
 {
     disk_t *d = h->data;
 
-    if (d->done != NULL)
+    if (--d->open_handles == 0 && d->done != NULL)
         d->done(d->done_arg);
 }
 
@@ -1202,7 +1561,8 @@ static void maybe_done(disk_t *d)
     }
     log_info("disk_closed", "segments=%zu used_bytes=%" PRIu64 " records_written=%" PRIu64,
              d->nsegs, d->used, d->records_written);
-    uv_close((uv_handle_t *)&d->timer, timer_closed_cb);
+    uv_close((uv_handle_t *)&d->timer, handle_closed_cb);
+    uv_close((uv_handle_t *)&d->idle, handle_closed_cb);
 }
 
 void disk_close(disk_t *d, void (*done)(void *arg), void *arg)
@@ -1216,7 +1576,7 @@ void disk_close(disk_t *d, void (*done)(void *arg), void *arg)
         d->qhead = q->next;
         d->reads_queued--;
         seg_unref(d, q->seg);
-        q->cb(q->arg, -ECANCELED, NULL, 0);
+        q->cb(q->arg, -ECANCELED);
         free(q);
     }
     d->qtail = NULL;
@@ -1246,10 +1606,8 @@ void disk_destroy(disk_t **pd)
     free(d->drops);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
-    for (int i = 0; i < 2; i++) {
-        free(d->wb[i].data);
+    for (int i = 0; i < 2; i++)
         free(d->wb[i].recs);
-    }
     free(d->out);
     free(d);
     *pd = NULL;
@@ -1261,8 +1619,10 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
 {
     *out = (disk_stats_t){
         .degraded = d->state == DISK_DEGRADED || d->read_fault,
+        .direct_io = d->direct,
         .dir = d->dir,
         .compression = d->mode,
+        .auto_max_ratio = d->mode == CODEC_MODE_AUTO ? auto_max_ratio(d) : 0.0,
         .capacity_bytes = d->capacity,
         .used_bytes = d->used,
         .segments = d->nsegs,
@@ -1278,6 +1638,7 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .flushes_raw = d->flushes_raw,
         .records_read = d->records_read,
         .checksum_drops = d->checksum_drops,
+        .verify_drops = d->verify_drops,
         .read_errors = d->read_errors,
         .write_errors = d->write_errors,
         .last_error = d->last_error,
@@ -1288,6 +1649,8 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .reads_in_flight = d->reads_running,
         .reads_queued = d->reads_queued,
         .write_buffer_bytes = (d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0),
+        .flush_ns = d->flush_ns,
+        .read_ns = d->read_ns,
         .recovery = d->rec,
     };
 }

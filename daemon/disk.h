@@ -1,16 +1,27 @@
 /*
  * disk.h - the disk tier: append-only segment files of self-describing records (record.h),
- * a write buffer, reads and writes on the libuv thread pool, FIFO reclaim of whole segments,
- * recovery at start, and a degraded state on write errors.
+ * writes straight from the chunks' arena extents, reads straight into them, on the libuv thread
+ * pool, FIFO reclaim of whole segments, recovery at start, and a degraded state on write errors.
  *
  * The disk module knows segments, records and bytes; it does not know the index. The store
  * (store.c) owns the index and talks to the disk through disk_ops_t callbacks, all called on
  * the loop thread:
  *   - recovered: once per valid record found at start (oldest segment first, then by offset);
- *   - committed: once per record handed to disk_append(), after its flush finished (ok or not);
+ *   - committed: once per record handed to disk_append(), after its flush finished (written,
+ *     refused because its bytes no longer matched their checksum, or failed);
  *   - reclaim: before a segment is deleted, so the store drops (or keeps, -EBUSY: leased) the
- *     entries that point into it. Each segment carries one opaque pointer (disk_seg_user) that
- *     the store uses as the head of its list of entries in that segment.
+ *     entries that point into it, a bounded number per call (-EAGAIN: call again). Each segment
+ *     carries one opaque pointer (disk_seg_user) that the store uses as the head of its list of
+ *     entries in that segment.
+ *
+ * Demotion by reference: disk_append() does not copy. The record's raw bytes stay where the
+ * caller keeps them (an arena extent) and are lent to the flush worker until committed() is
+ * called for the ticket; the worker verifies them against the record's csum, compresses them
+ * into a staging buffer when that pays, and writes them with pwritev. The bytes lent must be
+ * RECORD_BLOCK aligned and RECORD_BLOCK-rounded (an arena extent is), since with O_DIRECT the
+ * payload is written from them as whole blocks; the worker zeroes the block's tail past raw_len.
+ * The write buffer is therefore a budget, not a copy: disk.write_buffer_bytes bounds the bytes
+ * lent to the filling batch and to the batch in flight, each.
  *
  * Generations: a segment id is never reused (ids grow; a restart continues after the largest id
  * found), so (segment id, offset) names one record for the daemon's lifetime and a reader that
@@ -38,19 +49,25 @@ typedef struct disk disk_t;
 typedef struct {
     uint64_t seg;     /* segment id */
     uint64_t off;     /* record offset in the segment */
-    uint16_t hdr_len; /* header bytes */
+    uint16_t hdr_len; /* bytes from the record's start to its payload */
     uint32_t stored;  /* payload bytes */
+    uint8_t version;  /* the record's format version */
 } disk_loc_t;
 
 typedef struct {
-    /* A valid record found by recovery. m->model is NUL terminated. */
+    /* A valid record found by recovery. m->model and m->revision are NUL terminated; m->csum is
+     * the chunk's checksum (computed from the verified bytes for a version 1 record). */
     void (*recovered)(void *arg, const record_meta_t *m, const disk_loc_t *loc);
-    /* The flush of ticket seq (from disk_append) finished: ok with loc, or failed. */
-    void (*committed)(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t hash[16],
-                      uint64_t seq, bool ok, const disk_loc_t *loc);
+    /* The flush of ticket seq (from disk_append, with its cookie; m as appended) finished: rc 0
+     * and loc, -EBADMSG (the bytes no longer matched m->csum: not written), or another negative
+     * errno (the write failed). The lent bytes are the caller's again. */
+    void (*committed)(void *arg, uint32_t ns_id, const record_meta_t *m, uint64_t seq,
+                      uint64_t cookie, int rc, const disk_loc_t *loc);
     /* Segment seg is to be deleted; *user is its entry list. Return 0 once every entry that
-     * pointed into it was dropped or detached, or -EBUSY to keep the segment for now (it holds
-     * leased entries). force (shutdown, start-up over capacity) does not allow -EBUSY. */
+     * pointed into it was dropped or detached, -EBUSY to keep the segment for now (it holds
+     * leased or pinned entries), or -EAGAIN after a bounded share of the work (the list holds
+     * what is left; the disk calls again on a later loop turn). force (shutdown, start-up over
+     * capacity) allows neither -EBUSY nor -EAGAIN. */
     int (*reclaim)(void *arg, uint64_t seg, void **user, bool force);
 } disk_ops_t;
 
@@ -74,34 +91,34 @@ void disk_close(disk_t *d, void (*done)(void *arg), void *arg);
 void disk_destroy(disk_t **d);
 
 /*
- * Queues a chunk for writing (a demotion). m describes the record (codec, shuffle, lengths and
- * checksum are filled by the worker); data[m->raw_len] is copied into the write buffer. Returns
- * 0 and the ticket *seq, or -EAGAIN (buffer full while a flush is in flight, degraded, closing)
- * or -E2BIG (the record can never fit the write buffer). The bytes stay readable with
- * disk_wbuf_get() until committed() is called for the ticket.
+ * Queues a chunk for writing (the store's cleaner, or the shutdown persist), by reference: data (at
+ * least record_block(m->raw_len) bytes, RECORD_BLOCK aligned) is lent until committed() is
+ * called for the returned ticket *seq, with cookie. m describes the record: m->csum is the
+ * XXH3-64 of the raw bytes, which the worker verifies before writing; codec, lengths and the
+ * header checksum are filled by the worker. Returns 0, or -EAGAIN (the budget of the filling
+ * batch is spent while a flush is in flight, degraded, closing) or -E2BIG (the record can
+ * never fit the write buffer).
  */
-int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, const void *data, uint64_t *seq);
+int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, uint64_t cookie,
+                uint64_t *seq);
 
 /* Whether disk_append() of len bytes would be accepted now. */
 bool disk_admits(const disk_t *d, uint64_t len);
 
-/* The bytes of a ticket still in the write buffer (borrowed, valid until the next disk call),
- * or NULL. */
-const void *disk_wbuf_get(const disk_t *d, uint64_t seq);
-
-/* A finished read: rc 0 and data (raw_len bytes, owned by the callee: free() it), or rc < 0
- * (-EBADMSG checksum or header mismatch, -EIO, -ESTALE segment reclaimed, -ECANCELED) and
- * data NULL. */
-typedef void (*disk_read_cb)(void *arg, int rc, void *data, uint64_t raw_len);
+/* A finished read: rc 0 (dst holds the raw_len verified bytes), or rc < 0 (-EBADMSG checksum
+ * or header mismatch, -EIO, -ECANCELED). */
+typedef void (*disk_read_cb)(void *arg, int rc);
 
 /*
- * Reads, verifies (header fields, hash, rank, checksum) and decodes the record at loc on the
- * thread pool, then calls cb on the loop. At most disk.max_reads_in_flight run at once; the rest
- * queue in order. Returns 0 (cb will be called exactly once) or -ESTALE (no such segment: cb is
- * not called).
+ * Reads the record at loc into dst on the thread pool, verifies it (header fields, hash, rank,
+ * lengths, and the raw bytes after decompression against csum, the chunk's checksum) and
+ * decodes it, then calls cb on the loop. dst (RECORD_BLOCK aligned, at least
+ * record_block(raw_len) bytes: an arena extent or an aligned heap buffer) belongs to the job
+ * until cb. At most disk.max_reads_in_flight run at once; the rest queue in order. Returns 0 (cb
+ * will be called exactly once), -ESTALE (no such segment: cb is not called) or -ENOMEM.
  */
 int disk_read(disk_t *d, const disk_loc_t *loc, const uint8_t hash[16], uint16_t rank,
-              uint64_t raw_len, disk_read_cb cb, void *arg);
+              uint64_t raw_len, uint64_t csum, void *dst, disk_read_cb cb, void *arg);
 
 /* Reads queued or running. */
 uint32_t disk_reads_pending(const disk_t *d);
@@ -140,6 +157,7 @@ typedef struct {
     uint64_t ms;             /* time it took */
     uint64_t segments;       /* segment files scanned */
     uint64_t records;        /* valid records found */
+    uint64_t records_v1;     /* of which in the old format (version 1) */
     uint64_t checksum_drops; /* records dropped for a failed checksum */
     uint64_t bad_headers;    /* scans ended by a header that does not decode */
     uint64_t torn_bytes;     /* bytes truncated off segment tails */
@@ -151,8 +169,10 @@ typedef struct {
     bool degraded;            /* a write failed and the retry time has not passed, or a read
                                  failed or a segment was found truncated or deleted and no read
                                  and flush succeeded since */
+    bool direct_io;           /* segments are written and read with O_DIRECT */
     const char *dir;          /* the segment directory (borrowed from the disk tier) */
     codec_mode_t compression; /* disk.compression */
+    double auto_max_ratio;    /* auto mode: the largest ratio at which compression pays now */
     uint64_t capacity_bytes;
     uint64_t used_bytes; /* segment files rounded to 4 KiB plus the flush in flight */
     uint64_t segments;
@@ -167,6 +187,7 @@ typedef struct {
     uint64_t flushes_raw; /* auto mode: batches written raw to keep up */
     uint64_t records_read;
     uint64_t checksum_drops;
+    uint64_t verify_drops; /* records not written: their bytes no longer matched their csum */
     uint64_t read_errors;
     uint64_t write_errors;
     int last_error; /* negative errno of the last fault (write, read or segment), or 0 */
@@ -176,7 +197,9 @@ typedef struct {
     uint64_t busy_reclaims; /* reclaims that took a later segment: the oldest held leases */
     uint64_t reads_in_flight;
     uint64_t reads_queued;
-    uint64_t write_buffer_bytes; /* bytes in the filling and the flushing buffer */
+    uint64_t write_buffer_bytes; /* bytes lent to the filling and the flushing batch */
+    uint64_t flush_ns;           /* time the write system calls of the flushes took */
+    uint64_t read_ns;            /* time the read system calls took */
     disk_recovery_stats_t recovery;
 } disk_stats_t;
 

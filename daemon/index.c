@@ -1,17 +1,20 @@
 /*
  * index.c - chunk index with chain links and a leaf LRU (see index.h).
  *
- * Design: a chained hash table keyed by (ns, rank, 16-byte hash). The bucket is chosen from the
- * chunk hash itself (already a strong hash) mixed with ns and rank. Leaves sit in one doubly
- * linked LRU list, head = cold end, tail = hot end. The access clock is a counter, not a time,
- * so ordering is exact and independent of the clock's resolution.
+ * Design: a chained hash table of rank groups keyed by (ns, 16-byte hash); a group holds its
+ * ranks' entries by rank. The bucket is chosen from the chunk hash itself (already a strong
+ * hash) mixed with ns. Leaves sit in one doubly linked LRU list, head = cold end, tail = hot end.
+ * The access clock is a counter, not a time, so ordering is exact and independent of the clock's
+ * resolution. Granted leases sit in a FIFO (lease_head = oldest grant = first to expire).
  *
  * Invariants (checked by index_check):
  *   - e->nchildren == number of stored entries whose parent is e == length of e's child list;
  *   - e->ram_kids == number of those children that are RAM-resident;
  *   - e is in the LRU list iff e is RAM-resident and e->ram_kids == 0 (a RAM leaf);
  *   - e->parent, when set, is stored (entries with children are never removed; reclaim first
- *     detaches them with index_detach_children).
+ *     detaches them with index_detach_children);
+ *   - e->group->slot[e->rank] == e, and a group's count is its non-NULL slots (> 0);
+ *   - e is in the lease FIFO iff INDEX_F_LEASE, and nleased is the FIFO's length.
  * Threads: loop thread only.
  */
 #include "index.h"
@@ -24,29 +27,38 @@
 #define INDEX_SORTED_INSERT_SCAN 64u
 
 struct index {
-    index_entry_t **buckets;
+    index_group_t **buckets;
     uint64_t nbuckets; /* power of two */
-    uint64_t count;
+    uint64_t count;    /* entries */
+    uint64_t ngroups;
     uint64_t clock;
-    index_entry_t *lru_head; /* cold */
-    index_entry_t *lru_tail; /* hot */
+    index_entry_t *lru_head;   /* cold */
+    index_entry_t *lru_tail;   /* hot */
+    index_entry_t *lease_head; /* oldest grant */
+    index_entry_t *lease_tail;
+    uint64_t nleased; /* entries in the lease FIFO */
 };
 
-static uint64_t key_hash(uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
+static uint64_t key_hash(uint32_t ns, const kvt_wire_hash_t *h)
 {
     uint64_t x;
 
     memcpy(&x, h->b, sizeof x);
-    x ^= (uint64_t)ns * 0x9e3779b97f4a7c15ull ^ (uint64_t)rank * 0xc2b2ae3d27d4eb4full;
+    x ^= (uint64_t)ns * 0x9e3779b97f4a7c15ull;
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
     return x;
 }
 
-static bool key_eq(const index_entry_t *e, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
+static bool key_eq(const index_group_t *g, uint32_t ns, const kvt_wire_hash_t *h)
 {
-    return e->ns == ns && e->rank == rank && memcmp(e->hash.b, h->b, KVT_HASH_BYTES) == 0;
+    return g->ns == ns && memcmp(g->hash.b, h->b, KVT_HASH_BYTES) == 0;
+}
+
+static index_group_t **bucket_of(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h)
+{
+    return &ix->buckets[key_hash(ns, h) & (ix->nbuckets - 1)];
 }
 
 index_t *index_new(void)
@@ -71,11 +83,13 @@ void index_destroy(index_t **pix)
     if (ix == NULL)
         return;
     for (uint64_t b = 0; b < ix->nbuckets; b++) {
-        index_entry_t *e = ix->buckets[b];
-        while (e != NULL) {
-            index_entry_t *next = e->hnext;
-            free(e);
-            e = next;
+        index_group_t *g = ix->buckets[b];
+        while (g != NULL) {
+            index_group_t *next = g->hnext;
+            for (uint16_t r = 0; r < g->nslots; r++)
+                free(g->slot[r]);
+            free(g);
+            g = next;
         }
     }
     free(ix->buckets);
@@ -88,13 +102,20 @@ uint64_t index_count(const index_t *ix)
     return ix->count;
 }
 
+const index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h)
+{
+    const index_group_t *g = *bucket_of(ix, ns, h);
+
+    while (g != NULL && !key_eq(g, ns, h))
+        g = g->hnext;
+    return g;
+}
+
 index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
 {
-    index_entry_t *e = ix->buckets[key_hash(ns, rank, h) & (ix->nbuckets - 1)];
+    const index_group_t *g = index_find_group(ix, ns, h);
 
-    while (e != NULL && !key_eq(e, ns, rank, h))
-        e = e->hnext;
-    return e;
+    return g != NULL && rank < g->nslots ? g->slot[rank] : NULL;
 }
 
 /* --- leaf LRU --- */
@@ -153,23 +174,75 @@ static void lru_insert_sorted(index_t *ix, index_entry_t *e)
 static void table_grow(index_t *ix)
 {
     uint64_t nb = ix->nbuckets * 2;
-    index_entry_t **nbk = calloc(nb, sizeof *nbk);
+    index_group_t **nbk = calloc(nb, sizeof *nbk);
 
     if (nbk == NULL)
         return; /* keep the longer chains; correctness does not depend on the load factor */
     for (uint64_t b = 0; b < ix->nbuckets; b++) {
-        index_entry_t *e = ix->buckets[b];
-        while (e != NULL) {
-            index_entry_t *next = e->hnext;
-            uint64_t i = key_hash(e->ns, e->rank, &e->hash) & (nb - 1);
-            e->hnext = nbk[i];
-            nbk[i] = e;
-            e = next;
+        index_group_t *g = ix->buckets[b];
+        while (g != NULL) {
+            index_group_t *next = g->hnext;
+            uint64_t i = key_hash(g->ns, &g->hash) & (nb - 1);
+            g->hnext = nbk[i];
+            nbk[i] = g;
+            g = next;
         }
     }
     free(ix->buckets);
     ix->buckets = nbk;
     ix->nbuckets = nb;
+}
+
+/* The group of (ns, h) with a slot for rank, created or grown; NULL on allocation failure. */
+static index_group_t *group_for(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h)
+{
+    index_group_t **pp, *g, *ng;
+    uint16_t n;
+
+    if (ix->ngroups >= ix->nbuckets)
+        table_grow(ix);
+    pp = bucket_of(ix, ns, h);
+    while (*pp != NULL && !key_eq(*pp, ns, h))
+        pp = &(*pp)->hnext;
+    g = *pp;
+    if (g != NULL && rank < g->nslots)
+        return g;
+    n = (uint16_t)(rank + 1);
+    ng = realloc(g, sizeof *ng + n * sizeof ng->slot[0]);
+    if (ng == NULL)
+        return NULL;
+    if (g == NULL) {
+        ng->hnext = NULL;
+        ng->ns = ns;
+        ng->hash = *h;
+        ng->nslots = 0;
+        ng->count = 0;
+        ix->ngroups++;
+    }
+    for (uint16_t r = ng->nslots; r < n; r++)
+        ng->slot[r] = NULL;
+    for (uint16_t r = 0; r < ng->nslots; r++)
+        if (ng->slot[r] != NULL)
+            ng->slot[r]->group = ng; /* the group moved */
+    ng->nslots = n;
+    *pp = ng;
+    return ng;
+}
+
+/* Empties e's slot; the group goes with its last entry. */
+static void group_leave(index_t *ix, index_entry_t *e)
+{
+    index_group_t *g = e->group, **pp;
+
+    g->slot[e->rank] = NULL;
+    if (--g->count > 0)
+        return;
+    pp = bucket_of(ix, g->ns, &g->hash);
+    while (*pp != g)
+        pp = &(*pp)->hnext;
+    *pp = g->hnext;
+    ix->ngroups--;
+    free(g);
 }
 
 static bool in_lru(const index_entry_t *e)
@@ -185,7 +258,7 @@ static bool is_ram(const index_entry_t *e)
 /* A RAM-resident entry that lost its last RAM-resident child rejoins the LRU by its clock. */
 static void maybe_leaf(index_t *ix, index_entry_t *p)
 {
-    if (p != NULL && is_ram(p) && p->ram_kids == 0 && !in_lru(p))
+    if (p != NULL && is_ram(p) && p->ram_kids == 0 && !in_lru(p) && !(p->flags & INDEX_F_SPILL))
         lru_insert_sorted(ix, p);
 }
 
@@ -226,16 +299,22 @@ static void child_unlink(index_t *ix, index_entry_t *e)
 static index_entry_t *add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                           index_entry_t *parent, bool orphan, bool ram, uint64_t off, uint64_t len)
 {
+    index_group_t *g;
     index_entry_t *e;
-    uint64_t b;
 
     assert(index_find(ix, ns, rank, h) == NULL);
     assert(parent == NULL || (parent->ns == ns && parent->rank == rank));
     e = calloc(1, sizeof *e);
     if (e == NULL)
         return NULL;
-    if (ix->count >= ix->nbuckets)
-        table_grow(ix);
+    g = group_for(ix, ns, rank, h);
+    if (g == NULL) {
+        free(e);
+        return NULL;
+    }
+    g->slot[rank] = e;
+    g->count++;
+    e->group = g;
     e->ns = ns;
     e->rank = rank;
     e->hash = *h;
@@ -243,9 +322,6 @@ static index_entry_t *add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wir
     e->len = len;
     e->flags = (uint16_t)((orphan ? INDEX_F_ORPHAN : 0) | (ram ? INDEX_F_RAM : 0));
     e->clock = ++ix->clock;
-    b = key_hash(ns, rank, h) & (ix->nbuckets - 1);
-    e->hnext = ix->buckets[b];
-    ix->buckets[b] = e;
     ix->count++;
 
     if (parent != NULL)
@@ -290,7 +366,7 @@ void index_ram_clear(index_t *ix, index_entry_t *e)
     assert(is_ram(e));
     if (in_lru(e))
         lru_unlink(ix, e);
-    e->flags &= (uint16_t)~INDEX_F_RAM;
+    e->flags &= (uint16_t) ~(INDEX_F_RAM | INDEX_F_SPILL);
     if (e->parent != NULL) {
         e->parent->ram_kids--;
         maybe_leaf(ix, e->parent);
@@ -313,6 +389,20 @@ void index_detach_children(index_t *ix, index_entry_t *e)
     }
 }
 
+void index_spill(index_t *ix, index_entry_t *e)
+{
+    assert(is_ram(e));
+    if (in_lru(e))
+        lru_unlink(ix, e);
+    e->flags |= INDEX_F_SPILL;
+}
+
+void index_unspill(index_t *ix, index_entry_t *e)
+{
+    e->flags &= (uint16_t)~INDEX_F_SPILL;
+    maybe_leaf(ix, e);
+}
+
 void index_touch(index_t *ix, index_entry_t *e)
 {
     e->clock = ++ix->clock;
@@ -322,10 +412,54 @@ void index_touch(index_t *ix, index_entry_t *e)
     }
 }
 
-void index_lease(index_entry_t *e, uint64_t now_ms, uint32_t lease_ms)
+static void lease_unlink(index_t *ix, index_entry_t *e)
 {
-    if (e->lease_until_ms <= now_ms)
-        e->lease_until_ms = now_ms + lease_ms;
+    if (!(e->flags & INDEX_F_LEASE))
+        return;
+    if (e->lease_prev != NULL)
+        e->lease_prev->lease_next = e->lease_next;
+    else
+        ix->lease_head = e->lease_next;
+    if (e->lease_next != NULL)
+        e->lease_next->lease_prev = e->lease_prev;
+    else
+        ix->lease_tail = e->lease_prev;
+    e->lease_prev = e->lease_next = NULL;
+    e->flags &= (uint16_t)~INDEX_F_LEASE;
+    ix->nleased--;
+}
+
+void index_lease(index_t *ix, index_entry_t *e, uint64_t now_ms, uint32_t lease_ms)
+{
+    if (e->lease_until_ms > now_ms)
+        return;
+    e->lease_until_ms = now_ms + lease_ms;
+    lease_unlink(ix, e); /* an expired lease still in the FIFO */
+    e->flags |= INDEX_F_LEASE;
+    e->lease_next = NULL;
+    e->lease_prev = ix->lease_tail;
+    if (ix->lease_tail != NULL)
+        ix->lease_tail->lease_next = e;
+    else
+        ix->lease_head = e;
+    ix->lease_tail = e;
+    ix->nleased++;
+}
+
+void index_prune_leases(index_t *ix, uint64_t now_ms)
+{
+    while (ix->lease_head != NULL && !index_leased(ix->lease_head, now_ms))
+        lease_unlink(ix, ix->lease_head);
+}
+
+uint64_t index_leased_count(const index_t *ix, uint64_t now_ms)
+{
+    uint64_t expired = 0;
+
+    for (const index_entry_t *e = ix->lease_head; e != NULL && !index_leased(e, now_ms);
+         e = e->lease_next)
+        expired++;
+    return ix->nleased - expired;
 }
 
 index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned max_scan,
@@ -335,8 +469,8 @@ index_entry_t *index_victim_with(const index_t *ix, uint64_t now_ms, unsigned ma
 
     /* a leased chunk with a disk copy may leave RAM: its lease keeps the disk copy */
     for (unsigned n = 0; e != NULL && n < max_scan; n++, e = e->lru_next)
-        if (e->pins == 0 && (!index_leased(e, now_ms) || (e->flags & INDEX_F_DISK)) &&
-            (e->flags & flags) == flags)
+        if (e->pins == ((e->flags & INDEX_F_WBUF) ? 1u : 0u) &&
+            (!index_leased(e, now_ms) || (e->flags & INDEX_F_DISK)) && (e->flags & flags) == flags)
             return e;
     return NULL;
 }
@@ -348,17 +482,14 @@ index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_sca
 
 void index_unlink(index_t *ix, index_entry_t *e)
 {
-    index_entry_t **pp = &ix->buckets[key_hash(e->ns, e->rank, &e->hash) & (ix->nbuckets - 1)];
-
     assert(e->nchildren == 0);
-    while (*pp != e)
-        pp = &(*pp)->hnext;
-    *pp = e->hnext;
-    e->hnext = NULL;
     if (in_lru(e))
         lru_unlink(ix, e);
+    lease_unlink(ix, e);
     ix->count--;
     child_unlink(ix, e);
+    group_leave(ix, e);
+    e->group = NULL;
 }
 
 void index_entry_free(index_entry_t *e)
@@ -375,39 +506,64 @@ void index_remove(index_t *ix, index_entry_t *e)
 void index_foreach(const index_t *ix, void (*fn)(const index_entry_t *e, void *arg), void *arg)
 {
     for (uint64_t b = 0; b < ix->nbuckets; b++)
-        for (const index_entry_t *e = ix->buckets[b]; e != NULL; e = e->hnext)
-            fn(e, arg);
+        for (const index_group_t *g = ix->buckets[b]; g != NULL; g = g->hnext)
+            for (uint16_t r = 0; r < g->nslots; r++)
+                if (g->slot[r] != NULL)
+                    fn(g->slot[r], arg);
+}
+
+/* Checks one entry against the whole index (O(entries): test-sized indexes only). */
+static int check_entry(const index_t *ix, const index_entry_t *e, uint64_t *leaves)
+{
+    uint32_t kids = 0, rkids = 0, listed = 0;
+
+    if (e->parent != NULL &&
+        index_find(ix, e->parent->ns, e->parent->rank, &e->parent->hash) != e->parent)
+        return -1;
+    for (uint64_t c = 0; c < ix->nbuckets; c++)
+        for (const index_group_t *g = ix->buckets[c]; g != NULL; g = g->hnext)
+            for (uint16_t r = 0; r < g->nslots; r++) {
+                const index_entry_t *f = g->slot[r];
+                kids += f != NULL && f->parent == e;
+                rkids += f != NULL && f->parent == e && is_ram(f);
+            }
+    for (const index_entry_t *f = e->first_child; f != NULL; f = f->sib_next) {
+        if (f->parent != e || (f->sib_next != NULL && f->sib_next->sib_prev != f))
+            return -1;
+        listed++;
+    }
+    if (kids != e->nchildren || rkids != e->ram_kids || listed != kids)
+        return -1;
+    if (in_lru(e) != (is_ram(e) && e->ram_kids == 0 && !(e->flags & INDEX_F_SPILL)))
+        return -1;
+    *leaves += in_lru(e);
+    return 0;
 }
 
 int index_check(const index_t *ix)
 {
-    uint64_t n = 0, leaves = 0, lru_len = 0;
+    uint64_t n = 0, groups = 0, leaves = 0, lru_len = 0, leased = 0;
 
     for (uint64_t b = 0; b < ix->nbuckets; b++) {
-        for (const index_entry_t *e = ix->buckets[b]; e != NULL; e = e->hnext) {
-            uint32_t kids = 0, rkids = 0, listed = 0;
-            n++;
-            if ((key_hash(e->ns, e->rank, &e->hash) & (ix->nbuckets - 1)) != b)
+        for (const index_group_t *g = ix->buckets[b]; g != NULL; g = g->hnext) {
+            uint16_t present = 0;
+            groups++;
+            if ((key_hash(g->ns, &g->hash) & (ix->nbuckets - 1)) != b)
                 return -1;
-            if (e->parent != NULL &&
-                index_find(ix, e->parent->ns, e->parent->rank, &e->parent->hash) != e->parent)
-                return -1;
-            /* O(n^2) child count is fine for test-sized indexes */
-            for (uint64_t c = 0; c < ix->nbuckets; c++)
-                for (const index_entry_t *f = ix->buckets[c]; f != NULL; f = f->hnext) {
-                    kids += f->parent == e;
-                    rkids += f->parent == e && is_ram(f);
-                }
-            for (const index_entry_t *f = e->first_child; f != NULL; f = f->sib_next) {
-                if (f->parent != e || (f->sib_next != NULL && f->sib_next->sib_prev != f))
+            for (uint16_t r = 0; r < g->nslots; r++) {
+                const index_entry_t *e = g->slot[r];
+                if (e == NULL)
+                    continue;
+                present++;
+                n++;
+                if (e->group != g || e->rank != r || e->ns != g->ns ||
+                    memcmp(e->hash.b, g->hash.b, KVT_HASH_BYTES) != 0)
                     return -1;
-                listed++;
+                if (check_entry(ix, e, &leaves) != 0)
+                    return -1;
             }
-            if (kids != e->nchildren || rkids != e->ram_kids || listed != kids)
+            if (present == 0 || present != g->count)
                 return -1;
-            if (in_lru(e) != (is_ram(e) && e->ram_kids == 0))
-                return -1;
-            leaves += in_lru(e);
         }
     }
     for (const index_entry_t *e = ix->lru_head; e != NULL; e = e->lru_next) {
@@ -417,5 +573,12 @@ int index_check(const index_t *ix)
             return -1;
         lru_len++;
     }
-    return n == ix->count && leaves == lru_len ? 0 : -1;
+    for (const index_entry_t *e = ix->lease_head; e != NULL; e = e->lease_next) {
+        if (!(e->flags & INDEX_F_LEASE) || (e->lease_next == NULL && ix->lease_tail != e))
+            return -1;
+        leased++;
+    }
+    return n == ix->count && groups == ix->ngroups && leaves == lru_len && leased == ix->nleased
+               ? 0
+               : -1;
 }

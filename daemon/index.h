@@ -13,19 +13,35 @@
  * link, can only be hit once its predecessor is saved again, and joins the LRU at the cold end.
  *
  * Tiers: an entry is RAM-resident (INDEX_F_RAM: off/len in the arena), and/or has a verified
- * copy on disk (INDEX_F_DISK: dseg/doff/dstored/dhdr), or waits in the disk tier's write buffer
- * (INDEX_F_WBUF: wseq). The leaf LRU holds the *RAM leaves*: RAM-resident entries none of whose
- * children is RAM-resident (ram_kids == 0); RAM eviction takes them in LRU order and demotes
- * them, so RAM is emptied from chain tails while the chain itself stays in the index. nchildren
- * counts children in any tier: an entry leaves the index only when it has none (the no-orphan
- * rule holds for the index as a whole), or after index_detach_children() turned its children
- * into orphans (the disk tier's reclaim of a whole segment does that; see store.c). With the disk
- * tier off every entry is RAM-resident and ram_kids == nchildren, the single-tier behaviour.
- * Children are kept in a list per parent so that detaching costs O(children).
+ * copy on disk (INDEX_F_DISK: dseg/doff/dstored/dhdr/dver), and may have a disk write pending
+ * (INDEX_F_WBUF: wseq; its bytes are the RAM copy, pinned until the write commits). The leaf LRU
+ * holds the *RAM leaves*: RAM-resident entries none of whose children is RAM-resident
+ * (ram_kids == 0); RAM eviction takes them in LRU order, so RAM is emptied from chain tails
+ * while the chain itself stays in the index. nchildren counts children in any tier: an entry
+ * leaves the index only when it has none (the no-orphan rule holds for the index as a whole),
+ * or after index_detach_children() turned its children into orphans (the disk tier's reclaim
+ * of a whole segment does that; see store.c). With the disk tier off every entry is
+ * RAM-resident and ram_kids == nchildren, the single-tier behaviour. Children are kept in a
+ * list per parent so that detaching costs O(children).
  *
- * The hash table is chained with a power-of-two bucket array that doubles when the load factor
- * passes 1 (a full rehash: the number of entries is bounded by capacity / chunk size, tens of
+ * Rank groups: the hash table is keyed by (namespace, chunk hash); each key holds a group with
+ * one slot per rank, pointing at that rank's entry. A single-rank probe finds the group and reads
+ * its rank's slot; an all-ranks lookup reads every rank of a chunk from one probe (one hash, one
+ * bucket walk, one key comparison), so it costs about one rank's lookup plus the reply. A group
+ * grows its slots to the highest rank stored and goes with its last entry.
+ *
+ * The table is chained with a power-of-two bucket array that doubles when the groups outnumber
+ * the buckets (a full rehash: the number of entries is bounded by capacity / chunk size, tens of
  * thousands on a large node, so the pause is short: docs/ARCHITECTURE.md).
+ *
+ * Leases: granted leases sit in one FIFO in grant order, which is expiry order since every lease
+ * lasts the same lease_ms; index_prune_leases() drops the expired ones from its head, so
+ * counting the leased chunks costs O(1) instead of a walk of every entry.
+ *
+ * Integrity: every entry keeps the XXH3-64 of its payload (csum), computed off the loop when the
+ * chunk was committed, or taken from its disk record at recovery (computed from the verified
+ * bytes of a version 1 record). INDEX_F_BAD marks an entry whose bytes failed a verification
+ * while it was pinned: it counts as absent and leaves the index with its last pin.
  *
  * The layout of index_entry_t is private to index.c and store.c, the only files (with the
  * index's unit tests) that include this header: every other module holds a chunk as the store's
@@ -43,8 +59,9 @@
 #include "kvt_proto.h"
 
 typedef struct index_entry index_entry_t;
+typedef struct index_group index_group_t;
 struct index_entry {
-    index_entry_t *hnext;    /* hash chain */
+    index_group_t *group;    /* the group of its (ns, hash): its slot is group->slot[rank] */
     index_entry_t *parent;   /* stored predecessor, or NULL */
     index_entry_t *lru_prev; /* leaf LRU links (valid while nchildren == 0) */
     index_entry_t *lru_next;
@@ -71,14 +88,40 @@ struct index_entry {
     index_entry_t *seg_prev;
     index_entry_t *seg_next;
     uint64_t wseq; /* write-buffer ticket while INDEX_F_WBUF */
+    uint64_t csum; /* XXH3-64 (seed 0) of the payload */
+    uint8_t dver;  /* the disk record's format version (record.h) */
+    /* lease FIFO (index.c): linked while the entry holds a lease granted by index_lease */
+    index_entry_t *lease_prev;
+    index_entry_t *lease_next;
+    void *reading; /* store.c: the disk read in flight for this entry, or NULL */
+    /* store.c: the FIFO of dirty RAM chunks (INDEX_F_DIRTY), least recent first, or while the
+     * disk write is in flight (INDEX_F_WBUF) the FIFO of chunks being written */
+    index_entry_t *dirty_prev;
+    index_entry_t *dirty_next;
+};
+
+/* The entries of one (ns, hash), by rank: slot[r] for r < nslots (NULL when absent). */
+struct index_group {
+    index_group_t *hnext; /* hash chain */
+    uint32_t ns;
+    uint16_t nslots;
+    uint16_t count; /* entries present */
+    kvt_wire_hash_t hash;
+    index_entry_t *slot[];
 };
 
 #define INDEX_F_ORPHAN 0x1u
-#define INDEX_F_RAM 0x2u    /* bytes in the arena at off */
-#define INDEX_F_DISK 0x4u   /* verified copy on disk at dseg/doff */
-#define INDEX_F_WBUF 0x8u   /* bytes in the disk tier's write buffer (ticket wseq) */
-#define INDEX_F_LRU 0x10u   /* in the leaf LRU (internal) */
-#define INDEX_F_LIMBO 0x20u /* unlinked (index_unlink) and kept by the store until unpinned */
+#define INDEX_F_RAM 0x2u     /* bytes in the arena at off */
+#define INDEX_F_DISK 0x4u    /* verified copy on disk at dseg/doff */
+#define INDEX_F_WBUF 0x8u    /* the disk write of ticket wseq is pending (RAM copy pinned for it) */
+#define INDEX_F_LRU 0x10u    /* in the leaf LRU (internal) */
+#define INDEX_F_LIMBO 0x20u  /* unlinked (index_unlink) and kept by the store until unpinned */
+#define INDEX_F_LEASE 0x40u  /* in the lease FIFO (internal) */
+#define INDEX_F_BAD 0x80u    /* failed a verification while pinned: absent, dropped at last unpin */
+#define INDEX_F_DIRTY 0x100u /* store.c: RAM-resident, no disk copy: in the dirty FIFO */
+/* Evicted while its disk write is in flight (index_spill): still RAM-resident and readable,
+ * but out of the leaf LRU and out of the RAM tier's capacity until the write commits. */
+#define INDEX_F_SPILL 0x200u
 
 typedef struct index index_t;
 
@@ -91,6 +134,9 @@ uint64_t index_count(const index_t *ix);
 
 index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h);
 
+/* The group of (ns, h), or NULL when no rank holds that chunk: one probe for every rank. */
+const index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h);
+
 /*
  * Adds an entry that must not exist yet. parent, when not NULL, is the stored predecessor
  * (same ns and rank); orphan says a predecessor was declared but is not stored. The entry
@@ -100,7 +146,7 @@ index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const k
 index_entry_t *index_add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                          index_entry_t *parent, bool orphan, uint64_t off, uint64_t len);
 
-/* Same for an entry that is not RAM-resident (recovered from disk or demoted). */
+/* Same for an entry that is not RAM-resident (recovered from disk). */
 index_entry_t *index_add_cold(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                               index_entry_t *parent, bool orphan, uint64_t len);
 
@@ -117,12 +163,25 @@ void index_set_parent(index_t *ix, index_entry_t *e, index_entry_t *parent);
 /* Turns every child of e into an orphan (no parent link); e then has no children. */
 void index_detach_children(index_t *ix, index_entry_t *e);
 
+/* RAM leaf e leaves the LRU but stays RAM-resident (INDEX_F_SPILL): it is no longer a victim,
+ * and losing its last RAM child does not bring it back; index_unspill() (or index_ram_clear())
+ * ends that. */
+void index_spill(index_t *ix, index_entry_t *e);
+void index_unspill(index_t *ix, index_entry_t *e);
+
 /* Marks an access: the entry becomes the most recent (a leaf moves to the hot end). */
 void index_touch(index_t *ix, index_entry_t *e);
 
 /* Pins e until now_ms + lease_ms unless it already holds an unexpired lease (a lease is never
  * extended by a repeated lookup). */
-void index_lease(index_entry_t *e, uint64_t now_ms, uint32_t lease_ms);
+void index_lease(index_t *ix, index_entry_t *e, uint64_t now_ms, uint32_t lease_ms);
+
+/* Unlinks the expired leases from the head of the lease FIFO. O(expired). */
+void index_prune_leases(index_t *ix, uint64_t now_ms);
+
+/* Entries under an unexpired lease at now_ms: the FIFO's length less its expired head (prune
+ * regularly to keep that head short). */
+uint64_t index_leased_count(const index_t *ix, uint64_t now_ms);
 
 static inline bool index_leased(const index_entry_t *e, uint64_t now_ms)
 {
@@ -132,7 +191,8 @@ static inline bool index_leased(const index_entry_t *e, uint64_t now_ms)
 /* The least recent RAM leaf that is not pinned, and not leased unless it has a disk copy (a
  * lease guarantees that a load finds the chunk, not that RAM holds it: evicting the RAM copy of a
  * chunk that is on disk loses nothing, and a lease on it holds no RAM), scanning at most max_scan
- * leaves from the cold end; NULL when none qualifies. */
+ * leaves from the cold end; NULL when none qualifies. The one pin of a chunk's disk write in
+ * flight (INDEX_F_WBUF) does not count: such a leaf can be spilled. */
 index_entry_t *index_victim(const index_t *ix, uint64_t now_ms, unsigned max_scan);
 
 /* Same, among the leaves that have every one of flags (INDEX_F_*). */

@@ -33,6 +33,7 @@
 #include "reload.h"
 #include "server.h"
 #include "stats.h"
+#include "store.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -162,6 +163,12 @@ static int run(const char *config_path, config_t *cfg)
     void *zctx;
     int rc = 1;
 
+    char pool[16];
+
+    /* The thread pool is sized before the loop queues its first job (libuv reads this once):
+     * the disk's jobs must never occupy every thread (store.h, store_pool_threads). */
+    snprintf(pool, sizeof pool, "%u", store_pool_threads(cfg));
+    setenv("UV_THREADPOOL_SIZE", pool, 1);
     if (strncmp(cfg->server.endpoint, "ipc://", 6) == 0)
         fsutil_mkdirs(cfg->server.endpoint + 6, false);
     fsutil_mkdirs(cfg->server.status_socket, false);
@@ -208,10 +215,10 @@ static int run(const char *config_path, config_t *cfg)
     }
     log_info("start",
              "version=%s pid=%d endpoint=%s status_socket=%s ram_capacity_bytes=%" PRIu64
-             " arena=\"%s\" max_chunk_bytes=%" PRIu64 " lease_ms=%u",
+             " arena=\"%s\" max_chunk_bytes=%" PRIu64 " lease_ms=%u pool_threads=%s",
              KVT_VERSION_STRING, (int)getpid(), cfg->server.endpoint, cfg->server.status_socket,
              cfg->ram.capacity_bytes, cfg->ram.arena_path, cfg->ram.max_chunk_bytes,
-             cfg->ram.lease_ms);
+             cfg->ram.lease_ms, pool);
     /* Every recovery ran inside server_new(): ready now, and only here. */
     if (notify_start(&loop, summary_cb, &d, &d.notify) != 0)
         log_warn("notify", "error=\"%s\"", strerror(ENOMEM));

@@ -16,14 +16,23 @@
  * token totals when a protocol 2 TALLY carries KVT_TALLY_TOKENS. The gates' report lines are
  * logged here (the value policy's in admission.c).
  *
- * Loads (frames path): store_load_batch() reports every chunk once; RAM chunks arrive pinned and
- * their arena bytes are lent to ZeroMQ instead of copied (zcref.h: the chunk stays pinned until
- * ZeroMQ has sent the frame and handed it back, so no eviction can change bytes a queued reply
- * still references); chunks from the disk or its write buffer arrive as owned buffers that
- * become their frames without a copy. The reply is deferred (server__defer) until the last chunk
- * is in, at once when none had to be read from disk. Shared-memory clients (ARENA, SAVE_RESERVE
- * / SAVE_COMMIT, LOAD with KVT_LOAD_SHM, RELEASE) move no chunk bytes through the socket at all;
- * what they hold in the arena is tracked per session (session.h), pinned through the store.
+ * Saves (SAVE_DATA, SAVE_COMMIT) are answered later: the store copies and checksums the chunks on
+ * the thread pool and publishes them, and the SAVE_OK is a deferred reply sent from its
+ * callback. A frames save keeps its request's ZeroMQ parts (moved out of intake) until then, so
+ * the workers copy straight from the received frames; the status array lives in the save's own
+ * context, since the server's scratch serves the next request meanwhile.
+ *
+ * Loads (frames path): store_load_batch() reports every chunk once; RAM chunks (and chunks read
+ * from disk, which land in the arena) arrive pinned and their arena bytes are lent to ZeroMQ
+ * instead of copied (zcref.h: the chunk stays pinned until ZeroMQ has sent the frame and handed
+ * it back, so no eviction can change bytes a queued reply still references); a chunk read into
+ * a heap buffer becomes its frame without a copy. The reply is deferred (server__defer) until
+ * the last chunk is in, at once when none had to be read from disk. Protocol 2 replies carry
+ * each chunk's commit checksum. Shared-memory clients (ARENA, SAVE_RESERVE / SAVE_COMMIT, LOAD
+ * with KVT_LOAD_SHM, RELEASE) move no chunk bytes through the socket at all; a shared-memory load
+ * of a chunk only on disk is answered by location once the chunk is promoted into the arena; what
+ * they hold in the arena is tracked per session (session.h), pinned through the store. A RELEASE
+ * with CORRUPT (protocol 2) has the store re-verify the chunks named.
  *
  * Threads: loop thread only.
  */
@@ -273,6 +282,129 @@ static void do_save_begin(server_t *sv, const server_req_t *r)
     server__reply_status(sv, r, KVT_MSG_SAVE_BEGIN_OK, sv->status, s->nhashes);
 }
 
+/* A save or commit in flight: its deferred reply, its status array and, for a frames save, the
+ * request's parts holding the payload bytes the workers copy. */
+typedef struct {
+    uv_work_t release; /* closes the kept parts on the thread pool */
+    server_deferred_t *d;
+    server_t *sv;
+    zmq_msg_t *keep; /* the request's parts after the routing id (frames save), or NULL */
+    size_t nkeep;
+    uint64_t *lens; /* commit: the extents' lengths (bytes_committed), or NULL */
+    size_t n;
+    uint8_t status[];
+} put_ctx_t;
+
+static put_ctx_t *put_ctx_new(server_t *sv, const server_req_t *r, size_t n, bool commit)
+{
+    put_ctx_t *x = calloc(1, sizeof *x + n);
+
+    if (x == NULL)
+        return NULL;
+    x->sv = sv;
+    x->n = n;
+    if (commit && (x->lens = malloc(n * sizeof *x->lens)) == NULL) {
+        free(x);
+        return NULL;
+    }
+    x->d = server__defer(sv, r, 1);
+    if (x->d == NULL) {
+        free(x->lens);
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+static void put_ctx_free(put_ctx_t *x)
+{
+    for (size_t i = 0; i < x->nkeep; i++)
+        zmq_msg_close(&x->keep[i]);
+    free(x->keep);
+    free(x->lens);
+    free(x);
+}
+
+static void keep_close_work(uv_work_t *req)
+{
+    put_ctx_t *x = req->data;
+
+    for (size_t i = 0; i < x->nkeep; i++)
+        zmq_msg_close(&x->keep[i]);
+    x->nkeep = 0;
+}
+
+static void keep_close_after(uv_work_t *req, int status)
+{
+    (void)status;
+    put_ctx_free(req->data);
+}
+
+/* Frees x once its reply went. The received frames of a frames save were allocated by ZeroMQ's
+ * I/O thread: freeing megabytes of them makes glibc trim that thread's heap (madvise), which
+ * took a quarter of the loop's busy time, so they are closed on the thread pool (the content of
+ * a zmq_msg_t is reference-counted atomically; these parts belong to this context alone). */
+static void put_ctx_release(put_ctx_t *x)
+{
+    x->release.data = x;
+    if (x->nkeep == 0 ||
+        uv_queue_work(x->sv->loop, &x->release, keep_close_work, keep_close_after) != 0)
+        put_ctx_free(x);
+}
+
+/* The save is published: SAVE_OK with its status frame. */
+static void put_done_cb(void *arg)
+{
+    put_ctx_t *x = arg;
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_SAVE_OK}};
+
+    if (x->lens != NULL)
+        for (size_t i = 0; i < x->n; i++)
+            if (x->status[i] == KVT_CHUNK_STORED)
+                x->sv->counters.bytes_committed += x->lens[i];
+    zmq_msg_close(&x->d->parts[0]);
+    server__part_bytes(&x->d->parts[0], x->status, x->n);
+    server__deferred_reply(x->d, &m);
+    put_ctx_release(x);
+}
+
+/* A put that could not start: its deferred reply is given up and the request answered now. */
+static void put_ctx_fail(server_t *sv, const server_req_t *r, put_ctx_t *x)
+{
+    if (x != NULL) {
+        server__deferred_drop(x->d);
+        put_ctx_free(x);
+    }
+    server__reply_error(sv, r, KVT_WIRE_EBUSY, "%s: out of memory",
+                        kvt_msg_type_name(r->m->hdr.type));
+}
+
+/* Keeps the request's parts (after the routing id) in x and returns the payload frames as seen
+ * in the kept parts: a small part's bytes live inside its zmq_msg_t, so the views decoded from
+ * intake's parts do not survive the move. SAVE_DATA is [head, hashes, payload_0, ...]. */
+static kvt_frame_t *put_keep(put_ctx_t *x, const server_req_t *r, const kvt_wire_hash_t **hashes)
+{
+    size_t n = x->n;
+    kvt_frame_t *pl = malloc((n > 0 ? n : 1) * sizeof *pl);
+
+    x->keep = calloc(r->nparts - 1, sizeof *x->keep);
+    if (pl == NULL || x->keep == NULL || r->nparts != n + 3) {
+        free(pl);
+        return NULL;
+    }
+    x->nkeep = r->nparts - 1;
+    for (size_t i = 0; i < x->nkeep; i++) {
+        zmq_msg_init(&x->keep[i]);
+        zmq_msg_move(&x->keep[i], &r->parts[1 + i]);
+    }
+    *hashes = zmq_msg_data(&x->keep[1]);
+    for (size_t i = 0; i < n; i++) {
+        pl[i].data = zmq_msg_data(&x->keep[2 + i]);
+        pl[i].len = zmq_msg_size(&x->keep[2 + i]);
+    }
+    return pl;
+}
+
 static void do_save(server_t *sv, const server_req_t *r)
 {
     session_t *ss = r->session;
@@ -280,8 +412,13 @@ static void do_save(server_t *sv, const server_req_t *r)
     const kvt_msg_t *req = r->m;
     const kvt_save_t *s = &req->u.save;
     uint64_t now = uv_now(sv->loop);
+    const kvt_wire_hash_t *hashes = NULL;
+    kvt_wire_hash_t parent = s->parent;
+    kvt_frame_t *pl;
+    put_ctx_t *x;
     size_t sent = 0;
     bool admit = true;
+    int rc;
 
     if (!save_args_ok(sv, r))
         return;
@@ -295,10 +432,21 @@ static void do_save(server_t *sv, const server_req_t *r)
         size_t wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
         admit = admission_decide(sv->admission, ns, req, now, wanted, sv->status);
     }
-    if (admit)
-        store_save(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
-                   s->hashes, s->nhashes, s->payloads, now, sv->status);
-    server__reply_status(sv, r, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
+    if (!admit) {
+        server__reply_status(sv, r, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
+        return;
+    }
+    x = put_ctx_new(sv, r, s->nhashes, false);
+    pl = x != NULL ? put_keep(x, r, &hashes) : NULL;
+    if (pl == NULL) {
+        put_ctx_fail(sv, r, x);
+        return;
+    }
+    rc = store_save(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &parent : NULL,
+                    hashes, s->nhashes, pl, now, x->status, put_done_cb, x, NULL);
+    free(pl);
+    if (rc != 0)
+        put_ctx_fail(sv, r, x);
 }
 
 static bool shm_ok(server_t *sv, const server_req_t *r)
@@ -312,55 +460,130 @@ static bool shm_ok(server_t *sv, const server_req_t *r)
     return false;
 }
 
-/* A shared-memory load answers from RAM only: a chunk found only on disk (or in the disk
- * write buffer) is a miss now, and a disk read promotes it into RAM for the next load. */
+/* A shared-memory load in flight: the chunks the store reported (pinned by it) until the last,
+ * when they become the session's load pins and the reply's locations. */
+typedef struct {
+    server_deferred_t *d;
+    server_t *sv;
+    uint32_t ns;
+    uint16_t rank;
+    size_t n;
+    kvt_wire_hash_t *hashes;
+    store_chunk_t **chunks; /* LENT, pinned by the store for this load; NULL: a miss */
+} shm_load_t;
+
+static void shm_chunk_cb(void *arg, size_t i, const store_loaded_t *c)
+{
+    shm_load_t *x = arg;
+
+    if (c->kind == STORE_LOADED_LENT)
+        x->chunks[i] = c->chunk;
+    else if (c->kind == STORE_LOADED_OWNED)
+        free(c->data); /* not asked for (arena); never in the arena, so a miss */
+}
+
+/* Every chunk is in the arena or missed: pins for the session (the reply's charge holds a
+ * reference to it; a session forgotten meanwhile gets no pins and the reply is dropped),
+ * locations, checksums. */
+static void shm_done_cb(void *arg)
+{
+    shm_load_t *x = arg;
+    server_t *sv = x->sv;
+    server_deferred_t *d = x->d;
+    kvt_msg_t m = {.hdr = {.type = KVT_MSG_LOAD_OK, .flags = KVT_LOADR_SHM}};
+    session_t *ss = d->session != NULL && !session_dead(d->session) ? d->session : NULL;
+    uint64_t deadline = uv_now(sv->loop) + sv->cfg->ram.shm_hold_ms;
+    uint8_t *status = zmq_msg_data(&d->parts[0]);
+    uint8_t *locs = zmq_msg_data(&d->parts[1]);
+    uint8_t *csums = d->nparts > 2 ? zmq_msg_data(&d->parts[2]) : NULL;
+
+    for (size_t i = 0; i < x->n; i++) {
+        store_chunk_t *c = x->chunks[i];
+        status[i] = KVT_CHUNK_MISS;
+        if (c == NULL)
+            continue;
+        if (ss != NULL &&
+            session_pin(sv->sessions, ss, x->ns, x->rank, &x->hashes[i], c, deadline) == 0) {
+            status[i] = KVT_CHUNK_HIT;
+            kvt_put_u64(locs + i * KVT_LOC_BYTES, store_chunk_off(c));
+            kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, store_chunk_len(c));
+            if (csums != NULL)
+                kvt_put_u64(csums + i * KVT_CSUM_BYTES, store_chunk_csum(c));
+        }
+        store_unpin(sv->store, c); /* the session's pin holds it now */
+    }
+    m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
+    server__deferred_reply(d, &m);
+    free(x->hashes);
+    free(x->chunks);
+    free(x);
+}
+
+/* Zeroed parts of a deferred reply: parts[i] gets lens[i] bytes. 0 or -ENOMEM. */
+static int zero_parts(server_deferred_t *d, const size_t *lens, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        zmq_msg_close(&d->parts[i]);
+        if (zmq_msg_init_size(&d->parts[i], lens[i]) != 0) {
+            zmq_msg_init(&d->parts[i]);
+            return -ENOMEM;
+        }
+        memset(zmq_msg_data(&d->parts[i]), 0, lens[i]);
+    }
+    return 0;
+}
+
+/* A shared-memory load: chunks in RAM (also while being written or spilled) are answered by
+ * location under a load pin; a chunk only on disk is promoted into the arena first (the reply
+ * waits for its read). Protocol 2 frames: [head, status, locations, checksums]. */
 static void do_load_shm(server_t *sv, const server_req_t *r)
 {
     session_t *ss = r->session;
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
     const kvt_load_t *l = &req->u.load;
-    uint64_t deadline = uv_now(sv->loop) + sv->cfg->ram.shm_hold_ms;
-    kvt_msg_t m = server__reply_to(&req->hdr, KVT_MSG_LOAD_OK);
+    size_t n = l->nhashes, nparts = req->hdr.version >= 2 ? 3 : 2;
+    size_t lens[3] = {n, n * KVT_LOC_BYTES, n * KVT_CSUM_BYTES};
+    shm_load_t *x;
     store_cost_t cost;
-    uint8_t *locs;
-    size_t k, nparts;
 
     if (!shm_ok(sv, r))
         return;
-    /* its load pins within the held bounds (contract C3) */
+    /* its load pins (the chunks read from disk are pinned once promoted) and its disk reads
+     * within the bounds (contract C3) */
     store_load_cost(sv->store, ns, l->rank, l->hashes, l->nhashes, uv_now(sv->loop), &cost);
-    if (!server__admit(sv, r, &(session_charge_t){0}, cost.ram_new_bytes))
+    if (!server__admit(sv, r, &(session_charge_t){.disk_reads = cost.disk_reads},
+                       cost.ram_new_bytes + cost.copy_bytes))
         return;
     session_set_path(ss, SESSION_PATH_SHM);
-    m.hdr.flags = KVT_LOADR_SHM;
-    m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;
-    k = server__reply_head(sv, r->rid, &m);
-    nparts = 2; /* status, locations; protocol 2 adds checksums */
-    if (m.hdr.version >= 2) {
-        zmq_msg_init_size(&sv->out[k + 2], l->nhashes * KVT_CSUM_BYTES);
-        memset(zmq_msg_data(&sv->out[k + 2]), 0, l->nhashes * KVT_CSUM_BYTES);
-        nparts = 3;
+    x = calloc(1, sizeof *x);
+    if (x != NULL) {
+        *x = (shm_load_t){.sv = sv, .ns = ns->id, .rank = l->rank, .n = n};
+        x->hashes = malloc(n * sizeof *x->hashes);
+        x->chunks = calloc(n, sizeof *x->chunks);
+        x->d = server__defer(sv, r, nparts);
     }
-    zmq_msg_init_size(&sv->out[k + 1], l->nhashes * KVT_LOC_BYTES);
-    locs = zmq_msg_data(&sv->out[k + 1]);
-    memset(locs, 0, l->nhashes * KVT_LOC_BYTES);
-    for (size_t i = 0; i < l->nhashes; i++) {
-        store_chunk_t *c = store_load_ram(sv->store, ns, l->rank, &l->hashes[i]);
-        kvt_wire_hash_t h;
-        memcpy(&h, &l->hashes[i], sizeof h);
-        if (c == NULL && server__may_read(sv, 1))
-            store_promote(sv->store, ns, l->rank, &l->hashes[i]);
-        if (c == NULL || session_pin(sv->sessions, ss, ns->id, l->rank, &h, c, deadline) != 0) {
-            sv->status[i] = KVT_CHUNK_MISS;
-            continue;
+    if (x == NULL || x->hashes == NULL || x->chunks == NULL || x->d == NULL ||
+        zero_parts(x->d, lens, nparts) != 0) {
+        if (x != NULL && x->d != NULL)
+            server__deferred_drop(x->d);
+        if (x != NULL) {
+            free(x->hashes);
+            free(x->chunks);
         }
-        sv->status[i] = KVT_CHUNK_HIT;
-        kvt_put_u64(locs + i * KVT_LOC_BYTES, store_chunk_off(c));
-        kvt_put_u64(locs + i * KVT_LOC_BYTES + 8, store_chunk_len(c));
+        free(x);
+        server__reply_error(sv, r, KVT_WIRE_EBUSY, "out of memory for a load");
+        return;
     }
-    server__part_bytes(&sv->out[k], sv->status, l->nhashes);
-    server__send(sv, k + nparts);
+    memcpy(x->hashes, l->hashes, n * sizeof *x->hashes);
+    if (store_load_batch(sv->store, ns, l->rank, l->hashes, n, true, shm_chunk_cb, shm_done_cb, x,
+                         NULL) != 0) {
+        server__deferred_drop(x->d);
+        free(x->hashes);
+        free(x->chunks);
+        free(x);
+        server__reply_error(sv, r, KVT_WIRE_EBUSY, "out of memory for a load");
+    }
 }
 
 static void free_buffer_cb(void *data, void *hint)
@@ -388,6 +611,8 @@ static void load_chunk_cb(void *arg, size_t i, const store_loaded_t *c)
 
     zmq_msg_close(p); /* empty since server__defer(): initialised again below */
     status[i] = KVT_CHUNK_HIT;
+    if (c->kind != STORE_LOADED_MISS && load_first_payload(d) > 1)
+        kvt_put_u64((uint8_t *)zmq_msg_data(&d->parts[1]) + i * KVT_CSUM_BYTES, c->csum);
     switch (c->kind) {
     case STORE_LOADED_LENT:
         if (sv->zc == NULL || zcref_msg_init(sv->zc, p, c->data, c->len, c->chunk) != 0) {
@@ -400,6 +625,8 @@ static void load_chunk_cb(void *arg, size_t i, const store_loaded_t *c)
             free(c->data);
             zmq_msg_init(p);
             status[i] = KVT_CHUNK_MISS;
+            if (load_first_payload(d) > 1)
+                kvt_put_u64((uint8_t *)zmq_msg_data(&d->parts[1]) + i * KVT_CSUM_BYTES, 0);
         }
         break;
     case STORE_LOADED_MISS:
@@ -409,20 +636,13 @@ static void load_chunk_cb(void *arg, size_t i, const store_loaded_t *c)
     }
 }
 
-/* The status frame (part 0) and, in protocol 2, the checksums frame (part 1: zero, the chunks'
- * checksums are not known yet) of a deferred load. 0 or -ENOMEM. */
+/* The status frame (part 0) and, in protocol 2, the checksums frame (part 1: zero until each
+ * chunk is reported) of a deferred load. 0 or -ENOMEM. */
 static int load_init_parts(server_deferred_t *d, size_t n)
 {
-    for (size_t i = 0; i < load_first_payload(d); i++) {
-        size_t len = i == 0 ? n : n * KVT_CSUM_BYTES;
-        zmq_msg_close(&d->parts[i]);
-        if (zmq_msg_init_size(&d->parts[i], len) != 0) {
-            zmq_msg_init(&d->parts[i]);
-            return -ENOMEM;
-        }
-        memset(zmq_msg_data(&d->parts[i]), 0, len);
-    }
-    return 0;
+    size_t lens[2] = {n, n * KVT_CSUM_BYTES};
+
+    return zero_parts(d, lens, load_first_payload(d));
 }
 
 static void load_done_cb(void *arg)
@@ -465,8 +685,8 @@ static void do_load(server_t *sv, const server_req_t *r)
         server__deferred_drop(d);
         d = NULL;
     }
-    if (d == NULL || store_load_batch(sv->store, ns, l->rank, l->hashes, l->nhashes, load_chunk_cb,
-                                      load_done_cb, d) != 0) {
+    if (d == NULL || store_load_batch(sv->store, ns, l->rank, l->hashes, l->nhashes, false,
+                                      load_chunk_cb, load_done_cb, d, NULL) != 0) {
         if (d != NULL)
             server__deferred_drop(d);
         server__reply_error(sv, r, KVT_WIRE_EBUSY, "out of memory for a load");
@@ -568,7 +788,9 @@ static void do_commit(server_t *sv, const server_req_t *r)
     ns_t *ns = r->ns;
     const kvt_msg_t *req = r->m;
     const kvt_save_t *s = &req->u.save;
+    kvt_wire_hash_t parent = s->parent;
     size_t bad = SIZE_MAX;
+    put_ctx_t *x;
 
     if (!save_args_ok(sv, r))
         return;
@@ -596,12 +818,21 @@ static void do_commit(server_t *sv, const server_req_t *r)
                             "commit of chunk %zu names a range that was not reserved for it", bad);
         return;
     }
-    store_commit(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &s->parent : NULL,
-                 s->hashes, s->nhashes, sv->offs, sv->lens, sv->status);
+    x = put_ctx_new(sv, r, s->nhashes, true);
+    if (x == NULL) {
+        for (size_t i = 0; i < s->nhashes; i++)
+            if (sv->offs[i] != UINT64_MAX)
+                store_unreserve(sv->store, sv->offs[i], sv->lens[i]);
+        put_ctx_fail(sv, r, NULL);
+        return;
+    }
     for (size_t i = 0; i < s->nhashes; i++)
-        if (sv->status[i] == KVT_CHUNK_STORED)
-            sv->counters.bytes_committed += sv->lens[i];
-    server__reply_status(sv, r, KVT_MSG_SAVE_OK, sv->status, s->nhashes);
+        x->lens[i] = sv->offs[i] != UINT64_MAX ? sv->lens[i] : 0;
+    /* the extents belong to the store from here, published once their checksums are known */
+    if (store_commit(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &parent : NULL,
+                     s->hashes, s->nhashes, sv->offs, sv->lens, x->status, put_done_cb, x,
+                     NULL) != 0)
+        put_ctx_fail(sv, r, x);
 }
 
 static void do_release(server_t *sv, const server_req_t *r)
@@ -612,10 +843,15 @@ static void do_release(server_t *sv, const server_req_t *r)
     const kvt_release_t *rel = &req->u.release;
     kvt_msg_t m = server__reply_to(&req->hdr, KVT_MSG_RELEASE_OK);
 
+    bool corrupt = req->hdr.version >= 2 && (req->hdr.flags & KVT_RELEASE_CORRUPT);
+
     for (size_t i = 0; i < rel->nhashes; i++) {
         kvt_wire_hash_t h;
         memcpy(&h, &rel->hashes[i], sizeof h);
         m.u.release_ok.released += (uint32_t)session_unpin(sv->sessions, ss, ns->id, rel->rank, &h);
+        /* a client's mismatch is checked, never believed: the store re-hashes the chunk */
+        if (corrupt && rel->rank < ns->world)
+            store_verify(sv->store, ns, rel->rank, &h);
     }
     server__send(sv, server__reply_head(sv, r->rid, &m));
 }

@@ -52,6 +52,7 @@ static void sweep_cb(uv_timer_t *t)
     uint32_t gone;
 
     sessions_expire(sv->sessions, uv_now(sv->loop), sv->cfg->server.client_idle_ms);
+    store_tick(sv->store, uv_now(sv->loop));
     store_disk_check(sv->store);
     gone = ns_expire(sv->nst);
     if (gone > 0)
@@ -474,7 +475,7 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     server_t *sv = arg;
     zmq_msg_t *rid = &parts[0];
     uint64_t now = uv_now(sv->loop);
-    server_req_t r = {.rid = rid, .t0 = uv_hrtime()};
+    server_req_t r = {.rid = rid, .parts = parts, .nparts = nparts, .t0 = uv_hrtime()};
     session_t *s = NULL;
     kvt_msg_t req;
     int rc;
@@ -667,6 +668,7 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     if (store_attach_disk(sv->store, loop) != 0)
         log_error("disk", "dir=%s error=\"%s\" action=running_without_disk_tier", cfg->disk.dir,
                   strerror(-store_disk_error(sv->store)));
+    sv->lm = loopmon_new(loop); /* status without it shows zeros: not a reason to fail */
     uv_timer_init(loop, &sv->sweep);
     sv->sweep.data = sv;
     uv_timer_init(loop, &sv->drain_timer);
@@ -718,6 +720,7 @@ void server_close(server_t **psv)
     if (sv == NULL)
         return;
     zsock_close(&sv->zs); /* linger 0: ZeroMQ drops unsent replies and returns their loans */
+    loopmon_close(&sv->lm);
     sv->close_waits = 4;
     uv_close((uv_handle_t *)&sv->drain_timer, drain_closed_cb);
     store_close(sv->store, store_closed_cb, sv);
@@ -748,6 +751,7 @@ void server_view(const server_t *sv, server_view_t *out)
                            .namespaces = sv->nst,
                            .admission = sv->admission,
                            .counters = &sv->counters,
+                           .loop = sv->lm,
                            .config = &sv->config_state,
                            .draining = sv->draining};
 }

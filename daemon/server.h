@@ -28,6 +28,7 @@
 #include "admission.h"
 #include "config.h"
 #include "hist.h"
+#include "loopmon.h"
 #include "ns.h"
 #include "session.h"
 #include "store.h"
@@ -138,6 +139,7 @@ typedef struct {
     const ns_table_t *namespaces;
     const admission_t *admission;
     const server_counters_t *counters;
+    const loopmon_t *loop; /* NULL when it could not be created */
     const server_config_state_t *config;
     bool draining; /* a stop has begun (server_drain) */
 } server_view_t;

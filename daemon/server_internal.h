@@ -25,6 +25,7 @@
 #include <zmq.h>
 
 #include "kvt_proto.h"
+#include "loopmon.h"
 #include "server.h"
 #include "zcref.h"
 #include "zsock.h"
@@ -33,7 +34,8 @@ struct server {
     uv_loop_t *loop;
     const config_t *cfg;
     zsock_t *zs;
-    zcref_t *zc; /* chunks lent to ZeroMQ by load replies (pinned until returned) */
+    zcref_t *zc;   /* chunks lent to ZeroMQ by load replies (pinned until returned) */
+    loopmon_t *lm; /* the loop's busy share and turn durations (status "loop") */
     uv_timer_t sweep;
     ns_table_t *nst;
     store_t *store;
@@ -77,7 +79,10 @@ typedef struct server_op server_op_t;
 
 /* The request being handled: valid for the handler's call only. */
 typedef struct {
-    zmq_msg_t *rid;        /* the client's routing id (borrowed from intake) */
+    zmq_msg_t *rid;   /* the client's routing id (borrowed from intake) */
+    zmq_msg_t *parts; /* every part received, rid first (borrowed: a handler that replies
+                         later may zmq_msg_move them out to keep their bytes) */
+    size_t nparts;
     session_t *session;    /* found or created for rid */
     ns_t *ns;              /* the namespace of m->hdr.ns_id, when op->needs_ns; else NULL */
     const kvt_msg_t *m;    /* the decoded request (borrows the received frames) */
@@ -101,9 +106,10 @@ extern const server_op_t server__ops[];
 extern const size_t server__nops;
 
 /* Protocol 2 feature bits (KVT_FEAT_*) this daemon implements; HELLO_OK answers the subset a
- * client offers. Checksums and arena generation checks each add their bit when they are in
- * place; the gates fold token tallies (TOKENS). */
-#define SERVER_FEATURES (KVT_FEAT_TOKENS)
+ * client offers. Checksums, token tallies and arena generation checks each add their bit when
+ * they are in place. CHECKSUMS: every LOAD_OK carries the commit checksum of each chunk; the
+ * gates fold token tallies (TOKENS). */
+#define SERVER_FEATURES (KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS)
 
 /* The arena generation HELLO_OK and ARENA_OK announce: 0 without a shared arena; otherwise 1,
  * since every start creates the arena anew (generations start counting when the arena can

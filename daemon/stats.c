@@ -55,6 +55,7 @@
 #include "gates.h"
 #include "hist.h"
 #include "log.h"
+#include "loopmon.h"
 #include "ns.h"
 #include "session.h"
 #include "store.h"
@@ -102,6 +103,11 @@ typedef struct {
     server_config_state_t st;
 } stats_config_t;
 
+/* One bucket of loop.turn_us in JSON: its key (the bound in microseconds) and count. */
+typedef struct {
+    const char *key;
+    uint64_t count;
+} stats_bucket_t;
 /* The configured bounds of contract C3 (session.h), as status shows them. */
 typedef struct {
     uint32_t max_clients, max_in_flight, session_max_namespaces, max_namespaces;
@@ -146,8 +152,15 @@ typedef struct {
     size_t nnamespaces;
     stats_ns_t *ns_metrics; /* the exported namespaces, most bytes first */
     size_t nns_metrics;
+    loopmon_stats_t loop;
+    stats_bucket_t turn_buckets[LOOPMON_BUCKETS];
+    size_t nturn_buckets;
+    double disk_write_seconds, disk_read_seconds;
     stats_page_t page;
 } stats_doc_t;
+
+static const char *const bucket_keys[LOOPMON_BUCKETS] = {"50",   "100",  "200",   "500",   "1000",
+                                                         "2000", "5000", "10000", "50000", "+Inf"};
 
 static void doc_free(stats_doc_t *d)
 {
@@ -211,6 +224,17 @@ static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
     d->reserved_bytes = sessions_reserved_bytes(v.sessions);
     d->pinned_bytes = sessions_pinned_bytes(v.sessions);
     store_disk_stats(v.store, &d->disk);
+    d->disk_write_seconds = (double)d->disk.tier.flush_ns / 1e9;
+    d->disk_read_seconds = (double)d->disk.tier.read_ns / 1e9;
+    if (v.loop != NULL) {
+        loopmon_stats(v.loop, &d->loop);
+    } else {
+        static const hist_t none; /* no monitor: empty histograms */
+        d->loop.turns_hist = d->loop.cpu_hist = &none;
+    }
+    d->nturn_buckets = LOOPMON_BUCKETS;
+    for (size_t i = 0; i < LOOPMON_BUCKETS; i++)
+        d->turn_buckets[i] = (stats_bucket_t){.key = bucket_keys[i], .count = d->loop.buckets[i]};
     d->clients = nsess;
     d->save_ops_remembered = admission_remembered(v.admission);
     d->draining = v.draining;
@@ -416,9 +440,17 @@ static void label_append(char *buf, size_t cap, const char *name, const char *va
 #define RAMV(k, m, kd, u, h) NUM(D, k, T_U64, ram.m, kd, u, h)
 
 static const stats_field_t ram_fields[] = {
-    RAMV("capacity_bytes", capacity_bytes, GAUGE, "bytes", "Size of the RAM arena."),
+    RAMV("capacity_bytes", capacity_bytes, GAUGE, "bytes",
+         "Capacity of the RAM tier (ram.capacity_bytes)."),
+    RAMV("arena_bytes", arena_bytes, GAUGE, "bytes",
+         "Size of the RAM arena: the capacity, plus with the disk tier a write headroom of 2 x "
+         "disk.write_buffer_bytes for chunks evicted while their disk write is in flight."),
     RAMV("used_bytes", used_bytes, GAUGE, "bytes",
-         "Arena bytes allocated, rounded to allocation units (at most the capacity)."),
+         "Arena bytes allocated to the RAM tier, rounded to allocation units (at most the "
+         "capacity, but for moments after a write commits under a reader)."),
+    RAMV("demoting_bytes", demoting_bytes, GAUGE, "bytes",
+         "Payload bytes of chunks evicted from the RAM tier while their disk write is in flight: "
+         "still readable, held in the write headroom until the write commits."),
     RAMV("resident_bytes", resident_bytes, GAUGE, "bytes",
          "Arena bytes backed by memory (the arena file's allocated blocks)."),
     RAMV("stored_bytes", stored_bytes, GAUGE, "bytes", "Payload bytes of the chunks in RAM."),
@@ -440,6 +472,19 @@ static const stats_field_t ram_fields[] = {
         "Arena bytes reserved by shared-memory saves not committed yet."),
     NUM(D, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
         "Bytes of chunks pinned by shared-memory loads not released yet."),
+    RAMV("dirty_bytes", dirty_bytes, GAUGE, "bytes",
+         "Payload bytes of RAM chunks without a disk copy yet (with the disk tier)."),
+    RAMV("ingest_bytes", ingest_bytes, GAUGE, "bytes",
+         "Arena bytes of saves being copied and checksummed off the loop."),
+    RAMV("promoting_bytes", promoting_bytes, GAUGE, "bytes",
+         "Arena bytes that disk reads in flight are landing in."),
+    RAMV("clean_target_bytes", clean_target_bytes, GAUGE, "bytes",
+         "RAM the cleaner keeps free or clean, evictable at once (0 without a disk tier)."),
+    RAMV("verifies", verifies, COUNTER, NULL,
+         "Chunk re-verifications clients asked for (RELEASE CORRUPT)."),
+    RAMV("verify_drops", verify_drops, COUNTER, NULL,
+         "Chunks removed because their bytes no longer matched their checksum (re-verification, "
+         "demotion, shutdown persist)."),
     RAMV("nospace_held", counts.nospace_held, COUNTER, NULL,
          "Chunks refused for lack of room because leases, pins or reservations held it."),
     NUM(D, "leased_bytes", T_U64, usage.leased_bytes, GAUGE, "bytes",
@@ -465,6 +510,8 @@ static const stats_field_t recovery_fields[] = {
         "Bytes truncated off segment tails at start."),
     NUM(D, "bad_files", T_U64, disk.tier.recovery.bad_files, GAUGE, NULL,
         "Segment files that could not be opened or read at start."),
+    NUM(D, "records_v1", T_U64, disk.tier.recovery.records_v1, GAUGE, NULL,
+        "Valid records found at start in the old format (version 1)."),
 };
 
 /* With the tier open, the disk module's figures; without, state, error and zero sizes. */
@@ -549,7 +596,39 @@ static const stats_field_t disk_fields[] = {
     DISK("reads_in_flight", reads_in_flight, GAUGE, NULL, "Reads running on the thread pool."),
     DISK("reads_queued", reads_queued, GAUGE, NULL, "Reads waiting for a slot."),
     DISK("write_buffer_bytes", write_buffer_bytes, GAUGE, "bytes",
-         "Bytes in the filling and the flushing write buffer."),
+         "Chunk bytes lent to the filling and the flushing write batch."),
+    {.key = "direct_io",
+     .type = T_BOOL,
+     .off = offsetof(D, disk.tier.direct_io),
+     .kind = GAUGE,
+     .help = "Segments are written and read with O_DIRECT (disk.direct_io, if the filesystem "
+             "allows it).",
+     .when = tier_open},
+    {.key = "auto_max_ratio",
+     .type = T_DOUBLE,
+     .off = offsetof(D, disk.tier.auto_max_ratio),
+     .kind = GAUGE,
+     .unit = "ratio",
+     .help = "Auto compression: the largest stored/raw ratio at which compressing makes neither "
+             "writes nor reads slower than raw (at most 0: it does not pay).",
+     .when = tier_open},
+    DISK("verify_drops", verify_drops, COUNTER, NULL,
+         "Records not written because their bytes no longer matched their checksum."),
+    {.key = "write_seconds",
+     .type = T_DOUBLE,
+     .off = offsetof(D, disk_write_seconds),
+     .kind = COUNTER,
+     .unit = "seconds",
+     .help = "Time the flushes spent in their write system calls (bytes_written over it is the "
+             "writer's bandwidth).",
+     .when = tier_open},
+    {.key = "read_seconds",
+     .type = T_DOUBLE,
+     .off = offsetof(D, disk_read_seconds),
+     .kind = COUNTER,
+     .unit = "seconds",
+     .help = "Time the reads spent in their read system calls, summed over parallel reads.",
+     .when = tier_open},
     {.key = "recovery",
      .type = T_OBJECT,
      .kind = INFO,
@@ -559,22 +638,27 @@ static const stats_field_t disk_fields[] = {
      .when = tier_open},
     NUM(D, "chunks", T_U64, disk.counts.chunks, GAUGE, NULL, "Chunks with a disk copy."),
     NUM(D, "write_buffer_chunks", T_U64, disk.counts.wbuf, GAUGE, NULL,
-        "Chunks waiting in the write buffer."),
+        "Chunks whose disk write is pending (write-back, the shutdown persist)."),
     NUM(D, "hits", T_U64, disk.counts.hits, COUNTER, NULL,
-        "Load chunks served by the disk tier (write buffer or a verified read)."),
+        "Load chunks served by the disk tier (a verified read)."),
     NUM(D, "misses", T_U64, disk.counts.misses, COUNTER, NULL,
         "Load chunks that missed RAM and that the disk tier could not serve."),
     NUM(D, "evictions", T_U64, disk.counts.evictions, COUNTER, NULL,
         "Chunks dropped with a reclaimed segment."),
     NUM(D, "demotions", T_U64, disk.counts.demoted, COUNTER, NULL,
-        "RAM evictions written to the disk tier."),
+        "RAM chunks written to the disk tier (by the cleaner, ahead of their eviction, and by "
+        "the shutdown persist)."),
     NUM(D, "demotions_clean", T_U64, disk.counts.demoted_clean, COUNTER, NULL,
         "RAM evictions whose disk copy existed already."),
     NUM(D, "demotions_refused", T_U64, disk.counts.refused, COUNTER, NULL,
-        "RAM evictions dropped: the write buffer was full while a flush ran, or degraded."),
+        "RAM evictions of chunks not written yet: dropped, because saves never wait for the disk "
+        "(the cleaner was behind, or the tier degraded)."),
     NUM(D, "writes_lost", T_U64, disk.counts.write_lost, COUNTER, NULL,
-        "Demoted chunks dropped because their flush failed."),
+        "Chunks dropped because their disk write failed (a failed write-back leaves the chunk in "
+        "RAM for a later try: stays 0)."),
     NUM(D, "promotions", T_U64, disk.counts.promoted, COUNTER, NULL, "Chunks read back into RAM."),
+    NUM(D, "read_joins", T_U64, disk.counts.read_joins, COUNTER, NULL,
+        "Loads that joined a read of the same chunk already in flight."),
     NUM(D, "orphaned", T_U64, disk.counts.orphaned, COUNTER, NULL,
         "Successors detached from a dropped chunk (kept, as orphans)."),
     NUM(D, "recovery_skipped", T_U64, disk.counts.recover_skipped, GAUGE, NULL,
@@ -1008,6 +1092,65 @@ static void ns_labels(const void *elem, char *buf, size_t cap)
     label_append(buf, cap, "id", id);
 }
 
+/* p50/p99 of the turns are carried by kvtier_loop_turn_duration_seconds (histogram_quantile() of
+ * its buckets), like the service times of the ops; the JSON buckets by its _bucket series. */
+static const stats_field_t bucket_elem =
+    NUM(stats_bucket_t, NULL, T_U64, count, INFO, NULL,
+        "Loop turns that took at most this many microseconds (cumulative).");
+
+ITEMS(doc_turn_buckets, stats_doc_t, turn_buckets, nturn_buckets)
+
+static const char *bucket_key(const void *elem)
+{
+    return ((const stats_bucket_t *)elem)->key;
+}
+
+static const stats_field_t turn_fields[] = {
+    NUM(D, "p50_us", T_U64, loop.p50_us, GAUGE, "microseconds", "Median loop turn.",
+        .no_metric = true),
+    NUM(D, "p99_us", T_U64, loop.p99_us, GAUGE, "microseconds", "99th percentile of loop turns.",
+        .no_metric = true),
+    NUM(D, "max_us", T_U64, loop.max_us, GAUGE, "microseconds", "Longest loop turn.",
+        .metric = "kvtier_loop_turn_max_duration_seconds"),
+    {.key = "buckets",
+     .type = T_MAP,
+     .kind = INFO,
+     .help = "Loop turns by duration: at most the key's microseconds (cumulative).",
+     .elem = &bucket_elem,
+     .items = doc_turn_buckets,
+     .elem_size = sizeof(stats_bucket_t),
+     .elem_key = bucket_key},
+    NUM(D, "duration", T_HIST, loop.turns_hist, GAUGE, "seconds",
+        "Loop-turn durations: every callback between two polls.",
+        .metric = "kvtier_loop_turn_duration_seconds"),
+};
+
+static const stats_field_t turn_cpu_fields[] = {
+    NUM(D, "p50_us", T_U64, loop.cpu_p50_us, GAUGE, "microseconds", "Median CPU time of a turn.",
+        .no_metric = true),
+    NUM(D, "p99_us", T_U64, loop.cpu_p99_us, GAUGE, "microseconds",
+        "99th percentile of the CPU time of a turn.", .no_metric = true),
+    NUM(D, "max_us", T_U64, loop.cpu_max_us, GAUGE, "microseconds", "Most CPU time of a turn.",
+        .metric = "kvtier_loop_turn_cpu_max_seconds"),
+    NUM(D, "duration", T_HIST, loop.cpu_hist, GAUGE, "seconds",
+        "The loop thread's CPU time per turn.", .metric = "kvtier_loop_turn_cpu_seconds"),
+};
+
+static const stats_field_t loop_fields[] = {
+    NUM(D, "busy_share", T_DOUBLE, loop.busy_share, GAUGE, "ratio",
+        "Share of the last second the loop thread spent outside its poll (1: saturated).",
+        .metric = "kvtier_loop_busy_ratio"),
+    NUM(D, "busy_seconds", T_DOUBLE, loop.busy_seconds, COUNTER, "seconds",
+        "Time the loop thread spent outside its poll since start (the turns' sum)."),
+    NUM(D, "turns", T_U64, loop.turns, COUNTER, NULL, "Loop turns measured.", .no_metric = true),
+    OBJ("turn_us", turn_fields, "Loop-turn durations: every callback between two polls.",
+        .metric_prefix = "turn"),
+    OBJ("turn_cpu_us", turn_cpu_fields,
+        "The loop thread's CPU time per turn (a turn's wall time also holds the time the "
+        "scheduler made it wait).",
+        .metric_prefix = "turn_cpu"),
+};
+
 /* Not in the metrics: server.namespaces_declared is the total. */
 static const stats_field_t page_fields[] = {
     NUM(D, "total", T_U32, page.total, GAUGE, NULL, "Namespaces that exist.", .no_metric = true),
@@ -1025,6 +1168,7 @@ static const stats_field_t doc_fields[] = {
     TXT(D, "endpoint", T_STR, endpoint, "The ZeroMQ endpoint it serves."),
     OBJ("ram", ram_fields, "The RAM tier."),
     OBJ("disk", disk_fields, "The disk tier."),
+    OBJ("loop", loop_fields, "The loop thread: how busy it is and how long its turns take."),
     OBJ("server", server_fields, "Requests, replies and sessions."),
     OBJ("config", config_fields, "The configuration file and its reloads."),
     {.key = "ops",

@@ -1,90 +1,67 @@
 /*
- * store.c - chunk storage semantics over index.c and ram.c (see store.h).
+ * store.c - chunk storage semantics over index.c and ram.c (see store.h): lookups, saves and
+ * commits, eviction, pins, status. The loads, the disk tier's side and the verifications are in
+ * store_io.c; what both share is store_internal.h.
  *
  * Design notes:
- *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena (or written
- *     there by a shared-memory client); a load (store_load_batch) hands out the arena bytes of
- *     a RAM chunk pinned, for the caller to lend to its reply frame, and chunks read from disk
- *     as buffers the caller owns.
- *   - Lifetime: only this file pins and frees entries (store_pin/store_unpin). A pinned entry
- *     is never evicted, reclaimed from disk nor removed; one whose every copy is lost while it
- *     is pinned (a failed checksum, a failed flush) stays "tierless" (absent for lookups) and
- *     leaves the index with its last pin.
- *   - During a save the predecessor of the chunk being placed is pinned, so eviction made for
- *     chunk i can never take chunk i-1 and turn chunk i into an orphan.
+ *   - A chunk's bytes are copied once, from the received ZeroMQ frame into the arena, on the
+ *     thread pool together with their checksum (or written there by a shared-memory client and
+ *     only hashed there); the loop moves no payload bytes. A save is two steps on the loop with
+ *     the thread pool between them: at intake every chunk to be stored gets its extent (the
+ *     eviction happens here, with the chain's stored predecessors pinned so that it can never
+ *     take them), then, once every csum is known, the chain is published in order exactly as a
+ *     synchronous save would have placed it - a chunk stored by someone else meanwhile is
+ *     EXISTS and its extent is freed, the NOSPACE rule holds, a declared parent that appeared
+ *     meanwhile is linked. A chunk is invisible until it is published.
+ *   - Lifetime: only this file and store_io.c pin and free entries (store_pin/store_unpin). A
+ *     pinned entry is never evicted, reclaimed from disk nor removed; one whose every copy is
+ *     lost while it is pinned (a failed checksum, a failed flush, a failed verification) stays
+ *     in the index as absent and leaves it with its last pin.
  *   - Eviction scans at most STORE_VICTIM_SCAN leaves from the cold end per victim, so a large
- *     crowd of leased leaves costs bounded work; past it the chunk is NOSPACE.
- *   - Disk tier (store.h): the store keeps, per disk segment, a list of the entries whose disk
- *     copy is in it (the segment's user pointer, disk.h), so reclaiming a segment costs
- *     O(its records). A demoted chunk carries a write-buffer ticket (wseq); the commit of a flush
- *     applies only to the entry that still holds that ticket, and a finished read is promoted
- *     only if the entry still points at the same (segment, offset): the generation checks.
+ *     crowd of leased leaves costs bounded work; past it the chunk is NOSPACE. With the disk
+ *     tier, a tail that is only in RAM is dropped rather than waited for (store.h, the policy);
+ *     the cleaner (store_io.c) keeps that rare: the dirty FIFO here lists what it may write,
+ *     and a chunk it is writing can be spilled into the arena's write headroom (any chunk of
+ *     the list of writes in flight, tail or not: it stays readable until it is on disk). The
+ *     RAM tier's bytes are the arena's less the spilled ones (tier_used).
+ *   - All-ranks lookups walk the index's rank groups: one probe per chunk for every rank.
  *   - Counting: ram.hits/misses keep their meaning (chunks asked by lookups and loads, found in
  *     the index - any tier - or not); disk.hits counts load chunks served from the disk tier
- *     (write buffer or a verified read), disk.misses loads that missed RAM and that the disk
+ *     (a verified read), disk.misses loads that missed RAM and that the disk
  *     could not serve (absent, failed checksum, cancelled).
- *   - Status: plain structs (store_ram_stats, store_disk_stats); stats.c renders them.
- * Threads: loop thread only.
+ *   - Status: plain structs (store_ram_stats, store_disk_stats); stats.c renders them. The
+ *     leased count is O(1) (the index's lease FIFO, pruned by store_tick).
+ * Threads: loop thread only; the copies and checksums run in ingest.c's jobs over extents that
+ *     belong to the save until it is published.
  */
-#include "store.h"
+#include "store_internal.h"
 
-#include "disk.h"
-#include "drops.h"
-#include "index.h"
+#include "ingest.h"
 #include "log.h"
-#include "ram.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#define STORE_VICTIM_SCAN 4096u
-#define STORE_PERSIST_MS 20000u /* shutdown: how long RAM-only chunks may take to reach disk */
-#define STORE_PERSIST_RETRY_MS 5u
+static unsigned cpu_workers(const config_t *cfg)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
 
-typedef struct {
-    uint32_t ns;
-    uint16_t rank;
-    kvt_wire_hash_t hash;
-} persist_key_t;
+    if (cfg->server.cpu_workers > 0)
+        return cfg->server.cpu_workers;
+    return n > 0 ? (unsigned)n : 1;
+}
 
-typedef struct {
-    uint32_t ns;
-    uint16_t rank;
-    kvt_wire_hash_t hash;
-    kvt_wire_hash_t parent;
-} relink_t;
+unsigned store_pool_threads(const config_t *cfg)
+{
+    unsigned n = cpu_workers(cfg);
 
-struct store {
-    ns_table_t *nst;
-    index_t *ix;
-    ram_t *ram;
-    uint64_t stored_bytes; /* payload bytes resident in RAM */
-    uint64_t ram_chunks;
-    store_stats_t st;
-    const config_t *cfg;
-    uv_loop_t *loop;
-    disk_t *disk;
-    int disk_error;
-    bool closing;
-    store_disk_counts_t dk;
-    bool nospace_held;       /* the last allocation that failed did so because of holds */
-    uint64_t nospace_log_ms; /* when ram_nospace was last logged (once a second at most) */
-    drops_t *drops;          /* tombstones of dropped namespaces (with the disk tier) */
-    uint64_t last_seq;       /* the last write-buffer ticket issued */
-    uint64_t done_seq;       /* the last one whose flush finished */
-    index_entry_t *limbo;    /* dropped while pinned: unindexed, freed at the last unpin */
-    relink_t *relink;        /* recovery only */
-    size_t nrelink, relinkcap;
-    /* shutdown: RAM-only chunks still to be written (keys: entries may go meanwhile) */
-    uv_timer_t persist_timer; /* initialised when the disk tier is attached */
-    persist_key_t *persist;
-    size_t npersist, persist_next;
-    uint64_t persist_deadline, persist_start, persisted;
-    void (*close_done)(void *arg);
-    void *close_arg;
-};
+    if (cfg->disk.enabled)
+        n += cfg->disk.max_reads_in_flight + 1;
+    return n;
+}
 
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
 {
@@ -95,12 +72,17 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         return -ENOMEM;
     s->nst = nst;
     s->cfg = cfg;
+    s->workers = cpu_workers(cfg);
     s->ix = index_new();
     if (s->ix == NULL) {
         rc = -ENOMEM;
         goto fail_index;
     }
-    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group, cfg->ram.capacity_bytes,
+    /* With the disk tier the arena holds, beyond the RAM tier, the chunks evicted while their
+     * write is in flight: at most the disk's two batches of write_buffer_bytes. */
+    s->ram_cap = cfg->ram.capacity_bytes;
+    rc = ram_new(cfg->ram.arena_path, cfg->ram.arena_group,
+                 s->ram_cap + (cfg->disk.enabled ? 2 * cfg->disk.write_buffer_bytes : 0),
                  cfg->ram.prefault, &s->ram);
     if (rc != 0)
         goto fail_ram;
@@ -134,12 +116,12 @@ void store_destroy(store_t **ps)
     *ps = NULL;
 }
 
-/* An entry none of whose copies exists any more (pinned while its disk record failed its
- * checksum): it counts as absent and leaves the index with its last pin. */
-static bool tierless(const index_entry_t *e)
+void store_tick(store_t *s, uint64_t now_ms)
 {
-    return !(e->flags & (INDEX_F_RAM | INDEX_F_WBUF | INDEX_F_DISK));
+    index_prune_leases(s->ix, now_ms);
 }
+
+/* --- lookups --- */
 
 static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        size_t n, bool touch)
@@ -152,10 +134,10 @@ static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
         index_entry_t *e;
         memcpy(&k, &h[i], sizeof k); /* the hash list may be unaligned in the frame */
         e = index_find(s->ix, ns->id, r, &k);
-        if (e == NULL || tierless(e))
+        if (e == NULL || store__absent(e))
             break;
         if (touch)
-            index_touch(s->ix, e);
+            store__touch(s, e);
         hit++;
     }
     return hit;
@@ -169,7 +151,7 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
     for (uint32_t i = 0; i < hit; i++) {
         kvt_wire_hash_t k;
         memcpy(&k, &h[i], sizeof k);
-        index_lease(index_find(s->ix, ns->id, r, &k), now_ms, s->cfg->ram.lease_ms);
+        index_lease(s->ix, index_find(s->ix, ns->id, r, &k), now_ms, s->cfg->ram.lease_ms);
     }
 }
 
@@ -185,22 +167,57 @@ uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_
     return hit;
 }
 
+/* The entry of rank r in group g, when it is present. */
+static index_entry_t *group_rank(const index_group_t *g, uint16_t r)
+{
+    index_entry_t *e = g != NULL && r < g->nslots ? g->slot[r] : NULL;
+
+    return e != NULL && !store__absent(e) ? e : NULL;
+}
+
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
                           bool lease, uint64_t now_ms, uint32_t *rank_hits)
 {
-    uint16_t ranks = ns->replicated ? 1 : ns->world;
+    uint16_t ranks = ns->replicated ? 1 : ns->world, alive = ranks;
     uint32_t min = UINT32_MAX;
 
+    for (uint16_t r = 0; r < ranks; r++)
+        rank_hits[r] = UINT32_MAX; /* still walking */
+    /* one probe per chunk: the group holds every rank's entry */
+    for (size_t i = 0; i < n && alive > 0; i++) {
+        kvt_wire_hash_t k;
+        const index_group_t *g;
+        memcpy(&k, &h[i], sizeof k);
+        g = index_find_group(s->ix, ns->id, &k);
+        for (uint16_t r = 0; r < ranks; r++) {
+            index_entry_t *e;
+            if (rank_hits[r] != UINT32_MAX)
+                continue;
+            e = group_rank(g, r);
+            if (e == NULL) {
+                rank_hits[r] = (uint32_t)i;
+                alive--;
+            } else {
+                store__touch(s, e);
+            }
+        }
+    }
     for (uint16_t r = 0; r < ranks; r++) {
-        rank_hits[r] = prefix(s, ns, r, h, n, true);
+        if (rank_hits[r] == UINT32_MAX)
+            rank_hits[r] = (uint32_t)n;
         if (rank_hits[r] < min)
             min = rank_hits[r];
     }
     for (uint16_t r = ranks; r < ns->world; r++)
         rank_hits[r] = rank_hits[0];
-    if (lease)
+    for (uint32_t i = 0; lease && i < min; i++) {
+        kvt_wire_hash_t k;
+        const index_group_t *g;
+        memcpy(&k, &h[i], sizeof k);
+        g = index_find_group(s->ix, ns->id, &k);
         for (uint16_t r = 0; r < ranks; r++)
-            lease_prefix(s, ns, r, h, min, now_ms);
+            index_lease(s->ix, group_rank(g, r), now_ms, s->cfg->ram.lease_ms);
+    }
     s->st.hits += (uint64_t)min * ranks;
     s->st.misses += (uint64_t)(n - min) * ranks;
     return min;
@@ -212,15 +229,13 @@ void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_
     *out = (store_cost_t){0};
     for (size_t i = 0; i < n; i++) {
         const index_entry_t *e = store_find(s, ns, rank, &h[i]);
-        if (e == NULL || tierless(e))
+        if (e == NULL || store__absent(e))
             continue;
-        if (e->flags & INDEX_F_RAM) {
+        if (e->flags & INDEX_F_RAM) { /* also while its write is in flight, or spilled */
             out->ram_bytes += e->len;
             /* held already: leased without a disk copy (eviction cannot take it anyway) */
             if (!index_leased(e, now_ms) || (e->flags & INDEX_F_DISK))
                 out->ram_new_bytes += e->len;
-        } else if (e->flags & INDEX_F_WBUF) {
-            out->copy_bytes += e->len;
         } else if ((e->flags & INDEX_F_DISK) && s->disk != NULL && !s->closing) {
             out->copy_bytes += e->len;
             out->disk_reads++;
@@ -228,24 +243,23 @@ void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_
     }
 }
 
-/* Calls fn for the chunks of the prefix h[0..hit) of rank (or of every rank: KVT_RANK_ALL). */
+/* Calls fn for the chunks of the prefix h[0..hit) of rank (or of every rank: KVT_RANK_ALL, one
+ * probe per chunk for all of them: the index's rank group). */
 static void prefix_each(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                         uint32_t hit, void (*fn)(index_entry_t *e, void *arg), void *arg)
 {
-    uint16_t first = rank, last = rank;
+    uint16_t ranks = ns->replicated ? 1 : ns->world;
 
-    if (rank == KVT_RANK_ALL) {
-        first = 0;
-        last = ns->replicated ? 0 : (uint16_t)(ns->world - 1);
-    } else {
-        first = last = ns_store_rank(ns, rank);
-    }
-    for (uint32_t r = first; r <= last; r++) {
-        for (uint32_t i = 0; i < hit; i++) {
-            kvt_wire_hash_t k;
-            index_entry_t *e;
-            memcpy(&k, &h[i], sizeof k);
-            e = index_find(s->ix, ns->id, (uint16_t)r, &k);
+    for (uint32_t i = 0; i < hit; i++) {
+        kvt_wire_hash_t k;
+        memcpy(&k, &h[i], sizeof k);
+        if (rank == KVT_RANK_ALL) {
+            const index_group_t *g = index_find_group(s->ix, ns->id, &k);
+            for (uint16_t r = 0; g != NULL && r < ranks && r < g->nslots; r++)
+                if (g->slot[r] != NULL)
+                    fn(g->slot[r], arg);
+        } else {
+            index_entry_t *e = index_find(s->ix, ns->id, ns_store_rank(ns, rank), &k);
             if (e != NULL)
                 fn(e, arg);
         }
@@ -253,6 +267,7 @@ static void prefix_each(const store_t *s, const ns_t *ns, uint16_t rank, const k
 }
 
 struct lease_acc {
+    index_t *ix;
     uint64_t now_ms;
     uint64_t bytes;
     uint32_t lease_ms;
@@ -271,7 +286,7 @@ static void lease_cb(index_entry_t *e, void *arg)
 {
     struct lease_acc *a = arg;
 
-    index_lease(e, a->now_ms, a->lease_ms);
+    index_lease(a->ix, e, a->now_ms, a->lease_ms);
 }
 
 uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
@@ -286,7 +301,7 @@ uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const
 void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
                  uint64_t now_ms)
 {
-    struct lease_acc a = {.now_ms = now_ms, .lease_ms = s->cfg->ram.lease_ms};
+    struct lease_acc a = {.ix = s->ix, .now_ms = now_ms, .lease_ms = s->cfg->ram.lease_ms};
 
     prefix_each(s, ns, rank, h, hit, lease_cb, &a);
 }
@@ -310,25 +325,69 @@ size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wir
     return wanted;
 }
 
-/* Frees the RAM copy of e (the entry stays). */
-static void ram_release(store_t *s, index_entry_t *e)
+/* --- tiers and eviction --- */
+
+/* The dirty FIFO and the list of writes in flight share an entry's dirty_prev/dirty_next (an
+ * entry is on one of them at most): a list is its head and tail. */
+static void link_append(index_entry_t **head, index_entry_t **tail, index_entry_t *e)
 {
+    e->dirty_next = NULL;
+    e->dirty_prev = *tail;
+    if (*tail != NULL)
+        (*tail)->dirty_next = e;
+    else
+        *head = e;
+    *tail = e;
+}
+
+static void link_remove(index_entry_t **head, index_entry_t **tail, index_entry_t *e)
+{
+    if (e->dirty_prev != NULL)
+        e->dirty_prev->dirty_next = e->dirty_next;
+    else
+        *head = e->dirty_next;
+    if (e->dirty_next != NULL)
+        e->dirty_next->dirty_prev = e->dirty_prev;
+    else
+        *tail = e->dirty_prev;
+    e->dirty_prev = e->dirty_next = NULL;
+}
+
+void store__dirty_add(store_t *s, index_entry_t *e)
+{
+    if (s->disk == NULL || !(e->flags & INDEX_F_RAM) ||
+        (e->flags & (INDEX_F_DIRTY | INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD | INDEX_F_LIMBO)))
+        return;
+    e->flags |= INDEX_F_DIRTY;
+    link_append(&s->dirty_head, &s->dirty_tail, e);
+    s->dirty_bytes += e->len;
+}
+
+void store__dirty_del(store_t *s, index_entry_t *e)
+{
+    if (!(e->flags & INDEX_F_DIRTY))
+        return;
+    link_remove(&s->dirty_head, &s->dirty_tail, e);
+    e->flags &= (uint16_t)~INDEX_F_DIRTY;
+    s->dirty_bytes -= e->len;
+}
+
+void store__touch(store_t *s, index_entry_t *e)
+{
+    index_touch(s->ix, e);
+    if ((e->flags & INDEX_F_DIRTY) && s->dirty_tail != e) { /* the cleaner takes it last */
+        store__dirty_del(s, e);
+        store__dirty_add(s, e);
+    }
+}
+
+void store__ram_release(store_t *s, index_entry_t *e)
+{
+    store__dirty_del(s, e);
     ram_free(s->ram, e->off, e->len);
     s->stored_bytes -= e->len;
     s->ram_chunks--;
     index_ram_clear(s->ix, e);
-}
-
-static void seg_link(store_t *s, index_entry_t *e)
-{
-    void **head = disk_seg_user(s->disk, e->dseg);
-    index_entry_t *first = *head;
-
-    e->seg_prev = NULL;
-    e->seg_next = first;
-    if (first != NULL)
-        first->seg_prev = e;
-    *head = e;
 }
 
 static void seg_unlink(store_t *s, index_entry_t *e)
@@ -345,26 +404,25 @@ static void seg_unlink(store_t *s, index_entry_t *e)
     e->seg_prev = e->seg_next = NULL;
 }
 
-/* Forgets e's disk copy (the entry stays). */
-static void disk_forget(store_t *s, index_entry_t *e)
+void store__disk_forget(store_t *s, index_entry_t *e)
 {
     seg_unlink(s, e);
     e->flags &= (uint16_t)~INDEX_F_DISK;
     e->dseg = 0;
     s->dk.chunks--;
+    store__dirty_add(s, e); /* a RAM copy is dirty again */
 }
 
-/* Removes e from the index and every tier; its successors become orphans. */
-static void drop(store_t *s, index_entry_t *e)
+void store__drop(store_t *s, index_entry_t *e)
 {
     ns_t *ns = ns_get(s->nst, e->ns);
 
     if (e->flags & INDEX_F_RAM)
-        ram_release(s, e);
+        store__ram_release(s, e);
     if (e->flags & INDEX_F_DISK)
-        disk_forget(s, e);
+        store__disk_forget(s, e);
     if (e->flags & INDEX_F_WBUF)
-        s->dk.wbuf--;
+        s->dk.wbuf--; /* its extent stays lent; the write's commit frees it */
     if (e->nchildren > 0) {
         s->dk.orphaned += e->nchildren;
         index_detach_children(s->ix, e);
@@ -376,10 +434,154 @@ static void drop(store_t *s, index_entry_t *e)
     index_remove(s->ix, e);
 }
 
+/* The bytes the RAM tier holds: the arena's less the spilled chunks'. */
+static uint64_t tier_used(const store_t *s)
+{
+    return ram_used(s->ram) - s->spill_foot;
+}
+
+static void spill(store_t *s, index_entry_t *e)
+{
+    index_spill(s->ix, e);
+    s->spill_bytes += e->len;
+    s->spill_foot += ram_footprint(s->ram, e->len);
+    s->st.evictions++;
+}
+
+void store__spill_done(store_t *s, index_entry_t *e)
+{
+    store__spill_end(s, e);
+    if ((e->flags & INDEX_F_DISK) && e->pins == 0) /* a lease keeps its disk copy (index.h) */
+        store__ram_release(s, e);
+}
+
+void store__spill_end(store_t *s, index_entry_t *e)
+{
+    if (!(e->flags & INDEX_F_SPILL))
+        return;
+    s->spill_bytes -= e->len;
+    s->spill_foot -= ram_footprint(s->ram, e->len);
+    index_unspill(s->ix, e);
+}
+
+void store__wb_add(store_t *s, index_entry_t *e)
+{
+    link_append(&s->wb_head, &s->wb_tail, e);
+}
+
+void store__wb_del(store_t *s, index_entry_t *e)
+{
+    link_remove(&s->wb_head, &s->wb_tail, e);
+}
+
+/* The oldest chunk being written that can be spilled (no holder but its write, no lease, not
+ * spilled yet), looking at most STORE_SPILL_SCAN of them; NULL when there is none. It need not
+ * be a tail: until its write commits it stays readable, and then it is on disk. */
+static index_entry_t *spill_candidate(const store_t *s, uint64_t now_ms)
+{
+    unsigned n = 0;
+
+    for (index_entry_t *e = s->wb_head; e != NULL && n < STORE_SPILL_SCAN; e = e->dirty_next, n++)
+        if (!(e->flags & (INDEX_F_SPILL | INDEX_F_LIMBO | INDEX_F_BAD)) && e->pins == 1 &&
+            !index_leased(e, now_ms))
+            return e;
+    return NULL;
+}
+
+/* The oldest clean ancestor of c still in RAM that nobody pins (a lease does not hold a chunk
+ * with a disk copy in RAM: index.h), looking at most
+ * STORE_SPILL_SCAN ancestors up; NULL when none. Releasing it costs nothing, frees its RAM at
+ * once, and it is older than c (a chain's head is written first, but leaves RAM last). */
+static index_entry_t *clean_ancestor(const index_entry_t *c)
+{
+    index_entry_t *found = NULL;
+    unsigned n = 0;
+
+    for (index_entry_t *p = c->parent; p != NULL && n < STORE_SPILL_SCAN; p = p->parent, n++)
+        if ((p->flags & (INDEX_F_RAM | INDEX_F_DISK | INDEX_F_SPILL)) ==
+                (INDEX_F_RAM | INDEX_F_DISK) &&
+            p->pins == 0)
+            found = p;
+    return found;
+}
+
+/*
+ * An allocation of len bytes failed with nothing left to evict. A chunk that fits the RAM tier
+ * finds no room only because what is left is held: leased or pinned chunks (and their ancestors,
+ * which wait for those tails), or reservations. That is reported as such (ram.nospace_held and a
+ * log line at most once a second), apart from a chunk larger than the RAM tier. Returns -ENOSPC.
+ */
+static int nospace(store_t *s, uint64_t len, uint64_t now_ms)
+{
+    s->nospace_held = len <= s->ram_cap;
+    if (s->nospace_held && (s->nospace_log_ms == 0 || now_ms >= s->nospace_log_ms + 1000)) {
+        s->nospace_log_ms = now_ms;
+        log_warn("ram_nospace",
+                 "cause=held bytes=%" PRIu64 " used_bytes=%" PRIu64 " capacity_bytes=%" PRIu64
+                 " chunks=%" PRIu64 " nospace_held=%" PRIu64
+                 " hint=\"leases, pins and reservations hold the arena (status server.sessions, "
+                 "ram.session_held_share, ram.max_held_share)\"",
+                 len, tier_used(s), s->ram_cap, s->ram_chunks, s->st.nospace_held + 1);
+    }
+    return -ENOSPC;
+}
+
+int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uint64_t *off)
+{
+    uint64_t foot = ram_footprint(s->ram, len);
+
+    s->nospace_held = false;
+
+    for (;;) {
+        index_entry_t *v;
+        bool tier_full = tier_used(s) + foot > s->ram_cap;
+
+        if (!tier_full) {
+            int rc = ram_alloc(s->ram, len, off);
+            if (rc != -ENOSPC)
+                return rc;
+        }
+        v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
+        if (s->disk != NULL && (v == NULL || !(v->flags & (INDEX_F_DISK | INDEX_F_WBUF)))) {
+            /* the coldest tail would be dropped: a chunk being written (while the RAM tier is
+             * what is full) or a tail with a disk copy costs nothing, prefer them */
+            index_entry_t *c = tier_full ? spill_candidate(s, now_ms) : NULL;
+            if (c == NULL)
+                c = index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
+            if (c != NULL)
+                v = c;
+        }
+        if (v != NULL && (v->flags & INDEX_F_WBUF)) {
+            index_entry_t *a = clean_ancestor(v); /* older, and released at once */
+            if (a != NULL)
+                v = a;
+        }
+        if (v == NULL)
+            return nospace(s, len, now_ms);
+        if (v->flags & INDEX_F_DISK) {
+            s->st.evictions++;
+            s->dk.demoted_clean++;
+            store__ram_release(s, v);
+            continue;
+        }
+        if (v->flags & INDEX_F_WBUF) {
+            if (!tier_full)
+                return -ENOSPC; /* the arena is full of writes in flight (fragmented) */
+            spill(s, v);        /* its commit frees it */
+            continue;
+        }
+        if (s->disk != NULL && !allow_drop)
+            return -ENOSPC;
+        s->st.evictions++;
+        if (s->disk != NULL)
+            s->dk.refused++; /* the disk could not take it in time: saves never wait */
+        store__drop(s, v);
+    }
+}
+
 /* --- invalidation --- */
 
-/* A dropped chunk's last pin went: its RAM bytes and the entry go now. */
-static void limbo_free(store_t *s, index_entry_t *e)
+void store__limbo_free(store_t *s, index_entry_t *e)
 {
     if (e->lru_prev != NULL)
         e->lru_prev->lru_next = e->lru_next;
@@ -387,22 +589,27 @@ static void limbo_free(store_t *s, index_entry_t *e)
         s->limbo = e->lru_next;
     if (e->lru_next != NULL)
         e->lru_next->lru_prev = e->lru_prev;
-    if (e->flags & INDEX_F_RAM)
-        ram_release(s, e);
+    if (e->flags & INDEX_F_RAM) {
+        ram_free(s->ram, e->off, e->len);
+        s->stored_bytes -= e->len;
+        s->ram_chunks--;
+    }
     index_entry_free(e);
 }
 
-/* Takes pinned e out of the index and every tier but RAM, and keeps it in the limbo list. */
+/* Takes pinned e out of the index and every tier but RAM, and keeps it in the limbo list (its
+ * LRU links, free once it is unlinked). A chunk being written keeps INDEX_F_WBUF: its write
+ * holds a pin, and its commit (store_io.c) only drops that pin. */
 static void limbo_add(store_t *s, index_entry_t *e)
 {
     ns_t *ns = ns_get(s->nst, e->ns);
 
+    store__dirty_del(s, e);
+    store__spill_end(s, e);
     if (e->flags & INDEX_F_DISK)
-        disk_forget(s, e);
-    if (e->flags & INDEX_F_WBUF) {
-        e->flags &= (uint16_t)~INDEX_F_WBUF;
+        store__disk_forget(s, e);
+    if (e->flags & INDEX_F_WBUF)
         s->dk.wbuf--;
-    }
     if (ns != NULL) {
         ns->chunks--;
         ns->bytes -= e->len;
@@ -456,7 +663,7 @@ static int drop_ns_chunks(store_t *s, ns_t *ns, store_drop_t *out)
             out->pinned++;
             limbo_add(s, e);
         } else {
-            drop(s, e);
+            store__drop(s, e);
         }
     }
     free(c.keys);
@@ -481,126 +688,7 @@ int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
     return 0;
 }
 
-/* Queues v's RAM bytes for the disk as a self-describing record (namespace identity, rank,
- * hash, parent hash for relinking at recovery); v waits in the write buffer (INDEX_F_WBUF)
- * until its flush commits. Returns 0 or disk_append's error. */
-static int write_record(store_t *s, const ns_t *ns, index_entry_t *v)
-{
-    record_meta_t m;
-    uint64_t seq;
-    int rc;
-
-    memset(&m, 0, sizeof m);
-    m.model_len = (uint8_t)strlen(ns->model);
-    memcpy(m.model, ns->model, m.model_len);
-    m.fingerprint = ns->fingerprint;
-    m.world = ns->world;
-    m.chunk_tokens = ns->chunk_tokens;
-    m.rank = v->rank;
-    m.flags = ns->replicated ? RECORD_F_REPLICATED : 0;
-    memcpy(m.hash, v->hash.b, 16);
-    if (v->parent != NULL) {
-        m.flags |= RECORD_F_PARENT;
-        memcpy(m.parent, v->parent->hash.b, 16);
-    }
-    m.raw_len = v->len;
-    m.stored_len = v->len;
-    m.shuffle = 1;
-    rc = disk_append(s->disk, v->ns, &m, ram_ptr(s->ram, v->off), &seq);
-    if (rc != 0)
-        return rc;
-    v->flags |= INDEX_F_WBUF;
-    v->wseq = seq;
-    s->last_seq = seq;
-    s->dk.wbuf++;
-    return 0;
-}
-
-/* Moves a RAM victim to the disk tier. Returns 0, or -1 when the disk tier refuses. */
-static int demote(store_t *s, index_entry_t *v)
-{
-    const ns_t *ns = ns_get(s->nst, v->ns);
-
-    if (v->flags & INDEX_F_DISK) {
-        ram_release(s, v);
-        s->dk.demoted_clean++;
-        return 0;
-    }
-    if (ns == NULL || s->closing || !disk_admits(s->disk, v->len))
-        return -1;
-    if (write_record(s, ns, v) != 0)
-        return -1;
-    s->dk.demoted++;
-    ram_release(s, v);
-    return 0;
-}
-
-static void evict(store_t *s, index_entry_t *v)
-{
-    s->st.evictions++;
-    if (s->disk != NULL) {
-        if (demote(s, v) == 0)
-            return;
-        s->dk.refused++;
-    }
-    drop(s, v);
-}
-
-/* Whether demoting v now would be refused only because the write buffer is full while a
- * flush is in flight (a transient state, unlike a degraded disk). */
-static bool write_backlogged(const store_t *s, const index_entry_t *v)
-{
-    return s->disk != NULL && !s->closing && !(v->flags & INDEX_F_DISK) &&
-           !disk_degraded(s->disk) && !disk_admits(s->disk, v->len);
-}
-
-/*
- * An allocation of len bytes failed with nothing left to evict. A chunk that fits the arena finds
- * no room only because what is left is held: leased or pinned chunks (and their ancestors, which
- * wait for those tails), or reservations. That is reported as such (ram.nospace_held and a log
- * line at most once a second), apart from a chunk larger than the arena. Returns -ENOSPC.
- */
-static int nospace(store_t *s, uint64_t len, uint64_t now_ms)
-{
-    s->nospace_held = len <= ram_capacity(s->ram);
-    if (s->nospace_held && (s->nospace_log_ms == 0 || now_ms >= s->nospace_log_ms + 1000)) {
-        s->nospace_log_ms = now_ms;
-        log_warn("ram_nospace",
-                 "cause=held bytes=%" PRIu64 " used_bytes=%" PRIu64 " capacity_bytes=%" PRIu64
-                 " chunks=%" PRIu64 " nospace_held=%" PRIu64
-                 " hint=\"leases, pins and reservations hold the arena (status server.sessions, "
-                 "ram.session_held_share, ram.max_held_share)\"",
-                 len, ram_used(s->ram), ram_capacity(s->ram), s->ram_chunks,
-                 s->st.nospace_held + 1);
-    }
-    return -ENOSPC;
-}
-
-/*
- * Allocates len bytes, evicting chain tails while the arena is full. When the least recent
- * tail would have to be written but the write buffer is backlogged, a tail whose disk copy
- * already exists is evicted instead (dropping its RAM copy loses nothing); only when there is
- * none is the tail dropped (counted in disk.demotions_refused).
- */
-static int alloc_evicting(store_t *s, uint64_t len, uint64_t now_ms, uint64_t *off)
-{
-    for (;;) {
-        index_entry_t *v;
-        int rc = ram_alloc(s->ram, len, off);
-        if (rc != -ENOSPC)
-            return rc;
-        v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
-        if (v == NULL)
-            return nospace(s, len, now_ms);
-        if (write_backlogged(s, v)) {
-            index_entry_t *clean =
-                index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
-            if (clean != NULL)
-                v = clean;
-        }
-        evict(s, v);
-    }
-}
+/* --- saves and commits --- */
 
 /* Chain state while chunks of one save are placed in order. */
 typedef struct {
@@ -624,10 +712,10 @@ static void chain_gap(chain_t *c)
     c->declared = true;
 }
 
-/* Publishes the extent (off, len), already holding the chunk's bytes, as chunk k. Returns
- * STORED, or NOSPACE when the index cannot grow (the extent is then freed). */
+/* Publishes the extent (off, len), already holding the chunk's bytes, as chunk k with its
+ * csum. Returns STORED, or NOSPACE when the index cannot grow (the extent is then freed). */
 static uint8_t place(store_t *s, ns_t *ns, uint16_t r, const kvt_wire_hash_t *k, uint64_t off,
-                     uint64_t len, chain_t *c)
+                     uint64_t len, uint64_t csum, chain_t *c)
 {
     index_entry_t *e =
         index_add(s->ix, ns->id, r, k, c->prev, c->prev == NULL && c->declared, off, len);
@@ -638,11 +726,13 @@ static uint8_t place(store_t *s, ns_t *ns, uint16_t r, const kvt_wire_hash_t *k,
         c->full = true;
         return KVT_CHUNK_NOSPACE;
     }
+    e->csum = csum;
     ns->chunks++;
     ns->bytes += len;
     s->stored_bytes += len;
     s->ram_chunks++;
     s->st.stored++;
+    store__dirty_add(s, e);
     c->prev = e;
     c->declared = true;
     return KVT_CHUNK_STORED;
@@ -655,21 +745,19 @@ static index_entry_t *chain_existing(store_t *s, const ns_t *ns, uint16_t r,
     index_entry_t *e = index_find(s->ix, ns->id, r, k);
 
     if (e != NULL) {
-        index_touch(s->ix, e);
+        store__touch(s, e);
         c->prev = e;
         c->declared = true;
     }
     return e;
 }
 
-/* The first step of placing chunk h of a chain (save and commit): a chunk stored already is
- * EXISTS (touched; the chain continues from it), one without bytes is SKIPPED (a gap: its
- * successors are orphans). Returns true, with its hash in *k, when the chunk is to be placed;
- * false with *status set otherwise. */
-static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_hash_t *h,
-                       bool has_bytes, chain_t *c, kvt_wire_hash_t *k, uint8_t *status)
+/* The first step of placing chunk h of a chain: a chunk stored already is EXISTS (touched; the
+ * chain continues from it), one without bytes is SKIPPED (a gap: its successors are orphans).
+ * Returns true when the chunk is to be placed; false with *status set otherwise. */
+static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_hash_t *k,
+                       bool has_bytes, chain_t *c, uint8_t *status)
 {
-    memcpy(k, h, sizeof *k); /* the hash list may be unaligned in the frame */
     if (chain_existing(s, ns, r, k, c) != NULL) {
         *status = KVT_CHUNK_EXISTS;
         return false;
@@ -682,34 +770,251 @@ static bool chain_next(store_t *s, const ns_t *ns, uint16_t r, const kvt_wire_ha
     return true;
 }
 
-void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
-                uint8_t *status)
+#define PUT_NOSPACE 1u /* refused at intake: no room */
+
+/* One chunk of a save or commit in flight. */
+typedef struct {
+    uint64_t off; /* its extent, UINT64_MAX when none */
+    uint64_t len;
+    uint64_t csum;
+    uint8_t pre; /* 0, or PUT_NOSPACE */
+} put_chunk_t;
+
+/* A save or commit in flight: from intake to publication. */
+typedef struct {
+    store_t *s;
+    uint32_t ns;
+    uint16_t rank; /* the store rank */
+    bool has_parent;
+    kvt_wire_hash_t parent;
+    size_t n;
+    uint8_t *status; /* the caller's */
+    store_done_cb done;
+    void *arg;
+    uint64_t held; /* footprints counted in ingest_bytes */
+    index_entry_t **pins;
+    size_t npins;
+    ingest_item_t *items;
+    size_t nitems;
+    size_t *item_of; /* chunk -> its item */
+    kvt_wire_hash_t *hashes;
+    put_chunk_t c[];
+} put_t;
+
+static put_t *put_new(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                      const kvt_wire_hash_t *h, size_t n, uint8_t *status, store_done_cb done,
+                      void *arg)
 {
-    uint16_t r = ns_store_rank(ns, rank);
+    size_t sz = sizeof(put_t) + n * sizeof(put_chunk_t);
+    put_t *p = malloc(sz);
+
+    if (p == NULL)
+        return NULL;
+    *p = (put_t){.s = s,
+                 .ns = ns->id,
+                 .rank = ns_store_rank(ns, rank),
+                 .has_parent = parent != NULL,
+                 .n = n,
+                 .status = status,
+                 .done = done,
+                 .arg = arg};
+    p->pins = malloc((n + 1) * sizeof *p->pins);
+    p->items = malloc(n * sizeof *p->items);
+    p->item_of = malloc(n * sizeof *p->item_of);
+    p->hashes = malloc(n * sizeof *p->hashes);
+    if (p->pins == NULL || p->items == NULL || p->item_of == NULL || p->hashes == NULL) {
+        free(p->pins);
+        free(p->items);
+        free(p->item_of);
+        free(p->hashes);
+        free(p);
+        return NULL;
+    }
+    if (parent != NULL)
+        memcpy(&p->parent, parent, sizeof p->parent);
+    memcpy(p->hashes, h, n * sizeof *h); /* the hash list may be unaligned in the frame */
+    return p;
+}
+
+static void put_free(put_t *p)
+{
+    free(p->pins);
+    free(p->items);
+    free(p->item_of);
+    free(p->hashes);
+    free(p);
+}
+
+/* Pins e (a predecessor the chain may continue from) until the put is published. */
+static void put_pin(put_t *p, index_entry_t *e)
+{
+    if (e == NULL)
+        return;
+    store_pin(p->s, e);
+    p->pins[p->npins++] = e;
+}
+
+/* Chunk i's extent (off, len) is to be checksummed (src: copied from there first). */
+static void put_item(put_t *p, size_t i, uint64_t off, uint64_t len, const void *src)
+{
+    store_t *s = p->s;
+
+    p->c[i].off = off;
+    p->item_of[i] = p->nitems;
+    p->items[p->nitems++] =
+        (ingest_item_t){.dst = ram_ptr(s->ram, off), .src = src, .len = len, .csum = 0};
+    p->held += ram_footprint(s->ram, len);
+}
+
+/* The chain is published in order once every csum is known (or at once with nothing to hash). */
+static void put_publish(put_t *p)
+{
+    store_t *s = p->s;
+    ns_t *ns = ns_get(s->nst, p->ns);
     chain_t c;
 
-    chain_start(s, ns, r, parent, &c);
-    for (size_t i = 0; i < n; i++) {
-        kvt_wire_hash_t k;
-        uint64_t off;
-        int rc;
+    if (ns == NULL) { /* the namespace went meanwhile: nothing of it is stored */
+        for (size_t i = 0; i < p->n; i++) {
+            if (p->c[i].off != UINT64_MAX)
+                ram_free(s->ram, p->c[i].off, p->c[i].len);
+            p->c[i].off = UINT64_MAX;
+            p->c[i].pre = PUT_NOSPACE;
+        }
+        p->has_parent = false;
+    }
+    chain_start(s, ns, p->rank, p->has_parent ? &p->parent : NULL, &c);
+    for (size_t i = 0; i < p->n; i++) {
+        put_chunk_t *pc = &p->c[i];
+        bool has = pc->off != UINT64_MAX;
 
-        if (!chain_next(s, ns, r, &h[i], payloads[i].len > 0, &c, &k, &status[i]))
-            continue;
-        rc = c.full ? -ENOSPC : store_reserve(s, payloads[i].len, c.prev, now_ms, &off);
-        if (rc != 0) {
-            status[i] = KVT_CHUNK_NOSPACE;
-            if (c.full) { /* store_reserve counted the first one */
-                s->st.nospace++;
-                s->st.nospace_held += s->nospace_held;
-            }
+        if (has)
+            pc->csum = p->items[p->item_of[i]].csum;
+        if (pc->pre == PUT_NOSPACE && chain_existing(s, ns, p->rank, &p->hashes[i], &c) == NULL) {
+            p->status[i] = KVT_CHUNK_NOSPACE; /* counted at intake */
             c.full = true;
             continue;
         }
-        memcpy(ram_ptr(s->ram, off), payloads[i].data, payloads[i].len);
-        status[i] = place(s, ns, r, &k, off, payloads[i].len, &c);
+        if (pc->pre == PUT_NOSPACE) {
+            p->status[i] = KVT_CHUNK_EXISTS;
+            continue;
+        }
+        if (!chain_next(s, ns, p->rank, &p->hashes[i], has, &c, &p->status[i])) {
+            /* stored by another client meanwhile: the extent is not needed */
+            if (has)
+                ram_free(s->ram, pc->off, pc->len);
+            continue;
+        }
+        if (c.full) {
+            ram_free(s->ram, pc->off, pc->len);
+            p->status[i] = KVT_CHUNK_NOSPACE;
+            s->st.nospace++;
+            continue;
+        }
+        p->status[i] = place(s, ns, p->rank, &p->hashes[i], pc->off, pc->len, pc->csum, &c);
     }
+    s->ingest_bytes -= p->held;
+    for (size_t i = 0; i < p->npins; i++)
+        store_unpin(s, p->pins[i]);
+    p->done(p->arg);
+    put_free(p);
+    store__clean_ahead(s);
+}
+
+static void put_ingested(void *arg)
+{
+    put_t *p = arg;
+    store_t *s = p->s;
+
+    put_publish(p);
+    store__job_done(s);
+}
+
+/* Hands the put's items to the thread pool, or publishes at once when there are none. */
+static void put_start(put_t *p)
+{
+    store_t *s = p->s;
+
+    s->ingest_bytes += p->held;
+    if (p->nitems > 0 &&
+        ingest_run(s->loop, p->items, p->nitems, s->workers, put_ingested, p) == 0) {
+        s->jobs++;
+        return;
+    }
+    /* nothing to hash, or no memory for the jobs: the chunks are refused, never hashed here */
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->c[i].off == UINT64_MAX)
+            continue;
+        ram_free(s->ram, p->c[i].off, p->c[i].len);
+        p->c[i].off = UINT64_MAX;
+        p->c[i].pre = PUT_NOSPACE;
+        s->st.nospace++;
+    }
+    put_publish(p);
+}
+
+int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+               const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
+               uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent)
+{
+    put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
+    bool full = false;
+
+    if (p == NULL)
+        return -ENOMEM;
+    if (parent != NULL)
+        put_pin(p, index_find(s->ix, ns->id, p->rank, &p->parent));
+    for (size_t i = 0; i < n; i++) {
+        index_entry_t *e = index_find(s->ix, ns->id, p->rank, &p->hashes[i]);
+        uint64_t off;
+
+        p->c[i] = (put_chunk_t){.off = UINT64_MAX, .len = payloads[i].len};
+        if (e != NULL) { /* EXISTS: the chain continues from it, so it must stay */
+            store__touch(s, e);
+            put_pin(p, e);
+            continue;
+        }
+        if (payloads[i].len == 0)
+            continue; /* SKIPPED */
+        if (full || store__alloc(s, payloads[i].len, now_ms, true, &off) != 0) {
+            p->c[i].pre = PUT_NOSPACE;
+            s->st.nospace++;
+            s->st.nospace_held += s->nospace_held; /* the cause of the first refusal */
+            full = true;
+            continue;
+        }
+        put_item(p, i, off, payloads[i].len, payloads[i].data);
+    }
+    if (spent != NULL)
+        spent->ingest_bytes += p->held;
+    put_start(p);
+    return 0;
+}
+
+int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                 const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
+                 uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent)
+{
+    put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
+
+    if (p == NULL) {
+        for (size_t i = 0; i < n; i++)
+            if (off[i] != UINT64_MAX)
+                ram_free(s->ram, off[i], len[i]);
+        return -ENOMEM;
+    }
+    if (parent != NULL)
+        put_pin(p, index_find(s->ix, ns->id, p->rank, &p->parent));
+    for (size_t i = 0; i < n; i++) {
+        p->c[i] = (put_chunk_t){.off = UINT64_MAX, .len = len[i]};
+        if (off[i] != UINT64_MAX)
+            put_item(p, i, off[i], len[i], NULL);
+        else
+            put_pin(p, index_find(s->ix, ns->id, p->rank, &p->hashes[i]));
+    }
+    if (spent != NULL)
+        spent->ingest_bytes += p->held;
+    put_start(p);
+    return 0;
 }
 
 void store_pin(store_t *s, index_entry_t *e)
@@ -718,16 +1023,16 @@ void store_pin(store_t *s, index_entry_t *e)
     e->pins++;
 }
 
-static void limbo_free(store_t *s, index_entry_t *e);
-
 void store_unpin(store_t *s, index_entry_t *e)
 {
     if (--e->pins > 0)
         return;
+    if ((e->flags & (INDEX_F_SPILL | INDEX_F_WBUF)) == INDEX_F_SPILL)
+        store__spill_done(s, e); /* written while someone held it */
     if (e->flags & INDEX_F_LIMBO)
-        limbo_free(s, e);
-    else if (tierless(e))
-        drop(s, e);
+        store__limbo_free(s, e);
+    else if (store__absent(e))
+        store__drop(s, e);
 }
 
 int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms, uint64_t *off)
@@ -736,8 +1041,7 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
 
     if (keep != NULL)
         store_pin(s, keep);
-    s->nospace_held = false;
-    rc = alloc_evicting(s, len, now_ms, off);
+    rc = store__alloc(s, len, now_ms, true, off);
     if (keep != NULL)
         store_unpin(s, keep);
     if (rc != 0) {
@@ -750,27 +1054,6 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
 void store_unreserve(store_t *s, uint64_t off, uint64_t len)
 {
     ram_free(s->ram, off, len);
-}
-
-void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
-                  uint8_t *status)
-{
-    uint16_t r = ns_store_rank(ns, rank);
-    chain_t c;
-
-    chain_start(s, ns, r, parent, &c);
-    for (size_t i = 0; i < n; i++) {
-        kvt_wire_hash_t k;
-
-        if (!chain_next(s, ns, r, &h[i], off[i] != UINT64_MAX, &c, &k, &status[i])) {
-            /* stored by another client meanwhile: the reservation is not needed */
-            if (status[i] == KVT_CHUNK_EXISTS && off[i] != UINT64_MAX)
-                ram_free(s->ram, off[i], len[i]);
-            continue;
-        }
-        status[i] = place(s, ns, r, &k, off[i], len[i], &c);
-    }
 }
 
 index_entry_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
@@ -791,40 +1074,26 @@ uint64_t store_chunk_len(const store_chunk_t *c)
     return c->len;
 }
 
-index_entry_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+uint64_t store_chunk_csum(const store_chunk_t *c)
 {
-    index_entry_t *e = store_find(s, ns, rank, h);
-
-    if (e == NULL) {
-        s->st.misses++;
-        return NULL;
-    }
-    if (!(e->flags & INDEX_F_RAM))
-        return NULL; /* in the write buffer or on disk: load_start() counts it */
-    index_touch(s->ix, e);
-    s->st.hits++;
-    return e;
+    return c->csum;
 }
 
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len)
 {
-    index_entry_t *e = store_load_ram(s, ns, rank, h);
+    index_entry_t *e = store_find(s, ns, rank, h);
 
-    if (e != NULL) {
-        *len = e->len;
-        return ram_ptr(s->ram, e->off);
-    }
-    e = store_find(s, ns, rank, h);
-    if (e != NULL && (e->flags & INDEX_F_WBUF)) {
-        s->st.hits++;
-        s->dk.hits++;
-        *len = e->len;
-        return disk_wbuf_get(s->disk, e->wseq);
-    }
-    if (e != NULL)
+    if (e == NULL || !store__in_arena(e)) {
         s->st.misses++;
-    return NULL;
+        return NULL;
+    }
+    store__touch(s, e);
+    s->st.hits++;
+    if (!(e->flags & INDEX_F_RAM))
+        s->dk.hits++;
+    *len = e->len;
+    return ram_ptr(s->ram, e->off);
 }
 
 const char *store_arena_path(const store_t *s)
@@ -847,567 +1116,27 @@ const store_stats_t *store_stats(const store_t *s)
     return &s->st;
 }
 
-struct lease_count {
-    uint64_t now_ms;
-    uint64_t leased;
-};
-
-static void count_leased(const index_entry_t *e, void *arg)
-{
-    struct lease_count *lc = arg;
-
-    lc->leased += index_leased(e, lc->now_ms);
-}
-
 void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
 {
-    struct lease_count lc = {.now_ms = now_ms};
-
-    index_foreach(s->ix, count_leased, &lc);
-    *out = (store_ram_stats_t){.capacity_bytes = ram_capacity(s->ram),
-                               .used_bytes = ram_used(s->ram),
+    *out = (store_ram_stats_t){.capacity_bytes = s->ram_cap,
+                               .arena_bytes = ram_capacity(s->ram),
+                               .demoting_bytes = s->spill_bytes,
+                               .used_bytes = tier_used(s),
                                .resident_bytes = ram_resident(s->ram),
                                .stored_bytes = s->stored_bytes,
                                .chunks = s->ram_chunks,
                                .index_chunks = index_count(s->ix),
                                .counts = s->st,
-                               .leased_chunks = lc.leased,
+                               .leased_chunks = index_leased_count(s->ix, now_ms),
                                .free_runs = ram_free_runs(s->ram),
                                .largest_free_bytes = ram_largest_free(s->ram),
-                               .arena_path = ram_path(s->ram)};
-}
-
-struct check_acc {
-    uint64_t bytes;
-    uint64_t footprint;
-    const ram_t *ram;
-};
-
-static void check_sum(const index_entry_t *e, void *arg)
-{
-    struct check_acc *a = arg;
-
-    if (!(e->flags & INDEX_F_RAM))
-        return;
-    a->bytes += e->len;
-    a->footprint += ram_footprint(a->ram, e->len);
-}
-
-int store_check(const store_t *s)
-{
-    struct check_acc a = {.ram = s->ram};
-
-    if (index_check(s->ix) != 0)
-        return -1;
-    index_foreach(s->ix, check_sum, &a);
-    for (const index_entry_t *e = s->limbo; e != NULL; e = e->lru_next)
-        check_sum(e, &a);
-    if (a.bytes != s->stored_bytes || a.footprint != ram_used(s->ram))
-        return -1;
-    if (s->disk != NULL && disk_check(s->disk) != 0)
-        return -1;
-    return ram_used(s->ram) <= ram_capacity(s->ram) ? 0 : -1;
-}
-
-/* --- disk tier --- */
-
-static void set_disk_loc(store_t *s, index_entry_t *e, const disk_loc_t *loc)
-{
-    e->flags |= INDEX_F_DISK;
-    e->dseg = loc->seg;
-    e->doff = loc->off;
-    e->dhdr = loc->hdr_len;
-    e->dstored = loc->stored;
-    seg_link(s, e);
-    s->dk.chunks++;
-}
-
-static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *loc)
-{
-    store_t *s = arg;
-    kvt_wire_hash_t h;
-    index_entry_t *e;
-    ns_t *ns;
-    ns_ident_t id = {.model = m->model,
-                     .model_len = m->model_len,
-                     .fingerprint = m->fingerprint,
-                     .world = m->world,
-                     .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
-                     .chunk_tokens = m->chunk_tokens};
-
-    /* records carry no revision yet (contract C4): NULL, matched by model and layout */
-    if (drops_covers(s->drops, m->model, m->model_len, NULL, m->fingerprint, loc->seg, loc->off)) {
-        s->dk.recover_dropped++;
-        return;
-    }
-    if (ns_declare(s->nst, &id, config_gates_for(s->cfg, m->model), &ns) != 0 ||
-        (ns->replicated && m->rank != 0)) {
-        s->dk.recover_skipped++;
-        return;
-    }
-    memcpy(h.b, m->hash, 16);
-    e = index_find(s->ix, ns->id, m->rank, &h);
-    if (e != NULL) {
-        /* a newer copy of the same chunk (the older segment was written first) */
-        disk_forget(s, e);
-        ns->bytes -= e->len;
-        e->len = m->raw_len;
-        ns->bytes += e->len;
-        set_disk_loc(s, e, loc);
-        return;
-    }
-    e = index_add_cold(s->ix, ns->id, m->rank, &h, NULL, false, m->raw_len);
-    if (e == NULL) {
-        s->dk.recover_skipped++;
-        return;
-    }
-    ns->chunks++;
-    ns->bytes += m->raw_len;
-    set_disk_loc(s, e, loc);
-    if ((m->flags & RECORD_F_PARENT) != 0) {
-        if (s->nrelink == s->relinkcap) {
-            size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
-            relink_t *nr = realloc(s->relink, nc * sizeof *nr);
-            if (nr == NULL)
-                return; /* the chunk stays, without its chain link */
-            s->relink = nr;
-            s->relinkcap = nc;
-        }
-        s->relink[s->nrelink].ns = ns->id;
-        s->relink[s->nrelink].rank = m->rank;
-        s->relink[s->nrelink].hash = h;
-        memcpy(s->relink[s->nrelink].parent.b, m->parent, 16);
-        s->nrelink++;
-    }
-}
-
-/* A flush finished the ticket seq: tombstones pending on it move past its record (loc), or to
- * the log end when it failed (the batch was truncated away). */
-static void drops_settle_at(store_t *s, uint64_t seq, const disk_loc_t *loc)
-{
-    uint64_t seg, off;
-    int rc;
-
-    if (loc != NULL) {
-        seg = loc->seg;
-        off = loc->off + 1;
-    } else {
-        disk_log_end(s->disk, &seg, &off);
-    }
-    rc = drops_settle(s->drops, seq, seg, off);
-    if (rc != 0)
-        log_warn("drops_write_failed", "dir=%s error=\"%s\"", s->cfg->disk.dir, strerror(-rc));
-}
-
-static void committed_cb(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t hash[16],
-                         uint64_t seq, bool ok, const disk_loc_t *loc)
-{
-    store_t *s = arg;
-    kvt_wire_hash_t h;
-    index_entry_t *e;
-
-    if (seq > s->done_seq)
-        s->done_seq = seq;
-    if (drops_pending(s->drops))
-        drops_settle_at(s, seq, ok ? loc : NULL);
-    memcpy(h.b, hash, 16);
-    e = index_find(s->ix, ns_id, rank, &h);
-    if (e == NULL || !(e->flags & INDEX_F_WBUF) || e->wseq != seq)
-        return; /* dropped or replaced meanwhile: the record is dead bytes */
-    e->flags &= (uint16_t)~INDEX_F_WBUF;
-    s->dk.wbuf--;
-    if (ok) {
-        set_disk_loc(s, e, loc);
-    } else if (!(e->flags & INDEX_F_RAM)) {
-        s->dk.write_lost++;
-        /* tierless now; a pinned entry (the predecessor held by a reservation) goes when its
-         * last pin does (store_unpin), as after a failed checksum */
-        if (e->pins == 0)
-            drop(s, e);
-    }
-}
-
-static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
-{
-    store_t *s = arg;
-    uint64_t now = s->loop != NULL ? uv_now(s->loop) : 0;
-    index_entry_t *e, *next;
-
-    /* A chunk that lives only here is kept while pinned (someone holds its entry: a promotion,
-     * the predecessor of a chunk being placed, a client's hold), even when forced: pins are
-     * short and the disk refuses the write instead, so capacity still holds. Leases keep a
-     * segment too, unless forced. */
-    for (e = *user; e != NULL; e = e->seg_next)
-        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) &&
-            (e->pins > 0 || (!force && index_leased(e, now))))
-            return -EBUSY;
-    for (e = *user; e != NULL; e = next) {
-        next = e->seg_next;
-        e->seg_prev = e->seg_next = NULL;
-        e->flags &= (uint16_t)~INDEX_F_DISK;
-        e->dseg = 0;
-        s->dk.chunks--;
-        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
-            s->dk.evictions++;
-            drop(s, e);
-        }
-    }
-    *user = NULL;
-    (void)seg;
-    return 0;
-}
-
-int store_attach_disk(store_t *s, uv_loop_t *loop)
-{
-    static const disk_ops_t ops = {
-        .recovered = recovered_cb, .committed = committed_cb, .reclaim = reclaim_cb};
-    int rc;
-
-    s->loop = loop;
-    if (!s->cfg->disk.enabled)
-        return 0;
-    rc = drops_open(s->cfg->disk.dir, &s->drops);
-    if (rc == 0)
-        rc = disk_open(loop, s->cfg, &ops, s, &s->disk);
-    if (rc != 0) {
-        drops_destroy(&s->drops);
-        s->disk_error = rc;
-        s->disk = NULL;
-        free(s->relink);
-        s->relink = NULL;
-        s->nrelink = s->relinkcap = 0;
-        s->dk = (store_disk_counts_t){0};
-        return rc;
-    }
-    for (size_t i = 0; i < s->nrelink; i++) {
-        const relink_t *r = &s->relink[i];
-        index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
-        index_entry_t *p = index_find(s->ix, r->ns, r->rank, &r->parent);
-        if (e != NULL && p != NULL && e != p && e->parent == NULL)
-            index_set_parent(s->ix, e, p);
-        else if (e != NULL && p == NULL)
-            e->flags |= INDEX_F_ORPHAN;
-    }
-    free(s->relink);
-    s->relink = NULL;
-    s->nrelink = s->relinkcap = 0;
-    drops_prune(s->drops, disk_first_segment(s->disk));
-    uv_timer_init(loop, &s->persist_timer);
-    s->persist_timer.data = s;
-    return 0;
-}
-
-void store_disk_check(store_t *s)
-{
-    if (s->disk != NULL && !s->closing)
-        disk_check_files(s->disk);
-}
-
-uint32_t store_disk_reads(const store_t *s)
-{
-    return s->disk != NULL ? disk_reads_pending(s->disk) : 0;
-}
-
-int store_disk_error(const store_t *s)
-{
-    return s->disk_error;
-}
-
-static void persist_step_cb(uv_timer_t *t);
-
-static void persist_closed_cb(uv_handle_t *h)
-{
-    store_t *s = h->data;
-
-    disk_close(s->disk, s->close_done, s->close_arg);
-}
-
-/* Writes the next RAM-only chunks; waits (a short timer) while the write buffer is full, and
- * gives up at the deadline or when the tier is degraded. */
-static void persist_step(store_t *s)
-{
-    uint64_t now = uv_now(s->loop);
-
-    while (s->persist_next < s->npersist) {
-        const persist_key_t *k = &s->persist[s->persist_next];
-        index_entry_t *e = index_find(s->ix, k->ns, k->rank, &k->hash);
-        const ns_t *ns = e != NULL ? ns_get(s->nst, e->ns) : NULL;
-        int rc;
-
-        if (ns == NULL || !(e->flags & INDEX_F_RAM) || (e->flags & (INDEX_F_DISK | INDEX_F_WBUF))) {
-            s->persist_next++;
-            continue;
-        }
-        rc = write_record(s, ns, e);
-        if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
-            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
-            return;
-        }
-        if (rc == 0)
-            s->persisted++;
-        else if (rc == -EAGAIN)
-            break; /* degraded or out of time: the rest stays RAM-only */
-        s->persist_next++;
-    }
-    log_info("disk_persist", "chunks=%zu written=%" PRIu64 " skipped=%zu ms=%" PRIu64, s->npersist,
-             s->persisted, s->npersist - s->persist_next, now - s->persist_start);
-    free(s->persist);
-    s->persist = NULL;
-    uv_close((uv_handle_t *)&s->persist_timer, persist_closed_cb);
-}
-
-static void persist_step_cb(uv_timer_t *t)
-{
-    persist_step(t->data);
-}
-
-struct persist_collect {
-    persist_key_t *keys;
-    size_t n;
-};
-
-static void collect_ram_only(const index_entry_t *e, void *arg)
-{
-    struct persist_collect *c = arg;
-
-    if ((e->flags & INDEX_F_RAM) && !(e->flags & (INDEX_F_DISK | INDEX_F_WBUF)))
-        c->keys[c->n++] = (persist_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash};
-}
-
-/* Shutdown: chunks that are only in RAM are written to the disk tier first (bounded by
- * STORE_PERSIST_MS), so that a clean restart finds every chunk; then the tier drains. */
-void store_close(store_t *s, void (*done)(void *arg), void *arg)
-{
-    struct persist_collect c = {0};
-
-    s->closing = true;
-    if (s->disk == NULL) {
-        done(arg);
-        return;
-    }
-    s->close_done = done;
-    s->close_arg = arg;
-    s->persist_start = uv_now(s->loop);
-    s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
-    c.keys = malloc((index_count(s->ix) + 1) * sizeof *c.keys);
-    if (c.keys != NULL)
-        index_foreach(s->ix, collect_ram_only, &c);
-    s->persist = c.keys;
-    s->npersist = c.n;
-    s->persist_next = 0;
-    persist_step(s);
-}
-
-/* --- loads --- */
-
-/* A disk read finished: data (len bytes, owned by the callee: free() it) or NULL (miss). */
-typedef void (*store_read_cb)(void *arg, void *data, uint64_t len);
-
-typedef struct {
-    store_t *s;
-    store_read_cb cb;
-    void *arg;
-    uint32_t ns;
-    uint16_t rank;
-    kvt_wire_hash_t hash;
-    disk_loc_t loc;
-} load_ctx_t;
-
-static void load_read_cb(void *arg, int rc, void *data, uint64_t len)
-{
-    load_ctx_t *c = arg;
-    store_t *s = c->s;
-    index_entry_t *e = index_find(s->ix, c->ns, c->rank, &c->hash);
-    bool same =
-        e != NULL && (e->flags & INDEX_F_DISK) && e->dseg == c->loc.seg && e->doff == c->loc.off;
-
-    if (rc == 0) {
-        s->st.hits++;
-        s->dk.hits++;
-        if (same && !(e->flags & INDEX_F_RAM) && !s->closing && e->len == len) {
-            uint64_t off;
-            store_pin(s, e);
-            if (alloc_evicting(s, len, uv_now(s->loop), &off) == 0) {
-                memcpy(ram_ptr(s->ram, off), data, len);
-                s->stored_bytes += len;
-                s->ram_chunks++;
-                index_ram_set(s->ix, e, off);
-                s->dk.promoted++;
-            }
-            store_unpin(s, e);
-        }
-    } else {
-        s->st.misses++;
-        s->dk.misses++;
-        /* a record that failed its check, or that cannot be read (a truncated segment, an I/O
-         * error), is gone: the next load must not try it again */
-        if ((rc == -EBADMSG || rc == -EIO) && same) {
-            log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
-                     c->ns, c->rank, c->loc.seg, c->loc.off);
-            disk_forget(s, e);
-            /* tierless now; a pinned entry goes when its last pin does (store_unpin) */
-            if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) && e->pins == 0)
-                drop(s, e);
-        }
-    }
-    c->cb(c->arg, rc == 0 ? data : NULL, rc == 0 ? len : 0);
-    free(c);
-}
-
-typedef enum { LOAD_MISS = 0, LOAD_HIT, LOAD_PENDING } load_rc_t;
-
-/*
- * One chunk of a load. HIT: *data (borrowed, valid until the next store call) and *len, from
- * RAM or the disk write buffer. PENDING: the chunk is on disk; cb(arg, ...) is called exactly
- * once later on the loop (after it was verified and promoted into RAM, or with a miss when the
- * record fails its checksum, vanished, or the store is closing). MISS: not stored.
- */
-static load_rc_t load_start(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                            const void **data, uint64_t *len, store_read_cb cb, void *arg)
-{
-    uint16_t r = ns_store_rank(ns, rank);
-    kvt_wire_hash_t k;
-    index_entry_t *e;
-    load_ctx_t *c;
-
-    memcpy(&k, h, sizeof k);
-    e = index_find(s->ix, ns->id, r, &k);
-    if (e != NULL && (e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
-        *data = store_load(s, ns, rank, h, len);
-        return LOAD_HIT;
-    }
-    if (e == NULL || !(e->flags & INDEX_F_DISK) || s->disk == NULL || s->closing)
-        goto miss;
-    c = malloc(sizeof *c);
-    if (c == NULL)
-        goto miss;
-    *c = (load_ctx_t){
-        .s = s,
-        .cb = cb,
-        .arg = arg,
-        .ns = ns->id,
-        .rank = r,
-        .hash = k,
-        .loc = {.seg = e->dseg, .off = e->doff, .hdr_len = e->dhdr, .stored = e->dstored}};
-    index_touch(s->ix, e);
-    if (disk_read(s->disk, &c->loc, k.b, r, e->len, load_read_cb, c) != 0) {
-        free(c);
-        goto miss;
-    }
-    return LOAD_PENDING;
-
-miss:
-    s->st.misses++;
-    if (s->disk != NULL)
-        s->dk.misses++;
-    return LOAD_MISS;
-}
-
-/* A batch of store_load_batch: held until every chunk was reported (one count for the start
- * loop, one per pending read). */
-typedef struct load_batch load_batch_t;
-
-typedef struct {
-    load_batch_t *b;
-    size_t i;
-} batch_slot_t;
-
-struct load_batch {
-    store_chunk_cb chunk_cb;
-    store_batch_cb done_cb;
-    void *arg;
-    size_t outstanding;
-    batch_slot_t slots[]; /* one per chunk: the argument of its disk read */
-};
-
-static void batch_release(load_batch_t *b)
-{
-    if (--b->outstanding > 0)
-        return;
-    b->done_cb(b->arg);
-    free(b);
-}
-
-static void batch_report(load_batch_t *b, size_t i, store_loaded_kind_t kind, void *data,
-                         uint64_t len, store_chunk_t *chunk)
-{
-    store_loaded_t c = {.kind = kind, .data = data, .len = len, .chunk = chunk};
-
-    b->chunk_cb(b->arg, i, &c);
-}
-
-static void batch_read_cb(void *arg, void *data, uint64_t len)
-{
-    batch_slot_t *slot = arg;
-
-    if (data != NULL)
-        batch_report(slot->b, slot->i, STORE_LOADED_OWNED, data, len, NULL);
-    else
-        batch_report(slot->b, slot->i, STORE_LOADED_MISS, NULL, 0, NULL);
-    batch_release(slot->b);
-}
-
-int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
-                     store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg)
-{
-    load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
-
-    if (b == NULL)
-        return -ENOMEM;
-    b->chunk_cb = chunk_cb;
-    b->done_cb = done_cb;
-    b->arg = arg;
-    b->outstanding = 1; /* held until every chunk was started */
-    for (size_t i = 0; i < n; i++) {
-        const void *p = NULL;
-        uint64_t len = 0;
-        index_entry_t *e = store_find(s, ns, rank, &h[i]);
-        void *copy;
-
-        b->slots[i] = (batch_slot_t){.b = b, .i = i};
-        if (e != NULL && (e->flags & INDEX_F_RAM)) {
-            /* RAM: the arena bytes themselves, pinned for the callee */
-            e = store_load_ram(s, ns, rank, &h[i]);
-            store_pin(s, e);
-            batch_report(b, i, STORE_LOADED_LENT, ram_ptr(s->ram, e->off), e->len, e);
-            continue;
-        }
-        switch (load_start(s, ns, rank, &h[i], &p, &len, batch_read_cb, &b->slots[i])) {
-        case LOAD_PENDING:
-            b->outstanding++;
-            break;
-        case LOAD_HIT: /* the write buffer: borrowed until the next store call, so copied */
-            copy = malloc(len > 0 ? len : 1);
-            if (copy != NULL) {
-                memcpy(copy, p, len);
-                batch_report(b, i, STORE_LOADED_OWNED, copy, len, NULL);
-            } else {
-                batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
-            }
-            break;
-        case LOAD_MISS:
-            batch_report(b, i, STORE_LOADED_MISS, NULL, 0, NULL);
-            break;
-        }
-    }
-    batch_release(b);
-    return 0;
-}
-
-static void promoted_cb(void *arg, void *data, uint64_t len)
-{
-    (void)arg;
-    (void)len;
-    free(data);
-}
-
-void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
-{
-    const void *p;
-    uint64_t len;
-
-    if (s->disk != NULL)
-        load_start(s, ns, rank, h, &p, &len, promoted_cb, NULL);
+                               .arena_path = ram_path(s->ram),
+                               .dirty_bytes = s->dirty_bytes,
+                               .ingest_bytes = s->ingest_bytes,
+                               .promoting_bytes = s->promo_bytes,
+                               .clean_target_bytes = s->clean_target,
+                               .verifies = s->verifies,
+                               .verify_drops = s->verify_drops};
 }
 
 void store_disk_stats(const store_t *s, store_disk_stats_t *out)
@@ -1420,4 +1149,57 @@ void store_disk_stats(const store_t *s, store_disk_stats_t *out)
     }
     disk_stats(s->disk, &out->tier);
     out->state = out->tier.degraded ? STORE_DISK_DEGRADED : STORE_DISK_OK;
+}
+
+struct check_acc {
+    uint64_t bytes;
+    uint64_t footprint;
+    uint64_t spill; /* footprint of the spilled chunks */
+    uint64_t dirty; /* RAM, no disk copy, no write pending: what the dirty FIFO must hold */
+    const ram_t *ram;
+};
+
+static void check_sum(const index_entry_t *e, void *arg)
+{
+    struct check_acc *a = arg;
+
+    if (!(e->flags & INDEX_F_RAM))
+        return;
+    if (!(e->flags & (INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD | INDEX_F_LIMBO)))
+        a->dirty += e->len;
+    a->bytes += e->len;
+    a->footprint += ram_footprint(a->ram, e->len);
+    if (e->flags & INDEX_F_SPILL)
+        a->spill += ram_footprint(a->ram, e->len);
+}
+
+int store_check(const store_t *s)
+{
+    struct check_acc a = {.ram = s->ram};
+
+    if (index_check(s->ix) != 0)
+        return -1;
+    index_foreach(s->ix, check_sum, &a);
+    for (const index_entry_t *e = s->limbo; e != NULL; e = e->lru_next)
+        check_sum(e, &a);
+    if (a.bytes != s->stored_bytes ||
+        a.footprint + s->ingest_bytes + s->promo_bytes != ram_used(s->ram))
+        return -1;
+    if (s->disk != NULL && a.dirty != s->dirty_bytes)
+        return -1;
+    if (a.spill != s->spill_foot)
+        return -1;
+    for (const index_entry_t *e = s->wb_head; e != NULL; e = e->dirty_next)
+        if (!(e->flags & INDEX_F_WBUF) || (e->dirty_next == NULL && s->wb_tail != e))
+            return -1;
+    {
+        uint64_t listed = 0;
+        for (const index_entry_t *e = s->dirty_head; e != NULL; e = e->dirty_next)
+            listed += e->len;
+        if (listed != s->dirty_bytes)
+            return -1;
+    }
+    if (s->disk != NULL && disk_check(s->disk) != 0)
+        return -1;
+    return ram_used(s->ram) <= ram_capacity(s->ram) ? 0 : -1;
 }

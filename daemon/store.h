@@ -10,18 +10,48 @@
  * evicts least recently used tails that are neither leased nor pinned until the chunk fits, or
  * answers NOSPACE. Replicated namespaces store every chunk once, under rank 0.
  *
- * Tiers (with the disk tier attached, store_attach_disk): an entry may be RAM-resident, on
- * disk, waiting in the disk write buffer, or RAM-resident with a disk copy. RAM eviction
- * demotes (writes the chunk through the disk tier's write buffer, or just forgets the RAM copy
- * when a disk copy exists) instead of dropping; a chunk leaves the index only when it is in no
- * tier. When the disk tier refuses a demotion (degraded, write buffer full while a flush is in
- * flight, closing) the chunk is dropped as without a disk tier. A reclaimed disk segment drops
- * the disk-only entries it held; their stored successors become orphans (kept, since a later
- * save of the missing chunk makes them reachable again; cascading would throw away data that
- * is still valid). A load that finds a chunk only on disk is served by a thread-pool read and
- * promoted into RAM (store_load_batch). Lookups count chunks in any tier, and leases cover
- * disk-resident chunks: a segment holding a leased disk-only chunk is not reclaimed until the
- * lease expires (the reclaim takes the next oldest segment instead).
+ * Integrity (the commit checksum, csum): the store computes every chunk's XXH3-64 itself, off
+ * the loop (ingest.h), before the chunk is published: a save copies its frames into arena
+ * extents and hashes them in one pass on the thread pool, a shared-memory commit hashes the
+ * extents the client wrote; the chunk becomes visible to lookups and loads, and the save is
+ * answered, only then (store_save and store_commit complete through a callback). Loads report
+ * the csum of every chunk; the disk writes (write-back and the shutdown persist) write a chunk
+ * only if its bytes still match it; store_verify() re-checks a chunk a client found corrupt.
+ *
+ * Tiers (with the disk tier attached, store_attach_disk): an entry may be RAM-resident (dirty:
+ * without a disk copy; clean: with one), being written (RAM-resident, its disk write pending,
+ * pinned for it; spilled when it was evicted meanwhile), or only on disk. A chunk leaves the
+ * index only when it is in no tier. A reclaimed disk segment drops the disk-only entries it
+ * held; their stored successors become orphans (kept, since a later save of the missing chunk
+ * makes them reachable again; cascading would throw away data that is still valid). Lookups
+ * count chunks in any tier, and leases cover disk-resident chunks: a segment holding a leased
+ * disk-only chunk is not reclaimed until the lease expires (the reclaim takes the next oldest
+ * segment instead).
+ *
+ * Saves never wait on the disk (the policy; README "Disk tier"):
+ *   - write-back ahead of eviction: a cleaner writes the dirty chunks to disk, least recently
+ *     saved or used first, by reference (the disk reads the arena extent, the chunk stays in RAM
+ *     and readable), whenever more than ram.capacity_bytes - ram.clean_target_bytes (default:
+ *     half the RAM) of RAM is dirty, bounded per loop turn and by the disk's write budget
+ *     (disk.write_buffer_bytes per batch, two batches). A written chunk is clean: evicting it
+ *     only releases its RAM copy;
+ *   - the arena is the RAM tier's capacity plus a write headroom of those two batches: a chunk
+ *     evicted while its write is in flight is spilled (out of the RAM tier, into the headroom,
+ *     still readable) and leaves RAM when the write commits. The headroom takes a burst the
+ *     disk is behind on, as the copying write buffers of a disk tier would, without a copy;
+ *   - a save (or a promotion) takes free RAM; when there is none it evicts the coldest tails:
+ *     a clean one is released and one being written is spilled at once (or a clean ancestor
+ *     of it, older, is released instead); when the coldest is dirty, a chunk being written
+ *     (tail or not) or a clean tail is taken in its place; only when there is neither is the
+ *     dirty tail dropped (the disk could not take it in time), counted in
+ *     disk.demotions_refused, chain tails first - a save never waits for a disk write. Under a
+ *     load the disk sustains, the cold half of RAM is clean and nothing is dropped; under a
+ *     burst faster than the disk the cleaner writes at the disk's speed, the headroom fills,
+ *     and the excess is dropped. What a save waits on is its own copy and checksum on the
+ *     thread pool.
+ * A load that finds a chunk only on disk reads it straight into a new arena extent (promotion,
+ * no copy on the loop), or, when no extent can be had without dropping a chunk (frames path
+ * only), into a heap buffer; the shared-memory path answers the promoted chunk by location.
  *
  * Threads: loop thread only. The store owns the index, the arena and the disk tier; namespaces
  * are borrowed from the ns table given at creation, which must outlive the store, and so must
@@ -46,8 +76,8 @@ typedef struct store store_t;
  * entry, whose layout is private to index.c and store.c). Only the store pins and frees chunks:
  * a handle returned by a store call is borrowed until the next store call that can evict or
  * drop (save, reserve, commit, load completion, unpin), unless the caller pins it with
- * store_pin(); a pinned chunk is never evicted, reclaimed from disk nor freed, and its RAM
- * bytes never move, until the matching store_unpin().
+ * store_pin(); a pinned chunk is never evicted, reclaimed from disk nor freed, and its bytes
+ * never move, until the matching store_unpin().
  */
 typedef struct index_entry store_chunk_t;
 
@@ -63,8 +93,10 @@ typedef struct {
 
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */
 typedef struct {
-    uint64_t capacity_bytes; /* the arena's size */
-    uint64_t used_bytes;     /* allocated, rounded to allocation units; <= capacity */
+    uint64_t capacity_bytes; /* the RAM tier's capacity (ram.capacity_bytes) */
+    uint64_t arena_bytes;    /* the arena's size: the capacity + the write headroom */
+    uint64_t used_bytes;     /* allocated to the RAM tier, rounded to allocation units */
+    uint64_t demoting_bytes; /* evicted chunks whose disk write is in flight (the headroom) */
     uint64_t resident_bytes; /* backed by memory: the arena file's allocated blocks */
     uint64_t stored_bytes;   /* payload bytes of the RAM-resident chunks */
     uint64_t chunks;         /* RAM-resident chunks */
@@ -74,20 +106,27 @@ typedef struct {
     uint64_t free_runs;          /* free extents of the arena */
     uint64_t largest_free_bytes; /* the largest of them */
     const char *arena_path;      /* borrowed from the store; "" for a memfd */
+    uint64_t dirty_bytes;        /* RAM chunks without a disk copy (with the disk tier) */
+    uint64_t ingest_bytes;       /* extents of saves being copied and checksummed */
+    uint64_t promoting_bytes;    /* extents disk reads are landing in */
+    uint64_t clean_target_bytes; /* RAM the cleaner keeps free or clean (0: no disk tier) */
+    uint64_t verifies;           /* re-verifications clients asked for (RELEASE CORRUPT) */
+    uint64_t verify_drops;       /* chunks removed: their bytes no longer matched their csum */
 } store_ram_stats_t;
 
 /* The store's counts of the disk tier. */
 typedef struct {
     uint64_t chunks;          /* entries with a disk copy */
-    uint64_t wbuf;            /* entries waiting in the write buffer */
-    uint64_t hits;            /* load chunks served by the disk tier (write buffer or a read) */
+    uint64_t wbuf;            /* entries whose disk write is pending */
+    uint64_t hits;            /* load chunks served by a disk read */
     uint64_t misses;          /* loads that missed RAM and that the disk could not serve */
     uint64_t evictions;       /* entries dropped by segment reclaim */
-    uint64_t demoted;         /* RAM evictions written to disk */
+    uint64_t demoted;         /* RAM chunks written to disk (the cleaner, the persist) */
     uint64_t demoted_clean;   /* RAM evictions whose disk copy already existed */
-    uint64_t refused;         /* RAM evictions the disk tier refused (dropped) */
-    uint64_t write_lost;      /* demoted chunks whose flush failed (dropped) */
+    uint64_t refused;         /* RAM evictions of chunks not written yet (dropped) */
+    uint64_t write_lost;      /* kept for status: a failed write no longer loses a chunk */
     uint64_t promoted;        /* chunks read back into RAM */
+    uint64_t read_joins;      /* loads that joined a read of the same chunk in flight */
     uint64_t orphaned;        /* successors detached from a dropped chunk */
     uint64_t recover_skipped; /* recovered records of conflicting namespaces */
     uint64_t recover_dropped; /* recovered records of a dropped namespace (drops.h) */
@@ -109,38 +148,65 @@ typedef struct {
     store_disk_counts_t counts;
 } store_disk_stats_t;
 
+/*
+ * What one request holds until its callback, for the per-session bounds (robust stream, C3):
+ * filled by store_save, store_commit and store_load_batch when spent is not NULL (the fields
+ * are added to, so one store_spent_t can gather several calls).
+ */
+typedef struct {
+    uint32_t disk_reads;      /* disk reads this request started (a joined read counts 0) */
+    uint64_t disk_read_bytes; /* their stored bytes */
+    uint64_t ingest_bytes;    /* arena bytes reserved for its copies and checksums */
+} store_spent_t;
+
+/* Threads the libuv pool needs (UV_THREADPOOL_SIZE, set before the loop queues work): the copy
+ * and checksum workers (server.cpu_workers, or one per CPU) plus, with the disk tier, one per
+ * disk.max_reads_in_flight and one for the flush, so disk jobs can never occupy every thread and
+ * a save's checksum never queues behind a disk read. */
+unsigned store_pool_threads(const config_t *cfg);
+
 /* Creates the RAM arena per cfg->ram. Returns 0 or a negative errno. */
 int store_new(const config_t *cfg, ns_table_t *nst, store_t **out);
 void store_destroy(store_t **s);
 
 /*
- * Opens the disk tier when cfg->disk.enabled: recovers the segments found in cfg->disk.dir
- * (namespaces are re-declared in the ns table from the records, chains relinked by parent
- * hash) before returning. Returns 0 (also when the tier is disabled) or a negative errno; on
- * error the store keeps working without a disk tier and its status says "unavailable".
+ * Gives the store its loop (saves, commits and verifications need it for their thread-pool
+ * jobs, with or without a disk tier) and opens the disk tier when cfg->disk.enabled: recovers
+ * the segments found in cfg->disk.dir (namespaces are re-declared in the ns table from the
+ * records, with their revision; chains relinked by parent hash) before returning. Returns 0
+ * (also when the tier is disabled) or a negative errno; on error the store keeps working without
+ * a disk tier and its status says "unavailable".
  */
 int store_attach_disk(store_t *s, uv_loop_t *loop);
 
 /* The error that kept the disk tier from attaching (negative errno), or 0. */
 int store_disk_error(const store_t *s);
 
-/* Stops the disk tier: cancels queued reads, lets running jobs finish, flushes the write buffer,
- * then calls done(arg) on the loop (at once without a disk tier). Then store_destroy(). */
+/* Periodic upkeep (the server's sweep timer): drops expired leases from the lease FIFO. */
+void store_tick(store_t *s, uint64_t now_ms);
+
+/* Stops the store: waits for the saves, commits and verifications in flight (they complete and
+ * call back), writes the chunks only in RAM to the disk tier, then stops the disk tier (cancels
+ * queued reads, lets running jobs finish, flushes), then calls done(arg) on the loop (at once
+ * when nothing is in flight and there is no disk tier). Then store_destroy(). */
 void store_close(store_t *s, void (*done)(void *arg), void *arg);
 
 /*
  * Loads. store_load_batch() looks up n chunks of one rank and reports each exactly once, in any
- * order, through chunk_cb, then calls done_cb once: chunks in RAM and in the disk write buffer
- * during the call, chunks only on disk when their thread-pool read finished (verified, and
- * promoted into RAM), misses as soon as they are known. Every callback runs on the loop thread,
- * and done_cb may run before store_load_batch returns (no chunk on disk). A hit carries bytes
- * the callee owns from then on:
+ * order, through chunk_cb, then calls done_cb once: chunks in RAM during the
+ * call, chunks only on disk when their thread-pool read finished (verified, and promoted into
+ * RAM), misses as soon as they are known. Every callback runs on the loop thread, and done_cb
+ * may run before store_load_batch returns (no chunk on disk). A hit carries bytes the callee
+ * owns from then on, and the chunk's csum:
  *   - STORE_LOADED_LENT: data is the chunk's arena bytes and chunk is pinned for the callee,
- *     which may lend the bytes (to ZeroMQ) and must store_unpin(chunk) once nothing reads them;
- *   - STORE_LOADED_OWNED: data is a malloc'd copy (a chunk read from disk or taken from the
- *     write buffer) that the callee frees.
- * A MISS carries nothing: not stored, a record that failed its checksum, or a read cancelled
- * by store_close(). Hits and misses are counted as loads (ram.hits/misses, disk.hits/misses).
+ *     which may lend the bytes (to ZeroMQ) or answer their location (store_chunk_off) and must
+ *     store_unpin(chunk) once nothing reads them;
+ *   - STORE_LOADED_OWNED: data is a heap buffer (a chunk read from disk when no arena extent
+ *     could be had without dropping another chunk) that the callee frees with free().
+ * arena (the shared-memory path) asks for LENT hits only: a disk chunk is promoted with the
+ * saves' eviction policy (it may drop cold tails) or it is a miss. A MISS carries nothing: not
+ * stored, a record that failed its checksum, or a read cancelled by store_close(). Hits and
+ * misses are counted as loads (ram.hits/misses, disk.hits/misses).
  */
 typedef enum { STORE_LOADED_MISS = 0, STORE_LOADED_LENT, STORE_LOADED_OWNED } store_loaded_kind_t;
 
@@ -148,6 +214,7 @@ typedef struct {
     store_loaded_kind_t kind;
     void *data; /* LENT: arena bytes; OWNED: malloc'd; MISS: NULL */
     uint64_t len;
+    uint64_t csum;        /* hits: XXH3-64 (seed 0) of the bytes, as committed */
     store_chunk_t *chunk; /* LENT: the pinned chunk; else NULL */
 } store_loaded_t;
 
@@ -157,12 +224,8 @@ typedef void (*store_batch_cb)(void *arg);
 /* Returns 0 (the callbacks will run as above) or -ENOMEM (nothing was and nothing will be
  * reported). h (borrowed for the call) may be unaligned. */
 int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
-                     store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg);
-
-/* A chunk found only on disk (or in the disk write buffer) is read back into RAM in the
- * background, for the next load; nothing is reported. Without a disk tier, does nothing. (The
- * shared-memory load path answers from RAM only and calls this for its misses.) */
-void store_promote(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
+                     bool arena, store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg,
+                     store_spent_t *spent);
 
 /*
  * Costs for the bounds of contract C3 (session.h): what a request would cost before it runs, so
@@ -207,8 +270,9 @@ uint32_t store_disk_reads(const store_t *s);
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
                       bool lease, uint64_t now_ms);
 
-/* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. With lease,
- * the chunks of the common prefix [0, min) are leased for every rank. */
+/* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. One index
+ * probe per chunk serves every rank (index.h, rank groups). With lease, the chunks of the common
+ * prefix [0, min) are leased for every rank. */
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
                           bool lease, uint64_t now_ms, uint32_t *rank_hits);
 
@@ -216,46 +280,62 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
 size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                         size_t n, uint8_t *status);
 
-/* Stores the chunks whose payload is not empty. parent (may be NULL) is the declared
- * predecessor of h[0]. status[i] receives STORED, EXISTS, NOSPACE or SKIPPED. Once a chunk gets
- * NOSPACE the rest of the save gets NOSPACE too: stored, they could never be hit. */
-void store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
-                uint8_t *status);
+/* A save or commit finished: its status array is filled. */
+typedef void (*store_done_cb)(void *arg);
 
-/* The stored bytes of one chunk from RAM or the disk write buffer (borrowed, valid until the
- * next store call), or NULL (not stored, or only on disk: see store_load_batch). Counts a hit
- * or a miss and touches the chunk. */
+/*
+ * Stores the chunks whose payload is not empty. parent (may be NULL) is the declared
+ * predecessor of h[0]. At the call the store reserves an arena extent for each chunk (evicting
+ * as described above; NOSPACE when it cannot) and pins the stored predecessors of the chain;
+ * the thread pool then copies each payload into its extent and computes its csum; the chunks
+ * are published in chain order, status[i] receives STORED, EXISTS (stored by someone else
+ * meanwhile), NOSPACE or SKIPPED, and done(arg) is called on the loop - possibly before
+ * store_save returns (nothing to copy). Once a chunk gets NOSPACE the rest of the save gets
+ * NOSPACE too: stored, they could never be hit. The payload bytes (payloads[i].data) and status
+ * are borrowed until done; h, parent and the payloads array itself only for the call. Returns 0,
+ * or -ENOMEM (nothing was stored, done is not called).
+ */
+int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+               const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *payloads, uint64_t now_ms,
+               uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent);
+
+/* The stored bytes of one chunk in RAM (borrowed, valid until the next
+ * store call), or NULL (not stored, or only on disk: see store_load_batch). Counts a hit or a
+ * miss and touches the chunk. */
 const void *store_load(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                        uint64_t *len);
-
-/* Same as store_load for a RAM-resident chunk, returning its handle (store_chunk_off/len locate
- * the bytes in the arena). NULL for a chunk that is not stored (a miss is counted) or not in RAM
- * (nothing counted: the caller may go on with store_promote). */
-store_chunk_t *store_load_ram(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /* The stored chunk, in any tier, or NULL; no statistics, no touch. */
 store_chunk_t *store_find(const store_t *s, const ns_t *ns, uint16_t rank,
                           const kvt_wire_hash_t *h);
 
-/* Where a RAM-resident chunk's bytes are in the arena, and its payload bytes (any tier). */
+/* Where a RAM-resident chunk's bytes are in the arena, its payload bytes (any
+ * tier), and its csum. */
 uint64_t store_chunk_off(const store_chunk_t *c);
 uint64_t store_chunk_len(const store_chunk_t *c);
+uint64_t store_chunk_csum(const store_chunk_t *c);
 
 /*
  * Shared-memory saves. store_reserve allocates len bytes of the arena (evicting as a save
  * does; keep, when not NULL, is protected from that eviction) and returns its offset: the
- * client writes the bytes there. store_commit then publishes reserved extents in chain order:
- * off[i] == UINT64_MAX marks a chunk that was not reserved (SKIPPED: a gap in the chain). A
- * chunk stored meanwhile by someone else is EXISTS and its extent is freed. The extents of
- * the other chunks belong to the index afterwards. store_unreserve frees an extent that will
- * never be committed.
+ * client writes the bytes there. store_commit then takes the reserved extents (they belong to
+ * the store from the call), hashes them on the thread pool and publishes them in chain order,
+ * as store_save: off[i] == UINT64_MAX marks a chunk that was not reserved (SKIPPED: a gap in the
+ * chain). A chunk stored meanwhile by someone else is EXISTS and its extent is freed. Returns 0
+ * (done will be called) or -ENOMEM (the extents were freed, nothing was stored, done is not
+ * called). store_unreserve frees an extent that will never be committed.
  */
 int store_reserve(store_t *s, uint64_t len, store_chunk_t *keep, uint64_t now_ms, uint64_t *off);
 void store_unreserve(store_t *s, uint64_t off, uint64_t len);
-void store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
-                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
-                  uint8_t *status);
+int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
+                 const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
+                 uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent);
+
+/* A client found chunk h's bytes corrupt (RELEASE CORRUPT): re-hash its RAM
+ * bytes on the thread pool and remove it when they do not match its csum (ram.verify_drops); a
+ * client's word alone never removes another client's chunk. A chunk only on disk is verified by
+ * every read anyway: nothing is done. */
+void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /*
  * Invalidation (kvtierctl drop, POST /admin/drop): removes every chunk of ns, in every tier and
@@ -289,7 +369,8 @@ int store_evict_ns(store_t *s, ns_t *ns, store_drop_t *out);
 void store_pin(store_t *s, store_chunk_t *c);
 
 /* Drops one pin of c. A chunk whose every copy went while it was pinned (a failed checksum, a
- * failed disk write) leaves the index with its last pin: c may be freed by this call. */
+ * failed disk write, a failed verification) leaves the index with its last pin: c may be freed
+ * by this call. */
 void store_unpin(store_t *s, store_chunk_t *c);
 
 /* The arena: its file path ("" for a memfd) and its size. */
@@ -301,7 +382,7 @@ const store_stats_t *store_stats(const store_t *s);
 /* Calls fn for every stored chunk (any order); fn must not modify the store. For tests. */
 void store_foreach(const store_t *s, void (*fn)(const store_chunk_t *c, void *arg), void *arg);
 
-/* The RAM tier's figures at now_ms (leases expire by time). O(chunks): for status. */
+/* The RAM tier's figures at now_ms (leases expire by time). */
 void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out);
 
 /* The disk tier's figures (state OFF without a disk tier). */

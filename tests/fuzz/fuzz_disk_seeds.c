@@ -3,12 +3,14 @@
  * fuzz_codec (tests/fuzz/corpus_codec/).
  *
  * Usage: fuzz_disk_seeds RECORD_DIR CODEC_DIR. Record seeds are whole records as a segment holds
- * them (header, payload, padding): raw and lz4-compressed, with and without a parent, a long
- * model name, a header without its payload, and a torn one. Codec seeds are inputs in the format
+ * them (header, payload, padding), of both versions (version 2 with a revision, named v2_*):
+ * raw and lz4-compressed, with and without a parent, a long model name, a header without its
+ * payload, and a torn one. Codec seeds are inputs in the format
  * of fuzz_codec.c: bf16-like data (compressible once shuffled) and random bytes, under each codec
  * and element size, and a real lz4 payload to decode. The committed corpora were produced by this
  * tool; run it again after a change of the record format. Single-threaded; exits 0 or 1.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,16 +56,23 @@ static void bf16_like(uint8_t *p, size_t n)
         p[n - 1] = 0;
 }
 
-/* One record: header + payload + padding (payload stored as given). */
-static int record_seed(const char *dir, const char *name, const char *model, uint8_t flags,
-                       uint8_t codec, uint8_t shuffle, const uint8_t *payload, size_t stored,
-                       size_t raw, size_t cut)
+#define HEADER_ONLY SIZE_MAX /* record_seed: cut after the header */
+
+/* One record of version v: header + payload + padding (payload stored as given; version 2 pads
+ * the header to its payload block and the payload to a whole block), cut to cut bytes when not
+ * 0 (HEADER_ONLY: after the header). */
+static int record_seed(const char *dir, const char *name, uint16_t v, const char *model,
+                       uint8_t flags, uint8_t codec, uint8_t shuffle, const uint8_t *payload,
+                       size_t stored, size_t raw, size_t cut)
 {
-    uint8_t buf[RECORD_HEADER_MAX + 8192];
+    static uint8_t buf[2 * RECORD_BLOCK + 8192];
     record_meta_t m;
+    uint64_t off, span;
     int hl;
 
     memset(&m, 0, sizeof m);
+    memset(buf, 0, sizeof buf);
+    m.version = v;
     m.codec = codec;
     m.shuffle = shuffle;
     m.flags = flags;
@@ -79,12 +88,21 @@ static int record_seed(const char *dir, const char *name, const char *model, uin
     }
     m.raw_len = raw;
     m.stored_len = stored;
-    hl = record_encode_header(buf, sizeof buf, &m, payload);
-    if (hl < 0 || (size_t)hl + record_align(stored) > sizeof buf)
+    if (v == RECORD_VERSION) {
+        static const char rev[] = "a1b2c3d";
+        m.revision_len = sizeof rev - 1;
+        memcpy(m.revision, rev, m.revision_len);
+        m.csum = record_csum(payload, stored); /* a raw payload's csum (lz4: any value) */
+    }
+    off = record_payload_off(&m);
+    span = record_span(&m);
+    if (span > sizeof buf)
         return -1;
-    memcpy(buf + hl, payload, stored);
-    memset(buf + hl + stored, 0, record_align(stored) - stored);
-    return write_file(dir, name, buf, cut ? cut : (size_t)hl + record_align(stored));
+    hl = record_encode_header(buf, sizeof buf, &m, payload);
+    if (hl < 0)
+        return -1;
+    memcpy(buf + off, payload, stored);
+    return write_file(dir, name, buf, cut == HEADER_ONLY ? (size_t)hl : cut ? cut : (size_t)span);
 }
 
 int main(int argc, char **argv)
@@ -107,15 +125,21 @@ int main(int argc, char **argv)
     if (codec != RECORD_CODEC_LZ4)
         return 1;
 
-    rc |= record_seed(argv[1], "raw", "Llama-3.1-8B", 0, RECORD_CODEC_RAW, 1, data, 100, 100, 0);
-    rc |= record_seed(argv[1], "raw_parent", "Llama-3.1-8B", RECORD_F_PARENT | RECORD_F_REPLICATED,
-                      RECORD_CODEC_RAW, 1, data, 64, 64, 0);
-    rc |= record_seed(argv[1], "lz4", "Qwen2-7B", RECORD_F_PARENT, RECORD_CODEC_LZ4, 2, lz, stored,
-                      sizeof data, 0);
-    rc |= record_seed(argv[1], "long_model", longmodel, 0, RECORD_CODEC_RAW, 4, data, 8, 8, 0);
-    rc |= record_seed(argv[1], "header_only", "m", 0, RECORD_CODEC_RAW, 1, data, 16, 16,
-                      record_header_len(1));
-    rc |= record_seed(argv[1], "torn", "model", 0, RECORD_CODEC_RAW, 1, data, 200, 200, 60);
+    for (uint16_t v = RECORD_VERSION_V1; v <= RECORD_VERSION; v++) {
+        const char *pre = v == RECORD_VERSION_V1 ? "" : "v2_"; /* version 1: the old names */
+        char n[64];
+#define SEED(name, ...)                                                                            \
+    (snprintf(n, sizeof n, "%s%s", pre, name), record_seed(argv[1], n, v, __VA_ARGS__))
+        rc |= SEED("raw", "Llama-3.1-8B", 0, RECORD_CODEC_RAW, 1, data, 100, 100, 0);
+        rc |= SEED("raw_parent", "Llama-3.1-8B", RECORD_F_PARENT | RECORD_F_REPLICATED,
+                   RECORD_CODEC_RAW, 1, data, 64, 64, 0);
+        rc |= SEED("lz4", "Qwen2-7B", RECORD_F_PARENT, RECORD_CODEC_LZ4, 2, lz, stored, sizeof data,
+                   0);
+        rc |= SEED("long_model", longmodel, 0, RECORD_CODEC_RAW, 4, data, 8, 8, 0);
+        rc |= SEED("header_only", "m", 0, RECORD_CODEC_RAW, 1, data, 16, 16, HEADER_ONLY);
+        rc |= SEED("torn", "model", 0, RECORD_CODEC_RAW, 1, data, 200, 200, 60);
+#undef SEED
+    }
 
     /* codec: byte 0 = codec | elem << 1 | mode << 3, bytes 1-2 = raw length, then data */
     for (unsigned e = 0; e < 3; e++) {

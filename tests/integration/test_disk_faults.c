@@ -38,18 +38,26 @@ static void make_dir(char *buf, size_t len)
     ck_assert_ptr_nonnull(mkdtemp(buf));
 }
 
-static harness_t *start(const char *dir, const char *capacity, const char *segment,
-                        uint64_t ram_bytes)
+/* clean_target: ram.clean_target_bytes ("0": the default, half the RAM written ahead). */
+static harness_t *start_cleaning(const char *dir, const char *capacity, const char *segment,
+                                 uint64_t ram_bytes, const char *clean_target)
 {
     char extra[512];
     harness_opts_t o = {.capacity_bytes = ram_bytes, .max_chunk_bytes = 256u << 10};
 
     snprintf(extra, sizeof extra,
-             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"%s\", "
-             "\"segment_bytes\": \"%s\", \"write_buffer_bytes\": \"%s\", \"fsync\": \"none\"}}",
-             dir, capacity, segment, segment);
+             "{\"ram\": {\"clean_target_bytes\": %s}, \"disk\": {\"enabled\": true, \"dir\": "
+             "\"%s\", \"capacity_bytes\": \"%s\", \"segment_bytes\": \"%s\", "
+             "\"write_buffer_bytes\": \"%s\", \"fsync\": \"none\"}}",
+             clean_target, dir, capacity, segment, segment);
     o.extra_json = extra;
     return harness_start(&o);
+}
+
+static harness_t *start(const char *dir, const char *capacity, const char *segment,
+                        uint64_t ram_bytes)
+{
+    return start_cleaning(dir, capacity, segment, ram_bytes, "0");
 }
 
 static const char *disk_str(json_t *st, const char *key)
@@ -424,8 +432,10 @@ START_TEST(test_kill9_during_persist)
     int64_t t0;
 
     make_dir(dir, sizeof dir);
-    /* 64 MiB of RAM: the 48 chains stay RAM-only until the shutdown persist writes them */
-    h = start(dir, "256MiB", "8MiB", 64u << 20);
+    /* 64 MiB of RAM: the 48 chains stay RAM-only until the shutdown persist writes them (the
+     * cleaner would write ahead once half the RAM is dirty: a 1-byte target keeps it idle
+     * until the RAM is all dirty) */
+    h = start_cleaning(dir, "256MiB", "8MiB", 64u << 20, "1");
     c = harness_client(h, "faults", 1, 0, 0);
     save_chains(h, c, 1, 48, 0);
     kvt_close(&c);

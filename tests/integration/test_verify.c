@@ -1,7 +1,7 @@
 /*
  * test_verify.c - what libkvtier does with the protocol 2 answers a daemon may give that this
- * daemon does not give yet (checksums, ESTALE, other arena generations), and what it does with
- * the answers it gives now.
+ * daemon does not give on demand (ESTALE, other arena generations, a wrong checksum), and what
+ * it does with a chunk really scribbled in this daemon's arena.
  *
  * A proxy thread stands between one client and the real daemon (a ROUTER for the client, a
  * DEALER to the daemon) and forwards everything, except that it can (a) answer the first
@@ -11,11 +11,11 @@
  * arena bytes at the location), reporting one chosen chunk's checksum wrong, recording the
  * RELEASE CORRUPT messages the client sends. So the client's recovery (re-HELLO, remap, retry
  * with the new generation) and verification (a mismatch is a miss, a counter and a RELEASE
- * CORRUPT; copying loads verify, pins on request) are tested for real today.
+ * CORRUPT; copying loads verify, pins on request) are tested with chosen answers.
  *
- * Against the daemon itself: a chunk scribbled in the arena (the test maps the arena file
- * read-write) loads as a miss once the daemon answers CHECKSUMS; while it does not, the test
- * asserts the feature bit is absent and that nothing is verified (the data stream adds it).
+ * Against the daemon itself, which answers CHECKSUMS: a chunk scribbled in the arena (the test
+ * maps the arena file read-write) loads as a miss on both paths, the copying load's counter
+ * moved, and is removed by the daemon once reported (RELEASE CORRUPT): a pin then misses it.
  */
 #include "check_main.h"
 
@@ -582,27 +582,36 @@ START_TEST(test_scribbled_arena)
     munmap(mine, (size_t)sb.st_size);
 
     ck_assert_int_eq(kvt_server_info(c, &info), 0);
-    if (info.features & KVT_FEATURE_CHECKSUMS) {
-        ck_assert_uint_eq(load_n(c, hs, &nhit), 0xdu); /* a miss, never the wrong bytes */
-        ck_assert_uint_eq(load_n(f, hs, &nhit), 0xdu); /* the frames path too */
-        ck_assert_int_eq(kvt_stats(c, &st), 0);
-        ck_assert_uint_ge(st.checksum_mismatches, 1);
-    } else {
-        /* this daemon does not answer CHECKSUMS: its checksums are 0 and nothing is verified
-         * (the scribbled bytes come back as a hit; the data stream's daemon closes this) */
-        ck_assert_uint_eq(info.features & KVT_FEATURE_CHECKSUMS, 0);
-        ok = load_n(c, hs, &nhit);
-        ck_assert_uint_eq(ok, 0xdu); /* chunk 1 is a "hit" holding other bytes */
-        ck_assert_uint_eq(nhit, N);
-        ck_assert_int_eq(kvt_stats(c, &st), 0);
-        ck_assert_uint_eq(st.chunks_verified, 0);
-        ck_assert_uint_eq(st.checksum_mismatches, 0);
-        ck_assert_int_eq(kvt_submit_pin(c, hs, N, NULL, NULL), 0);
-        pin = harness_next_completion(c, WAIT_MS);
-        ck_assert_ptr_null(pin->checksums);
-        ck_assert_int_eq(kvt_pin_verify(c, pin), KVT_EUNSUPP);
-        kvt_completion_free(c, pin);
+    ck_assert(info.features & KVT_FEATURE_CHECKSUMS); /* the daemon computes commit checksums */
+    /* the copying shared-memory load verifies (fused with the copy): a miss, never the wrong
+     * bytes, counted, and reported (RELEASE CORRUPT) */
+    ok = load_n(c, hs, &nhit);
+    ck_assert_uint_eq(ok, 0xdu);
+    ck_assert_uint_eq(nhit, 1); /* the contiguous prefix: chunk 0 */
+    ck_assert_int_eq(kvt_stats(c, &st), 0);
+    ck_assert_uint_eq(st.checksum_mismatches, 1);
+    ck_assert_uint_eq(st.chunks_verified, N);
+    /* the frames path (the daemon lends the arena bytes to the socket, with the commit's
+     * checksum): a miss too, a mismatch or, once the report above removed it, a plain miss */
+    ok = load_n(f, hs, &nhit);
+    ck_assert_uint_eq(ok, 0xdu);
+    ck_assert_uint_eq(nhit, 1);
+    ck_assert_int_eq(kvt_stats(f, &st), 0);
+    ck_assert_uint_le(st.checksum_mismatches, 1);
+    /* the daemon re-verified the reported chunk and removed it: it is gone for every client */
+    {
+        harness_int_eq_t one = {"ram.verify_drops", 1};
+        json_t *js = harness_wait_status(h, harness_pred_int_eq, &one, WAIT_MS);
+        ck_assert_msg(js != NULL, "the scribbled chunk was not removed");
+        json_decref(js);
     }
+    ck_assert_int_eq(kvt_submit_pin(c, hs, N, NULL, NULL), 0);
+    pin = harness_next_completion(c, WAIT_MS);
+    ck_assert_ptr_nonnull(pin->checksums);
+    ck_assert_int_eq(pin->outcomes[1], KVT_LOAD_MISS);
+    ck_assert_uint_eq(pin->nhit, 1);
+    ck_assert_int_eq(kvt_pin_verify(c, pin), 0); /* what is left is intact */
+    kvt_completion_free(c, pin);
     kvt_close(&c);
     kvt_close(&f);
     harness_stop(&h);

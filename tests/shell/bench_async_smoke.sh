@@ -3,9 +3,9 @@
 # --all-ranks` against a real kvtierd with a /dev/shm arena, in the steady state (the default):
 # the tier is filled to capacity first, every kvtier backend (shm, frames, zero-copy) stores and
 # loads back every chunk byte-exact with 8 requests in flight, submit latencies, zero-copy round
-# trips beside raw ZeroMQ ones, the copy+checksum baseline, the daemon's CPU per GB and the
-# single-rank lookups beside all-ranks ones are reported, with no warning; --cold skips the fill;
-# --zero-copy with --data-path frames is a usage error (exit 2).
+# trips beside raw ZeroMQ ones, the copy+checksum baseline, the daemon's CPU per GB and loop
+# figures (status loop.*) and the single-rank lookups beside all-ranks ones are reported, with
+# no warning; --cold skips the fill; --zero-copy with --data-path frames is a usage error (exit 2).
 set -euo pipefail
 
 kvtierd=${1:?usage: bench_async_smoke.sh KVTIERD KVTIER_BENCH}
@@ -73,6 +73,9 @@ for op in save load; do
 done
 pos "copy+checksum baseline" '.copy_checksum.gbps'
 pos "daemon pid" '.daemon.pid'
+check "the daemon's loop busy share" '.daemon.loop_busy_share | type == "number" and . >= 0' \
+    '.daemon'
+pos "the daemon's loop turn p99" '.daemon.loop_turn_p99_us'
 pos "single-rank lookups beside all-ranks ones" '.lookup_single.latency.calls'
 pos "all-ranks / single-rank p50" '.lookup_single.ratio_all_p50'
 check "lookups hit every chunk of every rank" '.lookup.short_hits == 0' '.lookup'

@@ -3,7 +3,8 @@
  * directory, with a fake store behind disk_ops_t: segment accounting and FIFO reclaim (with a
  * lease deferring one segment), reads byte-exact and verified, recovery of every committed
  * record, a torn tail dropped and truncated, a flipped payload byte dropped by checksum, a bad
- * segment file skipped.
+ * segment file skipped; lent bytes that changed after their checksum are never written; a
+ * segment of the old record format (version 1) is recovered and read.
  */
 #include "check_main.h"
 
@@ -17,20 +18,21 @@
 
 #include "config.h"
 #include "disk.h"
+#include "record.h"
 
 #define MAXREC 256
 #define CHUNK 60000u
 
 typedef struct {
-    int committed, committed_ok, recovered;
+    int committed, committed_ok, committed_bad, recovered;
     disk_loc_t loc[MAXREC]; /* by chunk number (hash[0] | hash[1] << 8) */
     bool live[MAXREC];
     uint64_t reclaimed[64];
     int nreclaimed;
     uint64_t busy_seg; /* reclaim of this segment answers -EBUSY */
     int read_rc;
-    uint8_t *read_data;
-    uint64_t read_len;
+    uint8_t *lent[MAXREC]; /* the bytes lent to each append, until its commit */
+    uint64_t csum[MAXREC];
 } fake_t;
 
 static fake_t F;
@@ -48,21 +50,27 @@ static void recovered(void *arg, const record_meta_t *m, const disk_loc_t *loc)
     ck_assert_uint_eq(m->raw_len, CHUNK);
     F.loc[k] = *loc;
     F.live[k] = true;
+    F.csum[k] = m->csum;
     F.recovered++;
 }
 
-static void committed(void *arg, uint32_t ns_id, uint16_t rank, const uint8_t hash[16],
-                      uint64_t seq, bool ok, const disk_loc_t *loc)
+static void committed(void *arg, uint32_t ns_id, const record_meta_t *m, uint64_t seq,
+                      uint64_t cookie, int rc, const disk_loc_t *loc)
 {
-    int k = key_of(hash);
+    int k = key_of(m->hash);
 
     ck_assert_uint_eq(ns_id, 7);
+    ck_assert_uint_eq(cookie, (uint64_t)k);
     F.committed++;
-    if (ok) {
+    if (rc == 0) {
         F.committed_ok++;
         F.loc[k] = *loc;
         F.live[k] = true;
+    } else if (rc == -EBADMSG) {
+        F.committed_bad++;
     }
+    free(F.lent[k]); /* the bytes are ours again */
+    F.lent[k] = NULL;
 }
 
 static int reclaim(void *arg, uint64_t seg, void **user, bool force)
@@ -102,6 +110,9 @@ static void setup(void)
 static void teardown(void)
 {
     char cmd[128];
+
+    for (int k = 0; k < MAXREC; k++)
+        free(F.lent[k]);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -117,6 +128,7 @@ static record_meta_t meta_of(int k)
     record_meta_t m;
 
     memset(&m, 0, sizeof m);
+    m.version = RECORD_VERSION;
     m.model_len = 7;
     memcpy(m.model, "model-x", 7);
     m.world = 1;
@@ -128,19 +140,35 @@ static record_meta_t meta_of(int k)
     return m;
 }
 
-/* Appends chunk k, running the loop while the write buffer is busy. */
-static void append(uv_loop_t *loop, disk_t *d, int k)
+static uint8_t *block_buf(void)
 {
-    static uint8_t buf[CHUNK];
+    void *p = NULL;
+
+    ck_assert_int_eq(posix_memalign(&p, RECORD_BLOCK, record_block(CHUNK)), 0);
+    return p;
+}
+
+/* Appends chunk k (its bytes lent until committed; csum of other bytes when lie), running the
+ * loop while the write budget is spent. */
+static void append_as(uv_loop_t *loop, disk_t *d, int k, bool lie)
+{
     record_meta_t m = meta_of(k);
     uint64_t seq;
     int rc;
 
-    fill(buf, k);
-    while ((rc = disk_append(d, 7, &m, buf, &seq)) == -EAGAIN)
+    F.lent[k] = block_buf();
+    fill(F.lent[k], k);
+    m.csum = record_csum(F.lent[k], CHUNK) ^ (lie ? 1 : 0);
+    F.csum[k] = m.csum;
+    while ((rc = disk_append(d, 7, &m, F.lent[k], (uint64_t)k, &seq)) == -EAGAIN)
         uv_run(loop, UV_RUN_ONCE);
     ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(disk_check(d), 0);
+}
+
+static void append(uv_loop_t *loop, disk_t *d, int k)
+{
+    append_as(loop, d, k, false);
 }
 
 static void done_cb(void *arg)
@@ -172,29 +200,27 @@ static uint64_t dir_bytes(void)
     return sum;
 }
 
-static void read_cb(void *arg, int rc, void *data, uint64_t len)
+static void read_cb(void *arg, int rc)
 {
     F.read_rc = rc;
-    F.read_data = data;
-    F.read_len = len;
     *(int *)arg = 1;
 }
 
 static int read_chunk(uv_loop_t *loop, disk_t *d, int k)
 {
     record_meta_t m = meta_of(k);
+    uint8_t *dst = block_buf();
     int done = 0;
 
-    ck_assert_int_eq(disk_read(d, &F.loc[k], m.hash, 0, CHUNK, read_cb, &done), 0);
+    ck_assert_int_eq(disk_read(d, &F.loc[k], m.hash, 0, CHUNK, F.csum[k], dst, read_cb, &done), 0);
     while (!done)
         uv_run(loop, UV_RUN_ONCE);
     if (F.read_rc == 0) {
         uint8_t want[CHUNK];
         fill(want, k);
-        ck_assert_uint_eq(F.read_len, CHUNK);
-        ck_assert_mem_eq(F.read_data, want, CHUNK);
-        free(F.read_data);
+        ck_assert_mem_eq(dst, want, CHUNK);
     }
+    free(dst);
     return F.read_rc;
 }
 
@@ -219,12 +245,14 @@ START_TEST(test_reclaim_accounting)
         uv_run(&loop, UV_RUN_ONCE);
     ck_assert_int_eq(F.committed_ok, 30);
     ck_assert_int_eq(disk_check(d), 0);
-    /* 60000-byte records (96 + 60000 bytes each): two per 128 KiB segment, so segment s
-     * holds chunks 2(s-1) and 2(s-1)+1; the capacity holds 4 segments (used is rounded to
-     * 4 KiB: 2 * 60096 -> 122880 bytes each). */
+    /* 60000-byte records (a 4 KiB header block + 60000 bytes in 4 KiB blocks = 64 KiB each):
+     * two per 128 KiB segment, so segment s holds chunks 2(s-1) and 2(s-1)+1; the capacity
+     * holds 4 segments. */
     ck_assert_uint_eq(F.loc[0].seg, 1);
     ck_assert_uint_eq(F.loc[1].seg, 1);
-    ck_assert_uint_eq(F.loc[1].off, 60096);
+    ck_assert_uint_eq(F.loc[1].off, 65536);
+    ck_assert_uint_eq(F.loc[1].hdr_len, RECORD_BLOCK);
+    ck_assert_uint_eq(F.loc[1].version, RECORD_VERSION);
     ck_assert_uint_eq(F.loc[29].seg, 15);
     /* reclaim went oldest first, skipping the busy segment 2 */
     ck_assert_uint_eq(F.reclaimed[0], 1);
@@ -235,16 +263,17 @@ START_TEST(test_reclaim_accounting)
     ck_assert(!F.live[0] && !F.live[4]);
     disk_stats(d, &st);
     ck_assert_int_eq(st.segments, 4);
-    ck_assert_int_eq(st.used_bytes, 4 * 122880);
+    ck_assert_int_eq(st.used_bytes, 4 * 131072);
     ck_assert_int_eq(st.reclaimed_segments, 11);
     ck_assert_int_eq(st.records_written, 30);
-    ck_assert_uint_eq(dir_bytes(), 4 * 2 * 60096);
+    ck_assert_uint_eq(dir_bytes(), 4 * 2 * 65536);
     /* a live chunk reads back byte-exact; a reclaimed segment is stale */
     ck_assert_int_eq(read_chunk(&loop, d, 29), 0);
     ck_assert_int_eq(read_chunk(&loop, d, 2), 0);
     {
         record_meta_t m = meta_of(0);
-        ck_assert_int_eq(disk_read(d, &F.loc[0], m.hash, 0, CHUNK, read_cb, NULL), -ESTALE);
+        ck_assert_int_eq(disk_read(d, &F.loc[0], m.hash, 0, CHUNK, F.csum[0], NULL, read_cb, NULL),
+                         -ESTALE);
     }
     close_disk(&loop, &d);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
@@ -298,7 +327,7 @@ START_TEST(test_recovery)
     disk_stats(d, &st);
     ck_assert_int_eq(st.recovery.records, 4);
     ck_assert_int_eq(st.recovery.checksum_drops, 1);
-    ck_assert_int_eq(st.recovery.torn_bytes, 96 + 100);
+    ck_assert_int_eq(st.recovery.torn_bytes, RECORD_BLOCK + 100);
     ck_assert_int_eq(st.recovery.bad_files, 1);
     ck_assert_int_eq(read_chunk(&loop, d, 4), 0);
     /* new writes go to a new segment after the largest id found */
@@ -332,12 +361,99 @@ START_TEST(test_read_detects_corruption)
     ck_assert_int_eq(pwrite(fd, "\x00", 1, (off_t)F.loc[1].off + F.loc[1].hdr_len + 5), 1);
     close(fd);
     ck_assert_int_eq(read_chunk(&loop, d, 1), -EBADMSG);
-    ck_assert_ptr_null(F.read_data);
     {
         disk_stats_t st;
         disk_stats(d, &st);
         ck_assert_int_eq(st.checksum_drops, 1);
     }
+    close_disk(&loop, &d);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* Bytes lent for writing that no longer match their csum are not written, and say so. */
+START_TEST(test_changed_bytes_not_written)
+{
+    uv_loop_t loop;
+    config_t cfg;
+    disk_t *d;
+    disk_stats_t st;
+
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    cfg_for(&cfg);
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    append(&loop, d, 1);
+    append_as(&loop, d, 2, true);
+    append(&loop, d, 3);
+    while (F.committed < 3)
+        uv_run(&loop, UV_RUN_ONCE);
+    ck_assert_int_eq(F.committed_ok, 2);
+    ck_assert_int_eq(F.committed_bad, 1);
+    ck_assert(F.live[1] && !F.live[2] && F.live[3]);
+    disk_stats(d, &st);
+    ck_assert_int_eq(st.verify_drops, 1);
+    ck_assert_int_eq(st.records_written, 2);
+    ck_assert_int_eq(read_chunk(&loop, d, 3), 0);
+    close_disk(&loop, &d);
+    /* a restart finds the two written records and nothing of the third */
+    memset(&F, 0, sizeof F);
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    ck_assert_int_eq(F.recovered, 2);
+    ck_assert(F.live[1] && !F.live[2] && F.live[3]);
+    close_disk(&loop, &d);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* A segment written by an older daemon (record version 1) is recovered (its csum computed from
+ * the verified bytes), read back byte-exact, and never appended to. */
+START_TEST(test_recovers_version1_segment)
+{
+    uv_loop_t loop;
+    config_t cfg;
+    disk_t *d;
+    disk_stats_t st;
+    char path[128];
+    uint8_t hdr[RECORD_HEADER_MAX], payload[CHUNK];
+    uint64_t off = 0;
+    int fd;
+
+    snprintf(path, sizeof path, "%s/%016llx.seg", dir, 5ull);
+    fd = open(path, O_RDWR | O_CREAT, 0640);
+    ck_assert_int_ge(fd, 0);
+    for (int k = 0; k < 2; k++) {
+        record_meta_t m = meta_of(k);
+        int hl;
+        static const uint8_t zero[8];
+        m.version = RECORD_VERSION_V1;
+        fill(payload, k);
+        hl = record_encode_header(hdr, sizeof hdr, &m, payload);
+        ck_assert_int_gt(hl, 0);
+        ck_assert_int_eq(pwrite(fd, hdr, (size_t)hl, (off_t)off), hl);
+        ck_assert_int_eq(pwrite(fd, payload, CHUNK, (off_t)(off + (uint64_t)hl)), CHUNK);
+        ck_assert_int_eq(
+            pwrite(fd, zero, record_align(CHUNK) - CHUNK, (off_t)(off + (uint64_t)hl + CHUNK)),
+            (ssize_t)(record_align(CHUNK) - CHUNK));
+        off += record_span(&m);
+    }
+    close(fd);
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    cfg_for(&cfg);
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    ck_assert_int_eq(F.recovered, 2);
+    ck_assert_uint_eq(F.loc[1].version, RECORD_VERSION_V1);
+    fill(payload, 1);
+    ck_assert_uint_eq(F.csum[1], record_csum(payload, CHUNK));
+    disk_stats(d, &st);
+    ck_assert_int_eq(st.recovery.records_v1, 2);
+    ck_assert_int_eq(read_chunk(&loop, d, 0), 0);
+    ck_assert_int_eq(read_chunk(&loop, d, 1), 0);
+    append(&loop, d, 9);
+    while (!F.live[9])
+        uv_run(&loop, UV_RUN_ONCE);
+    ck_assert_uint_eq(F.loc[9].seg, 6); /* a new segment in the new format */
+    ck_assert_uint_eq(F.loc[9].version, RECORD_VERSION);
+    ck_assert_int_eq(read_chunk(&loop, d, 9), 0);
     close_disk(&loop, &d);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
@@ -352,6 +468,8 @@ static Suite *disk_suite(void)
     tcase_add_test(tc, test_reclaim_accounting);
     tcase_add_test(tc, test_recovery);
     tcase_add_test(tc, test_read_detects_corruption);
+    tcase_add_test(tc, test_changed_bytes_not_written);
+    tcase_add_test(tc, test_recovers_version1_segment);
     suite_add_tcase(s, tc);
     return s;
 }

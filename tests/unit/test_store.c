@@ -7,8 +7,10 @@
  */
 #include "check_main.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "config.h"
 #include "index.h"
@@ -154,18 +156,29 @@ START_TEST(lease_blocks_eviction_and_expires)
     index_t *ix = index_new();
     index_entry_t *a = add_chain(ix, 1, 1), *b = add_chain(ix, 2, 1);
 
-    index_lease(a, 1000, 500);
+    index_lease(ix, a, 1000, 500);
     ck_assert_uint_eq(a->lease_until_ms, 1500);
-    index_lease(a, 1400, 500); /* a repeated lease does not extend */
+    index_lease(ix, a, 1400, 500); /* a repeated lease does not extend */
     ck_assert_uint_eq(a->lease_until_ms, 1500);
+    ck_assert_uint_eq(index_leased_count(ix, 1400), 1);
     ck_assert_ptr_eq(index_victim(ix, 1200, 64), b);
     ck_assert_ptr_eq(index_victim(ix, 1500, 64), a); /* expired at 1500 */
-    index_lease(a, 1600, 500);                       /* after expiry a new lease starts */
+    ck_assert_uint_eq(index_leased_count(ix, 1500), 0);
+    index_lease(ix, a, 1600, 500); /* after expiry a new lease starts */
     ck_assert_uint_eq(a->lease_until_ms, 2100);
     a->lease_until_ms = 0;
     a->pins = 1;
     ck_assert_ptr_eq(index_victim(ix, 1200, 64), b);
     a->pins = 0;
+    /* the lease FIFO counts in O(1): grant order is expiry order */
+    index_lease(ix, a, 1600, 500);
+    index_lease(ix, b, 1700, 500);
+    ck_assert_uint_eq(index_leased_count(ix, 1700), 2);
+    ck_assert_uint_eq(index_leased_count(ix, 2150), 1); /* a expired, b not */
+    index_prune_leases(ix, 2150);
+    ck_assert_int_eq(index_check(ix), 0);
+    ck_assert_uint_eq(index_leased_count(ix, 2150), 1);
+    ck_assert_uint_eq(index_leased_count(ix, 2200), 0);
     index_destroy(&ix);
 }
 END_TEST
@@ -188,6 +201,7 @@ END_TEST
 
 typedef struct {
     config_t cfg;
+    uv_loop_t loop;
     ns_table_t *nst;
     store_t *st;
     ns_t *ns;
@@ -215,12 +229,43 @@ static void fixture_init(fixture_t *f, uint64_t capacity, uint16_t world, bool r
                                 &g, &f->ns),
                      0);
     ck_assert_int_eq(store_new(&f->cfg, f->nst, &f->st), 0);
+    ck_assert_int_eq(uv_loop_init(&f->loop), 0);
+    ck_assert_int_eq(store_attach_disk(f->st, &f->loop), 0); /* the loop; no disk tier */
+}
+
+static void closed_cb(void *arg)
+{
+    *(int *)arg = 1;
 }
 
 static void fixture_fini(fixture_t *f)
 {
+    int closed = 0;
+
+    store_close(f->st, closed_cb, &closed);
+    while (!closed)
+        uv_run(&f->loop, UV_RUN_ONCE);
     store_destroy(&f->st);
     ns_table_destroy(&f->nst);
+    ck_assert_int_eq(uv_loop_close(&f->loop), 0);
+}
+
+static void saved_cb(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+/* store_save, run until its chunks are published. */
+static void save_wait(fixture_t *f, uint16_t rank, const kvt_wire_hash_t *parent,
+                      const kvt_wire_hash_t *h, size_t n, const kvt_frame_t *pl, uint64_t now,
+                      uint8_t *status)
+{
+    int done = 0;
+
+    ck_assert_int_eq(
+        store_save(f->st, f->ns, rank, parent, h, n, pl, now, status, saved_cb, &done, NULL), 0);
+    while (!done)
+        uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* Saves positions [from, from+n) of chain c with payload bytes derived from (c, pos, rank). */
@@ -238,7 +283,7 @@ static void save_chain(fixture_t *f, uint16_t rank, uint32_t c, uint32_t from, u
         pl[i].data = buf + i * len;
         pl[i].len = len;
     }
-    store_save(f->st, f->ns, rank, from > 0 ? &parent : NULL, h, n, pl, now, status);
+    save_wait(f, rank, from > 0 ? &parent : NULL, h, n, pl, now, status);
     free(buf);
 }
 
@@ -435,6 +480,295 @@ START_TEST(store_long_save_keeps_chain)
 }
 END_TEST
 
+/* --- with a disk tier: demotion by reference --- */
+
+typedef struct {
+    fixture_t f;
+    char dir[64];
+} dfixture_t;
+
+/* 1 MiB of RAM (16 chunks of 64 KiB) over a disk tier in a temp directory; the cleaner keeps
+ * clean_target bytes free or clean (0: automatic, half the RAM: 8 chunks). */
+static void dfixture_init(dfixture_t *d, uint64_t clean_target)
+{
+    gates_cfg_t g;
+    fixture_t *f = &d->f;
+
+    snprintf(d->dir, sizeof d->dir, "/tmp/kvt-store-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d->dir));
+    config_defaults(&f->cfg);
+    f->cfg.ram.capacity_bytes = 1 << 20;
+    f->cfg.ram.arena_path[0] = '\0';
+    f->cfg.ram.max_chunk_bytes = 1 << 20;
+    f->cfg.disk.enabled = true;
+    snprintf(f->cfg.disk.dir, sizeof f->cfg.disk.dir, "%s", d->dir);
+    f->cfg.disk.capacity_bytes = 8 << 20;
+    f->cfg.disk.segment_bytes = 2 << 20;
+    f->cfg.disk.write_buffer_bytes = 1 << 20; /* 8 records of 64 KiB in one batch */
+    f->cfg.disk.compression = CODEC_MODE_OFF;
+    f->cfg.disk.fsync = CONFIG_FSYNC_NONE;
+    f->cfg.ram.clean_target_bytes = clean_target;
+    g = f->cfg.gates;
+    f->nst = ns_table_new(NS_MAX);
+    ck_assert_int_eq(
+        ns_declare(
+            f->nst,
+            &(ns_ident_t){
+                .model = "m", .model_len = 1, .fingerprint = 42, .world = 1, .chunk_tokens = 16},
+            &g, &f->ns),
+        0);
+    ck_assert_int_eq(store_new(&f->cfg, f->nst, &f->st), 0);
+    ck_assert_int_eq(uv_loop_init(&f->loop), 0);
+    ck_assert_int_eq(store_attach_disk(f->st, &f->loop), 0);
+}
+
+static void dfixture_fini(dfixture_t *d)
+{
+    char cmd[128];
+
+    fixture_fini(&d->f);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void run_until_flushed(fixture_t *f)
+{
+    store_disk_stats_t ds;
+
+    for (;;) {
+        store_disk_stats(f->st, &ds);
+        if (ds.counts.wbuf == 0 && ds.tier.write_buffer_bytes == 0)
+            return;
+        uv_run(&f->loop, UV_RUN_ONCE);
+    }
+}
+
+typedef struct {
+    store_loaded_t got[8];
+    int n, done;
+} loads_t;
+
+static void loaded_cb(void *arg, size_t i, const store_loaded_t *c)
+{
+    loads_t *l = arg;
+
+    l->got[i] = *c;
+    l->n++;
+}
+
+static void loads_done_cb(void *arg)
+{
+    ((loads_t *)arg)->done = 1;
+}
+
+/* Bytes of a chunk in RAM, writable: the test scribbles over them as a client
+ * mapping the arena could. */
+static uint8_t *arena_bytes(fixture_t *f, uint32_t c, uint32_t pos)
+{
+    kvt_wire_hash_t h = H(c, pos);
+    uint64_t len;
+
+    return (uint8_t *)store_load(f->st, f->ns, 0, &h, &len);
+}
+
+/*
+ * Write-back: once more than half the RAM is dirty, the cleaner writes the oldest saves by
+ * reference while they stay in RAM; a chunk lent while its write is in flight is unaffected;
+ * a chunk whose bytes changed after they were committed is never written and is removed; a
+ * chunk reported corrupt while its write is in flight goes once both are done. Evicting a clean
+ * chunk costs nothing and drops nothing. store_check() (index, dirty FIFO and arena accounting)
+ * holds at every step.
+ */
+START_TEST(store_write_back_lifecycle)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h7 = H(1, 7), h6 = H(1, 6), h5 = H(1, 5);
+    store_ram_stats_t rs;
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 0);
+    save_chain(f, 0, 1, 0, 8, 65536, 0, st); /* half the arena dirty: nothing to write yet */
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.clean_target_bytes, 512 << 10);
+    ck_assert_uint_eq(rs.dirty_bytes, 8 * 65536);
+    ck_assert_uint_eq(ds.counts.wbuf, 0);
+    /* the second half makes the arena all dirty: when it is published the cleaner hands the
+     * oldest half (chain 1) to the disk, before any flush starts (the kick is deferred) */
+    save_chain(f, 0, 2, 0, 8, 65536, 0, st);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.dirty_bytes, 8 * 65536);
+    ck_assert_uint_eq(ds.counts.wbuf, 8);
+    ck_assert_uint_eq(rs.chunks, 16); /* still in RAM */
+    ck_assert_int_eq(store_check(f->st), 0);
+    /* a chunk being written is lent like any RAM chunk */
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h7, 1, false, loaded_cb, loads_done_cb, &l, NULL), 0);
+    ck_assert_int_eq(l.done, 1);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
+    ck_assert_uint_eq(((uint8_t *)l.got[0].data)[100], (uint8_t)(1 * 31 + 7 * 7));
+    /* chunk 6 changes under the daemon (a client scribbling the arena): never written */
+    arena_bytes(f, 1, 6)[1000] ^= 0xff;
+    /* chunk 5 changes too and a client reports it while its write is in flight */
+    arena_bytes(f, 1, 5)[2000] ^= 0xff;
+    store_verify(f->st, f->ns, 0, &h5);
+    run_until_flushed(f);
+    for (int k = 0; k < 50; k++) /* the verification may finish after the flush */
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(store_check(f->st), 0);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.verify_drops, 2);
+    ck_assert_uint_eq(rs.verifies, 1);
+    ck_assert_uint_eq(ds.tier.verify_drops, 2);
+    ck_assert_uint_eq(ds.counts.demoted, 6);
+    ck_assert_uint_eq(ds.counts.chunks, 6);
+    ck_assert_ptr_null(store_find(f->st, f->ns, 0, &h6));
+    ck_assert_ptr_null(store_find(f->st, f->ns, 0, &h5));
+    /* chunk 7, lent throughout, is clean now and still holds its bytes */
+    {
+        store_chunk_t *c = store_find(f->st, f->ns, 0, &h7);
+        uint64_t len;
+        const uint8_t *p;
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_eq(c, l.got[0].chunk);
+        store_unpin(f->st, c);
+        p = store_load(f->st, f->ns, 0, &h7, &len);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_uint_eq(p[65535], (uint8_t)(1 * 31 + 7 * 7));
+    }
+    /* chunks 5 and 6 are gone, so chain 1 is a prefix of 5 (0..4 stored) */
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 5);
+    /* a third chain fills the arena again: it evicts clean chunks only, dropping nothing */
+    save_chain(f, 0, 3, 0, 8, 65536, 0, st);
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_int_eq(st[i], KVT_CHUNK_STORED);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_gt(ds.counts.demoted_clean, 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 5); /* from disk now, in part */
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
+/*
+ * A burst faster than the disk: when the RAM tier is full and the coldest chunks are still being
+ * written, they are spilled (out of the RAM tier, into the arena's write headroom, still
+ * readable) instead of dropping a chunk; each leaves RAM when its write commits, or when the
+ * reader that holds it then lets it go. store_check() holds at every step.
+ */
+START_TEST(store_burst_spills_writes_in_flight)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h[8], h7 = H(1, 7);
+    kvt_frame_t pl[8];
+    uint8_t *buf = malloc(8 * 65536);
+    store_ram_stats_t rs;
+    store_disk_stats_t ds;
+    int done = 0;
+
+    dfixture_init(&d, 0);
+    save_chain(f, 0, 1, 0, 8, 65536, 0, st);
+    save_chain(f, 0, 2, 0, 8, 65536, 0, st); /* the cleaner hands chain 1 to the disk */
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.wbuf, 8);
+    /* chain 3 arrives before the flush starts: the RAM tier is full, chain 1 is in flight */
+    for (uint32_t i = 0; i < 8; i++) {
+        h[i] = H(3, i);
+        memset(buf + i * 65536, (int)(3 * 31 + i * 7), 65536);
+        pl[i] = (kvt_frame_t){.data = buf + i * 65536, .len = 65536};
+    }
+    ck_assert_int_eq(store_save(f->st, f->ns, 0, NULL, h, 8, pl, 0, st, saved_cb, &done, NULL), 0);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.arena_bytes, 3u << 20); /* 1 MiB + 2 batches of 1 MiB */
+    ck_assert_uint_eq(rs.demoting_bytes, 8 * 65536);
+    ck_assert_uint_le(rs.used_bytes, rs.capacity_bytes);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_int_eq(store_check(f->st), 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8); /* spilled chunks are still there */
+    /* a reader takes spilled chunk 7 of chain 1 before its write commits */
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h7, 1, false, loaded_cb, loads_done_cb, &l, NULL), 0);
+    ck_assert_int_eq(l.done, 1);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
+    while (!done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_int_eq(st[i], KVT_CHUNK_STORED);
+    run_until_flushed(f);
+    ck_assert_int_eq(store_check(f->st), 0);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(rs.demoting_bytes, 65536); /* the chunk the reader holds */
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_eq(ds.counts.chunks, 16); /* chain 1, and chain 2 once chain 3 came */
+    ck_assert_uint_eq(rs.chunks, 17);        /* chains 2 and 3, and the chunk the reader holds */
+    ck_assert_uint_le(rs.used_bytes, rs.capacity_bytes);
+    ck_assert_uint_eq(((uint8_t *)l.got[0].data)[65535], (uint8_t)(1 * 31 + 7 * 7));
+    store_unpin(f->st, l.got[0].chunk); /* written and let go: it leaves RAM */
+    store_ram_stats(f->st, 0, &rs);
+    ck_assert_uint_eq(rs.demoting_bytes, 0);
+    ck_assert_uint_eq(rs.chunks, 16);
+    ck_assert_int_eq(store_check(f->st), 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8); /* from disk */
+    /* the next save evicts the clean chunk first: nothing is dropped */
+    save_chain(f, 0, 4, 0, 1, 65536, 0, st);
+    store_ram_stats(f->st, 0, &rs);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_le(rs.used_bytes, rs.capacity_bytes);
+    ck_assert_int_eq(store_check(f->st), 0);
+    free(buf);
+    dfixture_fini(&d);
+}
+END_TEST
+
+/* A disk-only chunk is read straight into a new arena extent: the load lends it from there. */
+START_TEST(store_disk_read_lands_in_arena)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h[8];
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);       /* a whole chain ahead: paced saves drop nothing */
+    for (uint32_t c = 1; c <= 4; c++) { /* 2 MiB through 1 MiB of RAM */
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(1, i);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, h, 8, false, loaded_cb, loads_done_cb, &l, NULL), 0);
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    ck_assert_int_eq(l.n, 8);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_gt(ds.counts.promoted, 0);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    for (uint32_t i = 0; i < 8; i++) {
+        ck_assert_int_eq(l.got[i].kind, STORE_LOADED_LENT);
+        ck_assert_uint_eq(((uint8_t *)l.got[i].data)[4097], (uint8_t)(1 * 31 + i * 7));
+        ck_assert_uint_eq(l.got[i].csum, store_chunk_csum(l.got[i].chunk));
+        store_unpin(f->st, l.got[i].chunk);
+    }
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
 /* A drop takes every chunk of the namespace; a pinned one leaves the index at once and keeps
  * its RAM until its last unpin; another namespace and later saves are untouched. */
 START_TEST(store_drop_ns_pinned_and_others)
@@ -458,8 +792,15 @@ START_TEST(store_drop_ns_pinned_and_others)
             &g, &other),
         0);
     save_chain(&f, 0, 1, 0, 4, 4096, 0, st);
-    store_save(f.st, other, 0, NULL, &h1, 1,
-               &(kvt_frame_t){.data = (const uint8_t[4096]){0}, .len = 4096}, 0, st);
+    {
+        static const uint8_t zeros[4096];
+        kvt_frame_t pl = {.data = zeros, .len = sizeof zeros};
+        int done = 0;
+        ck_assert_int_eq(
+            store_save(f.st, other, 0, NULL, &h1, 1, &pl, 0, st, saved_cb, &done, NULL), 0);
+        while (!done)
+            uv_run(&f.loop, UV_RUN_ONCE);
+    }
     ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
     pinned = store_find(f.st, f.ns, 0, &h1);
     ck_assert_ptr_nonnull(pinned);
@@ -520,6 +861,9 @@ static Suite *suite(void)
     tcase_add_test(ts, store_leased_chain_survives_pressure);
     tcase_add_test(ts, store_nospace_when_all_leased);
     tcase_add_test(ts, store_long_save_keeps_chain);
+    tcase_add_test(ts, store_write_back_lifecycle);
+    tcase_add_test(ts, store_burst_spills_writes_in_flight);
+    tcase_add_test(ts, store_disk_read_lands_in_arena);
     tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);
     suite_add_tcase(s, ts);

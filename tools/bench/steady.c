@@ -16,7 +16,7 @@
  * The daemon's figures: its pid comes from status (`pid`), its CPU time from /proc/<pid>/stat
  * (utime + stime, every thread, in clock ticks: 10 ms resolution, summed over the steps), the
  * loop thread's busy share and loop-turn p99 from status `loop.busy_share` and
- * `loop.turn_us.p99` when the daemon has them (NAN otherwise: the report prints "-").
+ * `loop.turn_us.p99_us` when the daemon has them (NAN otherwise: the report prints "-").
  *
  * Threads: main thread only, with the rank threads parked.
  */
@@ -90,7 +90,7 @@ void daemon_figures(const bench_t *b, daemon_figs_t *out)
 {
     json_t *root = status_doc(b);
     const json_t *busy = root ? tool_json_path(root, "loop.busy_share") : NULL;
-    const json_t *p99 = root ? tool_json_path(root, "loop.turn_us.p99") : NULL;
+    const json_t *p99 = root ? tool_json_path(root, "loop.turn_us.p99_us") : NULL;
 
     out->pid = root != NULL ? (long)jint(root, "pid") : 0;
     out->busy_share = json_is_number(busy) ? json_number_value(busy) : NAN;

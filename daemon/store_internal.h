@@ -1,0 +1,147 @@
+/*
+ * store_internal.h - what store.c (lookups, saves, eviction, pins, status) and store_io.c (loads
+ * and disk reads, demotion, the disk tier's callbacks, the shutdown persist, verifications)
+ * share. Internal to those two files (and the store's unit tests): nothing else includes it.
+ * Functions here are store__verb, as libuv names its internals.
+ *
+ * Threads: loop thread only.
+ */
+#ifndef KVT_STORE_INTERNAL_H
+#define KVT_STORE_INTERNAL_H
+
+#include "store.h"
+
+#include "disk.h"
+#include "drops.h"
+#include "index.h"
+#include "ram.h"
+
+#define STORE_VICTIM_SCAN 4096u
+#define STORE_SPILL_SCAN 64u /* chunks being written looked at per spill */
+
+typedef struct {
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+} persist_key_t;
+
+typedef struct {
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+    kvt_wire_hash_t parent;
+} relink_t;
+
+struct store {
+    ns_table_t *nst;
+    index_t *ix;
+    ram_t *ram;            /* the arena: ram_cap + the write headroom (store_new) */
+    uint64_t ram_cap;      /* ram.capacity_bytes: the RAM tier's share of the arena */
+    uint64_t spill_bytes;  /* payload of INDEX_F_SPILL chunks (in the headroom) */
+    uint64_t spill_foot;   /* their arena footprint */
+    unsigned workers;      /* thread-pool jobs one save's checksums may spread over */
+    uint64_t stored_bytes; /* payload bytes resident in RAM */
+    uint64_t ram_chunks;
+    store_stats_t st;
+    const config_t *cfg;
+    uv_loop_t *loop;
+    disk_t *disk;
+    int disk_error;
+    bool closing;
+    store_disk_counts_t dk;
+    bool nospace_held;       /* the last allocation that failed did so because of holds */
+    uint64_t nospace_log_ms; /* when ram_nospace was last logged (once a second at most) */
+    drops_t *drops;          /* tombstones of dropped namespaces (with the disk tier) */
+    uint64_t last_seq;       /* the last write ticket issued */
+    uint64_t done_seq;       /* the last one whose flush finished */
+    index_entry_t *limbo;    /* dropped while pinned: unindexed, freed at the last unpin */
+    /* arena bytes (footprints) held outside the RAM tier's chunks */
+    uint64_t ingest_bytes; /* saves and commits being checksummed */
+    uint64_t promo_bytes;  /* disk reads landing in the arena */
+    /* the cleaner: RAM chunks without a disk copy, least recent first (INDEX_F_DIRTY) */
+    index_entry_t *dirty_head, *dirty_tail;
+    index_entry_t *wb_head, *wb_tail; /* chunks being written (INDEX_F_WBUF), oldest first */
+    uint64_t dirty_bytes;             /* their payload bytes */
+    uint64_t clean_target;            /* free or clean RAM the cleaner keeps (0: no cleaner) */
+    uint64_t verifies, verify_drops;
+    uint64_t jobs;          /* saves, commits and verifications in flight (store_close waits) */
+    uv_timer_t clean_timer; /* the cleaner's next turn (initialised with the disk tier) */
+    bool clean_pending;
+    relink_t *relink; /* recovery only */
+    size_t nrelink, relinkcap;
+    /* shutdown: the dirty chunks are written (the dirty FIFO is what is left to write) */
+    uv_timer_t persist_timer; /* initialised when the disk tier is attached */
+    uint64_t persist_deadline, persist_start, persisted, persist_appended, persist_dirty;
+    uint64_t reclaim_seg; /* the segment whose reclaim continues a slice per turn, or 0 */
+    bool close_waiting;   /* store_close waits for jobs before persisting */
+    int close_handles;
+    void (*close_done)(void *arg);
+    void *close_arg;
+};
+
+/* An entry none of whose copies exists any more (pinned while its disk record failed its
+ * checksum or its write failed), or whose bytes failed a verification: it counts as absent and
+ * leaves the index with its last pin. */
+static inline bool store__absent(const index_entry_t *e)
+{
+    return (e->flags & INDEX_F_BAD) || !(e->flags & (INDEX_F_RAM | INDEX_F_WBUF | INDEX_F_DISK));
+}
+
+/* Whether e's bytes are in the arena at e->off (RAM-resident, and not found bad). */
+static inline bool store__in_arena(const index_entry_t *e)
+{
+    return (e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) != 0 && !(e->flags & INDEX_F_BAD);
+}
+
+/* Frees the RAM copy of e (the entry stays). */
+void store__ram_release(store_t *s, index_entry_t *e);
+
+/* Removes e from the index and every tier; its successors become orphans. */
+void store__drop(store_t *s, index_entry_t *e);
+
+/* The dirty FIFO (least recent first): e (RAM-resident, no disk copy, no write pending, not bad
+ * nor dropped) joins at the tail / leaves it; each is a no-op when e is not eligible / not listed.
+ */
+void store__dirty_add(store_t *s, index_entry_t *e);
+void store__dirty_del(store_t *s, index_entry_t *e);
+
+/* An access to e (index_touch): a dirty e also moves to the dirty FIFO's tail. */
+void store__touch(store_t *s, index_entry_t *e);
+
+/* Allocates len bytes, evicting chain tails while the RAM tier (ram_cap) or the arena is full
+ * (store.h, the policy): a tail with a disk copy is released, one whose write is in flight is
+ * spilled (while the RAM tier is what is full), one without either is dropped when allow_drop
+ * (counted as a demotion refused), else the allocation fails. 0 or -ENOSPC / -EINVAL. */
+int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uint64_t *off);
+
+/* Writes RAM chunk e of namespace ns to the disk by reference: its extent is lent to the flush,
+ * it stays in RAM, pinned until the write commits. 0 or disk_append's error. */
+int store__write_back(store_t *s, const ns_t *ns, index_entry_t *e);
+
+/* Runs the cleaner now (bounded), and again on later turns while it is short of its target. */
+void store__clean_ahead(store_t *s);
+
+/* Ends e's spill (INDEX_F_SPILL): its bytes count in the RAM tier again. */
+void store__spill_end(store_t *s, index_entry_t *e);
+/* Spilled e's write is over and nobody pins it: it leaves RAM when it is on disk, else it
+ * rejoins the RAM tier. */
+void store__spill_done(store_t *s, index_entry_t *e);
+
+/* The list of chunks being written: e joins when its write starts, leaves when it commits. */
+void store__wb_add(store_t *s, index_entry_t *e);
+void store__wb_del(store_t *s, index_entry_t *e);
+
+/* Forgets e's disk copy (the entry stays). */
+void store__disk_forget(store_t *s, index_entry_t *e);
+
+/* The disk tier's callbacks (store_io.c), and the store's part of close. */
+extern const disk_ops_t store__disk_ops;
+void store__persist_begin(store_t *s);
+
+/* A dropped chunk's last pin went (store.c): its RAM bytes and the entry go now. */
+void store__limbo_free(store_t *s, index_entry_t *e);
+
+/* A save, commit or verification in flight finished (store_close may go on). */
+void store__job_done(store_t *s);
+
+#endif /* KVT_STORE_INTERNAL_H */

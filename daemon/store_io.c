@@ -1,0 +1,746 @@
+/*
+ * store_io.c - the store's work that leaves the loop thread (see store.h): loads and the disk
+ * reads behind them, the cleaner that writes RAM chunks to disk ahead of their eviction, the
+ * disk tier's callbacks (recovered, committed, reclaim), the shutdown persist, and
+ * re-verifications.
+ *
+ * Design notes:
+ *   - Write-back by reference (the cleaner): the store keeps its RAM chunks that have no disk
+ *     copy in a FIFO, least recently saved or used first (the dirty list, store.c). Whenever more
+ * than ram.capacity_bytes - clean_target of them are dirty, the cleaner hands the oldest to the
+ *     disk: disk_append() lends the chunk's own arena extent (no copy), the chunk stays
+ *     RAM-resident and readable, pinned while its write is in flight (INDEX_F_WBUF), and becomes
+ *     clean (RAM + disk copy) when the write commits. An eviction then only releases a clean
+ *     chunk's RAM copy, at once: a save never waits for the disk. A chunk evicted while its
+ *     write is in flight is spilled (store.c): the commit then releases its RAM copy, or the last
+ *     unpin of a reader that holds it then (store__spill_done). At most STORE_CLEAN_BUDGET
+ *     chunks per loop turn, continuing on a zero timer; it stops while the disk's budget is
+ *     spent and runs again when a flush commits. The write's cookie is the entry's address: the
+ *     pin keeps it valid even when the chunk is dropped meanwhile (the limbo), and nothing a
+ *     holder reads is ever freed under it.
+ *   - Reads land in arena extents allocated before the read (promotion without a copy) and pin
+ *     their entry until they finish, so the entry, its segment and its extent stay valid; a
+ *     second load of a chunk whose read is in flight joins it (ranks of a replicated namespace
+ *     all load rank 0's chunk) instead of reading again. A frames load that cannot get an extent
+ *     without dropping a chunk reads into a heap buffer that becomes its reply frame; that read
+ *     is not joined (a heap buffer serves one reply).
+ *   - Bounded work per turn: the disk reports commits DISK_COMMIT_SLICE at a time, reclaim
+ *     detaches STORE_RECLAIM_SLICE entries of a segment per call, the persist appends
+ *     STORE_PERSIST_SLICE chunks per turn, the cleaner STORE_CLEAN_BUDGET.
+ *   - Generation checks: a read that finishes for an entry whose disk copy moved or failed does
+ *     not publish.
+ * Threads: loop thread only; the bytes of chunks being written and of reads in flight belong to
+ *     the disk's workers until their callbacks (readers may share them: nobody writes them),
+ *     those of verifications to ingest.c's jobs.
+ */
+#include "store_internal.h"
+
+#include "ingest.h"
+#include "log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STORE_PERSIST_MS 20000u /* shutdown: how long RAM-only chunks may take to reach disk */
+#define STORE_PERSIST_RETRY_MS 5u
+#define STORE_PERSIST_SLICE 512u
+#define STORE_CLEAN_BUDGET 64u
+#define STORE_RECLAIM_SLICE 1024u
+
+/* --- the cleaner --- */
+
+/* The record of entry e of namespace ns (the chunk's csum, its chain link for recovery). */
+static void record_of(const ns_t *ns, const index_entry_t *e, record_meta_t *m)
+{
+    memset(m, 0, sizeof *m);
+    m->version = RECORD_VERSION;
+    m->model_len = (uint8_t)strlen(ns->model);
+    memcpy(m->model, ns->model, m->model_len);
+    m->revision_len = (uint8_t)strlen(ns->revision);
+    memcpy(m->revision, ns->revision, m->revision_len);
+    m->fingerprint = ns->fingerprint;
+    m->world = ns->world;
+    m->chunk_tokens = ns->chunk_tokens;
+    m->rank = e->rank;
+    m->flags = ns->replicated ? RECORD_F_REPLICATED : 0;
+    memcpy(m->hash, e->hash.b, 16);
+    if (e->parent != NULL) {
+        m->flags |= RECORD_F_PARENT;
+        memcpy(m->parent, e->parent->hash.b, 16);
+    }
+    m->raw_len = e->len;
+    m->stored_len = e->len;
+    m->shuffle = 1;
+    m->csum = e->csum;
+}
+
+/* Writes RAM chunk e to the disk by reference: its extent is lent to the flush, it stays in
+ * RAM, pinned until the write commits (committed_cb). 0 or disk_append's error. */
+int store__write_back(store_t *s, const ns_t *ns, index_entry_t *e)
+{
+    record_meta_t m;
+    uint64_t seq;
+    int rc;
+
+    record_of(ns, e, &m);
+    rc = disk_append(s->disk, e->ns, &m, ram_ptr(s->ram, e->off), (uint64_t)(uintptr_t)e, &seq);
+    if (rc != 0)
+        return rc;
+    store__dirty_del(s, e);
+    store_pin(s, e);
+    e->flags |= INDEX_F_WBUF;
+    store__wb_add(s, e);
+    e->wseq = seq;
+    s->dk.wbuf++;
+    s->last_seq = seq;
+    return 0;
+}
+
+static void clean_timer_cb(uv_timer_t *t)
+{
+    store_t *s = t->data;
+
+    s->clean_pending = false;
+    store__clean_ahead(s);
+}
+
+void store__clean_ahead(store_t *s)
+{
+    uint64_t cap;
+    int rc;
+
+    if (s->disk == NULL || s->closing || s->clean_target == 0)
+        return;
+    cap = s->ram_cap;
+    for (unsigned budget = STORE_CLEAN_BUDGET;; budget--) {
+        index_entry_t *e = s->dirty_head;
+        const ns_t *ns;
+
+        if (e == NULL || s->dirty_bytes + s->clean_target <= cap)
+            return;
+        if (budget == 0)
+            break;
+        ns = ns_get(s->nst, e->ns);
+        if (ns == NULL) {
+            store__dirty_del(s, e);
+            continue;
+        }
+        if (!disk_admits(s->disk, e->len))
+            return; /* the disk's budget is spent: again when a flush commits */
+        rc = store__write_back(s, ns, e);
+        if (rc == -E2BIG) {
+            store__dirty_del(s, e); /* can never fit a write batch: it stays RAM-only */
+            continue;
+        }
+        if (rc != 0)
+            return; /* the full batch waits to go: again when it commits */
+    }
+    if (!s->clean_pending) {
+        s->clean_pending = true;
+        uv_timer_start(&s->clean_timer, clean_timer_cb, 0, 0);
+    }
+}
+
+/* --- the disk tier's callbacks --- */
+
+static void set_disk_loc(store_t *s, index_entry_t *e, const disk_loc_t *loc)
+{
+    e->flags |= INDEX_F_DISK;
+    e->dseg = loc->seg;
+    e->doff = loc->off;
+    e->dhdr = loc->hdr_len;
+    e->dstored = loc->stored;
+    e->dver = loc->version;
+    {
+        void **head = disk_seg_user(s->disk, e->dseg);
+        index_entry_t *first = *head;
+        e->seg_prev = NULL;
+        e->seg_next = first;
+        if (first != NULL)
+            first->seg_prev = e;
+        *head = e;
+    }
+    s->dk.chunks++;
+}
+
+static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *loc)
+{
+    store_t *s = arg;
+    kvt_wire_hash_t h;
+    index_entry_t *e;
+    ns_t *ns;
+    ns_ident_t id = {.model = m->model,
+                     .model_len = m->model_len,
+                     .revision = m->revision,
+                     .revision_len = m->revision_len,
+                     .fingerprint = m->fingerprint,
+                     .world = m->world,
+                     .replicated = (m->flags & RECORD_F_REPLICATED) != 0,
+                     .chunk_tokens = m->chunk_tokens};
+
+    /* a version 1 record carries no revision: NULL, matched by model and layout (drops.h) */
+    if (drops_covers(s->drops, m->model, m->model_len,
+                     m->version == RECORD_VERSION_V1 ? NULL : m->revision, m->fingerprint, loc->seg,
+                     loc->off)) {
+        s->dk.recover_dropped++;
+        return;
+    }
+    if (ns_declare(s->nst, &id, config_gates_for(s->cfg, m->model), &ns) != 0 ||
+        (ns->replicated && m->rank != 0)) {
+        s->dk.recover_skipped++;
+        return;
+    }
+    memcpy(h.b, m->hash, 16);
+    e = index_find(s->ix, ns->id, m->rank, &h);
+    if (e != NULL) {
+        /* a newer copy of the same chunk (the older segment was written first) */
+        store__disk_forget(s, e);
+        ns->bytes -= e->len;
+        e->len = m->raw_len;
+        ns->bytes += e->len;
+        e->csum = m->csum;
+        set_disk_loc(s, e, loc);
+        return;
+    }
+    e = index_add_cold(s->ix, ns->id, m->rank, &h, NULL, false, m->raw_len);
+    if (e == NULL) {
+        s->dk.recover_skipped++;
+        return;
+    }
+    e->csum = m->csum;
+    ns->chunks++;
+    ns->bytes += m->raw_len;
+    set_disk_loc(s, e, loc);
+    if ((m->flags & RECORD_F_PARENT) != 0) {
+        if (s->nrelink == s->relinkcap) {
+            size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
+            relink_t *nr = realloc(s->relink, nc * sizeof *nr);
+            if (nr == NULL)
+                return; /* the chunk stays, without its chain link */
+            s->relink = nr;
+            s->relinkcap = nc;
+        }
+        s->relink[s->nrelink].ns = ns->id;
+        s->relink[s->nrelink].rank = m->rank;
+        s->relink[s->nrelink].hash = h;
+        memcpy(s->relink[s->nrelink].parent.b, m->parent, 16);
+        s->nrelink++;
+    }
+}
+
+static void verify_dropped(store_t *s, const index_entry_t *e, const char *where)
+{
+    s->verify_drops++;
+    log_warn("chunk_verify_drop", "ns=%u rank=%u where=%s action=removed", e->ns, e->rank, where);
+}
+
+/* A flush finished the ticket seq: tombstones pending on it move past its record (loc), or to
+ * the log end when it was not written (the batch was truncated away, or the record refused). */
+static void drops_settle_at(store_t *s, uint64_t seq, const disk_loc_t *loc)
+{
+    uint64_t seg, off;
+    int rc;
+
+    if (loc != NULL) {
+        seg = loc->seg;
+        off = loc->off + 1;
+    } else {
+        disk_log_end(s->disk, &seg, &off);
+    }
+    rc = drops_settle(s->drops, seq, seg, off);
+    if (rc != 0)
+        log_warn("drops_write_failed", "dir=%s error=\"%s\"", s->cfg->disk.dir, strerror(-rc));
+}
+
+/* The write of chunk e (the cookie: pinned for it) finished: rc as committed(). */
+static void committed_cb(void *arg, uint32_t ns_id, const record_meta_t *m, uint64_t seq,
+                         uint64_t cookie, int rc, const disk_loc_t *loc)
+{
+    store_t *s = arg;
+    index_entry_t *e = (index_entry_t *)(uintptr_t)cookie;
+
+    (void)ns_id;
+    (void)m;
+    if (seq > s->done_seq)
+        s->done_seq = seq;
+    if (drops_pending(s->drops))
+        drops_settle_at(s, seq, rc == 0 ? loc : NULL);
+    e->flags &= (uint16_t)~INDEX_F_WBUF;
+    store__wb_del(s, e);
+    if (!(e->flags & INDEX_F_LIMBO)) { /* a dropped chunk's write is dead bytes */
+        s->dk.wbuf--;
+        if (rc == 0) {
+            set_disk_loc(s, e, loc); /* clean now: its eviction costs nothing */
+            s->dk.demoted++;
+            s->persisted += s->closing;
+            /* a chunk evicted meanwhile leaves RAM with the write's pin (store_unpin), or
+             * with the last pin of whoever still reads it */
+        } else if (rc == -EBADMSG) {
+            store__spill_end(s, e);
+            if (!(e->flags & INDEX_F_BAD)) {
+                e->flags |= INDEX_F_BAD; /* dropped with its last pin, just below */
+                verify_dropped(s, e, s->closing ? "persist" : "write_back");
+            }
+        } else {
+            store__spill_end(s, e);
+            store__dirty_add(s, e); /* the write failed: still in RAM, tried again later */
+        }
+    }
+    store_unpin(s, e);
+    store__clean_ahead(s);
+}
+
+static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
+{
+    store_t *s = arg;
+    uint64_t now = s->loop != NULL ? uv_now(s->loop) : 0;
+    index_entry_t *e, *next;
+    unsigned n = 0;
+
+    /* A chunk that lives only here is kept while pinned (someone holds its entry: a read, the
+     * predecessor of a chunk being placed, a client's hold), even when forced: pins are short
+     * and the disk refuses the write instead, so capacity still holds. Leases keep a segment
+     * too, unless forced. The check is made when a segment's reclaim starts; a slice that
+     * continues it detaches what is left (a chunk pinned since then stays absent until its
+     * last pin: a read in flight of it still finishes from the open file and revives it). */
+    if (s->reclaim_seg != seg) {
+        for (e = *user; e != NULL; e = e->seg_next)
+            if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) &&
+                (e->pins > 0 || (!force && index_leased(e, now))))
+                return -EBUSY;
+    }
+    for (e = *user; e != NULL; e = next) {
+        if (!force && n++ == STORE_RECLAIM_SLICE) {
+            e->seg_prev = NULL;
+            *user = e;
+            s->reclaim_seg = seg;
+            return -EAGAIN;
+        }
+        next = e->seg_next;
+        e->seg_prev = e->seg_next = NULL;
+        e->flags &= (uint16_t)~INDEX_F_DISK;
+        e->dseg = 0;
+        s->dk.chunks--;
+        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
+            s->dk.evictions++;
+            if (e->pins == 0)
+                store__drop(s, e);
+        } else {
+            store__dirty_add(s, e); /* its RAM copy is the only one again */
+        }
+    }
+    *user = NULL;
+    s->reclaim_seg = 0;
+    return 0;
+}
+
+const disk_ops_t store__disk_ops = {
+    .recovered = recovered_cb, .committed = committed_cb, .reclaim = reclaim_cb};
+
+int store_attach_disk(store_t *s, uv_loop_t *loop)
+{
+    int rc;
+
+    s->loop = loop;
+    if (!s->cfg->disk.enabled)
+        return 0;
+    rc = drops_open(s->cfg->disk.dir, &s->drops);
+    if (rc == 0)
+        rc = disk_open(loop, s->cfg, &store__disk_ops, s, &s->disk);
+    if (rc != 0) {
+        drops_destroy(&s->drops);
+        s->disk_error = rc;
+        s->disk = NULL;
+        free(s->relink);
+        s->relink = NULL;
+        s->nrelink = s->relinkcap = 0;
+        s->dk = (store_disk_counts_t){0};
+        return rc;
+    }
+    for (size_t i = 0; i < s->nrelink; i++) {
+        const relink_t *r = &s->relink[i];
+        index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
+        index_entry_t *p = index_find(s->ix, r->ns, r->rank, &r->parent);
+        if (e != NULL && p != NULL && e != p && e->parent == NULL)
+            index_set_parent(s->ix, e, p);
+        else if (e != NULL && p == NULL)
+            e->flags |= INDEX_F_ORPHAN;
+    }
+    free(s->relink);
+    s->relink = NULL;
+    s->nrelink = s->relinkcap = 0;
+    drops_prune(s->drops, disk_first_segment(s->disk));
+    s->clean_target = s->cfg->ram.clean_target_bytes;
+    if (s->clean_target == 0 || s->clean_target > s->ram_cap)
+        s->clean_target = s->ram_cap / 2;
+    uv_timer_init(loop, &s->persist_timer);
+    uv_timer_init(loop, &s->clean_timer);
+    s->persist_timer.data = s->clean_timer.data = s;
+    return 0;
+}
+
+void store_disk_check(store_t *s)
+{
+    if (s->disk != NULL && !s->closing)
+        disk_check_files(s->disk);
+}
+
+uint32_t store_disk_reads(const store_t *s)
+{
+    return s->disk != NULL ? disk_reads_pending(s->disk) : 0;
+}
+
+int store_disk_error(const store_t *s)
+{
+    return s->disk_error;
+}
+
+/* --- shutdown --- */
+
+static void persist_step_cb(uv_timer_t *t);
+
+static void close_handle_cb(uv_handle_t *h)
+{
+    store_t *s = h->data;
+
+    if (--s->close_handles == 0)
+        disk_close(s->disk, s->close_done, s->close_arg);
+}
+
+/* Writes the dirty chunks, oldest first (a slice per turn); waits (a short timer) while the
+ * write budget is spent, and gives up at the deadline or when the tier is degraded. Every write
+ * is verified against the chunk's checksum first (disk.c), so a chunk whose bytes were changed in
+ * the arena is never persisted as valid. */
+static void persist_step(store_t *s)
+{
+    uint64_t now = uv_now(s->loop);
+    unsigned slice = 0;
+
+    while (s->dirty_head != NULL) {
+        index_entry_t *e = s->dirty_head;
+        const ns_t *ns = ns_get(s->nst, e->ns);
+        int rc;
+
+        if (ns == NULL) {
+            store__dirty_del(s, e);
+            continue;
+        }
+        if (slice++ == STORE_PERSIST_SLICE) {
+            uv_timer_start(&s->persist_timer, persist_step_cb, 0, 0);
+            return;
+        }
+        rc = store__write_back(s, ns, e);
+        if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
+            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
+            return;
+        }
+        if (rc == -EAGAIN)
+            break; /* degraded or out of time: the rest stays RAM-only */
+        if (rc != 0)
+            store__dirty_del(s, e); /* can never fit a write batch */
+        else
+            s->persist_appended++;
+    }
+    log_info("disk_persist",
+             "chunks=%" PRIu64 " dirty_bytes=%" PRIu64 " left_bytes=%" PRIu64 " ms=%" PRIu64,
+             s->persist_appended, s->persist_dirty, s->dirty_bytes, now - s->persist_start);
+    s->close_handles = 2;
+    uv_close((uv_handle_t *)&s->persist_timer, close_handle_cb);
+    uv_close((uv_handle_t *)&s->clean_timer, close_handle_cb);
+}
+
+static void persist_step_cb(uv_timer_t *t)
+{
+    persist_step(t->data);
+}
+
+/* Shutdown, once nothing is in flight: the chunks that are only in RAM (the dirty FIFO) are
+ * written to the disk tier first (bounded by STORE_PERSIST_MS), so that a clean restart finds
+ * every chunk; then the tier drains. */
+void store__persist_begin(store_t *s)
+{
+    if (s->disk == NULL) {
+        s->close_done(s->close_arg);
+        return;
+    }
+    uv_timer_stop(&s->clean_timer);
+    s->persist_start = uv_now(s->loop);
+    s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
+    s->persist_dirty = s->dirty_bytes;
+    persist_step(s);
+}
+
+void store__job_done(store_t *s)
+{
+    if (--s->jobs == 0 && s->close_waiting) {
+        s->close_waiting = false;
+        store__persist_begin(s);
+    }
+}
+
+void store_close(store_t *s, void (*done)(void *arg), void *arg)
+{
+    s->closing = true;
+    s->close_done = done;
+    s->close_arg = arg;
+    if (s->jobs > 0) {
+        s->close_waiting = true; /* saves and verifications in flight publish first */
+        return;
+    }
+    store__persist_begin(s);
+}
+
+/* --- loads --- */
+
+typedef struct load_batch load_batch_t;
+
+typedef struct batch_slot {
+    load_batch_t *b;
+    size_t i;
+    struct batch_slot *next; /* the other loads waiting for the same read */
+} batch_slot_t;
+
+struct load_batch {
+    store_chunk_cb chunk_cb;
+    store_batch_cb done_cb;
+    void *arg;
+    size_t outstanding;
+    batch_slot_t slots[]; /* one per chunk: the argument of its disk read */
+};
+
+/* A disk read in flight: its entry is pinned, its bytes land in an extent or a heap buffer. */
+typedef struct {
+    store_t *s;
+    index_entry_t *e;
+    uint64_t off;  /* the extent, or UINT64_MAX */
+    uint8_t *heap; /* the heap buffer when there is no extent */
+    uint64_t len;
+    disk_loc_t loc;
+    batch_slot_t *waiters; /* the first is the load that started it */
+} store_read_t;
+
+static void batch_release(load_batch_t *b)
+{
+    if (--b->outstanding > 0)
+        return;
+    b->done_cb(b->arg);
+    free(b);
+}
+
+static void batch_report(batch_slot_t *slot, store_loaded_kind_t kind, void *data, uint64_t len,
+                         uint64_t csum, store_chunk_t *chunk)
+{
+    store_loaded_t c = {.kind = kind, .data = data, .len = len, .csum = csum, .chunk = chunk};
+
+    slot->b->chunk_cb(slot->b->arg, slot->i, &c);
+}
+
+static void batch_miss(batch_slot_t *slot)
+{
+    batch_report(slot, STORE_LOADED_MISS, NULL, 0, 0, NULL);
+}
+
+/* Lends e's arena bytes to the load of slot, pinned for it. */
+static void batch_lend(store_t *s, batch_slot_t *slot, index_entry_t *e)
+{
+    store_pin(s, e);
+    batch_report(slot, STORE_LOADED_LENT, ram_ptr(s->ram, e->off), e->len, e->csum, e);
+}
+
+static void read_done_cb(void *arg, int rc)
+{
+    store_read_t *r = arg;
+    store_t *s = r->s;
+    index_entry_t *e = r->e;
+    bool same = (e->flags & INDEX_F_DISK) && e->dseg == r->loc.seg && e->doff == r->loc.off;
+    batch_slot_t *w = r->waiters, *next;
+
+    if (e->reading == r)
+        e->reading = NULL;
+    if (r->off != UINT64_MAX) {
+        s->promo_bytes -= ram_footprint(s->ram, r->len);
+        if (rc == 0 && !store__in_arena(e) && !(e->flags & (INDEX_F_BAD | INDEX_F_LIMBO))) {
+            index_ram_set(s->ix, e, r->off); /* promoted: the read landed in its extent */
+            s->stored_bytes += e->len;
+            s->ram_chunks++;
+            s->dk.promoted++;
+        } else {
+            ram_free(s->ram, r->off, r->len);
+        }
+    }
+    /* a record that failed its check, or that cannot be read (a truncated segment, an I/O
+     * error), is gone: the next load must not try it again */
+    if ((rc == -EBADMSG || rc == -EIO) && same) {
+        log_warn("disk_record_dropped", "ns=%u rank=%u segment=%016" PRIx64 " offset=%" PRIu64,
+                 e->ns, e->rank, r->loc.seg, r->loc.off);
+        store__disk_forget(s, e); /* absent now unless in RAM; dropped with its last pin */
+    }
+    for (; w != NULL; w = next) {
+        next = w->next;
+        if (rc == 0 && !(e->flags & INDEX_F_LIMBO) && (store__in_arena(e) || r->heap != NULL)) {
+            s->st.hits++;
+            s->dk.hits++;
+            if (store__in_arena(e)) {
+                batch_lend(s, w, e);
+            } else {
+                batch_report(w, STORE_LOADED_OWNED, r->heap, r->len, e->csum, NULL);
+                r->heap = NULL;
+            }
+        } else {
+            s->st.misses++;
+            s->dk.misses++;
+            batch_miss(w);
+        }
+        batch_release(w->b);
+    }
+    free(r->heap);
+    store_unpin(s, e); /* may drop an entry that failed its checksum */
+    free(r);
+}
+
+/* Starts the read of disk-only entry e for slot (or joins the one in flight). 0, or -1 when
+ * it cannot be read (a miss). */
+static int read_start(store_t *s, index_entry_t *e, bool arena, batch_slot_t *slot,
+                      store_spent_t *spent)
+{
+    store_read_t *r = e->reading;
+    uint64_t now = uv_now(s->loop);
+
+    if (r != NULL && r->off != UINT64_MAX) {
+        slot->next = r->waiters->next; /* joins: the extent serves every waiter */
+        r->waiters->next = slot;
+        s->dk.read_joins++;
+        return 0;
+    }
+    r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return -1;
+    *r = (store_read_t){.s = s, .e = e, .off = UINT64_MAX, .len = e->len, .waiters = slot};
+    r->loc = (disk_loc_t){.seg = e->dseg,
+                          .off = e->doff,
+                          .hdr_len = e->dhdr,
+                          .stored = e->dstored,
+                          .version = e->dver};
+    slot->next = NULL;
+    store_pin(s, e);
+    if (store__alloc(s, e->len, now, arena, &r->off) != 0) {
+        r->off = UINT64_MAX;
+        if (!arena &&
+            posix_memalign((void **)&r->heap, RECORD_BLOCK, (size_t)record_block(e->len)) != 0)
+            r->heap = NULL;
+    }
+    if (r->off == UINT64_MAX && r->heap == NULL)
+        goto fail;
+    if (disk_read(s->disk, &r->loc, e->hash.b, e->rank, e->len, e->csum,
+                  r->off != UINT64_MAX ? ram_ptr(s->ram, r->off) : r->heap, read_done_cb, r) != 0)
+        goto fail;
+    if (r->off != UINT64_MAX) {
+        s->promo_bytes += ram_footprint(s->ram, e->len);
+        if (e->reading == NULL)
+            e->reading = r;
+    }
+    if (spent != NULL) {
+        spent->disk_reads++;
+        spent->disk_read_bytes += e->dstored;
+    }
+    return 0;
+
+fail:
+    if (r->off != UINT64_MAX)
+        ram_free(s->ram, r->off, e->len);
+    free(r->heap);
+    free(r);
+    store_unpin(s, e);
+    return -1;
+}
+
+int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
+                     bool arena, store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg,
+                     store_spent_t *spent)
+{
+    load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
+
+    if (b == NULL)
+        return -ENOMEM;
+    b->chunk_cb = chunk_cb;
+    b->done_cb = done_cb;
+    b->arg = arg;
+    b->outstanding = 1; /* held until every chunk was started */
+    for (size_t i = 0; i < n; i++) {
+        index_entry_t *e = store_find(s, ns, rank, &h[i]);
+        batch_slot_t *slot = &b->slots[i];
+
+        *slot = (batch_slot_t){.b = b, .i = i};
+        if (e != NULL && store__in_arena(e)) {
+            /* in RAM: the arena bytes themselves, pinned for the callee */
+            store__touch(s, e);
+            s->st.hits++;
+            if (!(e->flags & INDEX_F_RAM))
+                s->dk.hits++;
+            batch_lend(s, slot, e);
+            continue;
+        }
+        if (e != NULL && !store__absent(e) && (e->flags & INDEX_F_DISK) && s->disk != NULL &&
+            !s->closing) {
+            store__touch(s, e);
+            if (read_start(s, e, arena, slot, spent) == 0) {
+                b->outstanding++;
+                continue;
+            }
+        }
+        s->st.misses++;
+        if (s->disk != NULL)
+            s->dk.misses++;
+        batch_miss(slot);
+    }
+    batch_release(b);
+    return 0;
+}
+
+/* --- verification --- */
+
+typedef struct {
+    store_t *s;
+    index_entry_t *e;
+    ingest_item_t item;
+} verify_t;
+
+static void verified_cb(void *arg)
+{
+    verify_t *v = arg;
+    store_t *s = v->s;
+    index_entry_t *e = v->e;
+
+    if (v->item.csum != e->csum && !(e->flags & INDEX_F_BAD)) {
+        store__dirty_del(s, e);
+        e->flags |= INDEX_F_BAD; /* absent from now on; dropped with its last pin */
+        verify_dropped(s, e, "release_corrupt");
+    }
+    store_unpin(s, e);
+    free(v);
+    store__job_done(s);
+}
+
+void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h)
+{
+    index_entry_t *e = store_find(s, ns, rank, h);
+    verify_t *v;
+
+    if (e == NULL || !store__in_arena(e) || s->loop == NULL)
+        return; /* not stored, or only on disk: every read verifies it */
+    v = malloc(sizeof *v);
+    if (v == NULL)
+        return;
+    s->verifies++;
+    *v = (verify_t){
+        .s = s, .e = e, .item = {.dst = ram_ptr(s->ram, e->off), .src = NULL, .len = e->len}};
+    store_pin(s, e); /* the extent cannot move or be freed while the worker reads it */
+    if (ingest_run(s->loop, &v->item, 1, 1, verified_cb, v) != 0) {
+        store_unpin(s, e);
+        free(v);
+        return;
+    }
+    s->jobs++;
+}
