@@ -150,6 +150,9 @@ def test_zero_copy_views_are_the_arena(daemon):
             t = pin.torch(1)
             assert bytes(pin.views[0]) == b"\x01" * 4096
             assert torch.all(t == 2) and pin.numpy(2).tobytes() == b"\x03" * 4096
+            if c.server_info().features & kvtier.FEATURE_CHECKSUMS:
+                assert pin.checksums == [kvtier.checksum(bytes([k + 1]) * 4096) for k in range(3)]
+                assert pin.verify() == 0 and pin.nhit == 3
             # The same memory: what the pin shows is what a copying load then reads.
             addr = t.data_ptr()
             assert arena["base"] <= addr < arena["base"] + arena["bytes"]
