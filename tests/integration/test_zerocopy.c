@@ -7,6 +7,7 @@
  * what the daemon refuses (a commit naming another range: the raw case is in test_shm.c); a
  * pinned chunk that survives a 3x fill of the tier and is evicted once released; a client
  * SIGKILLed while it holds reservations and pins, after which status returns to its baseline;
+ * chunks only on disk pinned and loaded through the arena (promoted, answered by location);
  * the arena's mapping as kvt_arena() reports it (page-aligned, for cudaHostRegister).
  */
 #include "check_main.h"
@@ -25,17 +26,26 @@
 #define MIB (1024u * 1024u)
 #define WAIT_MS 20000
 
-static char extra[256];
+static char extra[640];
 
-static harness_t *start_shm(uint64_t capacity, int hold_ms)
+/* A daemon with a shareable arena, a hold of hold_ms and, when disk_dir is not NULL, a small
+ * disk tier there. */
+static harness_t *start_shm(uint64_t capacity, int hold_ms, const char *disk_dir)
 {
     static int seq;
     harness_opts_t o = {.capacity_bytes = capacity, .max_chunk_bytes = 1 * MIB};
+    int n = snprintf(extra, sizeof extra,
+                     "{\"ram\": {\"arena_path\": \"/dev/shm/kvtier-zc-%d-%d.arena\", "
+                     "\"shm_hold_ms\": %d}",
+                     (int)getpid(), seq++, hold_ms);
 
-    snprintf(extra, sizeof extra,
-             "{\"ram\": {\"arena_path\": \"/dev/shm/kvtier-zc-%d-%d.arena\", "
-             "\"shm_hold_ms\": %d}}",
-             (int)getpid(), seq++, hold_ms);
+    if (disk_dir != NULL)
+        n += snprintf(extra + n, sizeof extra - (size_t)n,
+                      ", \"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": "
+                      "\"32MiB\", \"segment_bytes\": \"2MiB\", \"write_buffer_bytes\": \"2MiB\", "
+                      "\"fsync\": \"none\"}",
+                      disk_dir);
+    snprintf(extra + n, sizeof extra - (size_t)n, "}");
     o.extra_json = extra;
     return harness_start(&o);
 }
@@ -117,7 +127,7 @@ static kvt_completion_t *zc_pin(kvt_client_t *c, const kvt_hash_t *hs, size_t n,
 
 START_TEST(test_reserve_commit_pin_release)
 {
-    harness_t *h = start_shm(32 * MIB, 5000);
+    harness_t *h = start_shm(32 * MIB, 5000, NULL);
     kvt_client_t *c = connect_c(h, KVT_DATA_PATH_SHM);
     kvt_hash_t hs[8];
     kvt_completion_t *res[8], *p;
@@ -194,7 +204,7 @@ END_TEST
 
 START_TEST(test_commit_refusals)
 {
-    harness_t *h = start_shm(16 * MIB, 5000);
+    harness_t *h = start_shm(16 * MIB, 5000, NULL);
     kvt_client_t *c = connect_c(h, KVT_DATA_PATH_SHM), *d = connect_c(h, KVT_DATA_PATH_SHM);
     kvt_client_t *f = connect_c(h, KVT_DATA_PATH_FRAMES);
     kvt_hash_t hs[2];
@@ -240,7 +250,7 @@ END_TEST
 
 START_TEST(test_pin_survives_fill_then_evicted)
 {
-    harness_t *h = start_shm(8 * MIB, 60000); /* a hold longer than the fills take */
+    harness_t *h = start_shm(8 * MIB, 60000, NULL); /* a hold longer than the fills take */
     kvt_client_t *c = connect_c(h, KVT_DATA_PATH_SHM);
     kvt_hash_t pinned[2], other[2];
     kvt_completion_t *p;
@@ -280,9 +290,55 @@ START_TEST(test_pin_survives_fill_then_evicted)
 }
 END_TEST
 
+/* Chunks only on disk come back on the shared-memory path: the daemon promotes them into the
+ * arena and answers by location once read (a deferred reply the library simply waits for). */
+START_TEST(test_disk_chunks_by_location)
+{
+    char dir[128];
+    harness_t *h;
+    kvt_client_t *c;
+    kvt_hash_t a[4], b[4], other[4];
+    static uint8_t back[4][256 * KIB];
+    void *bufs[4];
+    size_t caps[4], lens[4], nhit;
+    int64_t promoted;
+    kvt_completion_t *p;
+
+    snprintf(dir, sizeof dir, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    h = start_shm(4 * MIB, 5000, dir);
+    c = connect_c(h, KVT_DATA_PATH_SHM);
+    harness_chain(7, a, 4);
+    harness_chain(8, b, 4);
+    zc_save(c, a, 4, 256 * KIB, KVT_SAVE_STORED);
+    zc_save(c, b, 4, 256 * KIB, KVT_SAVE_STORED);
+    /* 16 MiB more through 4 MiB of RAM: a and b, the oldest, are written and leave RAM */
+    for (uint32_t k = 0; k < 16; k++) {
+        harness_chain(300 + k, other, 4);
+        zc_save(c, other, 4, 256 * KIB, KVT_SAVE_STORED);
+        harness_wait_disk_drained(h);
+    }
+    promoted = harness_stat(h, "disk.promotions");
+    p = zc_pin(c, a, 4, 256 * KIB); /* byte-exact under the pointers */
+    ck_assert_int_eq(harness_stat(h, "disk.promotions"), promoted + 4);
+    kvt_completion_free(c, p);
+    for (size_t i = 0; i < 4; i++) { /* the copying load, verified, of the other chain */
+        bufs[i] = back[i];
+        caps[i] = sizeof back[i];
+    }
+    ck_assert_int_eq(kvt_load(c, b, 4, bufs, caps, lens, &nhit), 0);
+    ck_assert_uint_eq(nhit, 4);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert(harness_check_fill(back[i], lens[i], 0, harness_hash_key(&b[i])));
+    ck_assert_int_eq(harness_stat(h, "disk.promotions"), promoted + 8);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 START_TEST(test_killed_holder_reclaimed)
 {
-    harness_t *h = start_shm(16 * MIB, 1500);
+    harness_t *h = start_shm(16 * MIB, 1500, NULL);
     kvt_client_t *c = connect_c(h, KVT_DATA_PATH_SHM);
     harness_int_eq_t rz = {"ram.reserved_bytes", 0}, pz = {"ram.pinned_bytes", 0};
     kvt_hash_t stored[2], fresh[3];
@@ -342,6 +398,7 @@ static Suite *zerocopy_suite(void)
     tcase_add_test(t, test_reserve_commit_pin_release);
     tcase_add_test(t, test_commit_refusals);
     tcase_add_test(t, test_pin_survives_fill_then_evicted);
+    tcase_add_test(t, test_disk_chunks_by_location);
     tcase_add_test(t, test_killed_holder_reclaimed);
     suite_add_tcase(s, t);
     return s;

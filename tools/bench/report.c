@@ -409,14 +409,17 @@ static void print_table(const bench_t *b, const results_t *r)
            o->depth ? "asynchronous" : "synchronous calls", o->lookups, o->prompt_chunks);
     if (o->depth)
         printf("  %u request(s) in flight per rank\n", o->depth);
-    if (r->fill.ran)
+    if (r->fill.ran) {
         printf("  steady state: %" PRIu64 " chunks (%.0f MiB) saved first in %.1f s%s; RAM %.0f of "
-               "%.0f MiB used%s\n",
+               "%.0f MiB used",
                r->fill.chunks, (double)r->fill.bytes / (1 << 20), r->fill.seconds,
                r->fill.reached ? "" : " (capacity not reached)",
-               (double)r->fill.ram_used / (1 << 20), (double)r->fill.ram_capacity / (1 << 20),
-               r->fill.disk_enabled ? ", disk tier on" : "");
-    else
+               (double)r->fill.ram_used / (1 << 20), (double)r->fill.ram_capacity / (1 << 20));
+        if (r->fill.disk_enabled)
+            printf(", disk %.0f of %.0f MiB", (double)r->fill.disk_used / (1 << 20),
+                   (double)r->fill.disk_capacity / (1 << 20));
+        printf("\n");
+    } else
         printf("  %s\n", r->fill.why);
     printf("\n");
     char k[4][32], z[4][32];
