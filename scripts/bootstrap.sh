@@ -36,3 +36,14 @@ build="${KVT_BUILD_DIR:-build}"
 # shellcheck disable=SC2086
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${KVT_CMAKE_ARGS:-}
 cmake --build "$build" -j"$(nproc)"
+
+# The Python package, importable at once: as root, this checkout's client/python is registered
+# with Debian's /usr/bin/python3 (a kvtier-dev.pth file in its site-packages, as an editable
+# install would do), and the package loads build/client/libkvtier.so.0.2 from this tree. A copy
+# installed by `cmake --install build` comes first on sys.path and takes precedence; removing
+# the .pth file (or KVT_NO_PTH=1 here) undoes it.
+if [ "$(id -u)" -eq 0 ] && [ -z "${KVT_NO_PTH:-}" ]; then
+    site=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    mkdir -p "$site"
+    printf '%s\n' "$(pwd)/client/python" > "$site/kvtier-dev.pth"
+fi
