@@ -17,11 +17,17 @@
  * (KVT_COPY_BLOCK) is small enough to stay in L1 with its source, large enough that the
  * per-update overhead of the streaming hash does not show (tools/bench prints the fused copy
  * beside plain memcpy). The hash reads the destination: what is verified is what the caller got.
+ * The calls go through xxhash's x86 dispatcher, as in the daemon (daemon/ingest.c): the library's
+ * plain entry points are built for baseline SSE2, the dispatcher picks AVX2 / AVX-512 at run time
+ * (the same values; on the development VM XXH3 ~19 GB/s SSE2 against ~30 GB/s AVX2).
  *
  * Threads: every function may be called from any thread; reference counts are atomic.
  */
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "internal.h"
 

@@ -1,0 +1,181 @@
+"""The binding against the real daemon: every call round-trips, errors map to exceptions with
+kvt_strerror's text, futures complete (also through fileno() and an event loop), and numpy /
+torch views over the arena are the arena's memory (a write through a reservation view is what
+a pin then reads, and a pin's tensor sees the bytes the daemon holds)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import selectors
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+import kvtier
+from conftest import jpath
+
+NS = kvtier.Namespace(model="py-binding", chunk_tokens=16, dtype="bf16", num_layers=2)
+
+
+def chunk(i: int, n: int = 8192) -> bytes:
+    return np.random.default_rng(i).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def test_sync_calls_round_trip(daemon):
+    with kvtier.Client(daemon.endpoint, NS) as c:
+        assert c.data_path == "shm"
+        info = c.server_info()
+        assert info.max_chunks > 0 and info.max_in_flight > 0
+        hashes = kvtier.hash_chain(list(range(64)), 16)
+        assert len(hashes) == 4
+        data = [chunk(i) for i in range(4)]
+        assert c.save(hashes, data) == [kvtier.SAVE_STORED] * 4
+        assert c.save(hashes[:1], data[:1]) == [kvtier.SAVE_EXISTS]
+        assert c.lookup(hashes).hit == 4
+        assert c.lookup(hashes[:2] + [kvtier.hash_key(b"nope")] + hashes[3:]).hit == 2
+        bufs = [bytearray(8192) for _ in range(4)]
+        res = c.load(hashes, bufs)
+        assert res.nhit == 4 and res.lens == [8192] * 4
+        assert [bytes(b) for b in bufs] == data
+        # numpy and torch buffers load in place.
+        arr = np.zeros(8192, dtype=np.uint8)
+        ten = torch.zeros(8192, dtype=torch.uint8)
+        assert c.load(hashes[:2], [arr, ten]).nhit == 2
+        assert arr.tobytes() == data[0] and bytes(ten.numpy()) == data[1]
+        st = c.tally(7, 1, 3, {"too_small": 2}, served_tokens_total=16, lookup_tokens_total=96)
+        assert st.probes == 3
+        assert c.stats()["submitted"] == 7  # 2 saves, 2 lookups, 2 loads, 1 tally
+        assert kvtier.hash_parse(kvtier.hash_format(hashes[0])) == hashes[0]
+        assert kvtier.checksum(data[0]) == kvtier.checksum(bytearray(data[0]))
+    st = daemon.status()
+    n = [n for n in st["namespaces"] if n["model"] == "py-binding"][0]
+    assert n["chunks"] == 4 and jpath(n, "gates.admission.reasons.too_small") == 2
+
+
+def test_errors_are_exceptions(daemon):
+    with pytest.raises(kvtier.KvtierError) as e:
+        kvtier.Client("ipc:///nonexistent-dir/x.zmq", kvtier.Namespace(model="", chunk_tokens=16))
+    assert e.value.code == kvtier.EINVAL and e.value.name == kvtier.strerror(kvtier.EINVAL)
+    assert kvtier.strerror(kvtier.EINVAL) in str(e.value)
+    with kvtier.Client(daemon.endpoint, NS) as c:
+        h = kvtier.hash_key(b"big")
+        c.save([h], [chunk(1, 16384)])
+        with pytest.raises(kvtier.KvtierError) as e:
+            c.load([h], [bytearray(100)])
+        assert e.value.code == kvtier.EBUFSIZE
+        with pytest.raises(TypeError):
+            c.load([h], [b"read-only bytes"])
+        with pytest.raises(kvtier.KvtierError) as e:  # rank outside the world
+            kvtier.Client(daemon.endpoint, NS, rank=5)
+        assert e.value.code == kvtier.EINVAL
+    with pytest.raises(kvtier.KvtierError):
+        c.lookup([h])  # closed
+
+
+def test_timeout_is_kvtier_timeout(daemon):
+    with kvtier.Client(daemon.endpoint, NS, timeout_ms=300) as c:
+        h = kvtier.hash_key(b"t")
+        os.kill(daemon.pid, signal.SIGSTOP)
+        try:
+            fut = c.submit_lookup([h])
+            with pytest.raises(kvtier.KvtierTimeout) as e:
+                fut.result(10)
+            assert e.value.code == kvtier.ETIMEDOUT and isinstance(e.value, TimeoutError)
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        assert c.lookup([h]).hit == 0
+
+
+def test_futures_complete(daemon):
+    with kvtier.Client(daemon.endpoint, NS) as c:
+        hashes = [kvtier.hash_key(b"f%d" % i) for i in range(32)]
+        data = [chunk(100 + i) for i in range(32)]
+        saves = [c.submit_save([h], [d], user=i) for i, (h, d) in enumerate(zip(hashes, data))]
+        assert [f.result(10) for f in saves] == [[kvtier.SAVE_STORED]] * 32
+        assert [f.user for f in saves] == list(range(32))
+        bufs = [bytearray(8192) for _ in range(32)]
+        loads = [c.submit_load([h], [b]) for h, b in zip(hashes, bufs)]
+        # Taken through the completion iterator rather than result().
+        got = list(c.completions(timeout=10))
+        assert set(id(f) for f in got) == set(id(f) for f in loads)
+        assert all(f.result().nhit == 1 for f in loads)
+        assert [bytes(b) for b in bufs] == data
+        look = c.submit_lookup(hashes)
+        tal = c.submit_tally(9, 0, 1, {"hbm_satisfies_after_alloc": 1})
+        assert look.result(10).hit == 32 and tal.result(10).probes >= 1
+
+        # fileno() drives an event loop.
+        async def main():
+            loop = asyncio.get_running_loop()
+            fut = c.submit_lookup(hashes[:4])
+            ready = asyncio.Event()
+            loop.add_reader(c.fileno(), ready.set)
+            try:
+                while not fut.done():
+                    await ready.wait()
+                    ready.clear()
+                    c.poll_completions()
+            finally:
+                loop.remove_reader(c.fileno())
+            return fut.result()
+
+        assert asyncio.run(main()).hit == 4
+        sel = selectors.DefaultSelector()
+        sel.register(c.fileno(), selectors.EVENT_READ)
+        fut = c.submit_lookup(hashes[:1])
+        assert sel.select(10)
+        c.poll_completions()
+        assert fut.done() and fut.result().hit == 1
+
+
+def test_zero_copy_views_are_the_arena(daemon):
+    with kvtier.Client(daemon.endpoint, NS) as c:
+        hashes = [kvtier.hash_key(b"zc%d" % i) for i in range(3)]
+        res = c.reserve(hashes, [4096] * 3)
+        assert res.outcomes == [kvtier.SAVE_RESERVED] * 3
+        arena = c.arena()
+        # Written through numpy, torch and the memoryview: all three are arena memory.
+        res.numpy(0)[:] = 1
+        res.torch(1).fill_(2)
+        res.views[2][:] = b"\x03" * 4096
+        for v in res.views:
+            addr = np.frombuffer(v, dtype=np.uint8).ctypes.data
+            assert arena["base"] <= addr < arena["base"] + arena["bytes"]
+        assert res.commit().result(10) == [kvtier.SAVE_STORED] * 3
+        with c.pin(hashes) as pin:
+            assert pin.nhit == 3
+            t = pin.torch(1)
+            assert bytes(pin.views[0]) == b"\x01" * 4096
+            assert torch.all(t == 2) and pin.numpy(2).tobytes() == b"\x03" * 4096
+            if c.server_info().features & kvtier.FEATURE_CHECKSUMS:
+                assert pin.checksums == [kvtier.checksum(bytes([k + 1]) * 4096) for k in range(3)]
+                assert pin.verify() == 0 and pin.nhit == 3
+            # The same memory: what the pin shows is what a copying load then reads.
+            addr = t.data_ptr()
+            assert arena["base"] <= addr < arena["base"] + arena["bytes"]
+        bufs = [bytearray(4096) for _ in range(3)]
+        assert c.load(hashes, bufs).nhit == 3 and bufs[1] == b"\x02" * 4096
+        # An abandoned reservation publishes nothing.
+        h = kvtier.hash_key(b"abandoned")
+        r = c.reserve([h], [4096])
+        r.abandon()
+        assert c.lookup([h]).hit == 0
+
+
+def test_frames_path_and_all_ranks(daemon):
+    ns = kvtier.Namespace(model="py-ranks", chunk_tokens=16, world_size=2)
+    with kvtier.Client(daemon.endpoint, ns, 0, data_path="frames") as c0, kvtier.Client(
+        daemon.endpoint, ns, 1
+    ) as c1:
+        assert c0.data_path == "frames"
+        hashes = [kvtier.hash_key(b"r%d" % i) for i in range(3)]
+        c0.save(hashes, [chunk(i, 1024) for i in range(3)])
+        c1.save(hashes[:1], [chunk(9, 1024)])
+        r = c0.lookup(hashes, all_ranks=True)
+        assert r.hit == 1 and r.rank_hits == [3, 1]
+        with pytest.raises(kvtier.KvtierError) as e:
+            c0.pin(hashes)
+        assert e.value.code == kvtier.EUNSUPP

@@ -1,0 +1,204 @@
+"""kvtier.vllm against the real daemon, driven in vLLM's call order: lookup across steps until
+answered -> submit_load -> get_finished; submit_store -> get_finished; touch; request_finished;
+shutdown. The primary tier is a real buffer laid out as vLLM lays it out (one row of
+page_size_bytes per block, a 2-D memoryview); reloads are compared byte for byte. With the
+daemon SIGSTOPped, every method returns and the jobs complete only after SIGCONT (order, not
+time)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+import signal
+
+import numpy as np
+import pytest
+
+import kvtier
+from kvtier.vllm import KvtierSecondaryTier
+from conftest import jpath
+from vllm_fakes import JobMetadata, ReqContext, make_offload_key
+
+BLOCK_TOKENS = 16
+ROW = 64 << 10  # page_size_bytes of one block row (all workers, all layers)
+NBLOCKS = 64
+
+
+def primary():
+    buf = bytearray(NBLOCKS * ROW)
+    return buf, memoryview(buf).cast("B", (NBLOCKS, ROW))
+
+
+def keys_of(prompt: str, n: int) -> list[bytes]:
+    out, prev = [], b""
+    for i in range(n):
+        prev = hashlib.sha256(prev + f"{prompt}/{i}".encode()).digest()
+        out.append(make_offload_key(prev, 0))
+    return out
+
+
+def req(req_id: str, keys: list[bytes]) -> ReqContext:
+    ctx = ReqContext(req_id)
+    for i, k in enumerate(keys):
+        ctx.set_offload_key_position(k, (i + 1) * BLOCK_TOKENS)
+    return ctx
+
+
+def wait_step(tier, steps, pred, limit=2000):
+    """Runs scheduler steps (get_finished) until pred(finished so far) holds; between steps it
+    waits on the client's descriptor (no fixed sleeps)."""
+    for _ in range(limit):
+        steps.extend(tier.get_finished())
+        if pred(steps):
+            return steps
+        select.select([tier.client.fileno()], [], [], 0.05)
+    raise AssertionError(f"the tier did not reach the state; finished: {steps}")
+
+
+def lookup_all(tier, keys, ctx, limit=2000):
+    """vLLM's lookup loop: each step asks keys in order until one is not a hit; returns the
+    number of leading hits once every asked key is answered."""
+    for _ in range(limit):
+        hits = 0
+        pending = False
+        for k in keys:
+            r = tier.lookup(k, ctx)
+            if r is None:
+                pending = True
+                break
+            if not r:
+                break
+            hits += 1
+        if not pending:
+            return hits
+        tier.get_finished()
+        select.select([tier.client.fileno()], [], [], 0.05)
+    raise AssertionError("lookups never answered")
+
+
+def fill(buf, block_ids, seed):
+    rng = np.random.default_rng(seed)
+    for b in block_ids:
+        buf[b * ROW : (b + 1) * ROW] = rng.integers(0, 256, ROW, dtype=np.uint8).tobytes()
+
+
+def make_tier(daemon, view, **kw):
+    return KvtierSecondaryTier(
+        None,
+        view,
+        "KvtierSecondaryTier",
+        endpoint=daemon.endpoint,
+        model="vllm-test-model",
+        revision="r1",
+        dtype="bf16",
+        block_tokens=BLOCK_TOKENS,
+        num_layers=2,
+        tp_size=2,
+        **kw,
+    )
+
+
+def test_call_order_byte_exact_and_tallies(daemon):
+    buf, view = primary()
+    tier = make_tier(daemon, view)
+    keys = keys_of("prompt-a", 4)
+
+    # A new prompt: nothing stored yet; the answer comes at a later step.
+    a = req("a", keys)
+    assert tier.lookup(keys[0], a) is None
+    assert lookup_all(tier, keys, a) == 0
+
+    # The primary tier cascades the four blocks down.
+    src = [3, 5, 7, 9]
+    fill(buf, src, 1)
+    tier.submit_store(JobMetadata(1, keys, np.array(src), False, a))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 1 for r in s))
+    assert [r.success for r in steps if r.job_id == 1] == [True]
+    tier.request_finished(a)  # looked up, nothing hit: no verdict
+    st = daemon.wait_status(lambda st: jpath(st, "ram.chunks", 0) == 4, "4 chunks")
+    ns = [n for n in st["namespaces"] if n["model"] == "vllm-test-model"]
+    assert len(ns) == 1 and ns[0]["chunks"] == 4 and ns[0]["revision"] == "r1"
+
+    # A second request with the same prefix: looked up across steps until answered...
+    b = req("b", keys)
+    assert lookup_all(tier, keys, b) == 4
+    # ...promoted into other primary slots, byte-exact.
+    dst = [10, 11, 12, 13]
+    tier.submit_load(JobMetadata(2, keys, np.array(dst), True, b))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 2 for r in s))
+    assert [r.success for r in steps if r.job_id == 2] == [True]
+    for s_, d_ in zip(src, dst):
+        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    tier.touch(keys, b)
+    tier.request_finished(b)  # loaded: aligned_large_hit, 4 blocks served
+    assert tier.tallies.paid_total == 1 and tier.tallies.probes_total == 1
+    assert tier.tallies.served_tokens_total == 4 * BLOCK_TOKENS
+    tier.get_finished()  # the step pushes the tally
+    st = daemon.wait_status(
+        lambda st: any(
+            jpath(n, "gates.admission.reasons.aligned_large_hit", 0) == 1 for n in st["namespaces"]
+        ),
+        "the tally",
+    )
+    if tier.client.server_info().features & kvtier.FEATURE_TOKENS:
+        n = [n for n in st["namespaces"] if n["model"] == "vllm-test-model"][0]
+        assert jpath(n, "gates.admission.served_tokens") == 4 * BLOCK_TOKENS
+
+    # A load of blocks never stored fails, and their lookups turn False (no livelock).
+    other = keys_of("prompt-b", 2)
+    c = req("c", other)
+    tier.submit_load(JobMetadata(3, other, np.array([20, 21]), True, c))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 3 for r in s))
+    assert [r.success for r in steps if r.job_id == 3] == [False]
+    tier.shutdown()
+
+
+def test_no_method_blocks_on_a_stopped_daemon(daemon):
+    buf, view = primary()
+    tier = make_tier(daemon, view)
+    keys = keys_of("prompt-stop", 3)
+    ctx = req("s", keys)
+    fill(buf, [0, 1, 2], 7)
+    tier.submit_store(JobMetadata(1, keys, np.array([0, 1, 2]), False, ctx))
+    wait_step(tier, [], lambda s: any(r.job_id == 1 and r.success for r in s))
+
+    events = []
+    os.kill(daemon.pid, signal.SIGSTOP)
+    try:
+        more = keys_of("prompt-stop-2", 2)
+        fill(buf, [30, 31], 8)
+        tier.submit_store(JobMetadata(2, more, np.array([30, 31]), False, ctx))
+        events.append("store submitted")
+        tier.submit_load(JobMetadata(3, keys, np.array([40, 41, 42]), True, ctx))
+        events.append("load submitted")
+        assert tier.lookup(keys_of("prompt-stop-3", 1)[0], ctx) is None
+        events.append("lookup returned")
+        assert list(tier.get_finished()) == []
+        events.append("get_finished returned")
+        tier.touch(keys, ctx)
+        events.append("touch returned")
+        # Nothing can have completed: the daemon is stopped.
+        assert tier.jobs_in_flight == 2
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    steps = wait_step(tier, [], lambda s: {r.job_id for r in s} >= {2, 3})
+    events.append("jobs finished")
+    assert events == [
+        "store submitted",
+        "load submitted",
+        "lookup returned",
+        "get_finished returned",
+        "touch returned",
+        "jobs finished",
+    ]
+    assert all(r.success for r in steps if r.job_id in (2, 3))
+    for s_, d_ in zip([0, 1, 2], [40, 41, 42]):
+        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    tier.request_finished(ctx)
+    tier.shutdown()
+
+
+def test_requires_a_block_row_view(daemon):
+    with pytest.raises(ValueError):
+        make_tier(daemon, memoryview(bytearray(ROW)))
