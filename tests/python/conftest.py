@@ -83,6 +83,8 @@ class Daemon:
                 "max_chunk_bytes": max_chunk,
                 "lease_ms": 30000,
             },
+            # what the daemon keeps for a restart (the RAM journal) stays in the test's directory
+            "disk": {"dir": f"{self.dir}/disk"},
             "log": {"level": "info"},
         }
         _merge(cfg, extra or {})

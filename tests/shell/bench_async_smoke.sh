@@ -22,6 +22,7 @@ cat >"$dir/kvtierd.json" <<JSON
 {
   "server": {"endpoint": "ipc://$dir/kvt.zmq", "status_socket": "$sock"},
   "ram": {"capacity_bytes": "48MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"},
+  "disk": {"dir": "$dir/disk"},
   "log": {"level": "info"}
 }
 JSON

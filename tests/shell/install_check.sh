@@ -81,7 +81,8 @@ cc -O2 -o "$prefix/consumer" "$(dirname "$0")/install_consumer.c" $(pc --cflags 
 sock=$dir/status.sock
 cat > "$dir/kvtierd.json" <<JSON
 {"server": {"endpoint": "ipc://$dir/kvt.zmq", "status_socket": "$sock"},
- "ram": {"capacity_bytes": "64MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"}}
+ "ram": {"capacity_bytes": "64MiB", "arena_path": "$arena", "max_chunk_bytes": "1MiB"},
+ "disk": {"dir": "$dir/disk"}}
 JSON
 testlib_start_daemon "$prefix/sbin/kvtierd" "$dir/kvtierd.json" "$sock"
 testlib_logs+=(consumer.log)

@@ -42,7 +42,7 @@ case "$where" in "$dir/venv/"*) ;; *) fail "the venv imported kvtier from $where
 cat > "$dir/kvtierd.json" <<JSON
 {"server": {"endpoint": "ipc://$dir/kvt.zmq", "status_socket": "$dir/status.sock"},
  "ram": {"capacity_bytes": "32MiB", "max_chunk_bytes": "4MiB", "arena_path": "/dev/shm/kvtpy-readme.$$.arena"},
- "disk": {"enabled": false}}
+ "disk": {"enabled": false, "dir": "$dir/disk"}}
 JSON
 testlib_files+=("/dev/shm/kvtpy-readme.$$.arena")
 sock=$dir/status.sock
