@@ -726,8 +726,8 @@ static void disk_warnings(const bench_t *b, const disk_res_t *d, warnings_t *w)
         warn_add(w,
                  "shared-memory path: %" PRIu64 " of the %" PRIu64
                  " oldest chunks of its half were "
-                 "not loaded back (a daemon that answers shared-memory loads from RAM only misses "
-                 "disk-only chunks and promotes them for the next load)",
+                 "not loaded back (chunks whose demotion was refused are gone; a daemon older "
+                 "than protocol 2 also misses disk-only chunks on this path)",
                  asked_shm - d->n_shm.hits, asked_shm);
     if (d->drop.resident < 0)
         warn_add(w,
