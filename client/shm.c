@@ -13,10 +13,14 @@
  *
  * Checksums: XXH3-64 with seed 0, from libxxhash (PROTOCOL.md: the daemon computes the same).
  * kvt_copy_checksum copies and hashes block by block, each block hashed right after it was
- * copied, while it is still in the L1/L2 cache: one pass over memory instead of two. The block
- * (KVT_COPY_BLOCK) is small enough to stay in L1 with its source, large enough that the
- * per-update overhead of the streaming hash does not show (tools/bench prints the fused copy
- * beside plain memcpy). The hash reads the destination: what is verified is what the caller got.
+ * copied, while it is still in the L1 cache: one pass over memory instead of two. The block
+ * (KVT_COPY_BLOCK, one 4 KiB page) is prefetched KVT_COPY_AHEAD bytes ahead of the copy: the
+ * source is the arena's shared mapping of 4 KiB pages, where the hardware prefetcher stops at
+ * every page boundary while the hash runs, and without the software prefetch the fused copy
+ * read the arena at about half the speed it reads the heap (development VM, 2 MiB chunks,
+ * medians of 9: 16 KiB blocks without prefetch 4.6-5.6 GB/s, 4 KiB blocks prefetched two
+ * pages ahead 7.0-7.2 GB/s, plain memcpy from the arena ~10 GB/s). The hash reads the
+ * destination: what is verified is what the caller got.
  * The calls go through xxhash's x86 dispatcher, as in the daemon (daemon/ingest.c): the library's
  * plain entry points are built for baseline SSE2, the dispatcher picks AVX2 / AVX-512 at run time
  * (the same values; on the development VM XXH3 ~19 GB/s SSE2 against ~30 GB/s AVX2).
@@ -38,7 +42,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define KVT_COPY_BLOCK (16u << 10)
+#define KVT_COPY_BLOCK (4u << 10)
+#define KVT_COPY_AHEAD (8u << 10)
 
 int kvt__map_open(const char *path, uint64_t arena_bytes, bool prefaulted, uint32_t gen,
                   uint32_t hold_ms, arena_map_t **out)
@@ -133,6 +138,8 @@ uint64_t kvt_copy_checksum(void *dst, const void *src, size_t n)
     XXH3_64bits_reset(&st);
     for (size_t off = 0; off < n; off += KVT_COPY_BLOCK) {
         size_t k = n - off < KVT_COPY_BLOCK ? n - off : KVT_COPY_BLOCK;
+        for (size_t p = off + KVT_COPY_AHEAD; p < off + KVT_COPY_AHEAD + k && p < n; p += 64)
+            __builtin_prefetch(s + p, 0, 3);
         memcpy(d + off, s + off, k);
         XXH3_64bits_update(&st, d + off, k);
     }
