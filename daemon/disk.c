@@ -88,6 +88,7 @@
  */
 #include "disk.h"
 
+#include "array.h"
 #include "codec.h"
 #include "checkpoint.h"
 #include "fsutil.h"
@@ -335,14 +336,8 @@ static seg_t *seg_add(disk_t *d, uint64_t id, int fd, uint64_t size)
 {
     seg_t *s;
 
-    if (d->nsegs == d->segcap) {
-        size_t nc = d->segcap ? d->segcap * 2 : 64;
-        seg_t **ns = realloc(d->segs, nc * sizeof *ns);
-        if (ns == NULL)
-            return NULL;
-        d->segs = ns;
-        d->segcap = nc;
-    }
+    if (ARRAY_RESERVE(d->segs, d->nsegs, d->segcap, 64) != 0)
+        return NULL;
     s = calloc(1, sizeof *s);
     if (s == NULL)
         return NULL;
@@ -377,14 +372,8 @@ static void seg_set_size(disk_t *d, seg_t *s, uint64_t size)
 
 static int push_drop(disk_t *d, uint64_t id, int fd)
 {
-    if (d->ndrops == d->dropcap) {
-        size_t nc = d->dropcap ? d->dropcap * 2 : 16;
-        drop_t *nd = realloc(d->drops, nc * sizeof *nd);
-        if (nd == NULL)
-            return -ENOMEM;
-        d->drops = nd;
-        d->dropcap = nc;
-    }
+    if (ARRAY_RESERVE(d->drops, d->ndrops, d->dropcap, 16) != 0)
+        return -ENOMEM;
     d->drops[d->ndrops++] = (drop_t){.id = id, .fd = fd};
     return 0;
 }
@@ -1658,16 +1647,10 @@ static int recover(disk_t *d)
         uint64_t id;
         if (!seg_name(de->d_name, &id))
             continue;
-        if (nids == idcap) {
-            size_t nc = idcap ? idcap * 2 : 64;
-            uint64_t *ni = realloc(ids, nc * sizeof *ni);
-            if (ni == NULL) {
-                closedir(dir);
-                free(ids);
-                return -ENOMEM;
-            }
-            ids = ni;
-            idcap = nc;
+        if (ARRAY_RESERVE(ids, nids, idcap, 64) != 0) {
+            closedir(dir);
+            free(ids);
+            return -ENOMEM;
         }
         ids[nids++] = id;
     }

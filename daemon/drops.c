@@ -11,6 +11,7 @@
  */
 #include "drops.h"
 
+#include "array.h"
 #include "fsutil.h"
 #include "kvt_proto.h"
 #include "log.h"
@@ -123,14 +124,8 @@ static int tomb_push(drops_t *d, const tomb_t *t)
         memmove(&d->t[i], &d->t[i + 1], (d->n - i - 1) * sizeof *d->t);
         d->n--;
     }
-    if (d->n == d->cap) {
-        size_t nc = d->cap ? d->cap * 2 : 8;
-        tomb_t *nt = realloc(d->t, nc * sizeof *nt);
-        if (nt == NULL)
-            return -ENOMEM;
-        d->t = nt;
-        d->cap = nc;
-    }
+    if (ARRAY_RESERVE(d->t, d->n, d->cap, 8) != 0)
+        return -ENOMEM;
     d->t[d->n++] = *t;
     return 0;
 }

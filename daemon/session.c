@@ -24,6 +24,8 @@
  */
 #include "session.h"
 
+#include "array.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -575,14 +577,8 @@ void session_set_path(session_t *s, session_path_t path)
 
 static hold_t *hold_new(session_t *s)
 {
-    if (s->nholds == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        hold_t *h = realloc(s->holds, cap * sizeof *h);
-        if (h == NULL)
-            return NULL;
-        s->holds = h;
-        s->cap = cap;
-    }
+    if (ARRAY_RESERVE(s->holds, s->nholds, s->cap, 16) != 0)
+        return NULL;
     return &s->holds[s->nholds++];
 }
 

@@ -51,6 +51,7 @@
  */
 #include "stats.h"
 
+#include "array.h"
 #include "codec.h"
 #include "gates.h"
 #include "hist.h"
@@ -1473,15 +1474,9 @@ typedef struct {
 
 static inst_t *insts_add(insts_t *s)
 {
-    if (s->n == s->cap) {
-        size_t nc = s->cap ? s->cap * 2 : 16;
-        inst_t *nv = realloc(s->v, nc * sizeof *nv);
-        if (nv == NULL) {
-            s->failed = true;
-            return NULL;
-        }
-        s->v = nv;
-        s->cap = nc;
+    if (ARRAY_RESERVE(s->v, s->n, s->cap, 16) != 0) {
+        s->failed = true;
+        return NULL;
     }
     return &s->v[s->n++];
 }

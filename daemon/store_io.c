@@ -35,6 +35,7 @@
  */
 #include "store_internal.h"
 
+#include "array.h"
 #include "ingest.h"
 #include "log.h"
 
@@ -222,14 +223,8 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
 void store__relink_queue(store_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                          const uint8_t parent[16])
 {
-    if (s->nrelink == s->relinkcap) {
-        size_t nc = s->relinkcap ? s->relinkcap * 2 : 1024;
-        relink_t *nr = realloc(s->relink, nc * sizeof *nr);
-        if (nr == NULL)
-            return; /* the chunk stays, without its chain link */
-        s->relink = nr;
-        s->relinkcap = nc;
-    }
+    if (ARRAY_RESERVE(s->relink, s->nrelink, s->relinkcap, 1024) != 0)
+        return; /* the chunk stays, without its chain link */
     s->relink[s->nrelink].ns = ns;
     s->relink[s->nrelink].rank = rank;
     s->relink[s->nrelink].hash = *h;
