@@ -196,11 +196,6 @@ void drops_destroy(drops_t **pd)
     *pd = NULL;
 }
 
-size_t drops_count(const drops_t *d)
-{
-    return d != NULL ? d->n : 0;
-}
-
 bool drops_covers(const drops_t *d, const char *model, size_t model_len, const char *revision,
                   uint64_t fingerprint, uint64_t seg, uint64_t off)
 {

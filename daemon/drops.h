@@ -50,8 +50,6 @@ typedef struct drops drops_t;
 int drops_open(const char *dir, drops_t **out);
 void drops_destroy(drops_t **d);
 
-size_t drops_count(const drops_t *d);
-
 /* Whether the record of (model[0..model_len), revision, fingerprint) at (seg, off) is dead;
  * revision NULL: the record carries none (see above). */
 bool drops_covers(const drops_t *d, const char *model, size_t model_len, const char *revision,

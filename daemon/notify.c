@@ -32,7 +32,6 @@ struct notify {
     uv_timer_t status;
     notify_summary_fn summary;
     void *arg;
-    uint64_t pings;
     int open; /* timers not yet closed */
     bool status_on;
 };
@@ -112,9 +111,7 @@ static void send_summary(notify_t *n, const char *prefix)
 
 static void watchdog_cb(uv_timer_t *t)
 {
-    notify_t *n = t->data;
-
-    n->pings++;
+    (void)t;
     notify_send("WATCHDOG=1");
 }
 
@@ -144,7 +141,6 @@ int notify_start(uv_loop_t *loop, notify_summary_fn fn, void *arg, notify_t **ou
         uint64_t ms = usec / 2000 > 0 ? usec / 2000 : 1;
         log_info("watchdog", "usec=%" PRIu64 " ping_ms=%" PRIu64, usec, ms);
         notify_send("WATCHDOG=1");
-        n->pings++;
         uv_timer_start(&n->watchdog, watchdog_cb, ms, ms);
     }
     if (notify_enabled()) {
@@ -153,11 +149,6 @@ int notify_start(uv_loop_t *loop, notify_summary_fn fn, void *arg, notify_t **ou
     }
     *out = n;
     return 0;
-}
-
-uint64_t notify_pings(const notify_t *n)
-{
-    return n != NULL ? n->pings : 0;
 }
 
 void notify_reloading(notify_t *n)

@@ -66,9 +66,6 @@ typedef void (*notify_summary_fn)(void *arg, char *buf, size_t cap);
  * them with notify_close(). fn and arg are borrowed until then. Returns 0 or -ENOMEM. */
 int notify_start(uv_loop_t *loop, notify_summary_fn fn, void *arg, notify_t **out);
 
-/* WATCHDOG=1 pings sent so far (0 without a watchdog). */
-uint64_t notify_pings(const notify_t *n);
-
 /* A reload begins (RELOADING=1) / ended (READY=1 with the summary). */
 void notify_reloading(notify_t *n);
 void notify_reloaded(notify_t *n);

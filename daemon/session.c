@@ -87,30 +87,23 @@ struct sessions {
     sessions_counters_t counters;
 };
 
-static const struct {
-    const char *key, *name;
-} bounds[SESSION_BOUND_COUNT] = {
-    [SESSION_BOUND_NONE] = {"", "none"},
-    [SESSION_BOUND_CLIENTS] = {"server.max_clients", "clients"},
-    [SESSION_BOUND_IN_FLIGHT] = {"server.max_in_flight", "in_flight"},
-    [SESSION_BOUND_NAMESPACES] = {"server.session_max_namespaces", "namespaces"},
-    [SESSION_BOUND_MAX_NAMESPACES] = {"server.max_namespaces", "max_namespaces"},
-    [SESSION_BOUND_REPLY_BYTES] = {"server.session_reply_bytes", "reply_bytes"},
-    [SESSION_BOUND_MAX_REPLY_BYTES] = {"server.max_reply_bytes", "max_reply_bytes"},
-    [SESSION_BOUND_HELD] = {"ram.session_held_share", "held_bytes"},
-    [SESSION_BOUND_MAX_HELD] = {"ram.max_held_share", "max_held_bytes"},
-    [SESSION_BOUND_DISK_READS] = {"disk.session_max_reads", "disk_reads"},
-    [SESSION_BOUND_MAX_DISK_READS] = {"disk.max_reads_queued", "max_disk_reads"},
+static const char *const bound_keys[SESSION_BOUND_COUNT] = {
+    [SESSION_BOUND_NONE] = "",
+    [SESSION_BOUND_CLIENTS] = "server.max_clients",
+    [SESSION_BOUND_IN_FLIGHT] = "server.max_in_flight",
+    [SESSION_BOUND_NAMESPACES] = "server.session_max_namespaces",
+    [SESSION_BOUND_MAX_NAMESPACES] = "server.max_namespaces",
+    [SESSION_BOUND_REPLY_BYTES] = "server.session_reply_bytes",
+    [SESSION_BOUND_MAX_REPLY_BYTES] = "server.max_reply_bytes",
+    [SESSION_BOUND_HELD] = "ram.session_held_share",
+    [SESSION_BOUND_MAX_HELD] = "ram.max_held_share",
+    [SESSION_BOUND_DISK_READS] = "disk.session_max_reads",
+    [SESSION_BOUND_MAX_DISK_READS] = "disk.max_reads_queued",
 };
 
 const char *session_bound_key(session_bound_t b)
 {
-    return b < SESSION_BOUND_COUNT ? bounds[b].key : "";
-}
-
-const char *session_bound_name(session_bound_t b)
-{
-    return b < SESSION_BOUND_COUNT ? bounds[b].name : "none";
+    return b < SESSION_BOUND_COUNT ? bound_keys[b] : "";
 }
 
 /* --- lease rings --- */

@@ -96,9 +96,8 @@ typedef enum {
     SESSION_BOUND_COUNT
 } session_bound_t;
 
-/* The config key of a bound ("server.max_in_flight"), and its short name in status. */
+/* The config key of a bound ("server.max_in_flight"); its name in status is stats.c's. */
 const char *session_bound_key(session_bound_t b);
-const char *session_bound_name(session_bound_t b);
 
 /* What a session holds or has in flight (the session's own, or the sum over sessions). */
 typedef struct {

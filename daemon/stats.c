@@ -1396,11 +1396,6 @@ static uint32_t query_offset(const char *query)
     return 0;
 }
 
-int stats_status_json(const server_t *sv, char **body, size_t *len)
-{
-    return stats_status_json_query(sv, "", body, len);
-}
-
 int stats_status_json_query(const server_t *sv, const char *query, char **body, size_t *len)
 {
     stats_doc_t *d = doc_take(sv, query_offset(query), STATS_NS_PAGE);

@@ -30,7 +30,6 @@
  * -ENOMEM. Its size is bounded: it lists at most 256 sessions (and the 8 largest consumers) and
  * 64 namespaces; the query (the request target after '?', "" for none) "namespaces=OFFSET" lists
  * the 64 from OFFSET on (status namespaces_page says where the next page starts). */
-int stats_status_json(const server_t *sv, char **body, size_t *len);
 int stats_status_json_query(const server_t *sv, const char *query, char **body, size_t *len);
 
 /* GET /metrics: *body (malloc'd, *len bytes) is the Prometheus text. 0 or -ENOMEM. */
