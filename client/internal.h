@@ -112,7 +112,7 @@ struct req {
     uint8_t *out;        /* per-chunk outcome (0 = WANTED while a save is in progress) */
     size_t *lens;        /* load, pin */
     void **ptrs;         /* reserve, pin */
-    uint64_t *csums;     /* pin */
+    uint64_t *csums;     /* pin: the daemon's checksums; shm save: the ones computed copying */
     uint8_t *locs;       /* shm save, reserve, commit: wire locations (KVT_LOC_BYTES each) */
     uint32_t *rank_hits; /* lookup: world entries */
     char err[KVT_ERRTEXT_MAX + 1];

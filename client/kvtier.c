@@ -52,7 +52,8 @@ _Static_assert((int)KVT_SAVE_RESERVED > (int)KVT_CHUNK_DECLINED, "reserve outcom
 _Static_assert(sizeof(kvt_hash_t) == KVT_HASH_BYTES, "hash size");
 _Static_assert(KVT_FEATURE_CHECKSUMS == KVT_FEAT_CHECKSUMS &&
                    KVT_FEATURE_TOKENS == KVT_FEAT_TOKENS &&
-                   KVT_FEATURE_ARENA_GEN == KVT_FEAT_ARENA_GEN,
+                   KVT_FEATURE_ARENA_GEN == KVT_FEAT_ARENA_GEN &&
+                   KVT_FEATURE_CLIENT_CSUMS == KVT_FEAT_CLIENT_CSUMS,
                "feature bits");
 
 static const char old_daemon_text[] = "kvtierd speaks protocol 1; libkvtier 0.2 needs protocol 2";
@@ -103,7 +104,7 @@ static layout_t layout_of(const kvt_client_t *c, int kind)
         l.rank_hits = c->world;
         break;
     case KVT_OP_SAVE:
-        l.src = l.sizes = l.locs = true;
+        l.src = l.sizes = l.locs = l.csums = true;
         break;
     case KVT_OP_LOAD:
         l.dst = l.sizes = l.lens = true;
@@ -180,7 +181,7 @@ static req_t *req_new(kvt_client_t *c, int kind, size_t n)
     r->comp.outcomes = r->out;
     r->comp.lens = r->lens;
     r->comp.ptrs = r->ptrs;
-    r->comp.checksums = r->csums;
+    r->comp.checksums = kind == KVT_OP_PIN ? r->csums : NULL;
     r->comp.error = r->err;
     return r;
 }

@@ -59,7 +59,7 @@ extern "C" {
 /* The version of libkvtier and kvtierd: written only here (CMakeLists.txt reads it). */
 #define KVT_VERSION_MAJOR 0
 #define KVT_VERSION_MINOR 2
-#define KVT_VERSION_PATCH 0
+#define KVT_VERSION_PATCH 1
 
 /* Error codes. -1..-99 are the daemon's wire codes, -100 and below are local to the client. */
 enum {
@@ -170,6 +170,8 @@ typedef struct {
 #define KVT_FEATURE_CHECKSUMS 0x1ull /* LOAD_OK checksums are real: loads can be verified */
 #define KVT_FEATURE_TOKENS 0x2ull    /* the gates fold tally token totals */
 #define KVT_FEATURE_ARENA_GEN 0x4ull /* shared-memory requests are checked for the generation */
+#define KVT_FEATURE_CLIENT_CSUMS 0x8ull /* 0.2.1: a copying shm save sends the checksums it computed
+                                           while copying; the daemon does not hash the chunks */
 KVT_API int kvt_server_info(const kvt_client_t *c, kvt_server_info_t *info);
 
 /* Lookup options; NULL means: this client's rank, no lease, no prompt info. */

@@ -8,7 +8,8 @@
  * frames path asks first (SAVE_BEGIN) and sends the wanted chunks' bytes (SAVE_DATA); on the
  * shared-memory path it reserves (SAVE_RESERVE), copies the caller's chunks into the arena
  * extents it got (here, on the I/O thread: no copy ever happens on a submitting thread) and
- * commits (SAVE_COMMIT). A copying load copies each hit out of its reply frame or out of the
+ * commits (SAVE_COMMIT), with the checksums computed in the same pass as the copy when the
+ * daemon answers CLIENT_CSUMS (the daemon then never reads the extents to hash them). A copying load copies each hit out of its reply frame or out of the
  * arena into the caller's buffer, verifying the chunk's checksum in the same pass when the daemon
  * answers CHECKSUMS (a mismatch is KVT_LOAD_CORRUPT: a miss, a counter and a RELEASE CORRUPT),
  * and queues the release of the arena pins it copied out. A pin hands the arena pointers out, and
@@ -104,7 +105,8 @@ static void hello_send(kvt_client_t *c, req_t *r)
     m.u.hello.chunk_tokens = c->chunk_tokens;
     m.u.hello.rank = c->rank;
     m.u.hello.world = c->world;
-    m.u.hello.features = KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN;
+    m.u.hello.features =
+        KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN | KVT_FEAT_CLIENT_CSUMS;
     send_or_end(c, r, &m, f, 2);
 }
 
@@ -284,10 +286,13 @@ static int64_t hold_until(const req_t *r, uint32_t hold_ms)
     return r->sent_ms + (hold_ms != 0 ? hold_ms : r->map->hold_ms);
 }
 
-/* SAVE_RESERVE_OK of a copying save: copy the reserved chunks into the arena, commit them. */
+/* SAVE_RESERVE_OK of a copying save: copy the reserved chunks into the arena, commit them. With
+ * CLIENT_CSUMS the copy is kvt_copy_checksum's and the commit carries the checksums (the daemon
+ * then hashes nothing); else the copy is a plain one and the daemon hashes the extents. */
 static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
 {
     const kvt_chunks_ok_t *k = &rep->u.chunks_ok;
+    bool csums = (c->features & KVT_FEAT_CLIENT_CSUMS) != 0;
     int64_t until;
     size_t nwanted = 0;
 
@@ -297,6 +302,7 @@ static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
     }
     until = hold_until(r, k->hold_ms);
     memset(r->locs, 0, r->n * KVT_LOC_BYTES);
+    memset(r->csums, 0, r->n * 8);
     for (size_t i = 0; i < r->n; i++) {
         uint8_t s = k->status[i];
         uint64_t len;
@@ -318,7 +324,10 @@ static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
             r->out[i] = KVT_CHUNK_NOSPACE; /* reclaimed by now: never touch it */
             continue;
         }
-        memcpy(dst, r->src[i], len);
+        if (csums)
+            kvt_put_u64((uint8_t *)&r->csums[i], kvt_copy_checksum(dst, r->src[i], len));
+        else
+            memcpy(dst, r->src[i], len);
         atomic_fetch_add_explicit(&c->n_copied, len, memory_order_relaxed);
         memcpy(r->locs + i * KVT_LOC_BYTES, k->locs + i * KVT_LOC_BYTES, KVT_LOC_BYTES);
         nwanted++;
@@ -328,9 +337,10 @@ static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
         return;
     }
     {
-        kvt_frame_t f[2] = {{.data = r->hashes, .len = r->n * sizeof(kvt_hash_t)},
-                            {.data = r->locs, .len = r->n * KVT_LOC_BYTES}};
-        save_send(c, r, KVT_MSG_SAVE_COMMIT, f, 2);
+        kvt_frame_t f[3] = {{.data = r->hashes, .len = r->n * sizeof(kvt_hash_t)},
+                            {.data = r->locs, .len = r->n * KVT_LOC_BYTES},
+                            {.data = r->csums, .len = r->n * 8}};
+        save_send(c, r, KVT_MSG_SAVE_COMMIT, f, csums ? 3 : 2);
     }
 }
 

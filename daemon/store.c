@@ -889,6 +889,15 @@ static void put_item(put_t *p, size_t i, uint64_t off, uint64_t len, const void 
     p->held += ram_footprint(s->ram, len);
 }
 
+/* Chunk i at off is published with the checksum its writer gave: nothing to hash. */
+static void put_known(put_t *p, size_t i, uint64_t off, uint64_t len, uint64_t csum)
+{
+    p->c[i].off = off;
+    p->c[i].csum = csum;
+    p->item_of[i] = SIZE_MAX;
+    p->held += ram_footprint(p->s->ram, len);
+}
+
 /* The chain is published in order once every csum is known (or at once with nothing to hash). */
 static void put_publish(put_t *p)
 {
@@ -910,7 +919,7 @@ static void put_publish(put_t *p)
         put_chunk_t *pc = &p->c[i];
         bool has = pc->off != UINT64_MAX;
 
-        if (has)
+        if (has && p->item_of[i] != SIZE_MAX)
             pc->csum = p->items[p->item_of[i]].csum;
         if (pc->pre == PUT_NOSPACE && chain_existing(s, ns, p->rank, &p->hashes[i], &c) == NULL) {
             p->status[i] = KVT_CHUNK_NOSPACE; /* counted at intake */
@@ -959,12 +968,15 @@ static void put_start(put_t *p)
     store_t *s = p->s;
 
     s->ingest_bytes += p->held;
-    if (p->nitems > 0 &&
-        ingest_run(s->loop, p->items, p->nitems, s->workers, put_ingested, p) == 0) {
+    if (p->nitems == 0) { /* nothing to hash: every csum is known (or nothing is stored) */
+        put_publish(p);
+        return;
+    }
+    if (ingest_run(s->loop, p->items, p->nitems, s->workers, put_ingested, p) == 0) {
         s->jobs++;
         return;
     }
-    /* nothing to hash, or no memory for the jobs: the chunks are refused, never hashed here */
+    /* no memory for the jobs: the chunks are refused, never hashed here */
     for (size_t i = 0; i < p->n; i++) {
         if (p->c[i].off == UINT64_MAX)
             continue;
@@ -1016,7 +1028,8 @@ int store_save(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *paren
 
 int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
-                 uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent)
+                 const uint8_t *csums, uint8_t *status, store_done_cb done, void *arg,
+                 store_spent_t *spent)
 {
     put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
 
@@ -1030,7 +1043,9 @@ int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *par
         put_pin(p, index_find(s->ix, ns->id, p->rank, &p->parent));
     for (size_t i = 0; i < n; i++) {
         p->c[i] = (put_chunk_t){.off = UINT64_MAX, .len = len[i]};
-        if (off[i] != UINT64_MAX)
+        if (off[i] != UINT64_MAX && csums != NULL)
+            put_known(p, i, off[i], len[i], kvt_get_u64(csums + 8 * i));
+        else if (off[i] != UINT64_MAX)
             put_item(p, i, off[i], len[i], NULL);
         else
             put_pin(p, index_find(s->ix, ns->id, p->rank, &p->hashes[i]));

@@ -369,7 +369,11 @@ uint64_t store_chunk_csum(const store_chunk_t *c);
  * does; keep, when not NULL, is protected from that eviction) and returns its offset: the
  * client writes the bytes there. store_commit then takes the reserved extents (they belong to
  * the store from the call), hashes them on the thread pool and publishes them in chain order,
- * as store_save: off[i] == UINT64_MAX marks a chunk that was not reserved (SKIPPED: a gap in the
+ * as store_save; csums, when not NULL (n little-endian u64: the writer's checksums, SAVE_COMMIT
+ * with CLIENT_CSUMS), are taken as they are instead and nothing is hashed: the writer is the
+ * author of the bytes, so its word on their checksum is worth what the bytes are (a wrong one
+ * makes its own chunks fail their readers' verification and be removed: PROTOCOL.md). With
+ * nothing to hash the chain is published before store_commit returns. off[i] == UINT64_MAX marks a chunk that was not reserved (SKIPPED: a gap in the
  * chain). A chunk stored meanwhile by someone else is EXISTS and its extent is freed. Returns 0
  * (done will be called) or -ENOMEM (the extents were freed, nothing was stored, done is not
  * called). store_unreserve frees an extent that will never be committed.
@@ -378,7 +382,8 @@ int store_reserve(store_t *s, uint64_t len, store_chunk_t *keep, uint64_t now_ms
 void store_unreserve(store_t *s, uint64_t off, uint64_t len);
 int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
-                 uint8_t *status, store_done_cb done, void *arg, store_spent_t *spent);
+                 const uint8_t *csums, uint8_t *status, store_done_cb done, void *arg,
+                 store_spent_t *spent);
 
 /* A client found chunk h's bytes corrupt (RELEASE CORRUPT): re-hash its RAM
  * bytes on the thread pool and remove it when they do not match its csum (ram.verify_drops); a

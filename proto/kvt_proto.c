@@ -381,9 +381,15 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
             }
             return 0;
         case KVT_MSG_SAVE_COMMIT:
-            if (nframes != 3 || frames[2].len != s->nhashes * KVT_LOC_BYTES)
+            if ((nframes != 3 && (nframes != 4 || out->hdr.version < 2)) ||
+                frames[2].len != s->nhashes * KVT_LOC_BYTES)
                 return KVT_WIRE_EPROTO;
             s->locs = frames[2].data;
+            if (nframes == 4) {
+                if (frames[3].len != s->nhashes * 8)
+                    return KVT_WIRE_EPROTO;
+                s->csums = frames[3].data;
+            }
             return 0;
         default:
             break;

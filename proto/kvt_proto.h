@@ -97,6 +97,7 @@ typedef enum {
 #define KVT_FEAT_CHECKSUMS 0x1ull /* LOAD_OK checksums are real (else 0: not known) */
 #define KVT_FEAT_TOKENS 0x2ull    /* TALLY token totals are folded by the gates */
 #define KVT_FEAT_ARENA_GEN 0x4ull /* shared-memory requests are checked against hdr.gen */
+#define KVT_FEAT_CLIENT_CSUMS 0x8ull /* SAVE_COMMIT may carry the writer's checksums */
 
 /* HELLO flags */
 #define KVT_HELLO_REPLICATED 0x1u /* MLA: one copy of every chunk serves all ranks */
@@ -185,7 +186,8 @@ typedef struct {
 
 /* SAVE_BEGIN frames: head, hashes. SAVE_DATA frames: head, hashes, one payload per hash
  * (empty = no bytes sent for that chunk). SAVE_RESERVE frames: head, hashes, lengths (u64 per
- * hash, each 1..max_payload_bytes). SAVE_COMMIT frames: head, hashes, locations. */
+ * hash, each 1..max_payload_bytes). SAVE_COMMIT frames: head, hashes, locations, and in protocol 2
+ * optionally the writer's checksums (u64 per hash; feature CLIENT_CSUMS). */
 typedef struct {
     uint16_t rank;
     uint64_t op_id;
@@ -195,6 +197,7 @@ typedef struct {
     const kvt_frame_t *payloads; /* SAVE_DATA only: nhashes frames, borrowed */
     const uint8_t *lengths;      /* SAVE_RESERVE only: nhashes little-endian u64 */
     const uint8_t *locs;         /* SAVE_COMMIT only: nhashes locations */
+    const uint8_t *csums;        /* SAVE_COMMIT, protocol 2: nhashes u64 checksums, or NULL */
 } kvt_save_t;
 
 /* SAVE_BEGIN_OK / SAVE_OK / LOAD_OK frames: head, per-chunk status bytes, and for LOAD_OK one

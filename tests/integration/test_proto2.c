@@ -34,7 +34,9 @@ START_TEST(test_hello_v2_fields_and_revision)
     a = harness_raw_hello2(s, "rev-model", "rev-a", 1);
     ck_assert_uint_eq(a.max_in_flight, 77);
     ck_assert_uint_eq(a.arena_gen, 0); /* the harness's arena is a memfd: not shared */
-    ck_assert_uint_eq(a.features & ~(KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN), 0);
+    ck_assert_uint_eq(a.features & ~(KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN |
+                                     KVT_FEAT_CLIENT_CSUMS),
+                      0);
     ck_assert_uint_gt(a.max_chunks, 0);
     a2 = harness_raw_hello2(s, "rev-model", "rev-a", 2);
     b = harness_raw_hello2(s, "rev-model", "rev-b", 3);

@@ -458,6 +458,110 @@ START_TEST(test_commit_outside_reservation_refused)
 }
 END_TEST
 
+/* CLIENT_CSUMS (protocol 2): a SAVE_COMMIT with a checksums frame is published with the writer's
+ * checksums as given (the daemon hashes nothing: LOAD_OK answers exactly those values), one
+ * without the frame with the daemon's own; the same commit in protocol 1 is EPROTO. And
+ * libkvtier's copying save sends checksums that match the bytes it copied (a pin answers them). */
+START_TEST(test_commit_client_checksums)
+{
+    harness_t *h = start_shm(8 * MIB, 1 * MIB);
+    void *ctx = zmq_ctx_new();
+    void *s = harness_raw_open(ctx, h->endpoint, 5000);
+    kvt_hello_ok_t hello = harness_raw_hello2(s, "csum-model", "", 1);
+    kvt_hash_t hs[3];
+    uint8_t lens[8 * 2], locs[KVT_LOC_BYTES * 2], csums[8 * 2];
+    kvt_frame_t f[4];
+    harness_raw_msg_t r;
+    kvt_msg_t m, rep;
+    kvt_client_t *c;
+    kvt_completion_t *comp;
+    void *buf = malloc(64 * KIB);
+    const void *src = buf;
+    size_t len = 64 * KIB;
+    uint8_t out;
+
+    ck_assert_uint_eq(hello.features & KVT_FEAT_CLIENT_CSUMS, KVT_FEAT_CLIENT_CSUMS);
+    harness_chain(41, hs, 3);
+    for (int k = 0; k < 2; k++) {
+        /* k = 0: chunks 0 and 1 with checksums given; k = 1: chunk 2 without */
+        size_t n = k == 0 ? 2 : 1;
+        memset(&m, 0, sizeof m);
+        m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_SAVE_RESERVE, .req_id = 10 + 2 * k,
+                            .ns_id = hello.ns_id};
+        m.u.save.nhashes = n;
+        if (k == 1) {
+            m.hdr.flags = KVT_SAVE_PARENT;
+            memcpy(m.u.save.parent.b, hs[1].b, KVT_HASH_BYTES);
+        }
+        for (size_t i = 0; i < n; i++)
+            kvt_put_u64(lens + 8 * i, 64 * KIB);
+        f[0] = (kvt_frame_t){&hs[2 * k], n * sizeof *hs};
+        f[1] = (kvt_frame_t){lens, 8 * n};
+        harness_raw_call(s, &m, f, 2, &r, &rep);
+        ck_assert_int_eq(rep.hdr.type, KVT_MSG_SAVE_RESERVE_OK);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_int_eq(rep.u.chunks_ok.status[i], KVT_CHUNK_WANTED);
+        memcpy(locs, rep.u.chunks_ok.locs, n * KVT_LOC_BYTES);
+        harness_raw_msg_close(&r);
+        kvt_put_u64(csums, 0x1111);
+        kvt_put_u64(csums + 8, 0x2222);
+        m.hdr.type = KVT_MSG_SAVE_COMMIT;
+        m.hdr.req_id++;
+        if (k == 0) { /* protocol 1 knows no checksums frame: refused, nothing taken */
+            m.hdr.version = 1;
+            f[1] = (kvt_frame_t){locs, n * KVT_LOC_BYTES};
+            f[2] = (kvt_frame_t){csums, 8 * n};
+            harness_raw_call(s, &m, f, 3, &r, &rep);
+            ck_assert_int_eq(rep.hdr.type, KVT_MSG_ERROR);
+            ck_assert_int_eq(rep.u.error.code, KVT_WIRE_EPROTO);
+            harness_raw_msg_close(&r);
+            m.hdr.version = 2;
+        }
+        f[1] = (kvt_frame_t){locs, n * KVT_LOC_BYTES};
+        f[2] = (kvt_frame_t){csums, 8 * n};
+        harness_raw_call(s, &m, f, k == 0 ? 3 : 2, &r, &rep);
+        ck_assert_int_eq(rep.hdr.type, KVT_MSG_SAVE_OK);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_int_eq(rep.u.chunks_ok.status[i], KVT_CHUNK_STORED);
+        harness_raw_msg_close(&r);
+    }
+    /* a frames LOAD of the three: the given checksums, then the daemon's own */
+    memset(&m, 0, sizeof m);
+    m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_LOAD, .req_id = 20, .ns_id = hello.ns_id};
+    m.u.load.nhashes = 3;
+    f[0] = (kvt_frame_t){hs, sizeof hs};
+    harness_raw_call(s, &m, f, 1, &r, &rep);
+    ck_assert_int_eq(rep.hdr.type, KVT_MSG_LOAD_OK);
+    ck_assert_ptr_nonnull(rep.u.chunks_ok.checksums);
+    ck_assert_uint_eq(kvt_get_u64(rep.u.chunks_ok.checksums), 0x1111);
+    ck_assert_uint_eq(kvt_get_u64(rep.u.chunks_ok.checksums + 8), 0x2222);
+    ck_assert_uint_eq(rep.u.chunks_ok.payloads[2].len, 64 * KIB);
+    ck_assert_uint_eq(kvt_get_u64(rep.u.chunks_ok.checksums + 16),
+                      kvt_checksum(rep.u.chunks_ok.payloads[2].data, 64 * KIB));
+    harness_raw_msg_close(&r);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+
+    /* the library's copying save: its checksum is the bytes' (the pin answers it) */
+    c = connect_path(h, NULL, 1, 0, KVT_DATA_PATH_SHM);
+    harness_chain(42, hs, 1);
+    harness_fill(buf, len, 0, harness_hash_key(&hs[0]));
+    ck_assert_int_eq(kvt_save(c, hs, 1, &src, &len, NULL, &out), 0);
+    ck_assert_int_eq(out, KVT_SAVE_STORED);
+    ck_assert_int_eq(kvt_submit_pin(c, hs, 1, NULL, NULL), 0);
+    comp = harness_next_completion(c, 5000);
+    ck_assert_int_eq(comp->status, 0);
+    ck_assert_int_eq(comp->outcomes[0], KVT_LOAD_HIT);
+    ck_assert_ptr_nonnull(comp->checksums);
+    ck_assert_uint_eq(comp->checksums[0], kvt_checksum(buf, len));
+    ck_assert_int_eq(harness_check_fill(comp->ptrs[0], len, 0, harness_hash_key(&hs[0])), 1);
+    kvt_completion_free(c, comp);
+    kvt_close(&c);
+    free(buf);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *shm_suite(void)
 {
     Suite *s = suite_create("shm");
@@ -468,6 +572,7 @@ static Suite *shm_suite(void)
     tcase_add_test(t, test_cross_path_and_exists);
     tcase_add_test(t, test_auto_falls_back_to_frames);
     tcase_add_test(t, test_tcp_endpoint_uses_frames);
+    tcase_add_test(t, test_commit_client_checksums);
     tcase_add_test(t, test_killed_mid_save_reclaimed);
     tcase_add_test(t, test_killed_mid_load_reclaimed_and_pin_holds);
     tcase_add_test(t, test_commit_outside_reservation_refused);

@@ -111,6 +111,38 @@ START_TEST(test_header_version_and_gen)
 }
 END_TEST
 
+START_TEST(test_commit_checksums_frame)
+{
+    uint8_t h[128], hashes[32] = {1, [16] = 2}, locs[2 * KVT_LOC_BYTES] = {0}, csums[16];
+    kvt_frame_t f[4];
+    kvt_msg_t m, d;
+    size_t n;
+
+    memset(&m, 0, sizeof m);
+    m.hdr.type = KVT_MSG_SAVE_COMMIT;
+    m.hdr.req_id = 9;
+    n = kvt_head_encode(h, sizeof h, &m);
+    kvt_put_u64(csums, 0x0102030405060708ull);
+    kvt_put_u64(csums + 8, 0xfeull);
+    f[0] = (kvt_frame_t){h, n};
+    f[1] = (kvt_frame_t){hashes, sizeof hashes};
+    f[2] = (kvt_frame_t){locs, sizeof locs};
+    f[3] = (kvt_frame_t){csums, sizeof csums};
+    ck_assert_int_eq(kvt_msg_decode(f, 3, &lim, &d), 0);
+    ck_assert_ptr_null(d.u.save.csums); /* no frame: the daemon hashes */
+    ck_assert_int_eq(kvt_msg_decode(f, 4, &lim, &d), 0);
+    ck_assert_ptr_eq(d.u.save.csums, csums);
+    ck_assert_uint_eq(kvt_get_u64(d.u.save.csums + 8), 0xfe);
+    f[3].len = 8; /* one checksum for two chunks */
+    ck_assert_int_eq(kvt_msg_decode(f, 4, &lim, &d), KVT_WIRE_EPROTO);
+    f[3].len = sizeof csums;
+    m.hdr.version = 1; /* protocol 1 has no such frame */
+    f[0].len = kvt_head_encode(h, sizeof h, &m);
+    ck_assert_int_eq(kvt_msg_decode(f, 4, &lim, &d), KVT_WIRE_EPROTO);
+    ck_assert_int_eq(kvt_msg_decode(f, 3, &lim, &d), 0);
+}
+END_TEST
+
 START_TEST(test_hello_v2)
 {
     static const char model[] = "Qwen/Qwen3-32B";
@@ -387,6 +419,7 @@ static Suite *suite(void)
 
     tcase_add_test(tc, test_head_sizes_v2);
     tcase_add_test(tc, test_header_version_and_gen);
+    tcase_add_test(tc, test_commit_checksums_frame);
     tcase_add_test(tc, test_hello_v2);
     tcase_add_test(tc, test_hello_ok_v2);
     tcase_add_test(tc, test_load_ok_v2_frames);

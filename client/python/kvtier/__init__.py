@@ -32,6 +32,7 @@ from .client import (
     EVERSION,
     FEATURE_ARENA_GEN,
     FEATURE_CHECKSUMS,
+    FEATURE_CLIENT_CSUMS,
     FEATURE_TOKENS,
     LOAD_BUFSIZE,
     LOAD_CORRUPT,
@@ -63,6 +64,6 @@ from .client import (
 )
 from .tally import Tallies, loadable_tokens, verdict
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
 
 __all__ = [name for name in dir() if not name.startswith("_")]

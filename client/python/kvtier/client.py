@@ -51,6 +51,7 @@ LOAD_HIT, LOAD_MISS, LOAD_CORRUPT, LOAD_BUFSIZE = 1, 2, 3, 4
 OP_LOOKUP, OP_SAVE, OP_LOAD, OP_TALLY, OP_RESERVE, OP_COMMIT, OP_PIN = range(1, 8)
 
 FEATURE_CHECKSUMS, FEATURE_TOKENS, FEATURE_ARENA_GEN = 0x1, 0x2, 0x4
+FEATURE_CLIENT_CSUMS = 0x8  # 0.2.1: copying shared-memory saves send their checksums
 
 _DATA_PATHS = {"auto": 0, "frames": 1, "shm": 2}
 _VERIFY = {"default": 0, "all": 1, "none": 2}
