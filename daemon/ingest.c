@@ -1,14 +1,11 @@
 /*
  * ingest.c - copies and checksums of chunk bytes on the thread pool (see ingest.h).
  *
- * Design: the fused copy walks the chunk in INGEST_BLOCK (64 KiB) blocks: memcpy one block from
- * the frame into the arena, then feed the same block, now hot in L1/L2, to a streaming XXH3
- * state. XXH3 comes from libxxhash through its x86 dispatcher, which picks the widest vector
- * unit at run time (on the development VM: memcpy ~15 GB/s, XXH3 ~30 GB/s with AVX2 against
- * ~19 GB/s for the baseline SSE2 build, the fused pass ~11 GB/s). Reading the destination
- * rather than the source keeps the hash on the bytes the arena actually holds. The result
- * equals XXH3_64bits() of the whole chunk (xxhash's streaming and one-shot forms agree), which
- * is what clients and the disk records compare against.
+ * Design: the fused copy and the hash are proto/kvt_csum.h's (one definition for the daemon and
+ * libkvtier; its header has the design and the figures): it hashes each 4 KiB block of the frame
+ * and streams it into the arena from the cache, so a frames save moves the chunk's bytes once in
+ * and once out. The result equals XXH3_64bits() of the whole chunk, which is what clients and
+ * the disk records compare against.
  *
  * ingest_run() groups consecutive items into jobs by bytes: the share of one job is the total
  * divided by the workers, but never less than INGEST_JOB_MIN, so a save of a few small chunks is
@@ -19,44 +16,20 @@
  * on the loop (after-work callbacks).
  */
 #include "ingest.h"
+#include "kvt_csum.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
-#if defined(__x86_64__) || defined(__i386__)
-/* xxhash's own runtime dispatch (AVX2 / AVX-512 when the CPU has them; the same values): the
- * library's plain entry points are built for baseline SSE2, about 19 GB/s here against 30 */
-#include <xxh_x86dispatch.h>
-#endif
 
 uint64_t ingest_hash(const void *p, size_t n)
 {
-    return XXH3_64bits(p, n);
+    return kvt_csum(p, n);
 }
 
 uint64_t ingest_copy_hash(void *dst, const void *src, size_t n)
 {
-    XXH3_state_t *st;
-    uint8_t *d = dst;
-    const uint8_t *s = src;
-    uint64_t h;
-
-    /* the state's layout is private to the shared library: allocated by it, once per chunk */
-    st = n > INGEST_BLOCK ? XXH3_createState() : NULL;
-    if (st == NULL) {
-        memcpy(d, s, n);
-        return XXH3_64bits(d, n);
-    }
-    XXH3_64bits_reset(st);
-    for (size_t off = 0; off < n; off += INGEST_BLOCK) {
-        size_t k = n - off < INGEST_BLOCK ? n - off : INGEST_BLOCK;
-        memcpy(d + off, s + off, k);
-        XXH3_64bits_update(st, d + off, k);
-    }
-    h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return h;
+    return kvt_csum_copy(dst, src, n);
 }
 
 typedef struct ingest_batch ingest_batch_t;

@@ -4,7 +4,7 @@
  * Every chunk's commit checksum (csum, PLAN contract C1) is the XXH3-64, seed 0, of its payload
  * bytes, computed by the daemon itself: a shared-memory commit hashes the extent the client
  * wrote; a frames save copies the ZeroMQ frame into its arena extent and hashes it in the same
- * pass (blocks of INGEST_BLOCK bytes: copied, then hashed while they are still in the cache); a
+ * pass (proto/kvt_csum.h: each block hashed, then streamed into the arena from the cache); a
  * re-verification (RELEASE CORRUPT) hashes the extent and compares. ingest_run() spreads a list
  * of such items over at most `workers` thread-pool jobs of at least INGEST_JOB_MIN bytes each,
  * so a large save uses every core while a small one costs one job.
@@ -21,7 +21,6 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define INGEST_BLOCK (64u * 1024u)
 #define INGEST_JOB_MIN (1u << 20)
 
 /* dst[n] = src[n], returning XXH3-64 (seed 0) of the bytes: one pass over them. */
