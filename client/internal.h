@@ -6,6 +6,7 @@
  *   io.c      the I/O thread: the DEALER socket, the in-flight window, timeouts, release
  *             batching, namespace and arena recovery
  *   requests.c every request kind's wire steps, reply handlers and copies
+ *   copier.c  the copy helpers: chunk copies of shared-memory requests beside the I/O thread
  *   shm.c     the arena mapping (reference counted) and the checksum helpers
  *   pool.c    the send buffers of the frames path, lent to ZeroMQ
  *   hash.c    chunk hashes, engine keys, fingerprints, hash text
@@ -116,6 +117,17 @@ struct req {
     uint8_t *locs;       /* shm save, reserve, commit: wire locations (KVT_LOC_BYTES each) */
     uint32_t *rank_hits; /* lookup: world entries */
     char err[KVT_ERRTEXT_MAX + 1];
+
+    /* copies (requests.c plans them, copier.c runs them) */
+    size_t *cpidx;             /* shm save, copying shm load: the chunks to copy */
+    size_t ncp;                /* entries of cpidx */
+    size_t cp_next, cp_left;   /* cp.mu: next entry to take, entries not yet copied */
+    int64_t cp_until;          /* hold deadline: a copy not begun by then is not done */
+    bool cp_csums;             /* save: compute the checksums (CLIENT_CSUMS) */
+    bool cp_ready;             /* save: copied; commits when every earlier save has (io) */
+    req_t *cp_order;           /* save: the next save in c->commit_head's order (io) */
+    bool cp_verify;            /* load: verify against csums[i] */
+    int cp_status;             /* load: the request's status once copied */
 };
 
 /* Pending releases: hashes of pinned chunks to put into RELEASE messages. */
@@ -176,6 +188,18 @@ struct kvt_client {
     arena_map_t *map; /* current mapping, NULL on the frames path (readers take a ref) */
     uint64_t next_handle;
 
+    /* copy helpers (copier.c): under cp.mu but nthreads (atomic) and th (start and stop only) */
+    struct {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;              /* tasks queued, or stop */
+        req_t *q_head, *q_tail;         /* requests with chunks not yet taken */
+        req_t *done_head, *done_tail;   /* requests copied, for the I/O thread */
+        bool stop;
+        pthread_t *th;
+        atomic_uint nthreads;
+    } cp;
+    int copy_fd; /* eventfd: readable while cp.done_head is not NULL (fixed) */
+
     /* counters (any thread, relaxed) */
     atomic_uint_fast64_t n_submitted, n_completed, n_failed, n_timeouts, n_recoveries, n_remaps,
         n_verified, n_mismatches, n_releases, n_copied, n_inline;
@@ -199,6 +223,9 @@ struct kvt_client {
     zmq_msg_t *rx;
     kvt_frame_t *fv;
     size_t nrx, rx_cap;
+    size_t cp_outstanding; /* requests handed to the copier, not yet back */
+    req_t *commit_head, *commit_tail; /* saves being copied, in the order of their reserves */
+    bool io_inline_now;    /* a synchronous call runs the I/O: copies stay on its thread */
 };
 
 /* --- kvtier.c --- */
@@ -230,6 +257,28 @@ void kvt__recover(kvt_client_t *c, req_t *r, int code);
 void kvt__begin(kvt_client_t *c, req_t *r);
 /* A reply for r, already off the wire. */
 void kvt__on_reply(kvt_client_t *c, req_t *r, const kvt_msg_t *rep);
+
+/* The copy of chunk i of r, as planned (any thread: a helper or the I/O thread). */
+void kvt__copy_chunk(kvt_client_t *c, req_t *r, size_t i);
+/* What follows r's copies: a save's commit, a load's releases and completion (I/O thread). */
+void kvt__copies_done(kvt_client_t *c, req_t *r);
+
+/* --- copier.c --- */
+void kvt__copier_init(kvt_client_t *c);
+void kvt__copier_destroy(kvt_client_t *c);
+/* Starts the helpers (KVTIER_COPY_THREADS); 0 or KVT_ENOMEM. kvt_connect, shared-memory path. */
+int kvt__copier_start(kvt_client_t *c);
+/* Copies r->cpidx[0..ncp) (bytes in all), then kvt__copies_done: at once on this thread, or on
+ * the helpers and r back through kvt__copier_back. I/O thread. */
+void kvt__copies_start(kvt_client_t *c, req_t *r, uint64_t bytes);
+/* Copies one queued chunk on the I/O thread; whether there was one. */
+bool kvt__copier_help(kvt_client_t *c);
+/* Runs kvt__copies_done for every request whose copies are done. I/O thread. */
+void kvt__copier_back(kvt_client_t *c);
+/* Until every request handed out is back and done (kvt_shutdown). I/O thread. */
+void kvt__copier_drain(kvt_client_t *c);
+/* Stops and joins the helpers (after kvt__copier_drain). */
+void kvt__copier_stop(kvt_client_t *c);
 
 /* --- shm.c --- */
 /* Maps the arena file at path (arena_bytes, from ARENA_OK). 0, KVT_ESYS or KVT_ENOMEM. */

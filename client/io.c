@@ -687,15 +687,18 @@ static int wait_ms(const kvt_client_t *c, int64_t now)
 /* Waits for a reply, a wake-up or the next timer. */
 static void wait_events(kvt_client_t *c, int tmo)
 {
-    zmq_pollitem_t items[2] = {{.socket = c->sock, .events = ZMQ_POLLIN},
-                               {.fd = c->wake_fd, .events = ZMQ_POLLIN}};
+    zmq_pollitem_t items[3] = {{.socket = c->sock, .events = ZMQ_POLLIN},
+                               {.fd = c->wake_fd, .events = ZMQ_POLLIN},
+                               {.fd = c->copy_fd, .events = ZMQ_POLLIN}};
     bool sleep;
 
     pthread_mutex_lock(&c->mu);
     sleep = c->subq_head == NULL && !c->closing && c->rel[0].n == 0 && c->rel[1].n == 0;
     c->io_sleeping = sleep;
     pthread_mutex_unlock(&c->mu);
-    if (zmq_poll(items, 2, sleep ? tmo : 0) > 0 && (items[1].revents & ZMQ_POLLIN)) {
+    /* copy_fd is read by kvt__copier_back */
+    if (zmq_poll(items, 3, sleep ? tmo : 0) > 0 &&
+        (items[1].revents & ZMQ_POLLIN)) {
         uint64_t v;
         (void)!read(c->wake_fd, &v, sizeof v);
     }
@@ -722,8 +725,11 @@ static void fail_list(kvt_client_t *c, req_t **head, req_t **tail, int status)
  * daemon reclaims the pins at their deadline anyway); the socket is closed. */
 static void close_all(kvt_client_t *c)
 {
-    int64_t now = kvt__now_ms();
+    int64_t now;
 
+    kvt__copier_drain(c); /* requests being copied end as they would have (a commit is sent) */
+    kvt__copier_stop(c);
+    now = kvt__now_ms();
     for (size_t i = 0; i < c->nwires; i++) {
         req_t *r = c->wires[i].req;
         wire_forget(c, i, now);
@@ -760,7 +766,7 @@ static void close_all(kvt_client_t *c)
 static bool io_idle(const kvt_client_t *c)
 {
     if (c->pend_head != NULL || c->wait_head != NULL || c->recovery != NULL ||
-        c->done_head != NULL || c->orel[0].n > 0 || c->orel[1].n > 0)
+        c->done_head != NULL || c->orel[0].n > 0 || c->orel[1].n > 0 || c->cp_outstanding > 0)
         return false;
     for (size_t i = 0; i < c->nwires; i++)
         if (c->wires[i].req != NULL)
@@ -808,6 +814,7 @@ void kvt__io_inline(kvt_client_t *c, req_t *r)
     uint64_t v;
 
     (void)!read(c->yield_fd, &v, sizeof v); /* a stale wake-up of an earlier call */
+    c->io_inline_now = true; /* its copies stay on this thread (none is in the copier now) */
     pend_push(c, r);
     for (;;) {
         int64_t now = kvt__now_ms();
@@ -829,6 +836,7 @@ void kvt__io_inline(kvt_client_t *c, req_t *r)
         flush_releases(c, 1, true, true, kvt__now_ms());
         flush_releases(c, 0, true, true, kvt__now_ms());
     }
+    c->io_inline_now = false;
     pthread_mutex_lock(&c->mu);
     wake = !io_idle(c) || c->subq_head != NULL || c->rel[0].n > 0 || c->rel[1].n > 0;
     c->inline_active = false;
@@ -859,8 +867,10 @@ void *kvt__io_main(void *arg)
             park(c);
             continue;
         }
-        wait_events(c, wait_ms(c, kvt__now_ms()));
+        /* a chunk of the copies queued, between two looks at the socket */
+        wait_events(c, kvt__copier_help(c) ? 0 : wait_ms(c, kvt__now_ms()));
         recv_replies(c);
+        kvt__copier_back(c);
         deliver(c);
     }
     close_all(c);

@@ -89,7 +89,7 @@ int64_t kvt__now_ms(void)
 
 /* What a request of kind needs besides the struct, per chunk and in all. */
 typedef struct {
-    bool hashes, src, dst, sizes, out, lens, ptrs, csums, locs;
+    bool hashes, src, dst, sizes, out, lens, ptrs, csums, locs, cpidx;
     size_t rank_hits; /* entries */
     size_t tally;     /* bytes of encoded reasons */
 } layout_t;
@@ -104,10 +104,10 @@ static layout_t layout_of(const kvt_client_t *c, int kind)
         l.rank_hits = c->world;
         break;
     case KVT_OP_SAVE:
-        l.src = l.sizes = l.locs = l.csums = true;
+        l.src = l.sizes = l.locs = l.csums = l.cpidx = true;
         break;
     case KVT_OP_LOAD:
-        l.dst = l.sizes = l.lens = true;
+        l.dst = l.sizes = l.lens = l.csums = l.locs = l.cpidx = true;
         break;
     case KVT_OP_RESERVE:
         l.sizes = l.ptrs = l.locs = true;
@@ -134,7 +134,7 @@ static layout_t layout_of(const kvt_client_t *c, int kind)
 static req_t *req_new(kvt_client_t *c, int kind, size_t n)
 {
     layout_t l = layout_of(c, kind);
-    size_t words = (size_t)l.src + l.dst + l.sizes + l.lens + l.ptrs + l.csums;
+    size_t words = (size_t)l.src + l.dst + l.sizes + l.lens + l.ptrs + l.csums + l.cpidx;
     size_t size = sizeof(req_t) +
                   n * (8 * words + (l.hashes ? KVT_HASH_BYTES : 0) + (l.locs ? KVT_LOC_BYTES : 0) +
                        (l.out ? 1 : 0)) +
@@ -162,6 +162,8 @@ static req_t *req_new(kvt_client_t *c, int kind, size_t n)
         TAKE(ptrs, void **, 8 * n);
     if (l.csums)
         TAKE(csums, uint64_t *, 8 * n);
+    if (l.cpidx)
+        TAKE(cpidx, size_t *, 8 * n);
     if (l.rank_hits)
         TAKE(rank_hits, uint32_t *, 4 * l.rank_hits);
     if (l.hashes)
@@ -877,6 +879,7 @@ static void client_free(kvt_client_t *c)
     pthread_cond_destroy(&c->sync_cv);
     pthread_cond_destroy(&c->token_cv);
     pthread_mutex_destroy(&c->mu);
+    kvt__copier_destroy(c);
     free(c);
 }
 
@@ -888,7 +891,8 @@ static int client_start(kvt_client_t *c, const char *endpoint)
     c->comp_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     c->yield_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (c->comp_fd < 0 || c->wake_fd < 0 || c->yield_fd < 0)
+    c->copy_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->comp_fd < 0 || c->wake_fd < 0 || c->yield_fd < 0 || c->copy_fd < 0)
         return KVT_ESYS;
     c->ctx = zmq_ctx_new();
     if (c->ctx == NULL)
@@ -962,6 +966,7 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->sync_cv, NULL);
     pthread_cond_init(&c->token_cv, NULL);
+    kvt__copier_init(c);
     if (copy_str(c->model, sizeof c->model, &c->model_len, ns->model) != 0 ||
         copy_str(c->revision, sizeof c->revision, &c->revision_len, ns->revision) != 0) {
         client_free(c);
@@ -989,6 +994,8 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     rc = client_start(c, endpoint);
     if (rc == 0)
         rc = client_hello(c, want);
+    if (rc == 0 && c->shm)
+        (void)kvt__copier_start(c); /* without helpers the I/O thread copies alone */
     if (rc != 0) {
         kvt_close(&c);
         return rc;

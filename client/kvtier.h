@@ -11,12 +11,18 @@
  *
  * Each client owns one I/O thread, started by kvt_connect and ended by kvt_shutdown/kvt_close.
  * It owns the ZeroMQ DEALER socket, sends the requests, matches the replies, enforces the
- * per-request timeouts, and does every copy of payload bytes (caller buffer to arena, arena or
- * reply frame to caller buffer, with checksum verification fused into the copy). A submit never
+ * per-request timeouts, and does (or, below, shares) every copy of payload bytes (caller buffer to
+ * arena, arena or reply frame to caller buffer, with checksum verification fused into the copy). A submit never
  * copies payload bytes and never waits for the daemon: it validates its arguments, copies the
  * small arrays it is given (hashes, buffer pointers, lengths) and queues the request. At most
  * the daemon's in-flight window (HELLO_OK max_in_flight; kvt_server_info) is on the wire at
  * once: further requests wait in the library, in submission order.
+ *
+ * Copy helpers (0.2.1, shared-memory path): KVTIER_COPY_THREADS in the environment at
+ * kvt_connect, 0..16, default 1, threads that copy the chunks of requests in flight beside the
+ * I/O thread, which copies too (one thread copying reaches about one memcpy; memory bandwidth
+ * grows with the threads copying). 0 leaves every copy to the I/O thread. Saves still reach the
+ * daemon in the order their reservations were answered, whatever order their copies end in.
  *
  * Threads:
  *   - kvt_connect and kvt_close: one thread, with no other call on the same client running or

@@ -286,15 +286,15 @@ static int64_t hold_until(const req_t *r, uint32_t hold_ms)
     return r->sent_ms + (hold_ms != 0 ? hold_ms : r->map->hold_ms);
 }
 
-/* SAVE_RESERVE_OK of a copying save: copy the reserved chunks into the arena, commit them. With
- * CLIENT_CSUMS the copy is kvt_copy_checksum's and the commit carries the checksums (the daemon
- * then hashes nothing); else the copy is a plain one and the daemon hashes the extents. */
+/* SAVE_RESERVE_OK of a copying save: plan the copies of the reserved chunks into the arena
+ * (copier.c runs them), then save_copied commits them. With CLIENT_CSUMS each copy is
+ * kvt_copy_checksum's and the commit carries the checksums (the daemon then hashes nothing);
+ * else the copy is a plain one and the daemon hashes the extents. */
 static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
 {
     const kvt_chunks_ok_t *k = &rep->u.chunks_ok;
-    bool csums = (c->features & KVT_FEAT_CLIENT_CSUMS) != 0;
+    uint64_t bytes = 0;
     int64_t until;
-    size_t nwanted = 0;
 
     if (rep->hdr.type != KVT_MSG_SAVE_RESERVE_OK || k->n != r->n) {
         kvt__finish(c, r, KVT_EPROTO);
@@ -303,10 +303,10 @@ static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
     until = hold_until(r, k->hold_ms);
     memset(r->locs, 0, r->n * KVT_LOC_BYTES);
     memset(r->csums, 0, r->n * 8);
+    r->ncp = 0;
     for (size_t i = 0; i < r->n; i++) {
         uint8_t s = k->status[i];
         uint64_t len;
-        uint8_t *dst;
 
         r->out[i] = s;
         if (!save_status_ok(s)) {
@@ -315,23 +315,27 @@ static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
         }
         if (s != KVT_CHUNK_WANTED)
             continue;
-        dst = kvt__map_at(r->map, k->locs + i * KVT_LOC_BYTES, &len);
-        if (dst == NULL || len != r->sizes[i]) {
+        if (kvt__map_at(r->map, k->locs + i * KVT_LOC_BYTES, &len) == NULL ||
+            len != r->sizes[i]) {
             kvt__finish(c, r, KVT_EPROTO);
             return;
         }
-        if (kvt__now_ms() >= until) {
-            r->out[i] = KVT_CHUNK_NOSPACE; /* reclaimed by now: never touch it */
-            continue;
-        }
-        if (csums)
-            kvt_put_u64((uint8_t *)&r->csums[i], kvt_copy_checksum(dst, r->src[i], len));
-        else
-            memcpy(dst, r->src[i], len);
-        atomic_fetch_add_explicit(&c->n_copied, len, memory_order_relaxed);
         memcpy(r->locs + i * KVT_LOC_BYTES, k->locs + i * KVT_LOC_BYTES, KVT_LOC_BYTES);
-        nwanted++;
+        r->cpidx[r->ncp++] = i;
+        bytes += len;
     }
+    r->cp_until = until;
+    r->cp_csums = (c->features & KVT_FEAT_CLIENT_CSUMS) != 0;
+    kvt__copies_start(c, r, bytes);
+}
+
+/* A copying save's chunks are in the arena (those whose copy began in time): commit them. */
+static void save_copied(kvt_client_t *c, req_t *r)
+{
+    size_t nwanted = 0;
+
+    for (size_t j = 0; j < r->ncp; j++)
+        nwanted += r->out[r->cpidx[j]] == KVT_CHUNK_WANTED;
     if (nwanted == 0) {
         kvt__finish(c, r, 0);
         return;
@@ -340,7 +344,7 @@ static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
         kvt_frame_t f[3] = {{.data = r->hashes, .len = r->n * sizeof(kvt_hash_t)},
                             {.data = r->locs, .len = r->n * KVT_LOC_BYTES},
                             {.data = r->csums, .len = r->n * 8}};
-        save_send(c, r, KVT_MSG_SAVE_COMMIT, f, csums ? 3 : 2);
+        save_send(c, r, KVT_MSG_SAVE_COMMIT, f, r->cp_csums ? 3 : 2);
     }
 }
 
@@ -440,6 +444,8 @@ static void on_load_shm(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
     bool pin = r->kind == KVT_OP_PIN;
     bool verify = verifying(c, !pin) && k->checksums != NULL;
     int64_t now = kvt__now_ms(), until;
+    uint64_t bytes = 0;
+    size_t ncp = 0;
     int status = 0;
 
     if (rep->hdr.type != KVT_MSG_LOAD_OK || k->n != r->n || !(rep->hdr.flags & KVT_LOADR_SHM)) {
@@ -490,18 +496,86 @@ static void on_load_shm(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
             kvt__relq_add(&c->orel[0], &r->hashes[i], now);
             continue;
         }
-        r->out[i] = copy_out(c, r, i, src, len, verify, csum, now);
-        r->lens[i] = r->out[i] == KVT_LOAD_HIT ? len : 0;
-        if (r->out[i] == KVT_LOAD_HIT)
-            kvt__relq_add(&c->orel[0], &r->hashes[i], now);
+        /* a copy, planned: copier.c runs it, load_copied follows */
+        r->lens[i] = len;
+        r->csums[i] = csum;
+        memcpy(r->locs + i * KVT_LOC_BYTES, k->locs + i * KVT_LOC_BYTES, KVT_LOC_BYTES);
+        r->cpidx[ncp++] = i;
+        bytes += len;
     }
     if (pin) {
         r->comp.hold_until_ms = until;
         if (!(c->features & KVT_FEAT_CHECKSUMS))
             r->comp.checksums = NULL;
+        set_nhit(r);
+        kvt__finish(c, r, status);
+        return;
+    }
+    r->ncp = ncp;
+    r->cp_until = until;
+    r->cp_verify = verify;
+    r->cp_status = status;
+    kvt__copies_start(c, r, bytes);
+}
+
+/* A copying load's chunks are copied (and verified): release their pins, complete it. */
+static void load_copied(kvt_client_t *c, req_t *r)
+{
+    int64_t now = kvt__now_ms();
+
+    for (size_t j = 0; j < r->ncp; j++) {
+        size_t i = r->cpidx[j];
+        if (r->out[i] == KVT_LOAD_CORRUPT) {
+            atomic_fetch_add_explicit(&c->n_mismatches, 1, memory_order_relaxed);
+            kvt__relq_add(&c->orel[1], &r->hashes[i], now);
+        } else {
+            kvt__relq_add(&c->orel[0], &r->hashes[i], now);
+        }
+        if (r->out[i] != KVT_LOAD_HIT)
+            r->lens[i] = 0;
     }
     set_nhit(r);
-    kvt__finish(c, r, status);
+    kvt__finish(c, r, r->cp_status);
+}
+
+void kvt__copy_chunk(kvt_client_t *c, req_t *r, size_t i)
+{
+    uint64_t len;
+    uint8_t *at = kvt__map_at(r->map, r->locs + i * KVT_LOC_BYTES, &len); /* checked: not NULL */
+
+    if (kvt__now_ms() >= r->cp_until) { /* reclaimed by now: never touch it */
+        if (r->kind == KVT_OP_SAVE) {
+            r->out[i] = KVT_CHUNK_NOSPACE;
+            memset(r->locs + i * KVT_LOC_BYTES, 0, KVT_LOC_BYTES);
+        } else {
+            r->out[i] = KVT_LOAD_MISS;
+        }
+        return;
+    }
+    atomic_fetch_add_explicit(&c->n_copied, len, memory_order_relaxed);
+    if (r->kind == KVT_OP_SAVE) {
+        if (r->cp_csums)
+            kvt_put_u64((uint8_t *)&r->csums[i], kvt_copy_checksum(at, r->src[i], len));
+        else
+            memcpy(at, r->src[i], len);
+        return;
+    }
+    if (!r->cp_verify) {
+        memcpy(r->dst[i], at, len);
+        r->out[i] = KVT_LOAD_HIT;
+        return;
+    }
+    atomic_fetch_add_explicit(&c->n_verified, 1, memory_order_relaxed);
+    r->out[i] = kvt_copy_checksum(r->dst[i], at, len) == r->csums[i] ? KVT_LOAD_HIT
+                                                                       : KVT_LOAD_CORRUPT;
+}
+
+void kvt__copies_done(kvt_client_t *c, req_t *r)
+{
+    if (r->kind == KVT_OP_SAVE)
+        save_copied(c, r);
+    else
+        load_copied(c, r);
 }
 
 /* SAVE_RESERVE_OK of a zero-copy reserve: hand the extents out. */

@@ -14,6 +14,7 @@
 #include "check_main.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,6 +455,70 @@ START_TEST(test_close_with_requests_in_flight)
 }
 END_TEST
 
+/* kvt_shutdown while the copy helpers have chunks of saves and loads in hand: it returns only
+ * when no helper touches a caller buffer any more (the buffers are freed right after it: ASan
+ * sees any later write), and every request completes exactly once, a load that succeeded with
+ * its bytes complete. */
+#define SC_N 32
+#define SC_LEN (1 * MIB)
+START_TEST(test_shutdown_with_copies_in_flight)
+{
+    harness_t *h = start_shm(160 * MIB, NULL);
+    kvt_hash_t hs[2 * SC_N];
+    kvt_handle_t handles[2 * SC_N];
+    int seen[2 * SC_N] = {0};
+    uint8_t *src = malloc(SC_N * SC_LEN), *dst = calloc(SC_N, SC_LEN);
+    int ok_loads[SC_N] = {0};
+    kvt_completion_t *comp;
+    kvt_client_t *c;
+
+    setenv("KVTIER_COPY_THREADS", "3", 1);
+    c = connect_c(h, 1, 0, KVT_DATA_PATH_SHM, 5000, NULL);
+    unsetenv("KVTIER_COPY_THREADS");
+    harness_chain(81, hs, 2 * SC_N);
+    for (size_t i = 0; i < SC_N; i++) { /* chunks SC_N.. stored first, to be loaded */
+        const void *b = src + i * SC_LEN;
+        size_t len = SC_LEN;
+        uint8_t out;
+        harness_fill(src + i * SC_LEN, SC_LEN, 0, i);
+        ck_assert_int_eq(kvt_save(c, &hs[SC_N + i], 1, &b, &len, NULL, &out), 0);
+        ck_assert_int_eq(out, KVT_SAVE_STORED);
+    }
+    for (size_t i = 0; i < SC_N; i++) {
+        kvt_submit_opts_t so = {.user = (void *)(uintptr_t)i}, lo = {.user = (void *)(SC_N + i)};
+        const void *b = src + i * SC_LEN;
+        void *d = dst + i * SC_LEN;
+        size_t len = SC_LEN;
+        ck_assert_int_eq(kvt_submit_save(c, &hs[i], 1, &b, &len, NULL, &so, &handles[i]), 0);
+        ck_assert_int_eq(kvt_submit_load(c, &hs[SC_N + i], 1, &d, &len, &lo, &handles[SC_N + i]),
+                         0);
+    }
+    kvt_shutdown(c); /* with copies in the helpers' hands */
+    for (int k = 0; k < 2 * SC_N; k++) {
+        size_t i;
+        ck_assert_int_eq(kvt_next_completion(c, &comp), 1);
+        i = (uintptr_t)comp->user;
+        ck_assert_uint_lt(i, 2 * SC_N);
+        ck_assert_uint_eq(comp->handle, handles[i]);
+        ck_assert(!seen[i]);
+        seen[i] = 1;
+        ck_assert(comp->status == 0 || comp->status == KVT_ECLOSED);
+        if (i >= SC_N && comp->status == 0 && comp->nhit == 1)
+            ok_loads[i - SC_N] = 1;
+        kvt_completion_free(c, comp);
+    }
+    ck_assert_int_eq(kvt_next_completion(c, &comp), 0);
+    for (size_t i = 0; i < SC_N; i++)
+        if (ok_loads[i])
+            ck_assert_int_eq(harness_check_fill(dst + i * SC_LEN, SC_LEN, 0, i), 1);
+    memset(src, 0xee, SC_N * SC_LEN); /* nobody reads or writes them any more */
+    free(src);
+    free(dst);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 /* --- the daemon forgets the session: one HELLO for every request in flight --- */
 
 static int pred_no_clients(json_t *st, void *arg)
@@ -655,6 +720,79 @@ START_TEST(test_revision_separates_namespaces)
 }
 END_TEST
 
+/* Copy helpers finish in any order, but a chain pipelined at depth (one chunk per save, each
+ * naming its predecessor) is committed in chain order: no chunk reaches the daemon before its
+ * predecessor, so none is an orphan (orphans are evicted first). The chain alternates 512 KiB
+ * chunks (copied by the helpers) and 64 KiB ones (copied at once by the I/O thread: ready before
+ * their predecessor). Checked through eviction: after more bytes than fit, what is left of the
+ * chain is a prefix of it, and it loads back byte-exact. */
+#define PC_N 16
+#define PC_BIG (512 * KIB)
+#define PC_LEN(i) ((i) % 2 == 0 ? PC_BIG : 64 * KIB)
+START_TEST(test_pipelined_chain_commits_in_order)
+{
+    harness_t *h = start_shm(20 * PC_BIG, NULL);
+    kvt_hash_t a[PC_N];
+    uint8_t *buf = malloc(PC_N * PC_BIG), *back = malloc(PC_BIG);
+    size_t inflight = 0, present = 0;
+    kvt_completion_t *comp;
+    kvt_lookup_result_t res = {0};
+    kvt_client_t *c;
+    bool gap = false;
+
+    setenv("KVTIER_COPY_THREADS", "2", 1); /* read at connect */
+    c = connect_c(h, 1, 0, KVT_DATA_PATH_SHM, 5000, NULL);
+    unsetenv("KVTIER_COPY_THREADS");
+    harness_chain(71, a, PC_N);
+    for (size_t i = 0; i < PC_N; i++) {
+        const void *src = buf + i * PC_BIG;
+        size_t len = PC_LEN(i);
+        kvt_save_opts_t sv = {.parent = i > 0 ? &a[i - 1] : NULL};
+        harness_fill(buf + i * PC_BIG, len, 0, i);
+        if (inflight == 8) {
+            comp = harness_next_completion(c, WAIT_MS);
+            ck_assert_int_eq(comp->status, 0);
+            ck_assert_int_eq(comp->outcomes[0], KVT_SAVE_STORED);
+            kvt_completion_free(c, comp);
+            inflight--;
+        }
+        ck_assert_int_eq(kvt_submit_save(c, &a[i], 1, &src, &len, &sv, NULL, NULL), 0);
+        inflight++;
+    }
+    for (; inflight > 0; inflight--) {
+        comp = harness_next_completion(c, WAIT_MS);
+        ck_assert_int_eq(comp->status, 0);
+        ck_assert_int_eq(comp->outcomes[0], KVT_SAVE_STORED);
+        kvt_completion_free(c, comp);
+    }
+    /* 6 MiB more, 4.5 MiB of chain: some of the chain must go */
+    ck_assert_uint_eq(harness_save_chain(c, 72, 6, PC_BIG, 0), 6);
+    ck_assert_uint_eq(harness_save_chain(c, 73, 6, PC_BIG, 0), 6);
+    for (size_t i = 0; i < PC_N; i++) {
+        ck_assert_int_eq(kvt_lookup(c, &a[i], 1, NULL, &res), 0);
+        ck_assert_msg(!(gap && res.hit == 1), "chunk %zu stored after an evicted predecessor", i);
+        gap |= res.hit == 0;
+        present += res.hit;
+    }
+    ck_assert_uint_lt(present, PC_N);
+    ck_assert_uint_gt(present, 0);
+    ck_assert_int_eq(kvt_lookup(c, a, PC_N, NULL, &res), 0);
+    ck_assert_uint_eq(res.hit, present);
+    for (size_t i = 0; i < present; i++) {
+        void *dst = back;
+        size_t cap = PC_BIG, len = 0, nhit = 0;
+        ck_assert_int_eq(kvt_load(c, &a[i], 1, &dst, &cap, &len, &nhit), 0);
+        ck_assert_uint_eq(nhit, 1);
+        ck_assert_uint_eq(len, PC_LEN(i));
+        ck_assert_int_eq(harness_check_fill(back, len, 0, i), 1);
+    }
+    kvt_close(&c);
+    free(buf);
+    free(back);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *async_suite(void)
 {
     Suite *s = suite_create("async");
@@ -666,10 +804,12 @@ static Suite *async_suite(void)
     tcase_add_test(t, test_restart_with_requests_in_flight);
     tcase_add_test(t, test_shutdown_completes_each_once);
     tcase_add_test(t, test_close_with_requests_in_flight);
+    tcase_add_test(t, test_shutdown_with_copies_in_flight);
     tcase_add_test(t, test_forgotten_session_recovers_in_flight);
     tcase_add_test(t, test_sync_beside_async);
     tcase_add_test(t, test_window_never_refused);
     tcase_add_test(t, test_revision_separates_namespaces);
+    tcase_add_test(t, test_pipelined_chain_commits_in_order);
     suite_add_tcase(s, t);
     return s;
 }
