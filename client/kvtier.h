@@ -11,8 +11,9 @@
  *
  * Each client owns one I/O thread, started by kvt_connect and ended by kvt_shutdown/kvt_close.
  * It owns the ZeroMQ DEALER socket, sends the requests, matches the replies, enforces the
- * per-request timeouts, and does (or, below, shares) every copy of payload bytes (caller buffer to
- * arena, arena or reply frame to caller buffer, with checksum verification fused into the copy). A submit never
+ * per-request timeouts, and does (or shares with the copy helpers below) every copy of payload
+ * bytes (caller buffer to arena, arena or reply frame to caller buffer, with checksum
+ * verification fused into the copy). A submit never
  * copies payload bytes and never waits for the daemon: it validates its arguments, copies the
  * small arrays it is given (hashes, buffer pointers, lengths) and queues the request. At most
  * the daemon's in-flight window (HELLO_OK max_in_flight; kvt_server_info) is on the wire at
