@@ -12,9 +12,10 @@
  *
  * Design: the I/O thread plans a request's copies (requests.c fills r->cpidx[0..ncp) with the
  * chunks to copy and everything a copy needs) and calls kvt__copies_start. Small requests (under
- * KVT_OFFLOAD_MIN bytes), clients without helpers and synchronous calls that run the I/O on their
- * own thread copy at once, on that thread. Otherwise the request joins the task queue; a helper,
- * or the I/O thread between two turns of its loop (kvt__copier_help), takes the next chunk of the
+ * KVT_OFFLOAD_MIN bytes) and clients without helpers copy at once, on the thread running the I/O.
+ * Otherwise the request joins the task queue; a helper, or the thread running the I/O (the I/O
+ * thread, or a synchronous call that runs it on its own thread: io.c) between two turns of its
+ * loop (kvt__copier_help), takes the next chunk of the
  * request at the head; whoever finishes a request's last chunk puts it on the done list and makes
  * copy_fd readable; the I/O thread takes it back (kvt__copier_back) and runs what follows
  * (kvt__copies_done: the commit of a save, the releases and the completion of a load). Saves
@@ -30,7 +31,8 @@
  * KVT_COPY_THREADS_DEFAULT), started only on the shared-memory path.
  *
  * Threads: kvt__copier_init/destroy with the client; start from kvt_connect; everything else on
- * the I/O thread, except helper_main and kvt__copy_chunk (requests.c), which run on the helpers.
+ * whichever thread runs the I/O ("io" fields, handed over under c->mu: io.c), except helper_main
+ * and kvt__copy_chunk (requests.c), which run on the helpers too.
  * The queues and the per-request counters are under cp.mu; each chunk's outputs belong to the
  * thread copying it until the request is back on the I/O thread (cp.mu orders the accesses).
  */
@@ -175,7 +177,7 @@ void kvt__copies_start(kvt_client_t *c, req_t *r, uint64_t bytes)
             c->commit_head = r;
         c->commit_tail = r;
     }
-    if (r->ncp == 0 || bytes < KVT_OFFLOAD_MIN || c->io_inline_now ||
+    if (r->ncp == 0 || bytes < KVT_OFFLOAD_MIN ||
         atomic_load_explicit(&c->cp.nthreads, memory_order_acquire) == 0) {
         for (size_t j = 0; j < r->ncp; j++)
             kvt__copy_chunk(c, r, r->cpidx[j]);

@@ -223,9 +223,8 @@ struct kvt_client {
     zmq_msg_t *rx;
     kvt_frame_t *fv;
     size_t nrx, rx_cap;
-    size_t cp_outstanding; /* requests handed to the copier, not yet back */
+    size_t cp_outstanding; /* requests handed to the copier, not yet back (whoever runs the I/O) */
     req_t *commit_head, *commit_tail; /* saves being copied, in the order of their reserves */
-    bool io_inline_now;    /* a synchronous call runs the I/O: copies stay on its thread */
 };
 
 /* --- kvtier.c --- */

@@ -808,13 +808,13 @@ static void park(kvt_client_t *c)
 
 void kvt__io_inline(kvt_client_t *c, req_t *r)
 {
-    zmq_pollitem_t items[2] = {{.socket = c->sock, .events = ZMQ_POLLIN},
-                               {.fd = c->yield_fd, .events = ZMQ_POLLIN}};
+    zmq_pollitem_t items[3] = {{.socket = c->sock, .events = ZMQ_POLLIN},
+                               {.fd = c->yield_fd, .events = ZMQ_POLLIN},
+                               {.fd = c->copy_fd, .events = ZMQ_POLLIN}};
     bool done = false, yield = false, wake;
     uint64_t v;
 
     (void)!read(c->yield_fd, &v, sizeof v); /* a stale wake-up of an earlier call */
-    c->io_inline_now = true; /* its copies stay on this thread (none is in the copier now) */
     pend_push(c, r);
     for (;;) {
         int64_t now = kvt__now_ms();
@@ -827,16 +827,17 @@ void kvt__io_inline(kvt_client_t *c, req_t *r)
         pthread_mutex_unlock(&c->mu);
         if (done || yield)
             break;
-        if (zmq_poll(items, 2, wait_ms(c, kvt__now_ms())) > 0 && (items[1].revents & ZMQ_POLLIN))
+        if (zmq_poll(items, 3, kvt__copier_help(c) ? 0 : wait_ms(c, kvt__now_ms())) > 0 &&
+            (items[1].revents & ZMQ_POLLIN))
             (void)!read(c->yield_fd, &v, sizeof v);
         recv_replies(c);
+        kvt__copier_back(c);
         deliver(c);
     }
     if (done) { /* the releases of a copied load go now: nobody else runs the I/O */
         flush_releases(c, 1, true, true, kvt__now_ms());
         flush_releases(c, 0, true, true, kvt__now_ms());
     }
-    c->io_inline_now = false;
     pthread_mutex_lock(&c->mu);
     wake = !io_idle(c) || c->subq_head != NULL || c->rel[0].n > 0 || c->rel[1].n > 0;
     c->inline_active = false;
