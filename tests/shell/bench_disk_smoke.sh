@@ -96,6 +96,9 @@ pos "segments dropped before the reads" '.disk.read.segments_dropped.files'
 check "O_DIRECT raw read, or why not" \
     '(.disk.raw.read_direct.gbps | type == "number") or (.disk.raw.read_direct.not_measured | type == "string")' \
     '.disk.raw'
+check "O_DIRECT raw write (+ fdatasync), or why not, and the write ratio against it" \
+    '((.disk.raw.write_direct.gbps | type == "number") and (.disk.write.ratio_vs_raw_direct | type == "number")) or (.disk.raw.write_direct.not_measured | type == "string")' \
+    '.disk.raw'
 check "the shared-memory half of the read phase" \
     '.disk.read_shm.chunks > 0 and .disk.read_shm.verified + .disk.read_shm.misses == .disk.read_shm.chunks' \
     '.disk.read_shm'
