@@ -70,13 +70,18 @@ static void idle_cb(uv_idle_t *h);
 
 static void drain(zsock_t *z)
 {
+    uint64_t t0;
+
     if (z->in_drain)
         return; /* a send from inside the callback: the running drain re-checks ZMQ_EVENTS */
+    t0 = uv_hrtime();
     z->in_drain = true;
     for (int i = 0; i < ZSOCK_BATCH && !z->closing; i++) {
         bool truncated;
         size_t n;
 
+        if (i > 0 && uv_hrtime() - t0 >= (uint64_t)ZSOCK_TURN_US * 1000u)
+            break; /* the rest next turn (idle handle below) */
         if (!pending_in(z))
             break;
         n = recv_one(z, &truncated);

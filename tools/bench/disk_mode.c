@@ -97,6 +97,7 @@ typedef struct {
     uint64_t ram_capacity, disk_capacity, segment_bytes;
     double ratio;      /* disk.compression_ratio: cumulative since the daemon started */
     double lookup_p99; /* ops.lookup.p99_us: cumulative since the daemon started */
+    uint64_t turns, turns_2ms, turns_5ms; /* loop.turns, and those of at most 2 / 5 ms (wall) */
     int enabled;
     char state[32], compression[16], last_error[128], dir[PATH_MAX];
 } snap_t;
@@ -125,6 +126,9 @@ static int snap_take(const bench_t *b, snap_t *sn)
     sn->segment_bytes = (uint64_t)json_integer_value(json_object_get(disk, "segment_bytes"));
     sn->ratio = json_number_value(json_object_get(disk, "compression_ratio"));
     sn->lookup_p99 = json_number_value(tool_json_path(root, "ops.lookup.p99_us"));
+    sn->turns = (uint64_t)json_integer_value(tool_json_path(root, "loop.turns"));
+    sn->turns_2ms = (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_us.buckets.2000"));
+    sn->turns_5ms = (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_us.buckets.5000"));
     sn->enabled = json_is_true(json_object_get(disk, "enabled"));
     copy_str(sn->state, sizeof sn->state, json_object_get(disk, "state"));
     copy_str(sn->compression, sizeof sn->compression, json_object_get(disk, "compression"));
@@ -932,6 +936,12 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
                             : json_pack("{s:n,s:s}", "gbps", "not_measured", d->raw.direct_w_why));
     json_object_set_new(json_object_get(disk, "write"), "ratio_vs_raw_direct",
                         real_or_null(ratio(f->w_raw, f->raw_direct_w_gbps)));
+    json_object_set_new(
+        json_object_get(disk, "write"), "loop_turns",
+        json_pack("{s:I,s:I,s:I}", "turns", (json_int_t)(d->s1.turns - d->s0.turns), "over_2ms",
+                  (json_int_t)((d->s1.turns - d->s0.turns) - (d->s1.turns_2ms - d->s0.turns_2ms)),
+                  "over_5ms",
+                  (json_int_t)((d->s1.turns - d->s0.turns) - (d->s1.turns_5ms - d->s0.turns_5ms))));
     json_object_set_new(json_object_get(lk, "idle"), "daemon_p99_us",
                         real_or_null(d->s0.lookup_p99));
     json_object_set_new(json_object_get(lk, "writing"), "daemon_p99_us",
@@ -1131,6 +1141,11 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("%-34s %8zu %9.1f %9.1f %9.1f %14.1f\n", ln[i], ls[i]->lat.n, ls[i]->lat.p50,
                ls[i]->lat.p99, ls[i]->lat.max, dp[i]);
     printf("(daemon p99: status ops.lookup.p99_us, cumulative since the daemon started)\n");
+    printf("loop turns during the write phase: %" PRIu64 ", longer than 2 ms: %" PRIu64
+           ", longer than 5 ms: %" PRIu64 " (status loop.turn_us, wall time)\n",
+           d->s1.turns - d->s0.turns,
+           (d->s1.turns - d->s0.turns) - (d->s1.turns_2ms - d->s0.turns_2ms),
+           (d->s1.turns - d->s0.turns) - (d->s1.turns_5ms - d->s0.turns_5ms));
 }
 
 int bench_disk_report(const bench_t *b)
