@@ -536,11 +536,11 @@ int kvt_submit_pin(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const kv
     return rc != 0 ? rc : submit_async(c, r, so, out);
 }
 
-int kvt_submit_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten,
-                      const kvt_submit_opts_t *so, kvt_handle_t *out)
+/* The commit of reservation (not yet submitted): it consumes the reservation. */
+static int make_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten,
+                       req_t **out)
 {
     req_t *v = (req_t *)reservation, *r;
-    int rc;
 
     if (c == NULL || v == NULL || v->c != c || v->kind != KVT_OP_RESERVE || v->comp.status != 0 ||
         v->consumed || nwritten > v->n)
@@ -552,16 +552,90 @@ int kvt_submit_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwr
     r->nwritten = nwritten;
     v->consumed = true;
     r->resv = v;
+    *out = r;
+    return 0;
+}
+
+/* A commit that never went out: the reservation is the caller's again. */
+static void unmake_commit(req_t *r)
+{
+    r->resv->consumed = false;
+    r->resv = NULL;
+    free(r);
+}
+
+int kvt_submit_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten,
+                      const kvt_submit_opts_t *so, kvt_handle_t *out)
+{
+    req_t *r;
+    int rc = make_commit(c, reservation, nwritten, &r);
+
+    if (rc != 0)
+        return rc;
     rc = submit(c, r, so);
     if (rc != 0) {
-        v->consumed = false;
-        r->resv = NULL;
-        free(r);
+        unmake_commit(r);
         return rc;
     }
     if (out != NULL)
         *out = r->comp.handle;
     return 0;
+}
+
+/* Runs zero-copy request r synchronously and hands its completion to the caller (*out), or
+ * frees it when it never ran (the submit was refused: *out NULL). */
+static int run_sync_zc(kvt_client_t *c, req_t *r, kvt_completion_t **out)
+{
+    int rc = run_sync(c, r);
+
+    if (r->comp.handle == 0) { /* never registered: nothing was sent */
+        if (r->kind == KVT_OP_COMMIT)
+            unmake_commit(r);
+        else
+            free(r);
+        return rc;
+    }
+    r->sync = false; /* an ordinary completion from here: the caller's */
+    *out = &r->comp;
+    return rc;
+}
+
+int kvt_reserve(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const size_t *lens,
+                const kvt_save_opts_t *opts, kvt_completion_t **out)
+{
+    req_t *r;
+    int rc;
+
+    if (out == NULL)
+        return KVT_EINVAL;
+    *out = NULL;
+    rc = make_save(c, KVT_OP_RESERVE, hashes, n, NULL, lens, opts, &r);
+    return rc != 0 ? rc : run_sync_zc(c, r, out);
+}
+
+int kvt_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten,
+               kvt_completion_t **out)
+{
+    req_t *r;
+    int rc;
+
+    if (out == NULL)
+        return KVT_EINVAL;
+    *out = NULL;
+    rc = make_commit(c, reservation, nwritten, &r);
+    return rc != 0 ? rc : run_sync_zc(c, r, out);
+}
+
+int kvt_pin(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, kvt_completion_t **out)
+{
+    req_t *r;
+    int rc;
+
+    if (out == NULL)
+        return KVT_EINVAL;
+    *out = NULL;
+    rc = make_load(c, KVT_OP_PIN, hashes, n, NULL, NULL, &r);
+    return rc != 0 ? rc : run_sync_zc(c, r, out);
 }
 
 /* --- completions --- */

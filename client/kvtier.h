@@ -418,6 +418,19 @@ KVT_API int kvt_submit_commit(kvt_client_t *c, kvt_completion_t *reservation, si
 KVT_API int kvt_submit_pin(kvt_client_t *c, const kvt_hash_t *hashes, size_t n,
                            const kvt_submit_opts_t *so, kvt_handle_t *out);
 
+/* Synchronous zero-copy calls (0.2.1): kvt_submit_reserve, kvt_submit_commit and kvt_submit_pin,
+ * then a wait for that request, which runs on the calling thread when the client is idle (as
+ * the other synchronous calls: a round trip without the two thread hand-offs). They return the
+ * request's status; *out is then its completion, the caller's as if taken from the queue (read
+ * it, free it with kvt_completion_free, or hand a reservation to kvt_commit/kvt_submit_commit),
+ * or NULL when nothing was sent (invalid arguments, no memory, the client shut down; a refused
+ * kvt_commit leaves the reservation the caller's). Never delivered to the completion queue. */
+KVT_API int kvt_reserve(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const size_t *lens,
+                        const kvt_save_opts_t *opts, kvt_completion_t **out);
+KVT_API int kvt_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten,
+                       kvt_completion_t **out);
+KVT_API int kvt_pin(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, kvt_completion_t **out);
+
 /* Verifies the HIT chunks of a pin completion against the daemon's checksums on the calling
  * thread (one read pass); a mismatch becomes KVT_LOAD_CORRUPT (ptrs[i] NULL, nhit shortened),
  * is counted and reported to the daemon. Returns the number of mismatches, or KVT_EUNSUPP when

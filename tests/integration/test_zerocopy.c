@@ -389,6 +389,54 @@ START_TEST(test_killed_holder_reclaimed)
 }
 END_TEST
 
+/* The synchronous zero-copy calls: kvt_reserve, kvt_commit and kvt_pin return completions the
+ * caller owns (never queued), byte-exact like the asynchronous ones; refused arguments and a
+ * shut-down client send nothing and give no completion, and a refused commit leaves the
+ * reservation the caller's. */
+START_TEST(test_sync_zero_copy_calls)
+{
+    harness_t *h = start_shm(16 * MIB, 5000, NULL);
+    kvt_client_t *c = connect_c(h, KVT_DATA_PATH_SHM);
+    kvt_hash_t hs[3];
+    size_t lens[3] = {256 * KIB, 256 * KIB, 256 * KIB};
+    kvt_completion_t *resv = NULL, *done = NULL, *pin = NULL, *q;
+
+    harness_chain(31, hs, 3);
+    ck_assert_int_eq(kvt_reserve(c, hs, 3, lens, NULL, &resv), 0);
+    ck_assert_ptr_nonnull(resv);
+    ck_assert_int_eq(resv->op, KVT_OP_RESERVE);
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_int_eq(resv->outcomes[i], KVT_SAVE_RESERVED);
+        harness_fill(resv->ptrs[i], lens[i], 0, harness_hash_key(&hs[i]));
+    }
+    ck_assert_int_eq(kvt_commit(c, resv, 9, &done), KVT_EINVAL); /* more than it holds */
+    ck_assert_ptr_null(done);
+    ck_assert_int_eq(kvt_commit(c, resv, 3, &done), 0); /* still the caller's: it commits */
+    ck_assert_ptr_nonnull(done);
+    ck_assert_int_eq(done->op, KVT_OP_COMMIT);
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_int_eq(done->outcomes[i], KVT_SAVE_STORED);
+    kvt_completion_free(c, done); /* the reservation went with the commit */
+    ck_assert_int_eq(kvt_pin(c, hs, 3, &pin), 0);
+    ck_assert_ptr_nonnull(pin);
+    ck_assert_uint_eq(pin->nhit, 3);
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_uint_eq(pin->lens[i], lens[i]);
+        ck_assert_int_eq(harness_check_fill(pin->ptrs[i], lens[i], 0, harness_hash_key(&hs[i])), 1);
+    }
+    ck_assert_int_eq(kvt_next_completion(c, &q), 0); /* nothing was queued */
+    kvt_completion_free(c, pin);
+    ck_assert_int_eq(kvt_pin(c, hs, 0, &pin), KVT_EINVAL);
+    ck_assert_ptr_null(pin);
+    ck_assert_int_eq(kvt_pin(c, hs, 1, NULL), KVT_EINVAL);
+    kvt_shutdown(c);
+    ck_assert_int_eq(kvt_pin(c, hs, 1, &pin), KVT_ECLOSED);
+    ck_assert_ptr_null(pin);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *zerocopy_suite(void)
 {
     Suite *s = suite_create("zerocopy");
@@ -400,6 +448,7 @@ static Suite *zerocopy_suite(void)
     tcase_add_test(t, test_pin_survives_fill_then_evicted);
     tcase_add_test(t, test_disk_chunks_by_location);
     tcase_add_test(t, test_killed_holder_reclaimed);
+    tcase_add_test(t, test_sync_zero_copy_calls);
     suite_add_tcase(s, t);
     return s;
 }

@@ -11,6 +11,9 @@
  * slot; a zero-copy load is a pin, the memcpy out of the arena, and kvt_completion_free, which
  * releases the pins without a round trip. A call's latency runs from its first submit to its
  * last completion; each zero-copy round trip is timed from its submit to its completion.
+ * Without --depth the zero-copy calls are the synchronous ones (kvt_reserve, kvt_commit, kvt_pin:
+ * on an idle client the calling thread runs the round trip, as kvt_save and kvt_load do for the
+ * other backends), each round trip timed around its call.
  *
  * Threads: the rank thread that owns r (and its clients' completions).
  */
@@ -186,6 +189,80 @@ static int reap(pipe_t *p)
     return on_completion(p, comp);
 }
 
+/* The zero-copy workload through the synchronous calls, one call of up to --batch chunks at a
+ * time. */
+static int sync_zc_chain(rank_t *r, op_t op, const kvt_hash_t *h, size_t from, size_t n,
+                         series_t *lat)
+{
+    const bench_t *b = r->b;
+    size_t chunk = b->o.chunk_bytes, batch = b->o.batch, chain = b->chain_len, end = from + n;
+    kvt_client_t *c = r->bk[BK_ZC].kv;
+    rank_bk_t *rb = &r->bk[BK_ZC];
+    int measured = lat != NULL;
+
+    for (size_t i = from, k; i < end; i += k) {
+        size_t left = chain - i % chain, lens[batch];
+        kvt_save_opts_t sv = {.parent = i % chain ? &h[i - 1] : NULL};
+        kvt_completion_t *comp = NULL, *done = NULL;
+        uint64_t t0, t1;
+        int rc;
+
+        k = end - i < batch ? end - i : batch;
+        k = k < left ? k : left;
+        for (size_t j = 0; j < k; j++)
+            lens[j] = chunk;
+        t0 = now_ns();
+        if (op == OP_LOAD) {
+            rc = kvt_pin(c, h + i, k, &comp);
+            t1 = now_ns();
+            add(&rb->pin, t1 - t0, measured);
+            if (rc != 0 && rc != KVT_EBUFSIZE) {
+                kvt_completion_free(c, comp);
+                rank_fail_kvt(r, "pin", rc, c);
+                return -1;
+            }
+            for (size_t j = 0; j < k; j++) {
+                size_t len = comp->outcomes[j] == KVT_LOAD_HIT ? comp->lens[j] : 0;
+                if (len > chunk)
+                    len = 0;
+                if (len > 0)
+                    memcpy(r->dst + (i + j) * chunk, comp->ptrs[j], len);
+                r->lens[i + j] = len;
+            }
+            kvt_completion_free(c, comp);
+        } else {
+            rc = kvt_reserve(c, h + i, k, lens, &sv, &comp);
+            t1 = now_ns();
+            add(&rb->reserve, t1 - t0, measured);
+            if (rc != 0) {
+                kvt_completion_free(c, comp);
+                rank_fail_kvt(r, "reserve", rc, c);
+                return -1;
+            }
+            for (size_t j = 0; j < k; j++) {
+                r->outcomes[i + j] = comp->outcomes[j];
+                if (comp->outcomes[j] == KVT_SAVE_RESERVED)
+                    memcpy(comp->ptrs[j], r->src + (i + j) * chunk, chunk); /* the "DMA" */
+            }
+            t1 = now_ns();
+            rc = kvt_commit(c, comp, k, &done);
+            add(&rb->commit, now_ns() - t1, measured);
+            if (rc != 0) {
+                if (done == NULL)
+                    kvt_completion_free(c, comp);
+                kvt_completion_free(c, done);
+                rank_fail_kvt(r, "commit", rc, c);
+                return -1;
+            }
+            memcpy(r->outcomes + i, done->outcomes, k);
+            kvt_completion_free(c, done);
+        }
+        if (lat)
+            lat->v[lat->n++] = now_ns() - t0;
+    }
+    return 0;
+}
+
 int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, size_t n,
                 series_t *lat)
 {
@@ -203,6 +280,8 @@ int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, s
     size_t i = from, end = from + n, free_slot = 0;
     int rc = 0;
 
+    if (bk == BK_ZC && b->o.depth == 0)
+        return sync_zc_chain(r, op, h, from, n, lat);
     p.slots = calloc(depth, sizeof *p.slots);
     if (p.slots == NULL) {
         rank_fail(r, 1, "out of memory");
