@@ -293,6 +293,12 @@ PROTOTYPES = {
         [_client, _P(KvtCompletion), c_size_t, _P(KvtSubmitOpts), _handle],
     ),
     "kvt_submit_pin": (c_int, [_client, _P(KvtHash), c_size_t, _P(KvtSubmitOpts), _handle]),
+    "kvt_reserve": (
+        c_int,
+        [_client, _P(KvtHash), c_size_t, _P(c_size_t), _P(KvtSaveOpts), _P(_P(KvtCompletion))],
+    ),
+    "kvt_commit": (c_int, [_client, _P(KvtCompletion), c_size_t, _P(_P(KvtCompletion))]),
+    "kvt_pin": (c_int, [_client, _P(KvtHash), c_size_t, _P(_P(KvtCompletion))]),
     "kvt_pin_verify": (c_int, [_client, _P(KvtCompletion)]),
     "kvt_fd": (c_int, [_client]),
     "kvt_poll": (c_int, [_client, c_int]),
