@@ -12,7 +12,9 @@
  *
  * Design: the I/O thread plans a request's copies (requests.c fills r->cpidx[0..ncp) with the
  * chunks to copy and everything a copy needs) and calls kvt__copies_start. Small requests (under
- * KVT_OFFLOAD_MIN bytes) and clients without helpers copy at once, on the thread running the I/O.
+ * KVT_OFFLOAD_MIN bytes), a one-chunk request with nothing else in flight (a hand-off would only
+ * add two thread wake-ups) and clients without helpers copy at once, on the thread running the
+ * I/O.
  * Otherwise the request joins the task queue; a helper, or the thread running the I/O (the I/O
  * thread, or a synchronous call that runs it on its own thread: io.c) between two turns of its
  * loop (kvt__copier_help), takes the next chunk of the
@@ -177,7 +179,10 @@ void kvt__copies_start(kvt_client_t *c, req_t *r, uint64_t bytes)
             c->commit_head = r;
         c->commit_tail = r;
     }
-    if (r->ncp == 0 || bytes < KVT_OFFLOAD_MIN ||
+    /* a hand-off pays when something runs beside it: another chunk of r, another request */
+    bool beside = r->ncp > 1 || c->nwires > 0 || c->pend_head != NULL || c->cp_outstanding > 0;
+
+    if (r->ncp == 0 || bytes < KVT_OFFLOAD_MIN || !beside ||
         atomic_load_explicit(&c->cp.nthreads, memory_order_acquire) == 0) {
         for (size_t j = 0; j < r->ncp; j++)
             kvt__copy_chunk(c, r, r->cpidx[j]);
