@@ -600,6 +600,7 @@ int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uin
 
 void store__limbo_free(store_t *s, index_entry_t *e)
 {
+    store__dirty_del(s, e); /* never on it (limbo_add), and a freed entry must never be */
     if (e->lru_prev != NULL)
         e->lru_prev->lru_next = e->lru_next;
     else
@@ -622,13 +623,13 @@ static void limbo_add(store_t *s, index_entry_t *e)
 {
     ns_t *ns = ns_get(s->nst, e->ns);
 
-    store__dirty_del(s, e);
     store__spill_end(s, e);
     /* out of the index now: a restart must not bring it back, even before its last unpin */
     if (e->flags & INDEX_F_RAM)
         store__journal_del(s, e);
     if (e->flags & INDEX_F_DISK)
-        store__disk_forget(s, e);
+        store__disk_forget(s, e); /* which makes a RAM copy dirty again: */
+    store__dirty_del(s, e);       /* only now off the dirty list: the limbo is never written */
     if (e->flags & INDEX_F_WBUF)
         s->dk.wbuf--;
     if (ns != NULL) {

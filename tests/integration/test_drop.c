@@ -277,6 +277,57 @@ START_TEST(test_drop_namespace_ram_disk_revision_restart)
 }
 END_TEST
 
+/* A chunk with a RAM and a disk copy, pinned by a shared-memory load, is dropped: it waits in the
+ * limbo for its pin. Forgetting its disk copy made its RAM copy dirty again, which put the limbo
+ * entry back on the cleaner's list, where it stayed after its last unpin freed it: the shutdown
+ * persist then walked freed memory (a hang, or ASan's use after free). Now the stop is clean and
+ * the rest of the namespace's neighbours survive it. */
+START_TEST(test_drop_pinned_clean_chunk_then_stop)
+{
+    char dir[128], arena[160];
+    harness_opts_t o = {.capacity_bytes = 1u << 20, .max_chunk_bytes = CH};
+    static char extra[640];
+    kvt_ns_desc_t d = harness_ns_desc("pinned-model", 1, 0, 32);
+    kvt_connect_opts_t co = {.timeout_ms = 5000, .data_path = KVT_DATA_PATH_SHM};
+    kvt_completion_t *pin = NULL;
+    kvt_client_t *c = NULL;
+    kvt_hash_t hs[4];
+    harness_t *h;
+    json_t *doc, *st;
+    int code;
+
+    snprintf(dir, sizeof dir, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(arena, sizeof arena, "/dev/shm/kvtier-drop-%d.arena", (int)getpid());
+    snprintf(extra, sizeof extra,
+             "{\"ram\": {\"arena_path\": \"%s\"}, \"disk\": {\"enabled\": true, \"dir\": \"%s\", "
+             "\"capacity_bytes\": \"16MiB\", \"segment_bytes\": \"4MiB\", "
+             "\"write_buffer_bytes\": \"4MiB\"}}",
+             arena, dir);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    ck_assert_int_eq(kvt_connect(h->endpoint, &d, 0, &co, &c), 0);
+    ck_assert_uint_eq(harness_save_chain(c, 5, 4, CH, 0), 4);
+    harness_chain(5, hs, 4);
+    /* the cleaner writes them ahead of eviction only under pressure: a stop-less way to get
+     * disk copies is to wait until they were written (the write buffer is empty) */
+    st = harness_wait_status(h, pred_flushed, NULL, 10000);
+    ck_assert_ptr_nonnull(st);
+    json_decref(st);
+    ck_assert_int_eq(kvt_pin(c, hs, 1, &pin), 0);
+    ck_assert_uint_eq(pin->nhit, 1);
+    doc = drop(h, "ns=pinned-model", &code);
+    ck_assert_int_eq(code, 200);
+    ck_assert_int_eq(jget(json_array_get(json_object_get(doc, "namespaces"), 0), "pinned"), 1);
+    json_decref(doc);
+    kvt_completion_free(c, pin); /* the last pin: the limbo entry is freed */
+    ck_assert_uint_eq(harness_save_chain(c, 6, 4, CH, 0), 4); /* the cleaner runs on */
+    kvt_close(&c);
+    harness_stop(&h); /* the persist walks the dirty list: exit 0 within the deadline */
+    unlink(arena);
+}
+END_TEST
+
 static Suite *drop_suite(void)
 {
     Suite *su = suite_create("drop");
@@ -284,6 +335,7 @@ static Suite *drop_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_drop_namespace_ram_disk_revision_restart);
+    tcase_add_test(tc, test_drop_pinned_clean_chunk_then_stop);
     suite_add_tcase(su, tc);
     return su;
 }
