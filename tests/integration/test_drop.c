@@ -309,13 +309,19 @@ START_TEST(test_drop_pinned_clean_chunk_then_stop)
     ck_assert_int_eq(kvt_connect(h->endpoint, &d, 0, &co, &c), 0);
     ck_assert_uint_eq(harness_save_chain(c, 5, 4, CH, 0), 4);
     harness_chain(5, hs, 4);
-    /* the cleaner writes them ahead of eviction only under pressure: a stop-less way to get
-     * disk copies is to wait until they were written (the write buffer is empty) */
+    /* 1.5 MiB more through the 1 MiB of RAM: the first four go to disk and leave RAM */
+    for (uint32_t seed = 7; seed < 13; seed++)
+        ck_assert_uint_eq(harness_save_chain(c, seed, 4, CH, 0), 4);
     st = harness_wait_status(h, pred_flushed, NULL, 10000);
     ck_assert_ptr_nonnull(st);
+    ck_assert_int_ge(jget(st, "disk.chunks"), 4);
     json_decref(st);
+    /* the pin promotes chunk 0 back into RAM: a RAM and a disk copy, pinned */
     ck_assert_int_eq(kvt_pin(c, hs, 1, &pin), 0);
     ck_assert_uint_eq(pin->nhit, 1);
+    st = harness_status(h);
+    ck_assert_int_ge(jget(st, "disk.promotions"), 1);
+    json_decref(st);
     doc = drop(h, "ns=pinned-model", &code);
     ck_assert_int_eq(code, 200);
     ck_assert_int_eq(jget(json_array_get(json_object_get(doc, "namespaces"), 0), "pinned"), 1);
