@@ -122,6 +122,9 @@ struct index_group {
 /* Evicted while its disk write is in flight (index_spill): still RAM-resident and readable,
  * but out of the leaf LRU and out of the RAM tier's capacity until the write commits. */
 #define INDEX_F_SPILL 0x200u
+/* store.c: touched since it joined the dirty FIFO; the cleaner gives it a second chance (moves it
+ * to the tail) instead of every touch moving it there. */
+#define INDEX_F_REF 0x400u
 
 typedef struct index index_t;
 

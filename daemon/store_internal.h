@@ -114,8 +114,11 @@ void store__drop(store_t *s, index_entry_t *e);
  */
 void store__dirty_add(store_t *s, index_entry_t *e);
 void store__dirty_del(store_t *s, index_entry_t *e);
+/* Moves dirty e to the tail of the FIFO and clears its mark (INDEX_F_REF). */
+void store__dirty_requeue(store_t *s, index_entry_t *e);
 
-/* An access to e (index_touch): a dirty e also moves to the dirty FIFO's tail. */
+/* An access to e (index_touch): a dirty e is marked (INDEX_F_REF) and moves to the dirty FIFO's
+ * tail when the cleaner reaches it (second chance). */
 void store__touch(store_t *s, index_entry_t *e);
 
 /* Allocates len bytes, evicting chain tails while the RAM tier (ram_cap) or the arena is full

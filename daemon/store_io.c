@@ -6,7 +6,9 @@
  *
  * Design notes:
  *   - Write-back by reference (the cleaner): the store keeps its RAM chunks that have no disk
- *     copy in a FIFO, least recently saved or used first (the dirty list, store.c). Whenever more
+ *     copy in a FIFO, least recently saved or used first (the dirty list, store.c; a use marks a
+ *     chunk and the cleaner moves a marked one to the tail when it reaches it, a second chance
+ *     instead of a relink per use). Whenever more
  * than ram.capacity_bytes - clean_target of them are dirty, the cleaner hands the oldest to the
  *     disk: disk_append() lends the chunk's own arena extent (no copy), the chunk stays
  *     RAM-resident and readable, pinned while its write is in flight (INDEX_F_WBUF), and becomes
@@ -125,6 +127,10 @@ void store__clean_ahead(store_t *s)
             return;
         if (budget == 0)
             break;
+        if (e->flags & INDEX_F_REF) { /* used since it was queued: its second chance */
+            store__dirty_requeue(s, e);
+            continue;
+        }
         ns = ns_get(s->nst, e->ns);
         if (ns == NULL) {
             store__dirty_del(s, e);
