@@ -27,7 +27,9 @@
  * its predecessor is an orphan to the daemon (no parent link, first to be evicted). A request
  * being copied is on no other list: it cannot time out meanwhile (its copies are bounded; the
  * caller's buffers are borrowed until its completion), and kvt_shutdown waits for it
- * (kvt__copier_drain) before the helpers stop.
+ * (kvt__copier_drain: the copies not begun are skipped, the requests end KVT_ECLOSED) before the
+ * helpers stop. A save keeps its place in the in-flight window from its reservation's answer to
+ * its commit (c->cp_saves, io.c's window_free): the commit never goes beyond the window.
  *
  * Helpers: KVTIER_COPY_THREADS in the environment at kvt_connect (0..KVT_COPY_THREADS_MAX; default
  * KVT_COPY_THREADS_DEFAULT), started only on the shared-memory path.
@@ -164,6 +166,7 @@ static void copied(kvt_client_t *c, req_t *r)
         if (c->commit_head == NULL)
             c->commit_tail = NULL;
         h->cp_order = NULL;
+        c->cp_saves--; /* its commit takes the place now, or it ends */
         kvt__copies_done(c, h);
     }
 }
@@ -178,6 +181,7 @@ void kvt__copies_start(kvt_client_t *c, req_t *r, uint64_t bytes)
         else
             c->commit_head = r;
         c->commit_tail = r;
+        c->cp_saves++;
     }
     /* a hand-off pays when something runs beside it: another chunk of r, another request */
     bool beside = r->ncp > 1 || c->nwires > 0 || c->pend_head != NULL || c->cp_outstanding > 0;
@@ -249,6 +253,9 @@ void kvt__copier_drain(kvt_client_t *c)
 {
     struct pollfd p = {.fd = c->copy_fd, .events = POLLIN};
 
+    /* the copies not begun are skipped; the requests end KVT_ECLOSED (requests.c) */
+    c->cp_closing = true;
+    atomic_store_explicit(&c->cp.abort, true, memory_order_relaxed);
     while (c->cp_outstanding > 0) {
         if (!kvt__copier_help(c))
             (void)poll(&p, 1, 100);

@@ -195,6 +195,7 @@ struct kvt_client {
         req_t *q_head, *q_tail;         /* requests with chunks not yet taken */
         req_t *done_head, *done_tail;   /* requests copied, for the I/O thread */
         bool stop;
+        atomic_bool abort; /* shutdown: a copy not begun is not done (kvt__copy_chunk) */
         pthread_t *th;
         atomic_uint nthreads;
     } cp;
@@ -225,6 +226,8 @@ struct kvt_client {
     size_t nrx, rx_cap;
     size_t cp_outstanding; /* requests handed to the copier, not yet back (whoever runs the I/O) */
     req_t *commit_head, *commit_tail; /* saves being copied, in the order of their reserves */
+    size_t cp_saves;                  /* of them, not yet committed: their places in the window */
+    bool cp_closing;                  /* shutdown: copies not begun are skipped, and end ECLOSED */
 };
 
 /* --- kvtier.c --- */

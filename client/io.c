@@ -91,6 +91,13 @@ static req_t *q_pop(req_t **head, req_t **tail)
     return r;
 }
 
+/* Whether the window has room for one more message: those on the wire, and the saves between
+ * their reservation and their commit (copier.c), which keep their place while they copy. */
+static bool window_free(const kvt_client_t *c)
+{
+    return c->nwires + c->cp_saves < c->window;
+}
+
 static void note_deadline(kvt_client_t *c, int64_t t)
 {
     if (t < c->next_expiry)
@@ -135,8 +142,9 @@ static int wire_add(kvt_client_t *c, uint64_t id, req_t *r, int64_t expire_ms)
     c->wires[c->nwires++] = (wire_t){.id = id, .req = r, .expire_ms = expire_ms};
     if (r != NULL)
         atomic_fetch_add_explicit(&c->n_inflight, 1, memory_order_relaxed);
-    if (r == NULL)
-        note_deadline(c, expire_ms);
+    /* a request's deadline too: one that was off every list meanwhile (its copies, copier.c)
+     * may have been left out when expire() last rebuilt next_expiry */
+    note_deadline(c, r != NULL ? r->deadline_ms : expire_ms);
     return 0;
 }
 
@@ -296,7 +304,7 @@ static void flush_releases(kvt_client_t *c, int k, bool ride, bool force, int64_
         return;
     if (!force && !ride && q->n < c->info.max_chunks && now - q->first_ms < KVT_RELEASE_DELAY_MS)
         return;
-    while (sent < q->n && (force || c->nwires < c->window)) {
+    while (sent < q->n && (force || window_free(c))) {
         size_t m = q->n - sent < c->info.max_chunks ? q->n - sent : c->info.max_chunks;
         kvt_msg_t msg = kvt__head_of(c, KVT_MSG_RELEASE, c->map);
         kvt_frame_t f = {.data = q->h + sent, .len = m * sizeof(kvt_hash_t)};
@@ -659,7 +667,7 @@ static void start(kvt_client_t *c, int64_t now)
 
     flush_releases(c, 1, ride, false, now);
     flush_releases(c, 0, ride, false, now);
-    while (c->pend_head != NULL && c->nwires < c->window) {
+    while (c->pend_head != NULL && window_free(c)) {
         req_t *r = c->pend_head;
         if (c->recovery != NULL && r != c->recovery)
             break;
@@ -674,7 +682,7 @@ static int wait_ms(const kvt_client_t *c, int64_t now)
     int64_t t = c->next_expiry;
 
     for (int k = 0; k < 2; k++)
-        if (c->orel[k].n > 0 && c->nwires < c->window &&
+        if (c->orel[k].n > 0 && window_free(c) &&
             c->orel[k].first_ms + KVT_RELEASE_DELAY_MS < t)
             t = c->orel[k].first_ms + KVT_RELEASE_DELAY_MS;
     if (t == INT64_MAX)

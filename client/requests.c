@@ -334,6 +334,10 @@ static void save_copied(kvt_client_t *c, req_t *r)
 {
     size_t nwanted = 0;
 
+    if (c->cp_closing) { /* the reservations are reclaimed at their hold deadline */
+        kvt__finish(c, r, KVT_ECLOSED);
+        return;
+    }
     for (size_t j = 0; j < r->ncp; j++)
         nwanted += r->out[r->cpidx[j]] == KVT_CHUNK_WANTED;
     if (nwanted == 0) {
@@ -535,7 +539,7 @@ static void load_copied(kvt_client_t *c, req_t *r)
             r->lens[i] = 0;
     }
     set_nhit(r);
-    kvt__finish(c, r, r->cp_status);
+    kvt__finish(c, r, c->cp_closing ? KVT_ECLOSED : r->cp_status);
 }
 
 void kvt__copy_chunk(kvt_client_t *c, req_t *r, size_t i)
@@ -543,7 +547,8 @@ void kvt__copy_chunk(kvt_client_t *c, req_t *r, size_t i)
     uint64_t len;
     uint8_t *at = kvt__map_at(r->map, r->locs + i * KVT_LOC_BYTES, &len); /* checked: not NULL */
 
-    if (kvt__now_ms() >= r->cp_until) { /* reclaimed by now: never touch it */
+    if (kvt__now_ms() >= r->cp_until || atomic_load_explicit(&c->cp.abort, memory_order_relaxed)) {
+        /* reclaimed by now (never touch it), or shutting down */
         if (r->kind == KVT_OP_SAVE) {
             r->out[i] = KVT_CHUNK_NOSPACE;
             memset(r->locs + i * KVT_LOC_BYTES, 0, KVT_LOC_BYTES);
