@@ -225,9 +225,17 @@ static void check_ok(const kvt_frame_t *f, size_t n, const kvt_msg_t *m)
         break;
     case KVT_MSG_SAVE_COMMIT:
         touch_hashes(m->u.save.hashes, m->u.save.nhashes, &f[1]);
-        FUZZ_CHECK(n == 3 && m->u.save.locs == f[2].data && m->u.save.payloads == NULL);
+        /* protocol 2 may add the writer's checksums (CLIENT_CSUMS) as a fourth frame */
+        FUZZ_CHECK((n == 3 || (n == 4 && m->hdr.version >= 2)) && m->u.save.locs == f[2].data &&
+                   m->u.save.payloads == NULL);
         FUZZ_CHECK(f[2].len == KVT_LOC_BYTES * m->u.save.nhashes);
         touch(m->u.save.locs, f[2].len);
+        if (n == 4) {
+            FUZZ_CHECK(m->u.save.csums == f[3].data && f[3].len == 8 * m->u.save.nhashes);
+            touch(m->u.save.csums, f[3].len);
+        } else {
+            FUZZ_CHECK(m->u.save.csums == NULL);
+        }
         break;
     case KVT_MSG_SAVE_RESERVE_OK:
         check_status(&m->u.chunks_ok, &f[1]);
