@@ -538,6 +538,39 @@ START_TEST(test_commit_client_checksums)
     ck_assert_uint_eq(rep.u.chunks_ok.payloads[2].len, 64 * KIB);
     ck_assert_uint_eq(kvt_get_u64(rep.u.chunks_ok.checksums + 16),
                       kvt_checksum(rep.u.chunks_ok.payloads[2].data, 64 * KIB));
+    /* a reader finds chunk 0's bytes do not match what its writer claimed */
+    ck_assert_uint_ne(kvt_checksum(rep.u.chunks_ok.payloads[0].data, 64 * KIB), 0x1111);
+    harness_raw_msg_close(&r);
+    /* its RELEASE CORRUPT makes the daemon compare the bytes with the stored (given) checksum
+     * and remove the chunk: a lying writer only loses its own chunks */
+    memset(&m, 0, sizeof m);
+    m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_RELEASE, .flags = KVT_RELEASE_CORRUPT,
+                        .req_id = 21, .ns_id = hello.ns_id};
+    m.u.release.nhashes = 1;
+    f[0] = (kvt_frame_t){hs, sizeof hs[0]};
+    harness_raw_call(s, &m, f, 1, &r, &rep);
+    ck_assert_int_eq(rep.hdr.type, KVT_MSG_RELEASE_OK);
+    harness_raw_msg_close(&r);
+    {
+        json_t *st = NULL;
+        for (int k = 0; k < 100; k++) {
+            json_decref(st);
+            st = harness_status(h);
+            if (harness_jint(st, "ram.verify_drops") >= 1)
+                break;
+            usleep(20000);
+        }
+        ck_assert_int_eq(harness_jint(st, "ram.verify_drops"), 1);
+        json_decref(st);
+    }
+    memset(&m, 0, sizeof m);
+    m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_LOAD, .req_id = 22, .ns_id = hello.ns_id};
+    m.u.load.nhashes = 3;
+    f[0] = (kvt_frame_t){hs, sizeof hs};
+    harness_raw_call(s, &m, f, 1, &r, &rep);
+    ck_assert_int_eq(rep.hdr.type, KVT_MSG_LOAD_OK);
+    ck_assert_int_eq(rep.u.chunks_ok.status[0], KVT_CHUNK_MISS); /* gone */
+    ck_assert_int_eq(rep.u.chunks_ok.status[2], KVT_CHUNK_HIT);  /* its honest successor stays */
     harness_raw_msg_close(&r);
     zmq_close(s);
     zmq_ctx_term(ctx);
