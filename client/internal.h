@@ -119,15 +119,15 @@ struct req {
     char err[KVT_ERRTEXT_MAX + 1];
 
     /* copies (requests.c plans them, copier.c runs them) */
-    size_t *cpidx;             /* shm save, copying shm load: the chunks to copy */
-    size_t ncp;                /* entries of cpidx */
-    size_t cp_next, cp_left;   /* cp.mu: next entry to take, entries not yet copied */
-    int64_t cp_until;          /* hold deadline: a copy not begun by then is not done */
-    bool cp_csums;             /* save: compute the checksums (CLIENT_CSUMS) */
-    bool cp_ready;             /* save: copied; commits when every earlier save has (io) */
-    req_t *cp_order;           /* save: the next save in c->commit_head's order (io) */
-    bool cp_verify;            /* load: verify against csums[i] */
-    int cp_status;             /* load: the request's status once copied */
+    size_t *cpidx;           /* shm save, copying shm load: the chunks to copy */
+    size_t ncp;              /* entries of cpidx */
+    size_t cp_next, cp_left; /* cp.mu: next entry to take, entries not yet copied */
+    int64_t cp_until;        /* hold deadline: a copy not begun by then is not done */
+    bool cp_csums;           /* save: compute the checksums (CLIENT_CSUMS) */
+    bool cp_ready;           /* save: copied; commits when every earlier save has (io) */
+    req_t *cp_order;         /* save: the next save in c->commit_head's order (io) */
+    bool cp_verify;          /* load: verify against csums[i] */
+    int cp_status;           /* load: the request's status once copied */
 };
 
 /* Pending releases: hashes of pinned chunks to put into RELEASE messages. */
@@ -191,9 +191,9 @@ struct kvt_client {
     /* copy helpers (copier.c): under cp.mu but nthreads (atomic) and th (start and stop only) */
     struct {
         pthread_mutex_t mu;
-        pthread_cond_t cv;              /* tasks queued, or stop */
-        req_t *q_head, *q_tail;         /* requests with chunks not yet taken */
-        req_t *done_head, *done_tail;   /* requests copied, for the I/O thread */
+        pthread_cond_t cv;            /* tasks queued, or stop */
+        req_t *q_head, *q_tail;       /* requests with chunks not yet taken */
+        req_t *done_head, *done_tail; /* requests copied, for the I/O thread */
         bool stop;
         atomic_bool abort; /* shutdown: a copy not begun is not done (kvt__copy_chunk) */
         pthread_t *th;

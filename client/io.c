@@ -682,8 +682,7 @@ static int wait_ms(const kvt_client_t *c, int64_t now)
     int64_t t = c->next_expiry;
 
     for (int k = 0; k < 2; k++)
-        if (c->orel[k].n > 0 && window_free(c) &&
-            c->orel[k].first_ms + KVT_RELEASE_DELAY_MS < t)
+        if (c->orel[k].n > 0 && window_free(c) && c->orel[k].first_ms + KVT_RELEASE_DELAY_MS < t)
             t = c->orel[k].first_ms + KVT_RELEASE_DELAY_MS;
     if (t == INT64_MAX)
         return -1;
@@ -705,8 +704,7 @@ static void wait_events(kvt_client_t *c, int tmo)
     c->io_sleeping = sleep;
     pthread_mutex_unlock(&c->mu);
     /* copy_fd is read by kvt__copier_back */
-    if (zmq_poll(items, 3, sleep ? tmo : 0) > 0 &&
-        (items[1].revents & ZMQ_POLLIN)) {
+    if (zmq_poll(items, 3, sleep ? tmo : 0) > 0 && (items[1].revents & ZMQ_POLLIN)) {
         uint64_t v;
         (void)!read(c->wake_fd, &v, sizeof v);
     }

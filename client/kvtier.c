@@ -537,8 +537,7 @@ int kvt_submit_pin(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, const kv
 }
 
 /* The commit of reservation (not yet submitted): it consumes the reservation. */
-static int make_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten,
-                       req_t **out)
+static int make_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nwritten, req_t **out)
 {
     req_t *v = (req_t *)reservation, *r;
 

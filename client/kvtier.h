@@ -177,8 +177,9 @@ typedef struct {
 #define KVT_FEATURE_CHECKSUMS 0x1ull /* LOAD_OK checksums are real: loads can be verified */
 #define KVT_FEATURE_TOKENS 0x2ull    /* the gates fold tally token totals */
 #define KVT_FEATURE_ARENA_GEN 0x4ull /* shared-memory requests are checked for the generation */
-#define KVT_FEATURE_CLIENT_CSUMS 0x8ull /* 0.2.1: a copying shm save sends the checksums it computed
-                                           while copying; the daemon does not hash the chunks */
+#define KVT_FEATURE_CLIENT_CSUMS                                                                   \
+    0x8ull /* 0.2.1: a copying shm save sends the checksums it computed                            \
+              while copying; the daemon does not hash the chunks */
 KVT_API int kvt_server_info(const kvt_client_t *c, kvt_server_info_t *info);
 
 /* Lookup options; NULL means: this client's rank, no lease, no prompt info. */

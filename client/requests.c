@@ -9,12 +9,13 @@
  * shared-memory path it reserves (SAVE_RESERVE), copies the caller's chunks into the arena
  * extents it got (here, on the I/O thread: no copy ever happens on a submitting thread) and
  * commits (SAVE_COMMIT), with the checksums computed in the same pass as the copy when the
- * daemon answers CLIENT_CSUMS (the daemon then never reads the extents to hash them). A copying load copies each hit out of its reply frame or out of the
- * arena into the caller's buffer, verifying the chunk's checksum in the same pass when the daemon
- * answers CHECKSUMS (a mismatch is KVT_LOAD_CORRUPT: a miss, a counter and a RELEASE CORRUPT),
- * and queues the release of the arena pins it copied out. A pin hands the arena pointers out, and
- * a reserve its extents, with the hold deadline measured from when the request was sent: the
- * daemon's hold starts after that, so the deadline is never late.
+ * daemon answers CLIENT_CSUMS (the daemon then never reads the extents to hash them). A copying
+ * load copies each hit out of its reply frame or out of the arena into the caller's buffer,
+ * verifying the chunk's checksum in the same pass when the daemon answers CHECKSUMS (a mismatch is
+ * KVT_LOAD_CORRUPT: a miss, a counter and a RELEASE CORRUPT), and queues the release of the arena
+ * pins it copied out. A pin hands the arena pointers out, and a reserve its extents, with the hold
+ * deadline measured from when the request was sent: the daemon's hold starts after that, so the
+ * deadline is never late.
  *
  * Every location the daemon answers is checked against the mapping before it is used; a reply
  * that does not fit its request is KVT_EPROTO. A request answered ENONS or ESTALE goes to
@@ -315,8 +316,7 @@ static void on_reserve_copy(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
         }
         if (s != KVT_CHUNK_WANTED)
             continue;
-        if (kvt__map_at(r->map, k->locs + i * KVT_LOC_BYTES, &len) == NULL ||
-            len != r->sizes[i]) {
+        if (kvt__map_at(r->map, k->locs + i * KVT_LOC_BYTES, &len) == NULL || len != r->sizes[i]) {
             kvt__finish(c, r, KVT_EPROTO);
             return;
         }
@@ -571,8 +571,8 @@ void kvt__copy_chunk(kvt_client_t *c, req_t *r, size_t i)
         return;
     }
     atomic_fetch_add_explicit(&c->n_verified, 1, memory_order_relaxed);
-    r->out[i] = kvt_copy_checksum(r->dst[i], at, len) == r->csums[i] ? KVT_LOAD_HIT
-                                                                       : KVT_LOAD_CORRUPT;
+    r->out[i] =
+        kvt_copy_checksum(r->dst[i], at, len) == r->csums[i] ? KVT_LOAD_HIT : KVT_LOAD_CORRUPT;
 }
 
 void kvt__copies_done(kvt_client_t *c, req_t *r)

@@ -830,8 +830,8 @@ static void do_commit(server_t *sv, const server_req_t *r)
         x->lens[i] = sv->offs[i] != UINT64_MAX ? sv->lens[i] : 0;
     /* the extents belong to the store from here, published once their checksums are known */
     if (store_commit(sv->store, ns, s->rank, (req->hdr.flags & KVT_SAVE_PARENT) ? &parent : NULL,
-                     s->hashes, s->nhashes, sv->offs, sv->lens, s->csums, x->status, put_done_cb,
-                     x, NULL) != 0)
+                     s->hashes, s->nhashes, sv->offs, sv->lens, s->csums, x->status, put_done_cb, x,
+                     NULL) != 0)
         put_ctx_fail(sv, r, x);
 }
 

@@ -111,7 +111,7 @@ extern const size_t server__nops;
  * they are in place. CHECKSUMS: every LOAD_OK carries the commit checksum of each chunk; the
  * gates fold token tallies (TOKENS); shared-memory requests of another arena generation are
  * ESTALE (ARENA_GEN, server.c). */
-#define SERVER_FEATURES \
+#define SERVER_FEATURES                                                                            \
     (KVT_FEAT_CHECKSUMS | KVT_FEAT_TOKENS | KVT_FEAT_ARENA_GEN | KVT_FEAT_CLIENT_CSUMS)
 
 /* The arena generation HELLO_OK and ARENA_OK announce: 0 without a shared arena; otherwise the

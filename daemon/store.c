@@ -382,7 +382,7 @@ void store__dirty_del(store_t *s, index_entry_t *e)
     if (!(e->flags & INDEX_F_DIRTY))
         return;
     link_remove(&s->dirty_head, &s->dirty_tail, e);
-    e->flags &= (uint16_t)~(INDEX_F_DIRTY | INDEX_F_REF);
+    e->flags &= (uint16_t) ~(INDEX_F_DIRTY | INDEX_F_REF);
     s->dirty_bytes -= e->len;
 }
 

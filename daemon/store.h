@@ -373,10 +373,11 @@ uint64_t store_chunk_csum(const store_chunk_t *c);
  * with CLIENT_CSUMS), are taken as they are instead and nothing is hashed: the writer is the
  * author of the bytes, so its word on their checksum is worth what the bytes are (a wrong one
  * makes its own chunks fail their readers' verification and be removed: PROTOCOL.md). With
- * nothing to hash the chain is published before store_commit returns. off[i] == UINT64_MAX marks a chunk that was not reserved (SKIPPED: a gap in the
- * chain). A chunk stored meanwhile by someone else is EXISTS and its extent is freed. Returns 0
- * (done will be called) or -ENOMEM (the extents were freed, nothing was stored, done is not
- * called). store_unreserve frees an extent that will never be committed.
+ * nothing to hash the chain is published before store_commit returns. off[i] == UINT64_MAX marks a
+ * chunk that was not reserved (SKIPPED: a gap in the chain). A chunk stored meanwhile by someone
+ * else is EXISTS and its extent is freed. Returns 0 (done will be called) or -ENOMEM (the extents
+ * were freed, nothing was stored, done is not called). store_unreserve frees an extent that will
+ * never be committed.
  */
 int store_reserve(store_t *s, uint64_t len, store_chunk_t *keep, uint64_t now_ms, uint64_t *off);
 void store_unreserve(store_t *s, uint64_t off, uint64_t len);

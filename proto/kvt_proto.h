@@ -94,9 +94,9 @@ typedef enum {
  * subset the daemon implements. A behaviour added after protocol 2 gets a bit; a change an older
  * peer would misread bumps the version instead.
  */
-#define KVT_FEAT_CHECKSUMS 0x1ull /* LOAD_OK checksums are real (else 0: not known) */
-#define KVT_FEAT_TOKENS 0x2ull    /* TALLY token totals are folded by the gates */
-#define KVT_FEAT_ARENA_GEN 0x4ull /* shared-memory requests are checked against hdr.gen */
+#define KVT_FEAT_CHECKSUMS 0x1ull    /* LOAD_OK checksums are real (else 0: not known) */
+#define KVT_FEAT_TOKENS 0x2ull       /* TALLY token totals are folded by the gates */
+#define KVT_FEAT_ARENA_GEN 0x4ull    /* shared-memory requests are checked against hdr.gen */
 #define KVT_FEAT_CLIENT_CSUMS 0x8ull /* SAVE_COMMIT may carry the writer's checksums */
 
 /* HELLO flags */

@@ -159,14 +159,14 @@ static void *fake_main(void *arg)
             case KVT_MSG_HELLO: {
                 kvt_msg_t r = head_of(KVT_MSG_HELLO_OK, m.hdr.req_id);
                 r.hdr.ns_id = 0;
-                r.u.hello_ok = (kvt_hello_ok_t){.ns_id = 1,
-                                                .lease_ms = 1000,
-                                                .max_chunk_bytes = CHUNK,
-                                                .max_chunks = 64,
-                                                .daemon_version = 0x201,
-                                                .features = KVT_FEAT_CHECKSUMS |
-                                                            KVT_FEAT_CLIENT_CSUMS,
-                                                .max_in_flight = fk->window};
+                r.u.hello_ok =
+                    (kvt_hello_ok_t){.ns_id = 1,
+                                     .lease_ms = 1000,
+                                     .max_chunk_bytes = CHUNK,
+                                     .max_chunks = 64,
+                                     .daemon_version = 0x201,
+                                     .features = KVT_FEAT_CHECKSUMS | KVT_FEAT_CLIENT_CSUMS,
+                                     .max_in_flight = fk->window};
                 reply(s, &parts[0], &r, NULL, 0);
                 break;
             }

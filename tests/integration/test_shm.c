@@ -486,8 +486,8 @@ START_TEST(test_commit_client_checksums)
         /* k = 0: chunks 0 and 1 with checksums given; k = 1: chunk 2 without */
         size_t n = k == 0 ? 2 : 1;
         memset(&m, 0, sizeof m);
-        m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_SAVE_RESERVE, .req_id = 10 + 2 * k,
-                            .ns_id = hello.ns_id};
+        m.hdr = (kvt_hdr_t){
+            .version = 2, .type = KVT_MSG_SAVE_RESERVE, .req_id = 10 + 2 * k, .ns_id = hello.ns_id};
         m.u.save.nhashes = n;
         if (k == 1) {
             m.hdr.flags = KVT_SAVE_PARENT;
@@ -544,8 +544,11 @@ START_TEST(test_commit_client_checksums)
     /* its RELEASE CORRUPT makes the daemon compare the bytes with the stored (given) checksum
      * and remove the chunk: a lying writer only loses its own chunks */
     memset(&m, 0, sizeof m);
-    m.hdr = (kvt_hdr_t){.version = 2, .type = KVT_MSG_RELEASE, .flags = KVT_RELEASE_CORRUPT,
-                        .req_id = 21, .ns_id = hello.ns_id};
+    m.hdr = (kvt_hdr_t){.version = 2,
+                        .type = KVT_MSG_RELEASE,
+                        .flags = KVT_RELEASE_CORRUPT,
+                        .req_id = 21,
+                        .ns_id = hello.ns_id};
     m.u.release.nhashes = 1;
     f[0] = (kvt_frame_t){hs, sizeof hs[0]};
     harness_raw_call(s, &m, f, 1, &r, &rep);

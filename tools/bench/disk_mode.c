@@ -391,7 +391,8 @@ static int raw_write_direct(const bench_t *b, const char *path, raw_t *out)
 
     out->direct_w_s = -1;
     if (chunk % 4096 != 0) {
-        snprintf(out->direct_w_why, sizeof out->direct_w_why, "chunk bytes not a multiple of 4 KiB");
+        snprintf(out->direct_w_why, sizeof out->direct_w_why,
+                 "chunk bytes not a multiple of 4 KiB");
         return 0;
     }
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
@@ -421,8 +422,7 @@ static int raw_write_direct(const bench_t *b, const char *path, raw_t *out)
         if (fdatasync(fd) == 0)
             out->direct_w_s = secs + (double)(now_ns() - t0) / 1e9;
         else
-            snprintf(out->direct_w_why, sizeof out->direct_w_why, "fdatasync: %s",
-                     strerror(errno));
+            snprintf(out->direct_w_why, sizeof out->direct_w_why, "fdatasync: %s", strerror(errno));
     }
     free(buf);
     close(fd);
@@ -1074,8 +1074,8 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("%-34s %8s  (%s)\n", "raw pread O_DIRECT", "-", d->raw.direct_why);
     if (d->raw.direct_d_s > 0)
         printf("%-34s %8.3f %10.1f %9.3f  (each chunk into memory of its own)\n",
-               "raw pread O_DIRECT, distinct bufs", f.raw_direct_d_gbps,
-               (double)d->raw.bytes / mib, d->raw.direct_d_s);
+               "raw pread O_DIRECT, distinct bufs", f.raw_direct_d_gbps, (double)d->raw.bytes / mib,
+               d->raw.direct_d_s);
     printf("%-34s %8.3f %10.1f %9.3f  (%d segment files dropped first, %.1f %% resident after)\n",
            "kvtier disk frames, disk.hits x chunk", f.r_disk, (double)f.load_bytes / mib, d->load_s,
            d->drop.files, d->drop.resident < 0 ? 0 : 100.0 * d->drop.resident);
