@@ -14,7 +14,7 @@
 #include "checkpoint.h"
 
 #include "fsutil.h"
-#include "ingest.h"
+#include "kvt_csum.h"
 #include "kvt_proto.h"
 
 #include <errno.h>
@@ -162,7 +162,7 @@ int ckpt_finish(ckpt_buf_t *c)
 
     if (p == NULL || c->buf.oom)
         return -ENOMEM;
-    kvt_put_u64(p, ingest_hash(c->buf.b, c->buf.len - 8));
+    kvt_put_u64(p, kvt_csum(c->buf.b, c->buf.len - 8));
     return 0;
 }
 
@@ -197,7 +197,7 @@ int ckpt_decode(const uint8_t *buf, size_t n, const ckpt_visit_t *v, void *arg,
     if (n < CKPT_HDR + CKPT_ITEM + 8 || memcmp(buf, CKPT_MAGIC, 8) != 0)
         return -EBADMSG;
     if (buf[n - 8 - CKPT_ITEM] != CKPT_END || kvt_get_u32(buf + n - 8 - 4) != 8 ||
-        kvt_get_u64(buf + n - 8) != ingest_hash(buf, n - 8))
+        kvt_get_u64(buf + n - 8) != kvt_csum(buf, n - 8))
         return -EBADMSG;
     if (kvt_get_u32(buf + 8) != CKPT_VERSION)
         return -EPROTO;

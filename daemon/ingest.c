@@ -22,16 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t ingest_hash(const void *p, size_t n)
-{
-    return kvt_csum(p, n);
-}
-
-uint64_t ingest_copy_hash(void *dst, const void *src, size_t n)
-{
-    return kvt_csum_copy(dst, src, n);
-}
-
 typedef struct ingest_batch ingest_batch_t;
 
 typedef struct {
@@ -54,8 +44,8 @@ static void job_work(uv_work_t *req)
 
     for (size_t i = 0; i < j->n; i++) {
         ingest_item_t *it = &j->items[i];
-        it->csum = it->src != NULL ? ingest_copy_hash(it->dst, it->src, (size_t)it->len)
-                                   : ingest_hash(it->dst, (size_t)it->len);
+        it->csum = it->src != NULL ? kvt_csum_copy(it->dst, it->src, (size_t)it->len)
+                                   : kvt_csum(it->dst, (size_t)it->len);
     }
 }
 

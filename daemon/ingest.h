@@ -9,7 +9,7 @@
  * of such items over at most `workers` thread-pool jobs of at least INGEST_JOB_MIN bytes each,
  * so a large save uses every core while a small one costs one job.
  *
- * Threads: ingest_copy_hash() and ingest_hash() run anywhere (the workers); ingest_run() and its
+ * Threads: the copies and hashes (proto/kvt_csum.h) run on the workers; ingest_run() and its
  * done callback run on the loop thread. The items (and the bytes they point to) belong to the
  * jobs from ingest_run() until done is called: the caller must not free, move or reuse them
  * meanwhile. A job cannot be cancelled; the caller waits for done (shutdown included).
@@ -22,12 +22,6 @@
 #include <uv.h>
 
 #define INGEST_JOB_MIN (1u << 20)
-
-/* dst[n] = src[n], returning XXH3-64 (seed 0) of the bytes: one pass over them. */
-uint64_t ingest_copy_hash(void *dst, const void *src, size_t n);
-
-/* XXH3-64 (seed 0) of p[n]. */
-uint64_t ingest_hash(const void *p, size_t n);
 
 typedef struct {
     void *dst;       /* the bytes to hash (and to fill when src is not NULL) */

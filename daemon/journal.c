@@ -16,7 +16,7 @@
 #include "journal.h"
 
 #include "fsutil.h"
-#include "ingest.h"
+#include "kvt_csum.h"
 #include "kvt_proto.h"
 
 #include <errno.h>
@@ -61,14 +61,14 @@ size_t journal_encode_hdr(const journal_hdr_t *h, uint8_t *b)
     put64(b + 24, h->capacity);
     put64(b + 32, h->chunk_off);
     put32(b + 40, h->gen);
-    put64(b + 48, ingest_hash(b, 48));
+    put64(b + 48, kvt_csum(b, 48));
     return JOURNAL_HDR_BYTES;
 }
 
 int journal_decode_hdr(const uint8_t *b, size_t n, journal_hdr_t *out)
 {
     if (n < JOURNAL_HDR_BYTES || memcmp(b, JOURNAL_MAGIC, 8) != 0 ||
-        get32(b + 8) != JOURNAL_VERSION || get64(b + 48) != ingest_hash(b, 48))
+        get32(b + 8) != JOURNAL_VERSION || get64(b + 48) != kvt_csum(b, 48))
         return -EBADMSG;
     *out = (journal_hdr_t){.unit = get32(b + 12),
                            .arena_id = get64(b + 16),
@@ -122,7 +122,7 @@ size_t journal_encode(const journal_rec_t *r, uint8_t *b)
     put16(b, (uint16_t)len);
     b[2] = (uint8_t)r->type;
     b[3] = 0;
-    put64(p, ingest_hash(b, len - 8));
+    put64(p, kvt_csum(b, len - 8));
     return len;
 }
 
@@ -138,7 +138,7 @@ int journal_decode(const uint8_t *b, size_t n, journal_rec_t *out)
         return -EBADMSG;
     if (n < len)
         return 0;
-    if (get64(b + len - 8) != ingest_hash(b, len - 8) || b[3] != 0)
+    if (get64(b + len - 8) != kvt_csum(b, len - 8) || b[3] != 0)
         return -EBADMSG; /* reserved bytes are 0: one encoding per record */
     body = len - JOURNAL_FRAME - 8;
     memset(out, 0, sizeof *out);

@@ -23,7 +23,7 @@
 #include "ram.h"
 
 #include "alloc.h"
-#include "ingest.h"
+#include "kvt_csum.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,7 +77,7 @@ const char *ram_cold_reason_name(ram_cold_reason_t r)
 
 static uint64_t hdr_csum(const ram_hdr_t *h)
 {
-    return ingest_hash(h, offsetof(ram_hdr_t, csum));
+    return kvt_csum(h, offsetof(ram_hdr_t, csum));
 }
 
 /* Reads the header of an existing file of st_size bytes and decides whether it can be kept.

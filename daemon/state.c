@@ -14,7 +14,7 @@
 
 #include "fsutil.h"
 #include "gates.h"
-#include "ingest.h"
+#include "kvt_csum.h"
 #include "kvt_proto.h"
 #include "log.h"
 
@@ -63,7 +63,7 @@ int state_decode(const uint8_t *buf, size_t n, const state_visit_t *v, void *arg
 
     if (n < STATE_HDR + 8 || memcmp(buf, STATE_MAGIC, 8) != 0)
         return -EBADMSG;
-    if (kvt_get_u64(buf + n - 8) != ingest_hash(buf, n - 8))
+    if (kvt_get_u64(buf + n - 8) != kvt_csum(buf, n - 8))
         return -EBADMSG;
     if (kvt_get_u32(buf + 8) != STATE_VERSION)
         return -EPROTO;
@@ -231,7 +231,7 @@ void state_save(const char *path, const ns_table_t *nst, const store_t *st, uint
     kvt_put_u32(b.b + 16, nleases);
     kvt_put_u32(b.b + 20, 0);
     kvt_put_u64(b.b + 24, wall_ms());
-    kvt_put_u64(p, ingest_hash(b.b, b.len - 8));
+    kvt_put_u64(p, kvt_csum(b.b, b.len - 8));
     {
         const char *slash = strrchr(path, '/');
         char dir[4096];

@@ -37,7 +37,7 @@
 
 #include "alloc.h"
 #include "fsutil.h"
-#include "ingest.h"
+#include "kvt_csum.h"
 #include "log.h"
 
 #include <errno.h>
@@ -396,7 +396,7 @@ static void replay(store_t *s, const uint8_t *buf, size_t len)
             s->rec.discarded++;
             continue;
         }
-        if (ingest_hash(ram_ptr(s->ram, a->off), a->len) != a->csum) {
+        if (kvt_csum(ram_ptr(s->ram, a->off), a->len) != a->csum) {
             s->rec.checksum_drops++;
             log_warn("ram_recovery_checksum",
                      "offset=%" PRIu64 " bytes=%" PRIu64 " action=discarded", a->off, a->len);

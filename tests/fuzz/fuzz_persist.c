@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
-#include "ingest.h"
+#include "kvt_csum.h"
 #include "journal.h"
 #include "kvt_proto.h"
 #include "state.h"
@@ -40,7 +40,7 @@ static void journal_case(uint8_t *b, size_t n)
     size_t pos = JOURNAL_HDR_BYTES;
 
     if (n >= JOURNAL_HDR_BYTES)
-        kvt_put_u64(b + 48, ingest_hash(b, 48));
+        kvt_put_u64(b + 48, kvt_csum(b, 48));
     if (journal_decode_hdr(b, n, &h) != 0)
         pos = 0; /* records alone */
     while (pos + 4 <= n) {
@@ -49,7 +49,7 @@ static void journal_case(uint8_t *b, size_t n)
         size_t len = (size_t)(b[pos] | b[pos + 1] << 8);
         int rc;
         if (len >= 12 && len <= JOURNAL_REC_MAX && pos + len <= n)
-            kvt_put_u64(b + pos + len - 8, ingest_hash(b + pos, len - 8));
+            kvt_put_u64(b + pos + len - 8, kvt_csum(b + pos, len - 8));
         rc = journal_decode(b + pos, n - pos, &r);
         if (rc <= 0)
             break;
@@ -85,7 +85,7 @@ static void ckpt_case(uint8_t *b, size_t n)
     int rc;
 
     if (n >= 8)
-        kvt_put_u64(b + n - 8, ingest_hash(b, n - 8));
+        kvt_put_u64(b + n - 8, kvt_csum(b, n - 8));
     rc = ckpt_decode(b, n, &v, &s, NULL);
     FUZZ_CHECK(rc == 0 || rc == -EBADMSG || rc == -EPROTO || rc == -ENOMEM);
 }
@@ -116,7 +116,7 @@ static void state_case(uint8_t *b, size_t n)
     int rc;
 
     if (n >= 8)
-        kvt_put_u64(b + n - 8, ingest_hash(b, n - 8));
+        kvt_put_u64(b + n - 8, kvt_csum(b, n - 8));
     rc = state_decode(b, n, &v, &s, &saved);
     FUZZ_CHECK(rc == 0 || rc == -EBADMSG || rc == -EPROTO);
 }
