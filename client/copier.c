@@ -237,8 +237,12 @@ void kvt__copier_back(kvt_client_t *c)
     if (c->cp_outstanding == 0)
         return;
     pthread_mutex_lock(&c->cp.mu);
-    (void)!read(c->copy_fd, &v, sizeof v); /* before taking: a later push makes it readable */
     r = c->cp.done_head;
+    if (r == NULL) { /* copy_fd is readable only while the list is not empty: nothing to read */
+        pthread_mutex_unlock(&c->cp.mu);
+        return;
+    }
+    (void)!read(c->copy_fd, &v, sizeof v); /* before taking: a later push makes it readable */
     c->cp.done_head = c->cp.done_tail = NULL;
     pthread_mutex_unlock(&c->cp.mu);
     for (; r != NULL; r = next) {

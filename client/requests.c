@@ -376,9 +376,9 @@ static bool verifying(const kvt_client_t *c, bool copying)
 }
 
 /* Copies one loaded chunk (len bytes at src) into the caller's buffer i, verifying csum when
- * asked. Returns its outcome; a mismatch queues a RELEASE CORRUPT. */
-static uint8_t copy_out(kvt_client_t *c, req_t *r, size_t i, const void *src, size_t len,
-                        bool verify, uint64_t csum, int64_t now)
+ * asked: KVT_LOAD_HIT or KVT_LOAD_CORRUPT. Any thread (the I/O thread or a copy helper). */
+static uint8_t copy_in(kvt_client_t *c, req_t *r, size_t i, const void *src, size_t len,
+                       bool verify, uint64_t csum)
 {
     atomic_fetch_add_explicit(&c->n_copied, len, memory_order_relaxed);
     if (!verify) {
@@ -386,11 +386,20 @@ static uint8_t copy_out(kvt_client_t *c, req_t *r, size_t i, const void *src, si
         return KVT_LOAD_HIT;
     }
     atomic_fetch_add_explicit(&c->n_verified, 1, memory_order_relaxed);
-    if (kvt_copy_checksum(r->dst[i], src, len) == csum)
-        return KVT_LOAD_HIT;
-    atomic_fetch_add_explicit(&c->n_mismatches, 1, memory_order_relaxed);
-    kvt__relq_add(&c->orel[1], &r->hashes[i], now);
-    return KVT_LOAD_CORRUPT;
+    return kvt_copy_checksum(r->dst[i], src, len) == csum ? KVT_LOAD_HIT : KVT_LOAD_CORRUPT;
+}
+
+/* copy_in on the I/O thread; a mismatch is counted and queues a RELEASE CORRUPT. */
+static uint8_t copy_out(kvt_client_t *c, req_t *r, size_t i, const void *src, size_t len,
+                        bool verify, uint64_t csum, int64_t now)
+{
+    uint8_t o = copy_in(c, r, i, src, len, verify, csum);
+
+    if (o == KVT_LOAD_CORRUPT) {
+        atomic_fetch_add_explicit(&c->n_mismatches, 1, memory_order_relaxed);
+        kvt__relq_add(&c->orel[1], &r->hashes[i], now);
+    }
+    return o;
 }
 
 static void set_nhit(req_t *r)
@@ -557,22 +566,15 @@ void kvt__copy_chunk(kvt_client_t *c, req_t *r, size_t i)
         }
         return;
     }
+    if (r->kind != KVT_OP_SAVE) {
+        r->out[i] = copy_in(c, r, i, at, len, r->cp_verify, r->csums[i]);
+        return;
+    }
     atomic_fetch_add_explicit(&c->n_copied, len, memory_order_relaxed);
-    if (r->kind == KVT_OP_SAVE) {
-        if (r->cp_csums)
-            kvt_put_u64((uint8_t *)&r->csums[i], kvt_copy_checksum(at, r->src[i], len));
-        else
-            memcpy(at, r->src[i], len);
-        return;
-    }
-    if (!r->cp_verify) {
-        memcpy(r->dst[i], at, len);
-        r->out[i] = KVT_LOAD_HIT;
-        return;
-    }
-    atomic_fetch_add_explicit(&c->n_verified, 1, memory_order_relaxed);
-    r->out[i] =
-        kvt_copy_checksum(r->dst[i], at, len) == r->csums[i] ? KVT_LOAD_HIT : KVT_LOAD_CORRUPT;
+    if (r->cp_csums)
+        kvt_put_u64((uint8_t *)&r->csums[i], kvt_copy_checksum(at, r->src[i], len));
+    else
+        memcpy(at, r->src[i], len);
 }
 
 void kvt__copies_done(kvt_client_t *c, req_t *r)
