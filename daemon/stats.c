@@ -1422,6 +1422,21 @@ typedef struct {
     bool failed;
 } textbuf_t;
 
+/* Grows the buffer to hold n more bytes and a NUL; false (and failed) when out of memory. */
+static bool tb_room(textbuf_t *tb, size_t n)
+{
+    size_t ncap = (tb->cap + n + 1) * 2;
+    char *nb = realloc(tb->buf, ncap);
+
+    if (nb == NULL) {
+        tb->failed = true;
+        return false;
+    }
+    tb->buf = nb;
+    tb->cap = ncap;
+    return true;
+}
+
 static void tb_printf(textbuf_t *tb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void tb_printf(textbuf_t *tb, const char *fmt, ...)
@@ -1443,32 +1458,16 @@ static void tb_printf(textbuf_t *tb, const char *fmt, ...)
             tb->len += (size_t)n;
             return;
         }
-        size_t ncap = (tb->cap + (size_t)n + 1) * 2;
-        char *nb = realloc(tb->buf, ncap);
-        if (nb == NULL) {
-            tb->failed = true;
+        if (!tb_room(tb, (size_t)n))
             return;
-        }
-        tb->buf = nb;
-        tb->cap = ncap;
     }
 }
 
 /* Appends n bytes of s as they are (no formatting). */
 static void tb_put(textbuf_t *tb, const char *s, size_t n)
 {
-    if (tb->failed || n == 0)
+    if (tb->failed || n == 0 || (n >= tb->cap - tb->len && !tb_room(tb, n)))
         return;
-    if (n >= tb->cap - tb->len) {
-        size_t ncap = (tb->cap + n + 1) * 2;
-        char *nb = realloc(tb->buf, ncap);
-        if (nb == NULL) {
-            tb->failed = true;
-            return;
-        }
-        tb->buf = nb;
-        tb->cap = ncap;
-    }
     memcpy(tb->buf + tb->len, s, n);
     tb->len += n;
     tb->buf[tb->len] = '\0';
