@@ -91,18 +91,22 @@ typedef struct {
                                                arena.journal */
     } ram;
     struct {
-        bool enabled;                 /* the disk tier is on (production: true) */
-        char dir[CONFIG_PATH_MAX];    /* segment directory, created if missing */
-        uint64_t capacity_bytes;      /* hard limit of the segment files, >= 2 segments */
-        uint64_t segment_bytes;       /* size of one segment file */
-        codec_mode_t compression;     /* "auto" | "lz4" | "off" (codec_mode_words) */
-        double compression_threshold; /* auto keeps lz4 when stored/raw <= this (0.9) */
-        config_fsync_t fsync;         /* "none" | "segment" | "record" */
-        uint32_t max_reads_in_flight; /* disk reads on the thread pool at once (8) */
-        uint32_t session_max_reads;   /* disk reads queued or running for one connection */
-        uint32_t max_reads_queued;    /* disk reads queued or running in all (16384) */
-        uint64_t write_buffer_bytes;  /* the budget of one of the two write batches */
-        bool direct_io;               /* O_DIRECT segment I/O where the filesystem allows it */
+        bool enabled;                  /* the disk tier is on (production: true) */
+        char dir[CONFIG_PATH_MAX];     /* segment directory, created if missing */
+        uint64_t capacity_bytes;       /* hard limit of the segment files, >= 2 segments */
+        uint64_t segment_bytes;        /* size of one segment file */
+        codec_mode_t compression;      /* "auto" | "lz4" | "off" (codec_mode_words) */
+        double compression_threshold;  /* auto keeps lz4 when stored/raw <= this (0.9) */
+        config_fsync_t fsync;          /* "none" | "segment" | "record" */
+        uint32_t max_reads_in_flight;  /* disk reads on the thread pool at once (8) */
+        uint32_t session_max_reads;    /* disk reads queued or running for one connection */
+        uint32_t max_reads_queued;     /* disk reads queued or running in all (16384) */
+        uint64_t prefetch_bytes;       /* read-ahead of looked-up prefixes in flight (64 MiB; 0:
+                                          off; store.h, "Read-ahead") */
+        uint64_t prefetch_depth_bytes; /* read-aheads start while reads landing in the arena
+                                          hold less (4 MiB) */
+        uint64_t write_buffer_bytes;   /* the budget of one of the two write batches */
+        bool direct_io;                /* O_DIRECT segment I/O where the filesystem allows it */
 
         /* the index checkpoint (checkpoint.h): every this many seconds while running, and at a
            clean stop; 0..86400 (300; 0: at the stop only) */

@@ -125,6 +125,11 @@ struct index_group {
 /* store.c: touched since it joined the dirty FIFO; the cleaner gives it a second chance (moves it
  * to the tail) instead of every touch moving it there. */
 #define INDEX_F_REF 0x400u
+/* store_io.c: queued for read-ahead (a lookup found it only on disk) */
+#define INDEX_F_PFQ 0x800u
+/* store_io.c: promoted by a read-ahead and not loaded since: its first load counts as served
+ * by the disk (disk.hits, disk.prefetch_hits) */
+#define INDEX_F_PREFETCHED 0x1000u
 
 typedef struct index index_t;
 

@@ -701,6 +701,15 @@ static const stats_field_t disk_fields[] = {
     NUM(D, "promotions", T_U64, disk.counts.promoted, COUNTER, NULL, "Chunks read back into RAM."),
     NUM(D, "read_joins", T_U64, disk.counts.read_joins, COUNTER, NULL,
         "Loads that joined a read of the same chunk already in flight."),
+    NUM(D, "prefetches", T_U64, disk.counts.prefetches, COUNTER, NULL,
+        "Read-aheads started by lookups: chunks of a looked-up prefix that were only on disk, read "
+        "into RAM before their load (disk.prefetch_bytes)."),
+    NUM(D, "prefetch_hits", T_U64, disk.counts.prefetch_hits, COUNTER, NULL,
+        "Loads a read-ahead served: they joined its read or found its promotion (also counted in "
+        "hits)."),
+    NUM(D, "prefetch_skipped", T_U64, disk.counts.prefetch_skipped, COUNTER, NULL,
+        "Disk-only chunks of looked-up prefixes not read ahead: over disk.prefetch_bytes, no RAM "
+        "without dropping a chunk, or the daemon stopping (their loads read them)."),
     NUM(D, "orphaned", T_U64, disk.counts.orphaned, COUNTER, NULL,
         "Successors detached from a dropped chunk (kept, as orphans)."),
     NUM(D, "recovery_skipped", T_U64, disk.counts.recover_skipped, GAUGE, NULL,

@@ -122,6 +122,7 @@ void store_destroy(store_t **ps)
     index_destroy(&s->ix);
     ram_destroy(&s->ram);
     free(s->relink);
+    free(s->pf);
     free(s);
     *ps = NULL;
 }
@@ -152,6 +153,8 @@ static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
             break;
         if (touch)
             store__touch(s, e);
+        if (store__prefetchable(s, e))
+            store__prefetch(s, e);
         hit++;
     }
     return hit;
@@ -174,6 +177,7 @@ uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_
 {
     uint32_t hit = prefix(s, ns, rank, h, n, true);
 
+    store__prefetch_pump(s);
     if (lease)
         lease_prefix(s, ns, rank, h, hit, now_ms);
     s->st.hits += hit;
@@ -213,9 +217,12 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
                 alive--;
             } else {
                 store__touch(s, e);
+                if (store__prefetchable(s, e))
+                    store__prefetch(s, e);
             }
         }
     }
+    store__prefetch_pump(s);
     for (uint16_t r = 0; r < ranks; r++) {
         if (rank_hits[r] == UINT32_MAX)
             rank_hits[r] = (uint32_t)n;
@@ -411,6 +418,7 @@ void store__ram_release(store_t *s, index_entry_t *e)
     s->stored_bytes -= e->len;
     s->ram_chunks--;
     index_ram_clear(s->ix, e);
+    e->flags &= (uint16_t)~INDEX_F_PREFETCHED; /* read ahead, never loaded */
 }
 
 static void seg_unlink(store_t *s, index_entry_t *e)

@@ -18,7 +18,8 @@
 #include "ram.h"
 
 #define STORE_VICTIM_SCAN 4096u
-#define STORE_SPILL_SCAN 64u /* chunks being written looked at per spill */
+#define STORE_SPILL_SCAN 64u       /* chunks being written looked at per spill */
+#define STORE_PREFETCH_QUEUE 1024u /* read-ahead keys queued at most (32 KiB) */
 
 typedef struct {
     uint32_t ns;
@@ -32,6 +33,15 @@ typedef struct {
     kvt_wire_hash_t hash;
     kvt_wire_hash_t parent;
 } relink_t;
+
+/* A disk-only chunk of a looked-up prefix waiting for an idle read slot (store__prefetch). The
+ * key, not the entry: the chunk may be evicted, dropped or promoted meanwhile. */
+typedef struct {
+    uint32_t ns;
+    uint16_t rank;
+    kvt_wire_hash_t hash;
+    uint64_t foot; /* its arena footprint, counted in pf_bytes */
+} prefetch_key_t;
 
 struct store {
     ns_table_t *nst;
@@ -87,6 +97,11 @@ struct store {
     uv_timer_t ckpt_timer;   /* every disk.checkpoint_interval_s (initialised with the disk) */
     bool ckpt_busy;          /* a periodic checkpoint is being written on the thread pool */
     bool ckpt_close_waiting; /* the stop waits for it before writing its own */
+    /* read-ahead of looked-up prefixes (store_io.c, store__prefetch): a ring of the chunks
+     * waiting for an idle read slot, oldest first, and the footprints queued or being read */
+    prefetch_key_t *pf;
+    uint32_t pf_head, pf_n, pf_cap;
+    uint64_t pf_bytes;
 };
 
 /* An entry none of whose copies exists any more (pinned while its disk record failed its
@@ -102,6 +117,22 @@ static inline bool store__in_arena(const index_entry_t *e)
 {
     return (e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) != 0 && !(e->flags & INDEX_F_BAD);
 }
+
+/* Whether a lookup's hit e is a chunk to read ahead: only on disk, not being read, not queued. */
+static inline bool store__prefetchable(const store_t *s, const index_entry_t *e)
+{
+    return s->pf_cap > 0 && !store__in_arena(e) && (e->flags & INDEX_F_DISK) &&
+           !(e->flags & (INDEX_F_BAD | INDEX_F_LIMBO | INDEX_F_PFQ)) && e->reading == NULL;
+}
+
+/* Read-ahead (store.h, "Read-ahead"): prefetchable e joins the queue while it
+ * stays within disk.prefetch_bytes (else it is counted skipped); store__prefetch_pump starts
+ * queued reads while the disk has idle read slots (fewer than disk.max_reads_in_flight reads
+ * queued or running, and reads landing in the arena under disk.prefetch_depth_bytes), so a
+ * load's own read never waits behind a read-ahead, and drops the queue when a read cannot get
+ * RAM without dropping a chunk or the store is closing. */
+void store__prefetch(store_t *s, index_entry_t *e);
+void store__prefetch_pump(store_t *s);
 
 /* Frees the RAM copy of e (the entry stays). */
 void store__ram_release(store_t *s, index_entry_t *e);

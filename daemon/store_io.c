@@ -539,6 +539,10 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     s->clean_target = s->cfg->ram.clean_target_bytes;
     if (s->clean_target == 0 || s->clean_target > s->ram_cap)
         s->clean_target = s->ram_cap / 2;
+    if (s->cfg->disk.prefetch_bytes > 0) {
+        s->pf = calloc(STORE_PREFETCH_QUEUE, sizeof *s->pf);
+        s->pf_cap = s->pf != NULL ? STORE_PREFETCH_QUEUE : 0; /* without it: no read-ahead */
+    }
     uv_timer_init(loop, &s->persist_timer);
     uv_timer_init(loop, &s->clean_timer);
     uv_timer_init(loop, &s->ckpt_timer);
@@ -705,8 +709,14 @@ typedef struct {
     uint8_t *heap; /* the heap buffer when there is no extent */
     uint64_t len;
     disk_loc_t loc;
-    batch_slot_t *waiters; /* the first is the load that started it */
+    batch_slot_t *waiters; /* the first is the load that started it; none for a read-ahead */
+    bool prefetch;         /* started by store__prefetch_pump (its footprint is in pf_bytes) */
 } store_read_t;
+
+/* How a read gets its memory: a shared-memory load's (an extent, evicting as a save does: it
+ * may drop cold tails), a frames load's (an extent when one can be had without dropping a
+ * chunk, else a heap buffer), a read-ahead's (an extent without dropping a chunk, or nothing). */
+typedef enum { READ_ARENA, READ_FRAMES, READ_AHEAD } read_mode_t;
 
 static void batch_release(load_batch_t *b)
 {
@@ -746,6 +756,8 @@ static void read_done_cb(void *arg, int rc)
 
     if (e->reading == r)
         e->reading = NULL;
+    if (r->prefetch)
+        s->pf_bytes -= ram_footprint(s->ram, r->len);
     if (r->off != UINT64_MAX) {
         s->promo_bytes -= ram_footprint(s->ram, r->len);
         if (rc == 0 && !store__in_arena(e) && !(e->flags & (INDEX_F_BAD | INDEX_F_LIMBO))) {
@@ -753,6 +765,8 @@ static void read_done_cb(void *arg, int rc)
             s->stored_bytes += e->len;
             s->ram_chunks++;
             s->dk.promoted++;
+            if (r->prefetch && w == NULL)
+                e->flags |= INDEX_F_PREFETCHED; /* its first load is the disk's hit */
             store__journal_add(s, ns_get(s->nst, e->ns), e);
         } else {
             ram_free(s->ram, r->off, r->len);
@@ -786,36 +800,51 @@ static void read_done_cb(void *arg, int rc)
     free(r->heap);
     store_unpin(s, e); /* may drop an entry that failed its checksum */
     free(r);
+    store__prefetch_pump(s); /* a read slot is idle now */
 }
 
-/* Starts the read of disk-only entry e for slot (or joins the one in flight). 0, or -1 when
- * it cannot be read (a miss). */
-static int read_start(store_t *s, index_entry_t *e, bool arena, batch_slot_t *slot,
+/* Starts the read of disk-only entry e for slot (or joins the one in flight; slot is NULL for a
+ * read-ahead, which nobody waits for). 0, or -1 when it cannot be read (a miss). */
+static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot_t *slot,
                       store_spent_t *spent)
 {
     store_read_t *r = e->reading;
     uint64_t now = uv_now(s->loop);
 
     if (r != NULL && r->off != UINT64_MAX) {
-        slot->next = r->waiters->next; /* joins: the extent serves every waiter */
-        r->waiters->next = slot;
+        if (slot == NULL)
+            return 0;
+        /* joins: the extent serves every waiter */
+        slot->next = r->waiters != NULL ? r->waiters->next : NULL;
+        if (r->waiters != NULL)
+            r->waiters->next = slot;
+        else
+            r->waiters = slot;
         s->dk.read_joins++;
+        if (r->prefetch)
+            s->dk.prefetch_hits++;
         return 0;
     }
     r = calloc(1, sizeof *r);
     if (r == NULL)
         return -1;
-    *r = (store_read_t){.s = s, .e = e, .off = UINT64_MAX, .len = e->len, .waiters = slot};
+    *r = (store_read_t){.s = s,
+                        .e = e,
+                        .off = UINT64_MAX,
+                        .len = e->len,
+                        .waiters = slot,
+                        .prefetch = mode == READ_AHEAD};
     r->loc = (disk_loc_t){.seg = e->dseg,
                           .off = e->doff,
                           .hdr_len = e->dhdr,
                           .stored = e->dstored,
                           .version = e->dver};
-    slot->next = NULL;
+    if (slot != NULL)
+        slot->next = NULL;
     store_pin(s, e);
-    if (store__alloc(s, e->len, now, arena, &r->off) != 0) {
+    if (store__alloc(s, e->len, now, mode == READ_ARENA, &r->off) != 0) {
         r->off = UINT64_MAX;
-        if (!arena &&
+        if (mode == READ_FRAMES &&
             posix_memalign((void **)&r->heap, RECORD_BLOCK, (size_t)record_block(e->len)) != 0)
             r->heap = NULL;
     }
@@ -829,6 +858,8 @@ static int read_start(store_t *s, index_entry_t *e, bool arena, batch_slot_t *sl
         if (e->reading == NULL)
             e->reading = r;
     }
+    if (r->prefetch)
+        s->pf_bytes += ram_footprint(s->ram, e->len);
     if (spent != NULL) {
         spent->disk_reads++;
         spent->disk_read_bytes += e->dstored;
@@ -865,15 +896,19 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
             /* in RAM: the arena bytes themselves, pinned for the callee */
             store__touch(s, e);
             s->st.hits++;
-            if (!(e->flags & INDEX_F_RAM))
-                s->dk.hits++;
+            if (!(e->flags & INDEX_F_RAM) || (e->flags & INDEX_F_PREFETCHED))
+                s->dk.hits++; /* spilled, or promoted by a read-ahead for this load */
+            if (e->flags & INDEX_F_PREFETCHED) {
+                e->flags &= (uint16_t)~INDEX_F_PREFETCHED;
+                s->dk.prefetch_hits++;
+            }
             batch_lend(s, slot, e);
             continue;
         }
         if (e != NULL && !store__absent(e) && (e->flags & INDEX_F_DISK) && s->disk != NULL &&
             !s->closing) {
             store__touch(s, e);
-            if (read_start(s, e, arena, slot, spent) == 0) {
+            if (read_start(s, e, arena ? READ_ARENA : READ_FRAMES, slot, spent) == 0) {
                 b->outstanding++;
                 continue;
             }
@@ -885,6 +920,85 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
     }
     batch_release(b);
     return 0;
+}
+
+/* --- read-ahead --- */
+
+void store__prefetch(store_t *s, index_entry_t *e)
+{
+    uint64_t foot = ram_footprint(s->ram, e->len);
+    prefetch_key_t *k;
+
+    if (s->disk == NULL || s->closing || s->pf_n == s->pf_cap ||
+        s->pf_bytes + foot > s->cfg->disk.prefetch_bytes) {
+        s->dk.prefetch_skipped++;
+        return;
+    }
+    k = &s->pf[(s->pf_head + s->pf_n) % s->pf_cap];
+    *k = (prefetch_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash, .foot = foot};
+    s->pf_n++;
+    s->pf_bytes += foot;
+    e->flags |= INDEX_F_PFQ;
+}
+
+/* Takes the oldest key off the queue: its entry, unmarked, when it is still there. */
+static index_entry_t *prefetch_pop(store_t *s)
+{
+    prefetch_key_t k = s->pf[s->pf_head];
+    index_entry_t *e;
+
+    s->pf_head = (s->pf_head + 1) % s->pf_cap;
+    s->pf_n--;
+    s->pf_bytes -= k.foot;
+    e = index_find(s->ix, k.ns, k.rank, &k.hash);
+    if (e != NULL)
+        e->flags &= (uint16_t)~INDEX_F_PFQ;
+    return e;
+}
+
+/* Whether a read-ahead of footprint foot leaves the saves their room: the RAM that is free or
+ * clean (evictable without dropping a chunk: neither dirty nor held by reads and saves in
+ * flight) stays above half the cleaner's target after it. A read-ahead in flight holds its
+ * extent until it lands, so without this margin a burst of saves meeting it could find only
+ * dirty chunks to evict. */
+static bool prefetch_room(const store_t *s, uint64_t foot)
+{
+    uint64_t held = s->dirty_bytes + s->promo_bytes + s->ingest_bytes;
+
+    return held + foot + s->clean_target / 2 <= s->ram_cap;
+}
+
+void store__prefetch_pump(store_t *s)
+{
+    while (s->pf_n > 0) {
+        uint64_t foot = s->pf[s->pf_head].foot;
+        index_entry_t *e;
+        if (s->disk == NULL)
+            return;
+        if (!s->closing) {
+            if (disk_reads_pending(s->disk) >= s->cfg->disk.max_reads_in_flight ||
+                (s->promo_bytes > 0 && s->promo_bytes + foot > s->cfg->disk.prefetch_depth_bytes))
+                return; /* the running reads call again when they finish */
+            if (!prefetch_room(s, foot) && s->promo_bytes > 0)
+                return; /* nor is there room yet: the reads landing give theirs back */
+        }
+        e = prefetch_pop(s);
+        if (s->closing) {
+            s->dk.prefetch_skipped++;
+            continue;
+        }
+        if (e == NULL || store__absent(e) || store__in_arena(e) || !(e->flags & INDEX_F_DISK) ||
+            e->reading != NULL)
+            continue; /* gone, loaded or being read meanwhile */
+        if (!prefetch_room(s, foot) || read_start(s, e, READ_AHEAD, NULL, NULL) != 0) {
+            /* no RAM without dropping a chunk: what is queued would not find any either */
+            s->dk.prefetch_skipped += 1 + s->pf_n;
+            while (s->pf_n > 0)
+                (void)prefetch_pop(s);
+            return;
+        }
+        s->dk.prefetches++;
+    }
 }
 
 /* --- verification --- */

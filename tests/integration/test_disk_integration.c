@@ -3,7 +3,8 @@
  * demoted out of a full RAM tier read back byte-exact; a clean restart finds every chunk that
  * was on disk; kill -9 during sustained saves loses nothing that loads (every chunk that loads
  * is byte-exact, the torn tail is dropped); a flipped byte in a stored record is a miss and a
- * checksum count, never served; disk use stays under capacity through a 3x fill; ENOSPC on a
+ * checksum count, never served; a lookup reads a disk-only chain ahead of its load; disk use
+ * stays under capacity through a 3x fill; ENOSPC on a
  * small tmpfs (root only) degrades the tier while RAM keeps serving, and it resumes when space
  * returns.
  *
@@ -232,6 +233,67 @@ START_TEST(test_demote_and_read_back)
     ck_assert_int_eq(harness_jint(st, "disk.checksum_drops"), 0);
     ck_assert_int_le(harness_jint(st, "disk.used_bytes"), 32 << 20);
     json_decref(st);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
+/* Read-ahead through the real daemon, in the engine's order: a lookup finds a chain only on
+ * disk and the daemon reads it into RAM before the load comes (disk.prefetches); the load then
+ * reads nothing more (every chunk a prefetch hit), byte-exact; chains looked up and never loaded
+ * cost no drop. */
+static int pred_reads_done(json_t *st, void *arg)
+{
+    (void)arg;
+    return harness_jint(st, "disk.reads_in_flight") == 0 &&
+           harness_jint(st, "disk.reads_queued") == 0 && harness_jint(st, "disk.prefetches") > 0;
+}
+
+START_TEST(test_lookup_reads_ahead_for_the_load)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    int64_t pf, records;
+
+    disk_dir(dir, sizeof dir);
+    h = start(dir, "32MiB", "segment", "16MiB");
+    c = client(h);
+    for (uint32_t s = 1; s <= 8; s++) { /* chains 1-4 end up only on disk */
+        ck_assert_int_eq(save_chain(c, s), PER);
+        wait_flushed(h);
+    }
+    st = harness_status(h);
+    ck_assert_int_eq(harness_jint(st, "disk.prefetches"), 0);
+    records = harness_jint(st, "disk.records_read");
+    json_decref(st);
+    {
+        kvt_hash_t hs[PER];
+        kvt_lookup_result_t r = {0};
+        harness_chain(1, hs, PER);
+        ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &r), 0);
+        ck_assert_uint_eq(r.hit, PER);
+        harness_chain(2, hs, PER); /* looked up, never loaded */
+        ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &r), 0);
+    }
+    st = harness_wait_status(h, pred_reads_done, NULL, HARNESS_DEADLINE_MS);
+    ck_assert_msg(st != NULL, "the read-aheads never finished");
+    pf = harness_jint(st, "disk.prefetches");
+    ck_assert_int_gt(pf, 0);
+    ck_assert_int_eq(harness_jint(st, "disk.records_read") - records, pf);
+    json_decref(st);
+    ck_assert_int_eq(load_chain(c, 1, NULL), PER);
+    st = harness_status(h);
+    ck_assert_int_ge(harness_jint(st, "disk.prefetch_hits"), 1);
+    ck_assert_int_ge(harness_jint(st, "disk.hits"), PER);
+    /* what was read ahead was read once: the load's hits are prefetch hits or its own reads */
+    ck_assert_int_eq(harness_jint(st, "disk.records_read") - records,
+                     pf + (PER - harness_jint(st, "disk.prefetch_hits")));
+    ck_assert_int_eq(harness_jint(st, "disk.demotions_refused"), 0);
+    ck_assert_int_eq(harness_jint(st, "disk.checksum_drops"), 0);
+    json_decref(st);
+    ck_assert_int_eq(load_chain(c, 2, NULL), PER);
     kvt_close(&c);
     harness_stop(&h);
 }
@@ -502,6 +564,7 @@ static Suite *disk_integration_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_demote_and_read_back);
+    tcase_add_test(tc, test_lookup_reads_ahead_for_the_load);
     tcase_add_test(tc, test_restart_finds_disk_chunks);
     tcase_add_test(tc, test_kill9_during_saves);
     tcase_add_test(tc, test_flipped_byte_is_a_miss);

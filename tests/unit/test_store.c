@@ -770,6 +770,137 @@ START_TEST(store_disk_read_lands_in_arena)
 }
 END_TEST
 
+static void run_until_read(fixture_t *f)
+{
+    while (store_disk_reads(f->st) > 0)
+        uv_run(&f->loop, UV_RUN_ONCE);
+}
+
+/*
+ * Read-ahead (store.h): a lookup whose hit prefix is only on disk reads it into RAM, in chain
+ * order and within disk.prefetch_bytes; the load that follows reads nothing more (every chunk
+ * is lent at once) and counts as served by the disk. A second lookup of the same chain starts
+ * nothing. Over the budget the rest is skipped and its load reads it as before.
+ */
+START_TEST(store_lookup_reads_ahead)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h[8];
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);
+    for (uint32_t c = 1; c <= 4; c++) { /* chains 1 and 2 end up only on disk */
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 0);
+    ck_assert_uint_eq(ds.counts.promoted, 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_gt(ds.counts.prefetches, 0); /* started by the lookup itself */
+    run_until_read(f);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 8);
+    ck_assert_uint_eq(ds.counts.promoted, 8);
+    ck_assert_uint_eq(ds.counts.prefetch_skipped, 0);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8); /* in RAM now: nothing to read */
+    ck_assert_uint_eq(store_disk_reads(f->st), 0);
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(1, i);
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, h, 8, true, loaded_cb, loads_done_cb, &l, NULL), 0);
+    ck_assert_int_eq(l.done, 1); /* answered in the call: no disk read */
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetch_hits, 8);
+    ck_assert_uint_eq(ds.counts.hits, 8);
+    for (uint32_t i = 0; i < 8; i++) {
+        ck_assert_int_eq(l.got[i].kind, STORE_LOADED_LENT);
+        ck_assert_uint_eq(((uint8_t *)l.got[i].data)[4097], (uint8_t)(1 * 31 + i * 7));
+        store_unpin(f->st, l.got[i].chunk);
+    }
+    /* a budget of two chunks: the rest is skipped, and its load reads it */
+    f->cfg.disk.prefetch_bytes = 2 * 65536;
+    ck_assert_uint_eq(lookup_chain(f, 0, 2, 8), 8);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetch_skipped, 6);
+    run_until_read(f);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 10);
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(2, i);
+    l = (loads_t){0};
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, h, 8, true, loaded_cb, loads_done_cb, &l, NULL), 0);
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetch_hits, 10);
+    ck_assert_uint_eq(ds.counts.hits, 16);
+    ck_assert_uint_eq(ds.counts.promoted, 16);
+    for (uint32_t i = 0; i < 8; i++) {
+        ck_assert_int_eq(l.got[i].kind, STORE_LOADED_LENT);
+        ck_assert_uint_eq(((uint8_t *)l.got[i].data)[4097], (uint8_t)(2 * 31 + i * 7));
+        store_unpin(f->st, l.got[i].chunk);
+    }
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
+/* A read-ahead in flight when its namespace is dropped, or when its chunk is loaded and
+ * released: the extent it lands in is freed once, never reused while the worker writes into it
+ * (ASan), and store_check() holds. */
+START_TEST(store_read_ahead_races)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h = H(2, 0);
+    store_drop_t out;
+    store_ram_stats_t rs;
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);
+    for (uint32_t c = 1; c <= 4; c++) {
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    /* chain 2: a load joins the read-ahead of its first chunk in flight */
+    ck_assert_uint_eq(lookup_chain(f, 0, 2, 8), 8);
+    ck_assert_uint_gt(store_disk_reads(f->st), 0);
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h, 1, true, loaded_cb, loads_done_cb, &l, NULL), 0);
+    ck_assert_int_eq(l.done, 0);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.read_joins, 1);
+    ck_assert_uint_eq(ds.counts.prefetch_hits, 1);
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
+    ck_assert_uint_eq(((uint8_t *)l.got[0].data)[4097], (uint8_t)(2 * 31));
+    store_unpin(f->st, l.got[0].chunk);
+    run_until_read(f);
+    /* chain 1: dropped with its read-aheads in flight */
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    ck_assert_uint_gt(store_disk_reads(f->st), 0);
+    ck_assert_int_eq(store_drop_ns(f->st, f->ns, &out), 0);
+    ck_assert_uint_eq(out.chunks, 32);
+    run_until_read(f);
+    ck_assert_int_eq(store_check(f->st), 0);
+    store_ram_stats(f->st, 0, &rs);
+    ck_assert_uint_eq(rs.chunks, 0);
+    ck_assert_uint_eq(rs.promoting_bytes, 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
 /* A drop takes every chunk of the namespace; a pinned one leaves the index at once and keeps
  * its RAM until its last unpin; another namespace and later saves are untouched. */
 START_TEST(store_drop_ns_pinned_and_others)
@@ -864,6 +995,8 @@ static Suite *suite(void)
     tcase_add_test(ts, store_long_save_keeps_chain);
     tcase_add_test(ts, store_write_back_lifecycle);
     tcase_add_test(ts, store_burst_spills_writes_in_flight);
+    tcase_add_test(ts, store_lookup_reads_ahead);
+    tcase_add_test(ts, store_read_ahead_races);
     tcase_add_test(ts, store_disk_read_lands_in_arena);
     tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);

@@ -293,6 +293,10 @@ int async_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t from, s
             k = k < left ? k : left;
             while (p.slots[free_slot].busy)
                 free_slot = (free_slot + 1) % depth;
+            if (op == OP_LOAD && b->o.lookup_first && chain_lookup(r, p.c, h, from, i, end)) {
+                rc = -1;
+                break;
+            }
             rc = start_call(&p, free_slot, i, k);
             i += k;
             continue;

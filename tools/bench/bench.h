@@ -132,6 +132,7 @@ typedef struct {
     uint32_t depth;          /* --depth: requests in flight per rank (async API); 0: synchronous */
     int zero_copy;           /* --zero-copy: measure the kvtier-zc backend too */
     int cold;                /* --cold: no fill to capacity before measuring */
+    int lookup_first;        /* --lookup-first: disk mode's loads look each chain up first */
 } bench_opts_t;
 
 typedef struct bench bench_t;
@@ -289,6 +290,11 @@ void fill_random(uint8_t *p, size_t n, uint64_t seed);
 int make_hashes(uint64_t seed, uint64_t set, kvt_hash_t *out, size_t n);
 void stamp(uint8_t *chunk, size_t len, const kvt_hash_t *h);
 /* Records the first failure of rank r (kind 1 error, 2 usage-class); later ones are dropped. */
+/* --lookup-first: before the load call that starts chunk i of h (the first of the run, or of a
+ * chain), the lookup an engine sends before it loads a prompt: the chain's chunks from i to its
+ * end (within end), on client c. 0, or -1 after rank_fail. */
+int chain_lookup(rank_t *r, kvt_client_t *c, const kvt_hash_t *h, size_t from, size_t i,
+                 size_t end);
 void rank_fail(rank_t *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void rank_fail_kvt(rank_t *r, const char *what, int rc, const kvt_client_t *c);
 pct_t percentiles(uint64_t *v, size_t n);

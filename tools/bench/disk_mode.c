@@ -535,6 +535,70 @@ static int drop_segments(const char *dir, dropped_t *out)
     return 0;
 }
 
+/* The daemon's own segment files read back with O_DIRECT after the read phase, in pieces of
+ * chunk bytes into one aligned buffer, oldest file first: the device's speed for these very
+ * files, measured right beside the loads. The raw baseline file above is read right after it was
+ * written, which a virtualised disk's host may still hold in its cache (on the development VM it
+ * read 1.1-2.6 GB/s while these files, read the same way a moment after the loads, gave
+ * 0.8-1.5). After the loads, not before, so that any cache this warms can only favour the raw
+ * figure. *secs < 0 when it could not run (no O_DIRECT, no files). */
+static int seg_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void raw_read_segments(const bench_t *b, const char *dir, double *secs, uint64_t *bytes)
+{
+    size_t chunk = b->o.chunk_bytes, n = 0, cap = 0;
+    char **names = NULL;
+    void *buf = NULL;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    double t = 0;
+
+    *secs = -1;
+    *bytes = 0;
+    if (d == NULL || chunk % 4096 != 0 || posix_memalign(&buf, 4096, chunk) != 0) {
+        if (d != NULL)
+            closedir(d);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".seg") != 0)
+            continue;
+        if (n == cap) {
+            char **nn = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
+            if (nn == NULL)
+                break;
+            names = nn;
+        }
+        if ((names[n] = strdup(e->d_name)) != NULL)
+            n++;
+    }
+    qsort(names, n, sizeof *names, seg_name_cmp);
+    for (size_t i = 0; i < n; i++) {
+        int fd = openat(dirfd(d), names[i], O_RDONLY | O_DIRECT | O_CLOEXEC);
+        for (off_t off = 0; fd >= 0;) {
+            uint64_t t0 = now_ns();
+            ssize_t k = pread(fd, buf, chunk, off);
+            if (k <= 0)
+                break;
+            t += (double)(now_ns() - t0) / 1e9;
+            *bytes += (uint64_t)k;
+            off += k;
+        }
+        if (fd >= 0)
+            close(fd);
+        free(names[i]);
+    }
+    free(names);
+    free(buf);
+    closedir(d);
+    if (*bytes > 0)
+        *secs = t;
+}
+
 /* A lookup thread: the lookups of the lookup workload, BENCH_DISK_LOOKUP_GAP_US apart, either
  * `count` of them or until `stop`. It owns its client; main reads the rest after the join. */
 typedef struct {
@@ -712,8 +776,10 @@ typedef struct {
     lookups_t idle, busy;
     comp_t shuf, lz4;
     dropped_t drop, drop_shm; /* the segments dropped before each half */
-    int shm_half;             /* the second half went through the shared-memory path */
-    uint32_t half;            /* chunks per rank in the frames half */
+    double seg_s;             /* the raw O_DIRECT read of the segment files; < 0: not measured */
+    uint64_t seg_bytes;
+    int shm_half;  /* the second half went through the shared-memory path */
+    uint32_t half; /* chunks per rank in the frames half */
     const char *fs;
     int same_fs;
 } disk_res_t;
@@ -772,6 +838,7 @@ int bench_disk_steps(bench_t *b)
             snap_take(b, &d->s5) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
             return EXIT_FAIL;
     }
+    raw_read_segments(b, d->s1.dir, &d->seg_s, &d->seg_bytes);
     if (measure_codec(b, 1, &d->shuf) || measure_codec(b, 0, &d->lz4))
         return EXIT_FAIL;
     return EXIT_OK;
@@ -930,6 +997,16 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
     if (d->shm_half)
         json_object_set_new(json_object_get(disk, "read_shm"), "ratio_vs_raw_direct_distinct",
                             real_or_null(ratio(f->r_disk_shm, f->raw_direct_d_gbps)));
+    {
+        double sg = d->seg_s > 0 ? gbps(d->seg_bytes, d->seg_s) : NAN;
+        json_object_set_new(raw, "read_direct_segments",
+                            d->seg_s > 0 ? gbps_json(sg, d->seg_bytes, d->seg_s)
+                                         : json_pack("{s:n}", "gbps"));
+        json_object_set_new(read, "ratio_vs_segments_direct", real_or_null(ratio(f->r_disk, sg)));
+        if (d->shm_half)
+            json_object_set_new(json_object_get(disk, "read_shm"), "ratio_vs_segments_direct",
+                                real_or_null(ratio(f->r_disk_shm, sg)));
+    }
     json_object_set_new(raw, "write_direct",
                         d->raw.direct_w_s > 0
                             ? gbps_json(f->raw_direct_w_gbps, d->raw.bytes, d->raw.direct_w_s)
@@ -1000,14 +1077,15 @@ static json_t *disk_json(const bench_t *b, const disk_res_t *d, const warnings_t
         lookups_json(&d->busy), "ratio_p50", ratio(d->busy.lat.p50, d->idle.lat.p50), "ratio_p99",
         ratio(d->busy.lat.p99, d->idle.lat.p99));
     json_t *root = json_pack(
-        "{s:s,s:s,s:s,s:{s:s,s:I},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I},"
+        "{s:s,s:s,s:s,s:{s:s,s:I},s:{s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I},"
         "s:{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:o,s:o},s:o}",
         "mode", "disk", "endpoint", o->endpoint, "data", data_names[o->data], "namespace", "model",
         o->model, "world", (json_int_t)o->world, "params", "chunk_bytes",
         (json_int_t)o->chunk_bytes, "chunks", (json_int_t)o->chunks, "ranks", (json_int_t)o->ranks,
-        "batch", (json_int_t)o->batch, "chain_chunks", (json_int_t)b->chain_len, "prompt_chunks",
-        (json_int_t)o->prompt_chunks, "lookups", (json_int_t)o->lookups, "disk", "dir", o->disk_dir,
-        "filesystem", d->fs, "daemon_dir", d->s0.dir, "same_filesystem",
+        "batch", (json_int_t)o->batch, "lookup_first", o->lookup_first ? json_true() : json_false(),
+        "chain_chunks", (json_int_t)b->chain_len, "prompt_chunks", (json_int_t)o->prompt_chunks,
+        "lookups", (json_int_t)o->lookups, "disk", "dir", o->disk_dir, "filesystem", d->fs,
+        "daemon_dir", d->s0.dir, "same_filesystem",
         d->same_fs < 0 ? json_null() : json_boolean(d->same_fs), "ram_capacity_bytes",
         (json_int_t)d->s0.ram_capacity, "disk_capacity_bytes", (json_int_t)d->s0.disk_capacity,
         "segment_bytes", (json_int_t)d->s0.segment_bytes, "save_path",
@@ -1031,6 +1109,9 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
            o->ranks, o->chunks, (double)o->chunk_bytes / mib, (double)d->raw.bytes / mib,
            b->chain_len, o->batch, (double)d->s0.ram_capacity / mib,
            (double)d->s0.disk_capacity / mib, d->s0.compression);
+    if (o->lookup_first)
+        printf("  --lookup-first: each chain's loads follow a lookup of the chain (the daemon "
+               "reads ahead what it finds only on disk)\n");
     printf("  --disk-dir %s (%s; %s the daemon's disk.dir %s)\n\n", o->disk_dir, d->fs,
            d->same_fs == 1   ? "same filesystem as"
            : d->same_fs == 0 ? "NOT the filesystem of"
@@ -1088,6 +1169,10 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier shm load calls (client)", f.r_client_shm,
                (double)d->n_shm.loaded_bytes / mib, d->load_shm_s);
     }
+    if (d->seg_s > 0)
+        printf("%-34s %8.3f %10.1f %9.3f  (the daemon's segment files, after the loads)\n",
+               "raw pread O_DIRECT, segments", gbps(d->seg_bytes, d->seg_s),
+               (double)d->seg_bytes / mib, d->seg_s);
     printf("ratio kvtier/raw: write %.3f (with fdatasync), %.3f (pwrite alone); read frames %.3f "
            "(after DONTNEED), %.3f (O_DIRECT), %.3f (page cache)",
            ratio(f.w_raw, f.raw_w_gbps), ratio(f.w_raw, f.raw_pw_gbps),
@@ -1097,6 +1182,12 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("; read shm %.3f (O_DIRECT), %.3f (O_DIRECT distinct)",
                ratio(f.r_disk_shm, f.raw_direct_gbps), ratio(f.r_disk_shm, f.raw_direct_d_gbps));
     printf("; write %.3f (O_DIRECT + fdatasync)", ratio(f.w_raw, f.raw_direct_w_gbps));
+    if (d->seg_s > 0) {
+        double sg = gbps(d->seg_bytes, d->seg_s);
+        printf("; read vs the segment files' O_DIRECT read: frames %.3f", ratio(f.r_disk, sg));
+        if (d->shm_half)
+            printf(", shm %.3f", ratio(f.r_disk_shm, sg));
+    }
     printf("\n\n");
     printf("write phase: demotions %" PRIu64 ", demotions_clean %" PRIu64
            ", demotions_refused %" PRIu64 ", writes_lost %" PRIu64 ", records_written %" PRIu64

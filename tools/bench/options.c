@@ -56,6 +56,9 @@ static void usage(FILE *f)
             "      --status SOCKET      the daemon's status socket (default: server.status_socket\n"
             "                           of -c CONFIG); disk mode reads capacities and counters\n"
             "      --chain-chunks N     disk mode: chunks per saved chain (default 8)\n"
+            "      --lookup-first       disk mode: each chain's loads are preceded by a lookup\n"
+            "                           of the chain, as an engine looks a prompt up before it\n"
+            "                           loads it (the daemon reads ahead what it finds on disk)\n"
             "      --depth N            keep N requests in flight per rank through the\n"
             "                           asynchronous calls (default: synchronous calls, one\n"
             "                           at a time); the zmq baseline keeps the same depth\n"
@@ -206,6 +209,7 @@ enum {
     OPT_DEPTH,
     OPT_ZERO_COPY,
     OPT_COLD,
+    OPT_LOOKUP_FIRST,
 };
 
 /* Returns 0 to run, 1 after --help, -1 on a usage error (message printed). */
@@ -234,6 +238,7 @@ int parse_args(int argc, char **argv, bench_opts_t *o)
         {"depth", required_argument, NULL, OPT_DEPTH},
         {"zero-copy", no_argument, NULL, OPT_ZERO_COPY},
         {"cold", no_argument, NULL, OPT_COLD},
+        {"lookup-first", no_argument, NULL, OPT_LOOKUP_FIRST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -348,6 +353,9 @@ int parse_args(int argc, char **argv, bench_opts_t *o)
         case OPT_COLD:
             o->cold = 1;
             break;
+        case OPT_LOOKUP_FIRST:
+            o->lookup_first = 1;
+            break;
         case ':':
             tool_error("%s needs a value", argv[optind - 1]);
             return -1;
@@ -380,6 +388,10 @@ int parse_args(int argc, char **argv, bench_opts_t *o)
     }
     if (o->zero_copy && o->data_path == KVT_DATA_PATH_FRAMES) {
         tool_error("--zero-copy needs the shared-memory path (not --data-path frames)");
+        return -1;
+    }
+    if (o->lookup_first && !o->disk_dir[0]) {
+        tool_error("--lookup-first applies to --disk-dir only");
         return -1;
     }
     if (o->disk_dir[0]) {

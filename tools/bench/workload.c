@@ -71,6 +71,23 @@ static int bk_call(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t i, s
     return op == OP_SAVE ? kv_save(r, c, h, i, k) : kv_load(r, c, h, i, k);
 }
 
+int chain_lookup(rank_t *r, kvt_client_t *c, const kvt_hash_t *h, size_t from, size_t i, size_t end)
+{
+    size_t chain = r->b->chain_len, n = chain - i % chain;
+    kvt_lookup_result_t res = {0};
+    int rc;
+
+    if (i != from && i % chain != 0)
+        return 0;
+    n = n < end - i ? n : end - i;
+    rc = kvt_lookup(c, h + i, n, NULL, &res);
+    if (rc != 0) {
+        rank_fail_kvt(r, "lookup", rc, c);
+        return -1;
+    }
+    return 0;
+}
+
 /* The measured workload: chunks [from, from + n) of chains h (chain_len each, the last may be
  * shorter) saved from src (outcomes) or loaded into dst (lens) through backend bk in calls of
  * --batch chunks that never cross a chain; lat (may be NULL) gets each call's latency. */
@@ -89,6 +106,9 @@ static int run_chain(rank_t *r, bk_t bk, op_t op, const kvt_hash_t *h, size_t fr
         k = end - i < batch ? end - i : batch;
         k = k < left ? k : left;
         uint64_t t0 = now_ns();
+        if (op == OP_LOAD && r->b->o.lookup_first && bk != BK_REDIS &&
+            chain_lookup(r, r->bk[bk].kv, h, from, i, end))
+            return -1;
         int rc = bk_call(r, bk, op, h, i, k);
         uint64_t t1 = now_ns();
         if (rc)
