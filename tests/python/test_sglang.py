@@ -190,3 +190,56 @@ def test_verdicts_reach_the_gates(daemon):
     b.batch_exists(keys[:0])  # a call after the last push takes its completion
     daemon.wait_status(tallied, "the tallies")
     b.close()
+
+
+def test_exists_reads_ahead_what_get_then_loads(make_daemon):
+    """SGLang's order with the disk tier on: batch_exists (the lookup) finds pages that only the
+    disk holds, the daemon reads them into RAM from then on, and batch_get_v1 finds them there:
+    every page it loads is a read-ahead hit, byte-exact. 1 MiB of RAM, 4 KiB pages: 64 prompts of
+    16 pages push the first prompts out of RAM (paced, so no demotion is refused)."""
+    d = make_daemon(
+        extra={
+            "ram": {"capacity_bytes": "1MiB"},
+            "disk": {
+                "enabled": True,
+                "capacity_bytes": "16MiB",
+                "segment_bytes": "1MiB",
+                "write_buffer_bytes": "1MiB",
+            },
+        },
+        capacity=1 << 20,
+        max_chunk=64 << 10,
+    )
+    pool = MHAPagePool(tokens=16 * PAGE * 2)
+    b = backend(d, pool, 0, 1, False)
+    prompts = [page_keys(f"disk-{p}", 16) for p in range(64)]
+    first = None
+    for p, keys in enumerate(prompts):
+        fill(pool, 100 + p)
+        if p == 0:
+            first = [pool.page(i * PAGE) for i in range(16)]
+        assert b.batch_set_v1(keys, indices(range(16))) == [True] * 16
+        d.wait_status(lambda st: jpath(st, "disk.write_buffer_chunks") == 0, "the write buffer")
+    st = d.status()
+    assert jpath(st, "disk.demotions_refused") == 0
+    assert jpath(st, "disk.prefetches") == 0
+    ram_before = jpath(st, "disk.promotions")
+    assert b.batch_exists(prompts[0]) == 16
+
+    def read_ahead(st):
+        return (
+            jpath(st, "disk.prefetches", 0) > 0
+            and jpath(st, "disk.reads_in_flight") == 0
+            and jpath(st, "disk.reads_queued") == 0
+        )
+
+    st = d.wait_status(read_ahead, "the read-aheads")
+    pf = jpath(st, "disk.prefetches")
+    assert pf == 16 and jpath(st, "disk.promotions") - ram_before == 16
+    assert b.batch_get_v1(prompts[0], indices(range(16, 32))) == [True] * 16
+    for i in range(16):
+        assert torch.equal(pool.page((16 + i) * PAGE), first[i]), f"page {i}"
+    st = d.status()
+    assert jpath(st, "disk.prefetch_hits") == 16
+    assert jpath(st, "disk.promotions") - ram_before == 16  # nothing read twice
+    b.close()
