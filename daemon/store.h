@@ -211,6 +211,13 @@ typedef struct {
  * dropped. Every lookup that is not skipped by the
  * lookup-skip gate reads ahead, whoever sends it: what it can cost is bounded by the above, and a
  * chunk read ahead and never loaded is a clean RAM chunk, the first to go.
+ *
+ * A load that reads from disk reads the chain ahead too, within the same bounds: the records
+ * written right after its last disk chunk in that chunk's segment that continue the chain (each
+ * one's stored predecessor is the one before it: the cleaner writes a chain's chunks in the
+ * order they were saved), as far as disk.prefetch_depth_bytes reaches. That is the page cache's
+ * sequential read-ahead along a chain, for a client that loads a prefix a chunk at a time
+ * without a lookup; a chain's end (the next record has another parent) stops it.
  */
 
 /* Threads the libuv pool needs (UV_THREADPOOL_SIZE, set before the loop queues work): the copy

@@ -875,10 +875,29 @@ fail:
     return -1;
 }
 
+/* Chain read-ahead: a load read e from disk; the records written right after e in its segment
+ * that continue e's chain (each the stored successor of the one before: the cleaner writes a
+ * chain's chunks in the order they were saved) are queued for read-ahead, as far as
+ * disk.prefetch_depth_bytes reaches: a client loading a prefix chunk by chunk without a lookup
+ * finds the next chunk read (the page cache's sequential read-ahead, along a chain). */
+static void chain_read_ahead(store_t *s, const index_entry_t *e)
+{
+    uint64_t ahead = 0;
+
+    for (index_entry_t *y = e->seg_prev; y != NULL && y->parent == e; e = y, y = y->seg_prev) {
+        ahead += ram_footprint(s->ram, y->len);
+        if (ahead > s->cfg->disk.prefetch_depth_bytes)
+            break;
+        if (store__prefetchable(s, y))
+            store__prefetch(s, y);
+    }
+}
+
 int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
                      bool arena, store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg,
                      store_spent_t *spent)
 {
+    index_entry_t *last_read = NULL;
     load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
 
     if (b == NULL)
@@ -910,6 +929,7 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
             store__touch(s, e);
             if (read_start(s, e, arena ? READ_ARENA : READ_FRAMES, slot, spent) == 0) {
                 b->outstanding++;
+                last_read = e;
                 continue;
             }
         }
@@ -917,6 +937,10 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
         if (s->disk != NULL)
             s->dk.misses++;
         batch_miss(slot);
+    }
+    if (last_read != NULL && s->pf_cap > 0) {
+        chain_read_ahead(s, last_read); /* pinned by its read: still there */
+        store__prefetch_pump(s);
     }
     batch_release(b);
     return 0;

@@ -852,6 +852,60 @@ START_TEST(store_lookup_reads_ahead)
 }
 END_TEST
 
+static void load_one(fixture_t *f, uint32_t c, uint32_t pos, bool *from_ram)
+{
+    kvt_wire_hash_t h = H(c, pos);
+    loads_t l = {0};
+
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h, 1, true, loaded_cb, loads_done_cb, &l, NULL), 0);
+    *from_ram = l.done == 1;
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
+    ck_assert_uint_eq(((uint8_t *)l.got[0].data)[4097], (uint8_t)(c * 31 + pos * 7));
+    store_unpin(f->st, l.got[0].chunk);
+}
+
+/* Chain read-ahead: a load that reads a chunk from disk queues the records after it in its
+ * segment that continue its chain (not the next chain's first chunk), so a client loading a
+ * chain chunk by chunk finds the next one in RAM. */
+START_TEST(store_load_reads_the_chain_ahead)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    store_disk_stats_t ds;
+    bool ram;
+
+    dfixture_init(&d, 512 << 10);
+    for (uint32_t c = 1; c <= 4; c++) {
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    load_one(f, 1, 7, &ram); /* the chain's last: the next record starts chain 2 */
+    ck_assert(!ram);
+    run_until_read(f);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 0);
+    load_one(f, 1, 0, &ram); /* chunks 1-6 follow it (7 is in RAM) */
+    ck_assert(!ram);
+    run_until_read(f);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 6);
+    for (uint32_t i = 1; i <= 6; i++) {
+        load_one(f, 1, i, &ram);
+        ck_assert_msg(ram, "chunk %u was not read ahead", i);
+    }
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetch_hits, 6);
+    ck_assert_uint_eq(ds.counts.hits, 8);
+    ck_assert_uint_eq(ds.counts.promoted, 8);
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
 /* A read-ahead in flight when its namespace is dropped, or when its chunk is loaded and
  * released: the extent it lands in is freed once, never reused while the worker writes into it
  * (ASan), and store_check() holds. */
@@ -997,6 +1051,7 @@ static Suite *suite(void)
     tcase_add_test(ts, store_burst_spills_writes_in_flight);
     tcase_add_test(ts, store_lookup_reads_ahead);
     tcase_add_test(ts, store_read_ahead_races);
+    tcase_add_test(ts, store_load_reads_the_chain_ahead);
     tcase_add_test(ts, store_disk_read_lands_in_arena);
     tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);
