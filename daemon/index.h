@@ -130,6 +130,8 @@ struct index_group {
 /* store_io.c: promoted by a read-ahead and not loaded since: its first load counts as served
  * by the disk (disk.hits, disk.prefetch_hits) */
 #define INDEX_F_PREFETCHED 0x1000u
+/* store.c: pinned while in the arena: its footprint is in the store's pinned_foot */
+#define INDEX_F_PINRAM 0x2000u
 
 typedef struct index index_t;
 

@@ -205,6 +205,9 @@ static void do_lookup(server_t *sv, const server_req_t *r)
     size_t k, nranks = 0;
     bool leased = false;
     uint32_t hit;
+    /* read-ahead skips the chunks the engine holds in GPU memory: it will not load them */
+    uint64_t in_hbm = prompt && ns->chunk_tokens > 0 ? l->hbm_tokens / ns->chunk_tokens : 0;
+    uint32_t ahead_from = in_hbm < UINT32_MAX ? (uint32_t)in_hbm : UINT32_MAX;
 
     if (!all && l->rank >= ns->world) {
         server__reply_error(sv, r, KVT_WIRE_EINVAL, "rank %u >= world %u", l->rank, ns->world);
@@ -222,10 +225,11 @@ static void do_lookup(server_t *sv, const server_req_t *r)
             memset(sv->rank_hits, 0, nranks * sizeof *sv->rank_hits);
         }
     } else if (all) {
-        hit = store_lookup_all(sv->store, ns, l->hashes, l->nhashes, false, now, sv->rank_hits);
+        hit = store_lookup_all(sv->store, ns, l->hashes, l->nhashes, false, now, ahead_from,
+                               sv->rank_hits);
         nranks = ns->world;
     } else {
-        hit = store_lookup(sv->store, ns, l->rank, l->hashes, l->nhashes, false, now);
+        hit = store_lookup(sv->store, ns, l->rank, l->hashes, l->nhashes, false, now, ahead_from);
     }
     /* a lease within the held bounds (contract C3), or the hits without one */
     if (lease && hit > 0 && !(m.hdr.flags & KVT_LOOKUPR_SKIPPED))

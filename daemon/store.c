@@ -123,6 +123,7 @@ void store_destroy(store_t **ps)
     ram_destroy(&s->ram);
     free(s->relink);
     free(s->pf);
+    free(s->pf_seen);
     free(s);
     *ps = NULL;
 }
@@ -138,8 +139,9 @@ void store_tick(store_t *s, uint64_t now_ms)
 
 /* --- lookups --- */
 
+/* The hit prefix of h; its chunks from ahead_from on that are only on disk are read ahead. */
 static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
-                       size_t n, bool touch)
+                       size_t n, bool touch, uint32_t ahead_from)
 {
     uint16_t r = ns_store_rank(ns, rank);
     uint32_t hit = 0;
@@ -153,7 +155,7 @@ static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
             break;
         if (touch)
             store__touch(s, e);
-        if (store__prefetchable(s, e))
+        if (i >= ahead_from && store__prefetchable(s, e))
             store__prefetch(s, e);
         hit++;
     }
@@ -173,9 +175,9 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
 }
 
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
-                      bool lease, uint64_t now_ms)
+                      bool lease, uint64_t now_ms, uint32_t ahead_from)
 {
-    uint32_t hit = prefix(s, ns, rank, h, n, true);
+    uint32_t hit = prefix(s, ns, rank, h, n, true, ahead_from);
 
     store__prefetch_pump(s);
     if (lease)
@@ -194,10 +196,10 @@ static index_entry_t *group_rank(const index_group_t *g, uint16_t r)
 }
 
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
-                          bool lease, uint64_t now_ms, uint32_t *rank_hits)
+                          bool lease, uint64_t now_ms, uint32_t ahead_from, uint32_t *rank_hits)
 {
     uint16_t ranks = ns->replicated ? 1 : ns->world, alive = ranks;
-    uint32_t min = UINT32_MAX;
+    uint32_t min = UINT32_MAX, nseen = 0;
 
     for (uint16_t r = 0; r < ranks; r++)
         rank_hits[r] = UINT32_MAX; /* still walking */
@@ -217,12 +219,11 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
                 alive--;
             } else {
                 store__touch(s, e);
-                if (store__prefetchable(s, e))
-                    store__prefetch(s, e);
+                if (nseen < s->pf_cap && store__prefetchable(s, e))
+                    s->pf_seen[nseen++] = (typeof(*s->pf_seen)){.e = e, .i = (uint32_t)i};
             }
         }
     }
-    store__prefetch_pump(s);
     for (uint16_t r = 0; r < ranks; r++) {
         if (rank_hits[r] == UINT32_MAX)
             rank_hits[r] = (uint32_t)n;
@@ -231,6 +232,11 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
     }
     for (uint16_t r = ranks; r < ns->world; r++)
         rank_hits[r] = rank_hits[0];
+    /* read ahead within the answer (the common prefix): no rank loads past it */
+    for (size_t k = 0; k < nseen; k++)
+        if (s->pf_seen[k].i >= ahead_from && s->pf_seen[k].i < min)
+            store__prefetch(s, s->pf_seen[k].e);
+    store__prefetch_pump(s);
     for (uint32_t i = 0; lease && i < min; i++) {
         kvt_wire_hash_t k;
         const index_group_t *g;
@@ -1050,6 +1056,9 @@ int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *par
 {
     put_t *p = put_new(s, ns, rank, parent, h, n, status, done, arg);
 
+    for (size_t i = 0; i < n; i++)
+        if (off[i] != UINT64_MAX)
+            s->resv_foot -= ram_footprint(s->ram, len[i]); /* the store's from here */
     if (p == NULL) {
         for (size_t i = 0; i < n; i++)
             if (off[i] != UINT64_MAX)
@@ -1075,14 +1084,21 @@ int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *par
 
 void store_pin(store_t *s, index_entry_t *e)
 {
-    (void)s;
     e->pins++;
+    if (!(e->flags & INDEX_F_PINRAM) && store__in_arena(e)) {
+        e->flags |= INDEX_F_PINRAM; /* held bytes no eviction can take (read-ahead's room) */
+        s->pinned_foot += ram_footprint(s->ram, e->len);
+    }
 }
 
 void store_unpin(store_t *s, index_entry_t *e)
 {
     if (--e->pins > 0)
         return;
+    if (e->flags & INDEX_F_PINRAM) {
+        e->flags &= (uint16_t)~INDEX_F_PINRAM;
+        s->pinned_foot -= ram_footprint(s->ram, e->len);
+    }
     if ((e->flags & (INDEX_F_SPILL | INDEX_F_WBUF)) == INDEX_F_SPILL)
         store__spill_done(s, e); /* written while someone held it */
     if (e->flags & INDEX_F_LIMBO)
@@ -1100,6 +1116,8 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
     rc = store__alloc(s, len, now_ms, true, off);
     if (keep != NULL)
         store_unpin(s, keep);
+    if (rc == 0)
+        s->resv_foot += ram_footprint(s->ram, len);
     if (rc != 0) {
         s->st.nospace++;
         s->st.nospace_held += s->nospace_held;
@@ -1109,6 +1127,7 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
 
 void store_unreserve(store_t *s, uint64_t off, uint64_t len)
 {
+    s->resv_foot -= ram_footprint(s->ram, len);
     ram_free(s->ram, off, len);
 }
 
@@ -1252,6 +1271,7 @@ void store_disk_stats(const store_t *s, store_disk_stats_t *out)
 }
 
 struct check_acc {
+    uint64_t pinned; /* footprint of the INDEX_F_PINRAM entries */
     uint64_t bytes;
     uint64_t footprint;
     uint64_t spill; /* footprint of the spilled chunks */
@@ -1263,6 +1283,8 @@ static void check_sum(const index_entry_t *e, void *arg)
 {
     struct check_acc *a = arg;
 
+    if (e->flags & INDEX_F_PINRAM)
+        a->pinned += ram_footprint(a->ram, e->len);
     if (!(e->flags & INDEX_F_RAM))
         return;
     if (!(e->flags & (INDEX_F_DISK | INDEX_F_WBUF | INDEX_F_BAD | INDEX_F_LIMBO)))
@@ -1287,7 +1309,7 @@ int store_check(const store_t *s)
         return -1;
     if (s->disk != NULL && a.dirty != s->dirty_bytes)
         return -1;
-    if (a.spill != s->spill_foot)
+    if (a.spill != s->spill_foot || a.pinned != s->pinned_foot)
         return -1;
     for (const index_entry_t *e = s->wb_head; e != NULL; e = e->dirty_next)
         if (!(e->flags & INDEX_F_WBUF) || (e->dirty_next == NULL && s->wb_tail != e))

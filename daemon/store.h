@@ -192,25 +192,34 @@ typedef struct {
  * Read-ahead (disk.prefetch_bytes, default 64 MiB; 0: off). A lookup is how an engine announces
  * a load (vLLM's scheduler looks a prompt up a step before its workers load it; SGLang's
  * batch_exists precedes its batch_get), so the chunks of a lookup's hit prefix that are only on
- * disk are read into RAM from the lookup on, oldest first, instead of one disk read after
- * another as the loads come. A load finding one of them reads nothing more: it joins the read
- * in flight or finds the chunk promoted (and counts as disk.hits, disk.prefetch_hits). Bounds:
- * the footprints queued or being read stay within disk.prefetch_bytes (beyond: skipped, the
- * load reads as before); reads start only into idle read slots (fewer than
- * disk.max_reads_in_flight queued or running), so a load's own read never waits behind one, and
- * only while the reads landing in the arena hold less than disk.prefetch_depth_bytes (default
- * 4 MiB; one read at least): read-aheads go one or two large reads deep, not eight. A 2 MiB read
- * is split by the block layer into many device requests already, so two of them keep a device's
- * queue busy across read boundaries; eight at once only share the device, and the first chunk,
- * the one the engine loads first, arrives when all eight do (on the development VM's virtual
- * disk, 8 deep: 0.70-0.77 GB/s restored against 1.0-1.3 raw; 2 deep: 1.72 against 1.95). a
- * read-ahead takes RAM only where that drops no chunk (it may release clean chunks: they are on
- * disk) and leaves the RAM that is free or clean, after it and the reads and saves in flight,
- * above half the cleaner's target (ram.clean_target_bytes), so that saves meeting read-aheads
- * in flight still find chunks to evict without a drop; when that cannot be had the queue is
- * dropped. Every lookup that is not skipped by the
- * lookup-skip gate reads ahead, whoever sends it: what it can cost is bounded by the above, and a
- * chunk read ahead and never loaded is a clean RAM chunk, the first to go.
+ * disk are read into RAM from the lookup on, in prefix order, instead of one disk read after
+ * another as the loads come: from the first chunk past what the engine holds in GPU memory (a
+ * prompt lookup's hbm_tokens), and for an all-ranks lookup only within the common prefix it
+ * answers. A load finding one of them reads nothing more: it joins the read in flight or finds
+ * the chunk promoted (and counts as disk.hits, disk.prefetch_hits). Bounds:
+ *   - the footprints queued or being read stay within disk.prefetch_bytes (beyond: skipped, and
+ *     the load reads the chunk as before);
+ *   - read-aheads leave one of the disk.max_reads_in_flight read slots free, so a load's own
+ *     read starts at once (several loads' reads may queue behind each other as before);
+ *   - they start only while the reads landing in the arena hold less than
+ *     disk.prefetch_depth_bytes (default 4 MiB; one read at least): one or two large reads
+ *     deep, not eight. A 2 MiB read is split by the block layer into many device requests
+ *     already, so two of them keep a device's queue busy across read boundaries; eight at once
+ *     only share the device, and the first chunk, the one the engine loads first, arrives when
+ *     all eight do (on the development VM's virtual disk, 8 deep: 0.70-0.77 GB/s restored
+ *     against 1.0-1.3 raw; 2 deep: 1.72 against 1.95);
+ *   - a read-ahead takes RAM only where that drops no chunk (it may release clean chunks: they
+ *     are on disk), and only while the RAM that is free or clean after it (not dirty, not pinned
+ *     by a reader or a save, not reserved by a shared-memory save, not held by reads and saves
+ *     in flight) stays above half the cleaner's target (ram.clean_target_bytes), so that saves
+ *     meeting read-aheads in flight still find chunks to evict without a drop or a NOSPACE;
+ *     when that cannot be had the queue is dropped.
+ * Every lookup that is not skipped by the lookup-skip gate reads ahead, whoever sends it. A chunk
+ * read ahead joins RAM as recently used (a save arriving before its load must not evict it
+ * first) and clean: never loaded, it ages out like any clean chunk and costs no write. What a
+ * client can do with lookups alone is therefore: keep the disk reading at its speed, within one
+ * slot less than max_reads_in_flight and disk.prefetch_depth_bytes deep, and turn the clean part
+ * of RAM over; never hold a save back nor make it drop or fail.
  *
  * A load that reads from disk reads the chain ahead too, within the same bounds: the records
  * written right after its last disk chunk in that chunk's segment that continue the chain (each
@@ -351,15 +360,18 @@ void store_disk_check(store_t *s);
 /* Disk reads queued or running on the thread pool (0 without a disk tier). */
 uint32_t store_disk_reads(const store_t *s);
 
-/* Prefix hit of one rank; leases the hit chunks when lease is true. */
+/* Prefix hit of one rank; leases the hit chunks when lease is true. The hit chunks from
+ * ahead_from on that are only on disk are read ahead ("Read-ahead" above; the ones before it the
+ * engine holds in GPU memory already: UINT32_MAX reads nothing ahead). */
 uint32_t store_lookup(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, size_t n,
-                      bool lease, uint64_t now_ms);
+                      bool lease, uint64_t now_ms, uint32_t ahead_from);
 
 /* Prefix hit of every rank of ns into rank_hits[ns->world]; returns the minimum. One index
  * probe per chunk serves every rank (index.h, rank groups). With lease, the chunks of the common
- * prefix [0, min) are leased for every rank. */
+ * prefix [0, min) are leased for every rank; read-ahead covers [ahead_from, min) of every rank
+ * (nobody loads past the common prefix). */
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
-                          bool lease, uint64_t now_ms, uint32_t *rank_hits);
+                          bool lease, uint64_t now_ms, uint32_t ahead_from, uint32_t *rank_hits);
 
 /* Marks each chunk KVT_CHUNK_EXISTS or KVT_CHUNK_WANTED. Returns the number of WANTED. */
 size_t store_save_query(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,

@@ -102,6 +102,12 @@ struct store {
     prefetch_key_t *pf;
     uint32_t pf_head, pf_n, pf_cap;
     uint64_t pf_bytes;
+    uint64_t pinned_foot; /* footprints of pinned arena chunks (INDEX_F_PINRAM) */
+    uint64_t resv_foot;   /* footprints of shared-memory reservations not committed yet */
+    struct {
+        index_entry_t *e;
+        uint32_t i; /* its position in the lookup */
+    } * pf_seen;    /* store_lookup_all: the read-ahead candidates of one lookup */
 };
 
 /* An entry none of whose copies exists any more (pinned while its disk record failed its
@@ -127,10 +133,10 @@ static inline bool store__prefetchable(const store_t *s, const index_entry_t *e)
 
 /* Read-ahead (store.h, "Read-ahead"): prefetchable e joins the queue while it
  * stays within disk.prefetch_bytes (else it is counted skipped); store__prefetch_pump starts
- * queued reads while the disk has idle read slots (fewer than disk.max_reads_in_flight reads
- * queued or running, and reads landing in the arena under disk.prefetch_depth_bytes), so a
- * load's own read never waits behind a read-ahead, and drops the queue when a read cannot get
- * RAM without dropping a chunk or the store is closing. */
+ * queued reads while the disk has idle read slots (one of disk.max_reads_in_flight kept free
+ * for loads, and reads landing in the arena under disk.prefetch_depth_bytes) and the room holds,
+ * and drops the queue when a read cannot get RAM without dropping a chunk or the store is
+ * closing. */
 void store__prefetch(store_t *s, index_entry_t *e);
 void store__prefetch_pump(store_t *s);
 

@@ -541,7 +541,9 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         s->clean_target = s->ram_cap / 2;
     if (s->cfg->disk.prefetch_bytes > 0) {
         s->pf = calloc(STORE_PREFETCH_QUEUE, sizeof *s->pf);
-        s->pf_cap = s->pf != NULL ? STORE_PREFETCH_QUEUE : 0; /* without it: no read-ahead */
+        s->pf_seen = calloc(STORE_PREFETCH_QUEUE, sizeof *s->pf_seen);
+        /* without them: no read-ahead */
+        s->pf_cap = s->pf != NULL && s->pf_seen != NULL ? STORE_PREFETCH_QUEUE : 0;
     }
     uv_timer_init(loop, &s->persist_timer);
     uv_timer_init(loop, &s->clean_timer);
@@ -767,6 +769,8 @@ static void read_done_cb(void *arg, int rc)
             s->dk.promoted++;
             if (r->prefetch && w == NULL)
                 e->flags |= INDEX_F_PREFETCHED; /* its first load is the disk's hit */
+            /* a segment reclaim took its disk copy while it was read: RAM-only now, dirty */
+            store__dirty_add(s, e);
             store__journal_add(s, ns_get(s->nst, e->ns), e);
         } else {
             ram_free(s->ram, r->off, r->len);
@@ -784,6 +788,8 @@ static void read_done_cb(void *arg, int rc)
         if (rc == 0 && !(e->flags & INDEX_F_LIMBO) && (store__in_arena(e) || r->heap != NULL)) {
             s->st.hits++;
             s->dk.hits++;
+            if (r->prefetch)
+                s->dk.prefetch_hits++; /* it joined a read-ahead */
             if (store__in_arena(e)) {
                 batch_lend(s, w, e);
             } else {
@@ -804,12 +810,14 @@ static void read_done_cb(void *arg, int rc)
 }
 
 /* Starts the read of disk-only entry e for slot (or joins the one in flight; slot is NULL for a
- * read-ahead, which nobody waits for). 0, or -1 when it cannot be read (a miss). */
+ * read-ahead, which nobody waits for). 0, or a negative errno when it cannot be read (a miss):
+ * -ENOSPC when no memory could be had for it (mode's rules), -ENOMEM, or disk_read's error. */
 static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot_t *slot,
                       store_spent_t *spent)
 {
     store_read_t *r = e->reading;
     uint64_t now = uv_now(s->loop);
+    int rc = -ENOSPC;
 
     if (r != NULL && r->off != UINT64_MAX) {
         if (slot == NULL)
@@ -821,13 +829,11 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
         else
             r->waiters = slot;
         s->dk.read_joins++;
-        if (r->prefetch)
-            s->dk.prefetch_hits++;
         return 0;
     }
     r = calloc(1, sizeof *r);
     if (r == NULL)
-        return -1;
+        return -ENOMEM;
     *r = (store_read_t){.s = s,
                         .e = e,
                         .off = UINT64_MAX,
@@ -850,9 +856,12 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
     }
     if (r->off == UINT64_MAX && r->heap == NULL)
         goto fail;
-    if (disk_read(s->disk, &r->loc, e->hash.b, e->rank, e->len, e->csum,
-                  r->off != UINT64_MAX ? ram_ptr(s->ram, r->off) : r->heap, read_done_cb, r) != 0)
+    rc = disk_read(s->disk, &r->loc, e->hash.b, e->rank, e->len, e->csum,
+                   r->off != UINT64_MAX ? ram_ptr(s->ram, r->off) : r->heap, read_done_cb, r);
+    if (rc != 0) {
+        rc = rc == -ENOSPC ? -EIO : rc; /* -ENOSPC means: no memory for it */
         goto fail;
+    }
     if (r->off != UINT64_MAX) {
         s->promo_bytes += ram_footprint(s->ram, e->len);
         if (e->reading == NULL)
@@ -872,7 +881,7 @@ fail:
     free(r->heap);
     free(r);
     store_unpin(s, e);
-    return -1;
+    return rc;
 }
 
 /* Chain read-ahead: a load read e from disk; the records written right after e in its segment
@@ -981,26 +990,32 @@ static index_entry_t *prefetch_pop(store_t *s)
 }
 
 /* Whether a read-ahead of footprint foot leaves the saves their room: the RAM that is free or
- * clean (evictable without dropping a chunk: neither dirty nor held by reads and saves in
- * flight) stays above half the cleaner's target after it. A read-ahead in flight holds its
+ * clean (evictable without dropping a chunk: neither dirty, nor pinned by a client or a save, nor
+ * reserved by a shared-memory save, nor held by reads and saves in flight) stays above half the
+ * cleaner's target after it. A read-ahead in flight holds its
  * extent until it lands, so without this margin a burst of saves meeting it could find only
  * dirty chunks to evict. */
 static bool prefetch_room(const store_t *s, uint64_t foot)
 {
-    uint64_t held = s->dirty_bytes + s->promo_bytes + s->ingest_bytes;
+    uint64_t held =
+        s->dirty_bytes + s->promo_bytes + s->ingest_bytes + s->pinned_foot + s->resv_foot;
 
     return held + foot + s->clean_target / 2 <= s->ram_cap;
 }
 
 void store__prefetch_pump(store_t *s)
 {
+    /* one read slot stays free for a load's own read (with a single slot, none can) */
+    uint32_t max = s->cfg->disk.max_reads_in_flight, slots = max > 1 ? max - 1 : 1;
+
     while (s->pf_n > 0) {
+        int rc;
         uint64_t foot = s->pf[s->pf_head].foot;
         index_entry_t *e;
         if (s->disk == NULL)
             return;
         if (!s->closing) {
-            if (disk_reads_pending(s->disk) >= s->cfg->disk.max_reads_in_flight ||
+            if (disk_reads_pending(s->disk) >= slots ||
                 (s->promo_bytes > 0 && s->promo_bytes + foot > s->cfg->disk.prefetch_depth_bytes))
                 return; /* the running reads call again when they finish */
             if (!prefetch_room(s, foot) && s->promo_bytes > 0)
@@ -1014,12 +1029,17 @@ void store__prefetch_pump(store_t *s)
         if (e == NULL || store__absent(e) || store__in_arena(e) || !(e->flags & INDEX_F_DISK) ||
             e->reading != NULL)
             continue; /* gone, loaded or being read meanwhile */
-        if (!prefetch_room(s, foot) || read_start(s, e, READ_AHEAD, NULL, NULL) != 0) {
+        rc = prefetch_room(s, foot) ? read_start(s, e, READ_AHEAD, NULL, NULL) : -ENOSPC;
+        if (rc == -ENOSPC) {
             /* no RAM without dropping a chunk: what is queued would not find any either */
             s->dk.prefetch_skipped += 1 + s->pf_n;
             while (s->pf_n > 0)
                 (void)prefetch_pop(s);
             return;
+        }
+        if (rc != 0) {
+            s->dk.prefetch_skipped++; /* this record cannot be read now: the next may */
+            continue;
         }
         s->dk.prefetches++;
     }

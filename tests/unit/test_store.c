@@ -294,7 +294,7 @@ static uint32_t lookup_chain(fixture_t *f, uint16_t rank, uint32_t c, uint32_t n
 
     for (uint32_t i = 0; i < n; i++)
         h[i] = H(c, i);
-    return store_lookup(f->st, f->ns, rank, h, n, false, 0);
+    return store_lookup(f->st, f->ns, rank, h, n, false, 0, 0);
 }
 
 START_TEST(store_prefix_semantics)
@@ -333,7 +333,7 @@ START_TEST(store_ranks_and_all_ranks_min)
         save_chain(&f, r, 7, 0, (uint32_t)(2 + r), 64, 0, st);
     for (uint32_t i = 0; i < 8; i++)
         h[i] = H(7, i);
-    ck_assert_uint_eq(store_lookup_all(f.st, f.ns, h, 8, false, 0, hits), 2);
+    ck_assert_uint_eq(store_lookup_all(f.st, f.ns, h, 8, false, 0, 0, hits), 2);
     for (uint16_t r = 0; r < 4; r++) {
         ck_assert_uint_eq(hits[r], 2u + r);
         ck_assert_uint_eq(lookup_chain(&f, r, 7, 8), 2u + r);
@@ -367,7 +367,7 @@ START_TEST(store_replicated_one_copy)
     ck_assert_ptr_nonnull(store_load(f.st, f.ns, 1, &h0, &len));
     ck_assert_uint_eq(lookup_chain(&f, 1, 3, 2), 2);
     kvt_wire_hash_t h[2] = {H(3, 0), H(3, 1)};
-    ck_assert_uint_eq(store_lookup_all(f.st, f.ns, h, 2, false, 0, hits), 2);
+    ck_assert_uint_eq(store_lookup_all(f.st, f.ns, h, 2, false, 0, 0, hits), 2);
     ck_assert_uint_eq(hits[1], 2);
     fixture_fini(&f);
 }
@@ -427,7 +427,7 @@ START_TEST(store_leased_chain_survives_pressure)
     save_chain(&f, 0, 1, 0, 4, 100000, 0, st);
     for (uint32_t i = 0; i < 4; i++)
         h[i] = H(1, i);
-    ck_assert_uint_eq(store_lookup(f.st, f.ns, 0, h, 4, true, 100), 4);
+    ck_assert_uint_eq(store_lookup(f.st, f.ns, 0, h, 4, true, 100, 0), 4);
     for (uint32_t c = 2; c < 40; c++)
         save_chain(&f, 0, c, 0, 2, 100000, 200, st);
     ck_assert_uint_eq(lookup_chain(&f, 0, 1, 4), 4); /* leased until 1100 */
@@ -449,7 +449,7 @@ START_TEST(store_nospace_when_all_leased)
     save_chain(&f, 0, 1, 0, 8, 131072, 0, st); /* exactly fills 1 MiB */
     for (uint32_t i = 0; i < 8; i++)
         h[i] = H(1, i);
-    ck_assert_uint_eq(store_lookup(f.st, f.ns, 0, h, 8, true, 0), 8);
+    ck_assert_uint_eq(store_lookup(f.st, f.ns, 0, h, 8, true, 0, 0), 8);
     save_chain(&f, 0, 2, 0, 1, 4096, 10, st);
     ck_assert_int_eq(st[0], KVT_CHUNK_NOSPACE);
     ck_assert_uint_eq(store_stats(f.st)->nospace, 1);
@@ -933,9 +933,11 @@ START_TEST(store_read_ahead_races)
     ck_assert_int_eq(l.done, 0);
     store_disk_stats(f->st, &ds);
     ck_assert_uint_eq(ds.counts.read_joins, 1);
-    ck_assert_uint_eq(ds.counts.prefetch_hits, 1);
+    ck_assert_uint_eq(ds.counts.prefetch_hits, 0); /* counted when the read serves it */
     while (!l.done)
         uv_run(&f->loop, UV_RUN_ONCE);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetch_hits, 1);
     ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
     ck_assert_uint_eq(((uint8_t *)l.got[0].data)[4097], (uint8_t)(2 * 31));
     store_unpin(f->st, l.got[0].chunk);
@@ -952,6 +954,123 @@ START_TEST(store_read_ahead_races)
     ck_assert_uint_eq(rs.promoting_bytes, 0);
     ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 0);
     dfixture_fini(&d);
+}
+END_TEST
+
+/* Read-aheads leave a read slot free: a load's own read starts at once, never queued behind
+ * them. */
+START_TEST(store_read_ahead_leaves_a_slot)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h = H(2, 0);
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);
+    f->cfg.disk.max_reads_in_flight = 4; /* a live key */
+    for (uint32_t c = 1; c <= 4; c++) {
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    ck_assert_uint_eq(store_disk_reads(f->st), 3);
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h, 1, true, loaded_cb, loads_done_cb, &l, NULL), 0);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.tier.reads_queued, 0);
+    ck_assert_uint_eq(ds.tier.reads_in_flight, 4);
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_LENT);
+    store_unpin(f->st, l.got[0].chunk);
+    run_until_read(f);
+    store_disk_stats(f->st, &ds);
+    /* chain 1 three at a time, and the rest of chain 2 after the load's read (chain read-ahead) */
+    ck_assert_uint_eq(ds.counts.prefetches, 8 + 7);
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
+/* A load that joined a read-ahead and then missed (its namespace dropped meanwhile) is no
+ * prefetch hit: prefetch_hits never exceeds hits. */
+START_TEST(store_read_ahead_joined_then_dropped)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h = H(1, 0);
+    store_drop_t out;
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);
+    for (uint32_t c = 1; c <= 4; c++) {
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, &h, 1, true, loaded_cb, loads_done_cb, &l, NULL), 0);
+    ck_assert_int_eq(store_drop_ns(f->st, f->ns, &out), 0);
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    run_until_read(f);
+    ck_assert_int_eq(l.got[0].kind, STORE_LOADED_MISS);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetch_hits, 0);
+    ck_assert_uint_le(ds.counts.prefetch_hits, ds.counts.hits);
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
+/* RAM pinned by clients is no room for a read-ahead: with chain 3 held by a reader and chain 4
+ * clean, a lookup of disk-only chain 1 must leave a save its room (the save is stored as it is
+ * without the lookup). */
+static void pinned_room_save(bool with_lookup, uint8_t *out)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    loads_t l = {0};
+    kvt_wire_hash_t h[8];
+
+    dfixture_init(&d, 1 << 20); /* the cleaner keeps everything clean */
+    for (uint32_t c = 1; c <= 4; c++) {
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(3, i);
+    ck_assert_int_eq(
+        store_load_batch(f->st, f->ns, 0, h, 8, true, loaded_cb, loads_done_cb, &l, NULL), 0);
+    while (!l.done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    run_until_read(f);
+    if (with_lookup)
+        ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    save_chain(f, 0, 9, 0, 4, 65536, 0, out);
+    run_until_read(f);
+    for (uint32_t i = 0; i < 8; i++)
+        if (l.got[i].kind == STORE_LOADED_LENT)
+            store_unpin(f->st, l.got[i].chunk);
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+
+START_TEST(store_read_ahead_leaves_pinned_room)
+{
+    uint8_t a[4], b[4];
+
+    pinned_room_save(false, a);
+    pinned_room_save(true, b);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(a[i], KVT_CHUNK_STORED);
+        ck_assert_int_eq(b[i], KVT_CHUNK_STORED);
+    }
 }
 END_TEST
 
@@ -1052,6 +1171,9 @@ static Suite *suite(void)
     tcase_add_test(ts, store_lookup_reads_ahead);
     tcase_add_test(ts, store_read_ahead_races);
     tcase_add_test(ts, store_load_reads_the_chain_ahead);
+    tcase_add_test(ts, store_read_ahead_leaves_a_slot);
+    tcase_add_test(ts, store_read_ahead_joined_then_dropped);
+    tcase_add_test(ts, store_read_ahead_leaves_pinned_room);
     tcase_add_test(ts, store_disk_read_lands_in_arena);
     tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);
