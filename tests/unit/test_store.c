@@ -957,6 +957,34 @@ START_TEST(store_read_ahead_races)
 }
 END_TEST
 
+/* A prompt lookup's chunks the engine holds in GPU memory (ahead_from) are not read ahead. */
+START_TEST(store_read_ahead_skips_what_hbm_holds)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    kvt_wire_hash_t h[8];
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);
+    for (uint32_t c = 1; c <= 4; c++) {
+        save_chain(f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(f);
+    }
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(1, i);
+    ck_assert_uint_eq(store_lookup(f->st, f->ns, 0, h, 8, false, 0, 5), 8);
+    run_until_read(f);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 3); /* chunks 5, 6, 7 */
+    ck_assert_uint_eq(store_lookup(f->st, f->ns, 0, h, 8, false, 0, UINT32_MAX), 8);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 3);
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
 /* Read-aheads leave a read slot free: a load's own read starts at once, never queued behind
  * them. */
 START_TEST(store_read_ahead_leaves_a_slot)
@@ -1172,6 +1200,7 @@ static Suite *suite(void)
     tcase_add_test(ts, store_read_ahead_races);
     tcase_add_test(ts, store_load_reads_the_chain_ahead);
     tcase_add_test(ts, store_read_ahead_leaves_a_slot);
+    tcase_add_test(ts, store_read_ahead_skips_what_hbm_holds);
     tcase_add_test(ts, store_read_ahead_joined_then_dropped);
     tcase_add_test(ts, store_read_ahead_leaves_pinned_room);
     tcase_add_test(ts, store_disk_read_lands_in_arena);
