@@ -212,14 +212,17 @@ typedef struct {
  *     are on disk), and only while the RAM that is free or clean after it (not dirty, not pinned
  *     by a reader or a save, not reserved by a shared-memory save, not held by reads and saves
  *     in flight) stays above half the cleaner's target (ram.clean_target_bytes), so that saves
- *     meeting read-aheads in flight still find chunks to evict without a drop or a NOSPACE;
- *     when that cannot be had the queue is dropped.
+ *     meeting read-aheads in flight still find that much to evict without a drop or a NOSPACE
+ *     (a burst beyond it drops at most the read-aheads' disk.prefetch_depth_bytes more than it
+ *     would have: they hold their extents until they land); when that cannot be had the queue
+ *     is dropped.
  * Every lookup that is not skipped by the lookup-skip gate reads ahead, whoever sends it. A chunk
  * read ahead joins RAM as recently used (a save arriving before its load must not evict it
  * first) and clean: never loaded, it ages out like any clean chunk and costs no write. What a
  * client can do with lookups alone is therefore: keep the disk reading at its speed, within one
  * slot less than max_reads_in_flight and disk.prefetch_depth_bytes deep, and turn the clean part
- * of RAM over; never hold a save back nor make it drop or fail.
+ * of RAM over; never hold a save back, and never make saves of up to that margin at a time drop
+ * or fail (test_hostile, the lookup storm).
  *
  * A load that reads from disk reads the chain ahead too, within the same bounds: the records
  * written right after its last disk chunk in that chunk's segment that continue the chain (each

@@ -15,7 +15,9 @@
  *      by holds is counted as such;
  *   6. the ipc socket (and every file the daemon creates) has an explicit mode under umask 0;
  *   7. a HELLO storm beyond server.max_clients is refused instead of forgetting an established
- *      client.
+ *      client;
+ *   8. a lookup storm over disk-only chunks (read-ahead's trigger) holds no save back, drops
+ *      nothing and fails no save.
  *
  * Daemon memory is read from /proc/<pid>/status (RssAnon): the arena is shared memory and does
  * not count there. The raw peers speak protocol 1 (harness.h). Waits poll status; nothing here
@@ -873,6 +875,96 @@ START_TEST(test_hello_storm)
 }
 END_TEST
 
+/* 8. A lookup storm over disk-only chunks (the read-ahead's trigger) from one client while
+ * another saves: the attacker keeps the disk reading, but the saver's chains are all stored,
+ * nothing is dropped or refused for room, and the saver's own loads stay byte-exact. Saves are
+ * paced (the write buffer empty before the next) and each is 4 MiB: within the room a read-ahead
+ * leaves (half the cleaner's target: 4 MiB of this 16 MiB tier). */
+typedef struct {
+    const harness_t *h;
+    atomic_int stop;
+    uint64_t lookups;
+} storm_t;
+
+static void *storm_main(void *arg)
+{
+    storm_t *t = arg;
+    kvt_client_t *c = harness_client(t->h, "victim", 1, 0, 0);
+    kvt_hash_t hs[8];
+
+    while (!atomic_load(&t->stop)) {
+        for (uint32_t k = 0; k < 10 && !atomic_load(&t->stop); k++) {
+            kvt_lookup_result_t r = {0};
+            harness_chain(100 + k, hs, 8);
+            if (kvt_lookup(c, hs, 8, NULL, &r) == 0)
+                t->lookups++;
+        }
+    }
+    kvt_close(&c);
+    return NULL;
+}
+
+static int pred_wbuf_empty(json_t *st, void *arg)
+{
+    (void)arg;
+    return harness_jint(st, "disk.write_buffer_chunks") == 0;
+}
+
+START_TEST(test_lookup_storm_spares_saves)
+{
+    const size_t len = 1 * MIB;
+    char dir[96], extra[512];
+    harness_opts_t o = {.capacity_bytes = 16 * MIB, .max_chunk_bytes = 1 * MIB};
+    harness_t *h;
+    kvt_client_t *saver;
+    storm_t t = {0};
+    pthread_t th;
+    json_t *st;
+    int64_t refused0, nospace0;
+
+    snprintf(dir, sizeof dir, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(extra, sizeof extra,
+             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"256MiB\", "
+             "\"segment_bytes\": \"32MiB\", \"write_buffer_bytes\": \"32MiB\"}}",
+             dir);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    saver = harness_client(h, "victim", 1, 0, 0);
+    for (uint32_t k = 0; k < 10; k++) { /* 80 MiB through 16 MiB: the oldest only on disk */
+        ck_assert_uint_eq(harness_save_chain(saver, 100 + k, 8, len, 0), 8);
+        harness_wait_disk_drained(h);
+    }
+    st = harness_status(h);
+    refused0 = harness_jint(st, "disk.demotions_refused");
+    nospace0 = harness_jint(st, "ram.nospace");
+    json_decref(st);
+    t.h = h;
+    ck_assert_int_eq(pthread_create(&th, NULL, storm_main, &t), 0);
+    for (uint32_t k = 0; k < 24; k++) {
+        json_t *w;
+        ck_assert_uint_eq(harness_save_chain(saver, 200 + k, 4, len, 0), 4);
+        w = harness_wait_status(h, pred_wbuf_empty, NULL, HARNESS_DEADLINE_MS);
+        ck_assert_msg(w != NULL, "the write buffer never drained");
+        json_decref(w);
+    }
+    ck_assert_uint_eq(harness_load_chain(saver, 100, 8, len, 0), 8); /* under the storm */
+    atomic_store(&t.stop, 1);
+    pthread_join(th, NULL);
+    st = harness_status(h);
+    ck_assert_int_gt(t.lookups, 0);
+    ck_assert_int_gt(harness_jint(st, "disk.prefetches"), 0);
+    ck_assert_int_eq(harness_jint(st, "disk.demotions_refused"), refused0);
+    ck_assert_int_eq(harness_jint(st, "ram.nospace"), nospace0);
+    ck_assert_int_le(harness_jint(st, "ram.used_bytes"), harness_jint(st, "ram.capacity_bytes"));
+    json_decref(st);
+    for (uint32_t k = 0; k < 24; k += 6)
+        ck_assert_uint_eq(harness_load_chain(saver, 200 + k, 4, len, 0), 4);
+    kvt_close(&saver);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     Suite *su = suite_create("hostile");
@@ -894,6 +986,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_reserve_starvation);
     tcase_add_test(other, test_modes_under_umask0);
     tcase_add_test(other, test_hello_storm);
+    tcase_add_test(other, test_lookup_storm_spares_saves);
     suite_add_tcase(su, reply);
     suite_add_tcase(su, ns);
     suite_add_tcase(su, other);
