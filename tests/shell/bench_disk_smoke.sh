@@ -43,7 +43,7 @@ testlib_stop_daemon
 
 testlib_start_daemon "$kvtierd" "$dir/disk.json" "$dir/status.sock"
 "$bench" -c "$dir/disk.json" --disk-dir "$dir/disk" --data bf16 --chunk-bytes 1MiB --chunks 64 \
-    --lookups 100 --prompt-chunks 32 --json >"$dir/bench.json" 2>"$dir/bench.err" ||
+    --lookups 100 --prompt-chunks 32 --lookup-first --json >"$dir/bench.json" 2>"$dir/bench.err" ||
     fail "kvtier-bench --disk-dir exited $?"
 
 out=$dir/bench.json
@@ -102,6 +102,15 @@ check "O_DIRECT raw write (+ fdatasync), or why not, and the write ratio against
 check "the shared-memory half of the read phase" \
     '.disk.read_shm.chunks > 0 and .disk.read_shm.verified + .disk.read_shm.misses == .disk.read_shm.chunks' \
     '.disk.read_shm'
+check "--lookup-first recorded" '.params.lookup_first == true' '.params'
+check "the segment files' O_DIRECT read, and the restore against it" \
+    '((.disk.raw.read_direct_segments.gbps | type == "number") and (.disk.read.ratio_vs_segments_direct | type == "number")) or (.disk.raw.read_direct_segments.gbps == null)' \
+    '.disk.raw'
+# the loads followed lookups of their chains: the daemon read them ahead, and they were loaded
+st=$(curl -sf --unix-socket "$dir/status.sock" http://localhost/status) || fail "no status"
+pf=$(jq '.disk.prefetches' <<<"$st")
+hits=$(jq '.disk.prefetch_hits' <<<"$st")
+((pf > 0 && hits > 0 && hits <= pf)) || fail "read-ahead: prefetches $pf, prefetch_hits $hits"
 leftover=$(find "$dir/disk" -name 'kvtier-bench-*' | wc -l)
 ((leftover == 0)) || fail "the raw baseline file was left in $dir/disk"
 
