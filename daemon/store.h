@@ -221,8 +221,8 @@ typedef struct {
  * first) and clean: never loaded, it ages out like any clean chunk and costs no write. What a
  * client can do with lookups alone is therefore: keep the disk reading at its speed, within one
  * slot less than max_reads_in_flight and disk.prefetch_depth_bytes deep, and turn the clean part
- * of RAM over; never hold a save back, and never make saves of up to that margin at a time drop
- * or fail (test_hostile, the lookup storm).
+ * of RAM over; never hold a save back. The margin counts bytes, not evictable chunks (only chain
+ * tails are evicted: store_io.c, prefetch_room states what that leaves open).
  *
  * A load that reads from disk reads the chain ahead too, within the same bounds: the records
  * written right after its last disk chunk in that chunk's segment that continue the chain (each
