@@ -30,6 +30,7 @@ struct loopmon {
     hist_t turns;
     hist_t cpu; /* CPU time per turn */
     uint64_t buckets[LOOPMON_BUCKETS];
+    uint64_t cpu_buckets[LOOPMON_BUCKETS];
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -52,8 +53,10 @@ static void prepare_cb(uv_prepare_t *h)
         m->busy_ns += busy;
         hist_record(&m->turns, busy / 1000);
         hist_record(&m->cpu, (cpu - m->last_cpu_ns) / 1000);
-        for (int i = 0; i < LOOPMON_BUCKETS; i++)
+        for (int i = 0; i < LOOPMON_BUCKETS; i++) {
             m->buckets[i] += busy / 1000 <= loopmon_bounds_us[i];
+            m->cpu_buckets[i] += (cpu - m->last_cpu_ns) / 1000 <= loopmon_bounds_us[i];
+        }
     }
     m->started = true;
     m->last_ns = now;
@@ -125,6 +128,8 @@ void loopmon_stats(const loopmon_t *m, loopmon_stats_t *out)
                              .cpu_max_us = hist_max(&m->cpu),
                              .turns_hist = &m->turns,
                              .cpu_hist = &m->cpu};
-    for (int i = 0; i < LOOPMON_BUCKETS; i++)
+    for (int i = 0; i < LOOPMON_BUCKETS; i++) {
         out->buckets[i] = m->buckets[i];
+        out->cpu_buckets[i] = m->cpu_buckets[i];
+    }
 }

@@ -41,6 +41,7 @@ typedef struct {
     uint64_t p50_us, p99_us, max_us;
     uint64_t buckets[LOOPMON_BUCKETS]; /* turns of at most loopmon_bounds_us[i] us (cumulative) */
     uint64_t cpu_p50_us, cpu_p99_us, cpu_max_us; /* the loop thread's CPU time per turn */
+    uint64_t cpu_buckets[LOOPMON_BUCKETS];       /* turns of at most that much CPU time */
     const hist_t *turns_hist, *cpu_hist; /* the histograms themselves (borrowed, microseconds) */
 } loopmon_stats_t;
 

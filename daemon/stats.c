@@ -156,6 +156,8 @@ typedef struct {
     loopmon_stats_t loop;
     stats_bucket_t turn_buckets[LOOPMON_BUCKETS];
     size_t nturn_buckets;
+    stats_bucket_t cpu_buckets[LOOPMON_BUCKETS];
+    size_t ncpu_buckets;
     double disk_write_seconds, disk_read_seconds;
     stats_page_t page;
 } stats_doc_t;
@@ -234,8 +236,12 @@ static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
         d->loop.turns_hist = d->loop.cpu_hist = &none;
     }
     d->nturn_buckets = LOOPMON_BUCKETS;
-    for (size_t i = 0; i < LOOPMON_BUCKETS; i++)
+    d->ncpu_buckets = LOOPMON_BUCKETS;
+    for (size_t i = 0; i < LOOPMON_BUCKETS; i++) {
         d->turn_buckets[i] = (stats_bucket_t){.key = bucket_keys[i], .count = d->loop.buckets[i]};
+        d->cpu_buckets[i] =
+            (stats_bucket_t){.key = bucket_keys[i], .count = d->loop.cpu_buckets[i]};
+    }
     d->clients = nsess;
     d->save_ops_remembered = admission_remembered(v.admission);
     d->draining = v.draining;
@@ -1168,6 +1174,7 @@ static const stats_field_t bucket_elem =
         "Loop turns that took at most this many microseconds (cumulative).");
 
 ITEMS(doc_turn_buckets, stats_doc_t, turn_buckets, nturn_buckets)
+ITEMS(doc_cpu_buckets, stats_doc_t, cpu_buckets, ncpu_buckets)
 
 static const char *bucket_key(const void *elem)
 {
@@ -1201,6 +1208,16 @@ static const stats_field_t turn_cpu_fields[] = {
         "99th percentile of the CPU time of a turn.", .no_metric = true),
     NUM(D, "max_us", T_U64, loop.cpu_max_us, GAUGE, "microseconds", "Most CPU time of a turn.",
         .metric = "kvtier_loop_turn_cpu_max_seconds"),
+    {.key = "buckets",
+     .type = T_MAP,
+     .kind = INFO,
+     .help = "Loop turns by the loop thread's CPU time: at most the key's microseconds "
+             "(cumulative; beside turn_us.buckets, what a turn did rather than how long the "
+             "machine made it wait).",
+     .elem = &bucket_elem,
+     .items = doc_cpu_buckets,
+     .elem_size = sizeof(stats_bucket_t),
+     .elem_key = bucket_key},
     NUM(D, "duration", T_HIST, loop.cpu_hist, GAUGE, "seconds",
         "The loop thread's CPU time per turn.", .metric = "kvtier_loop_turn_cpu_seconds"),
 };

@@ -287,6 +287,26 @@ START_TEST(test_status_and_metrics_keys)
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(st, "disk"), "state")),
                      "ok");
     key_paths(st, "", &keys);
+    /* the loop's turn buckets, by wall and by CPU time: cumulative, every turn in +Inf */
+    {
+        static const char *const b[] = {"50",   "100",  "200",   "500",   "1000",
+                                        "2000", "5000", "10000", "50000", "+Inf"};
+        json_t *loop = json_object_get(st, "loop");
+        json_t *wall = json_object_get(json_object_get(loop, "turn_us"), "buckets");
+        json_t *cpu = json_object_get(json_object_get(loop, "turn_cpu_us"), "buckets");
+        int64_t turns = json_integer_value(json_object_get(loop, "turns")), pw = 0, pc = 0;
+        ck_assert_int_gt(turns, 0);
+        for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+            int64_t w = json_integer_value(json_object_get(wall, b[i]));
+            int64_t c = json_integer_value(json_object_get(cpu, b[i]));
+            ck_assert_int_ge(w, pw);
+            ck_assert_int_ge(c, pc);
+            pw = w;
+            pc = c;
+        }
+        ck_assert_int_eq(pw, turns);
+        ck_assert_int_eq(pc, turns);
+    }
     json_decref(st);
     compare("status_keys.txt", &keys);
 

@@ -103,6 +103,9 @@ check "the shared-memory half of the read phase" \
     '.disk.read_shm.chunks > 0 and .disk.read_shm.verified + .disk.read_shm.misses == .disk.read_shm.chunks' \
     '.disk.read_shm'
 check "--lookup-first recorded" '.params.lookup_first == true' '.params'
+check "loop turns by CPU time beside wall time" \
+    '(.disk.write.loop_turns.cpu_over_2ms | type == "number") and .disk.write.loop_turns.cpu_over_2ms <= .disk.write.loop_turns.turns' \
+    '.disk.write.loop_turns'
 check "the segment files' O_DIRECT read, and the restore against it" \
     '((.disk.raw.read_direct_segments.gbps | type == "number") and (.disk.read.ratio_vs_segments_direct | type == "number")) or (.disk.raw.read_direct_segments.gbps == null)' \
     '.disk.raw'

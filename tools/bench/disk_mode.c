@@ -98,6 +98,8 @@ typedef struct {
     double ratio;      /* disk.compression_ratio: cumulative since the daemon started */
     double lookup_p99; /* ops.lookup.p99_us: cumulative since the daemon started */
     uint64_t turns, turns_2ms, turns_5ms; /* loop.turns, and those of at most 2 / 5 ms (wall) */
+    uint64_t cpu_2ms, cpu_5ms; /* turns of at most 2 / 5 ms of the loop thread's CPU time */
+    int has_cpu;               /* the daemon reports loop.turn_cpu_us.buckets (0.2.2) */
     int enabled;
     char state[32], compression[16], last_error[128], dir[PATH_MAX];
 } snap_t;
@@ -129,6 +131,11 @@ static int snap_take(const bench_t *b, snap_t *sn)
     sn->turns = (uint64_t)json_integer_value(tool_json_path(root, "loop.turns"));
     sn->turns_2ms = (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_us.buckets.2000"));
     sn->turns_5ms = (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_us.buckets.5000"));
+    sn->has_cpu = json_is_integer(tool_json_path(root, "loop.turn_cpu_us.buckets.2000"));
+    sn->cpu_2ms =
+        (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_cpu_us.buckets.2000"));
+    sn->cpu_5ms =
+        (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_cpu_us.buckets.5000"));
     sn->enabled = json_is_true(json_object_get(disk, "enabled"));
     copy_str(sn->state, sizeof sn->state, json_object_get(disk, "state"));
     copy_str(sn->compression, sizeof sn->compression, json_object_get(disk, "compression"));
@@ -1019,6 +1026,18 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
                   (json_int_t)((d->s1.turns - d->s0.turns) - (d->s1.turns_2ms - d->s0.turns_2ms)),
                   "over_5ms",
                   (json_int_t)((d->s1.turns - d->s0.turns) - (d->s1.turns_5ms - d->s0.turns_5ms))));
+    {
+        json_t *lt = json_object_get(json_object_get(disk, "write"), "loop_turns");
+        uint64_t n = d->s1.turns - d->s0.turns;
+        json_object_set_new(lt, "cpu_over_2ms",
+                            d->s1.has_cpu
+                                ? json_integer((json_int_t)(n - (d->s1.cpu_2ms - d->s0.cpu_2ms)))
+                                : json_null());
+        json_object_set_new(lt, "cpu_over_5ms",
+                            d->s1.has_cpu
+                                ? json_integer((json_int_t)(n - (d->s1.cpu_5ms - d->s0.cpu_5ms)))
+                                : json_null());
+    }
     json_object_set_new(json_object_get(lk, "idle"), "daemon_p99_us",
                         real_or_null(d->s0.lookup_p99));
     json_object_set_new(json_object_get(lk, "writing"), "daemon_p99_us",
@@ -1237,6 +1256,11 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
            d->s1.turns - d->s0.turns,
            (d->s1.turns - d->s0.turns) - (d->s1.turns_2ms - d->s0.turns_2ms),
            (d->s1.turns - d->s0.turns) - (d->s1.turns_5ms - d->s0.turns_5ms));
+    if (d->s1.has_cpu)
+        printf("  of the loop thread's CPU time: over 2 ms %" PRIu64 ", over 5 ms %" PRIu64
+               " (loop.turn_cpu_us: a turn's wall time also holds the scheduler's wait)\n",
+               (d->s1.turns - d->s0.turns) - (d->s1.cpu_2ms - d->s0.cpu_2ms),
+               (d->s1.turns - d->s0.turns) - (d->s1.cpu_5ms - d->s0.cpu_5ms));
 }
 
 int bench_disk_report(const bench_t *b)
