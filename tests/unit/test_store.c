@@ -544,6 +544,17 @@ static void run_until_flushed(fixture_t *f)
     }
 }
 
+/* A disk fixture with chains 1-4 (8 chunks of 64 KiB each) saved through its 1 MiB of RAM, each
+ * save's write-back flushed before the next: chains 1 and 2 end up only on disk. */
+static void dfixture_paced(dfixture_t *d, uint64_t clean_target, uint8_t *st)
+{
+    dfixture_init(d, clean_target);
+    for (uint32_t c = 1; c <= 4; c++) {
+        save_chain(&d->f, 0, c, 0, 8, 65536, 0, st);
+        run_until_flushed(&d->f);
+    }
+}
+
 typedef struct {
     store_loaded_t got[8];
     int n, done;
@@ -743,11 +754,7 @@ START_TEST(store_disk_read_lands_in_arena)
     kvt_wire_hash_t h[8];
     store_disk_stats_t ds;
 
-    dfixture_init(&d, 512 << 10);       /* a whole chain ahead: paced saves drop nothing */
-    for (uint32_t c = 1; c <= 4; c++) { /* 2 MiB through 1 MiB of RAM */
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
+    dfixture_paced(&d, 512 << 10, st);
     for (uint32_t i = 0; i < 8; i++)
         h[i] = H(1, i);
     ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
@@ -791,11 +798,7 @@ START_TEST(store_lookup_reads_ahead)
     kvt_wire_hash_t h[8];
     store_disk_stats_t ds;
 
-    dfixture_init(&d, 512 << 10);
-    for (uint32_t c = 1; c <= 4; c++) { /* chains 1 and 2 end up only on disk */
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
+    dfixture_paced(&d, 512 << 10, st);
     store_disk_stats(f->st, &ds);
     ck_assert_uint_eq(ds.counts.prefetches, 0);
     ck_assert_uint_eq(ds.counts.promoted, 0);
@@ -878,11 +881,7 @@ START_TEST(store_load_reads_the_chain_ahead)
     store_disk_stats_t ds;
     bool ram;
 
-    dfixture_init(&d, 512 << 10);
-    for (uint32_t c = 1; c <= 4; c++) {
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
+    dfixture_paced(&d, 512 << 10, st);
     load_one(f, 1, 7, &ram); /* the chain's last: the next record starts chain 2 */
     ck_assert(!ram);
     run_until_read(f);
@@ -920,11 +919,7 @@ START_TEST(store_read_ahead_races)
     store_ram_stats_t rs;
     store_disk_stats_t ds;
 
-    dfixture_init(&d, 512 << 10);
-    for (uint32_t c = 1; c <= 4; c++) {
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
+    dfixture_paced(&d, 512 << 10, st);
     /* chain 2: a load joins the read-ahead of its first chunk in flight */
     ck_assert_uint_eq(lookup_chain(f, 0, 2, 8), 8);
     ck_assert_uint_gt(store_disk_reads(f->st), 0);
@@ -967,11 +962,7 @@ START_TEST(store_read_ahead_skips_what_hbm_holds)
     kvt_wire_hash_t h[8];
     store_disk_stats_t ds;
 
-    dfixture_init(&d, 512 << 10);
-    for (uint32_t c = 1; c <= 4; c++) {
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
+    dfixture_paced(&d, 512 << 10, st);
     for (uint32_t i = 0; i < 8; i++)
         h[i] = H(1, i);
     ck_assert_uint_eq(store_lookup(f->st, f->ns, 0, h, 8, false, 0, 5), 8);
@@ -1035,11 +1026,7 @@ START_TEST(store_read_ahead_joined_then_dropped)
     store_drop_t out;
     store_disk_stats_t ds;
 
-    dfixture_init(&d, 512 << 10);
-    for (uint32_t c = 1; c <= 4; c++) {
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
+    dfixture_paced(&d, 512 << 10, st);
     ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
     ck_assert_int_eq(
         store_load_batch(f->st, f->ns, 0, &h, 1, true, loaded_cb, loads_done_cb, &l, NULL), 0);
@@ -1067,11 +1054,7 @@ static void pinned_room_save(bool with_lookup, uint8_t *out)
     loads_t l = {0};
     kvt_wire_hash_t h[8];
 
-    dfixture_init(&d, 1 << 20); /* the cleaner keeps everything clean */
-    for (uint32_t c = 1; c <= 4; c++) {
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
+    dfixture_paced(&d, 1 << 20, st);
     for (uint32_t i = 0; i < 8; i++)
         h[i] = H(3, i);
     ck_assert_int_eq(
