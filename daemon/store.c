@@ -827,8 +827,15 @@ typedef struct {
 } put_chunk_t;
 
 /* A save or commit in flight: from intake to publication. */
-typedef struct {
+typedef struct put put_t;
+struct put {
     store_t *s;
+    put_t *prev, *next; /* the store's puts in flight, oldest first */
+    put_t *after;       /* the put in flight whose last chunk is this one's declared parent */
+    put_t *waiters;     /* the puts waiting for this one to publish (their after) */
+    put_t *next_waiter;
+    bool ready;   /* its checksums are known: it publishes once after has */
+    bool has_job; /* counted in s->jobs */
     uint32_t ns;
     uint16_t rank; /* the store rank */
     bool has_parent;
@@ -845,7 +852,7 @@ typedef struct {
     size_t *item_of; /* chunk -> its item */
     kvt_wire_hash_t *hashes;
     put_chunk_t c[];
-} put_t;
+};
 
 static put_t *put_new(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                       const kvt_wire_hash_t *h, size_t n, uint8_t *status, store_done_cb done,
@@ -922,7 +929,7 @@ static void put_known(put_t *p, size_t i, uint64_t off, uint64_t len, uint64_t c
 }
 
 /* The chain is published in order once every csum is known (or at once with nothing to hash). */
-static void put_publish(put_t *p)
+static void put_publish_one(put_t *p)
 {
     store_t *s = p->s;
     ns_t *ns = ns_get(s->nst, p->ns);
@@ -976,13 +983,90 @@ static void put_publish(put_t *p)
     store__clean_ahead(s);
 }
 
-static void put_ingested(void *arg)
+/*
+ * Publication order across puts. A chain saved in several requests pipelined at depth (a
+ * zero-copy engine committing chunk i+1 while chunk i is being hashed, a frames client with
+ * saves in flight) declares as parent the last chunk of a put still in flight. Hashed on the
+ * thread pool in parallel, the later put could finish first: its chunk would find no parent and
+ * be stored as an orphan, the first chunk eviction takes. So a put whose declared parent is the
+ * last chunk of a put in flight (of the same namespace and rank: the newest such, among the
+ * last PUT_AFTER_SCAN puts) publishes after that one, whenever its own checksums are known.
+ */
+#define PUT_AFTER_SCAN 64u
+
+static void put_link(put_t *p)
 {
-    put_t *p = arg;
+    store_t *s = p->s;
+    unsigned n = 0;
+
+    for (put_t *q = s->puts_tail; q != NULL && n < PUT_AFTER_SCAN && p->has_parent;
+         q = q->prev, n++) {
+        if (q->ns == p->ns && q->rank == p->rank && q->n > 0 &&
+            memcmp(&q->hashes[q->n - 1], &p->parent, sizeof p->parent) == 0) {
+            p->after = q;
+            p->next_waiter = q->waiters;
+            q->waiters = p;
+            break;
+        }
+    }
+    p->prev = s->puts_tail;
+    if (s->puts_tail != NULL)
+        s->puts_tail->next = p;
+    else
+        s->puts_head = p;
+    s->puts_tail = p;
+}
+
+static void put_unlink(put_t *p)
+{
     store_t *s = p->s;
 
-    put_publish(p);
-    store__job_done(s);
+    if (p->prev != NULL)
+        p->prev->next = p->next;
+    else
+        s->puts_head = p->next;
+    if (p->next != NULL)
+        p->next->prev = p->prev;
+    else
+        s->puts_tail = p->prev;
+}
+
+/* p's checksums are known: it publishes now unless it waits for its after; then the puts
+ * that waited for it and are ready, in turn (a work list, not a recursion). */
+static void put_publish(put_t *p)
+{
+    store_t *s = p->s;
+    put_t *todo = p;
+
+    p->ready = true;
+    if (p->after != NULL)
+        return; /* published when its after is */
+    p->next_waiter = NULL;
+    while (todo != NULL) {
+        put_t *x = todo, *w = x->waiters;
+        bool job = x->has_job;
+        todo = x->next_waiter;
+        put_unlink(x);
+        put_publish_one(x); /* frees x */
+        while (w != NULL) {
+            put_t *nw = w->next_waiter;
+            w->after = NULL;
+            if (w->ready) {
+                w->next_waiter = todo;
+                todo = w;
+            } else {
+                w->next_waiter = NULL;
+            }
+            w = nw;
+        }
+        if (job)
+            store__job_done(s);
+    }
+}
+
+static void put_ingested(void *arg)
+{
+    put_publish(arg);
 }
 
 /* Hands the put's items to the thread pool, or publishes at once when there are none. */
@@ -991,12 +1075,14 @@ static void put_start(put_t *p)
     store_t *s = p->s;
 
     s->ingest_bytes += p->held;
+    put_link(p);
     if (p->nitems == 0) { /* nothing to hash: every csum is known (or nothing is stored) */
         put_publish(p);
         return;
     }
     if (ingest_run(s->loop, p->items, p->nitems, s->workers, put_ingested, p) == 0) {
         s->jobs++;
+        p->has_job = true;
         return;
     }
     /* no memory for the jobs: the chunks are refused, never hashed here */

@@ -102,6 +102,7 @@ struct store {
     prefetch_key_t *pf;
     uint32_t pf_head, pf_n, pf_cap;
     uint64_t pf_bytes;
+    struct put *puts_head, *puts_tail; /* store.c: saves and commits in flight, oldest first */
     uint64_t pinned_foot; /* footprints of pinned arena chunks (INDEX_F_PINRAM) */
     uint64_t resv_foot;   /* footprints of shared-memory reservations not committed yet */
     struct {

@@ -1086,6 +1086,46 @@ START_TEST(store_read_ahead_leaves_pinned_room)
 }
 END_TEST
 
+/* A chain saved in two requests pipelined (the second declares the first's last chunk as its
+ * parent while the first is still being hashed, and needs no hashing itself: a commit with the
+ * writer's checksums) publishes in chain order: the second waits, and its chunk is linked to
+ * its parent, not stored as an orphan (which eviction would take first). */
+START_TEST(store_pipelined_put_waits_for_its_parent)
+{
+    fixture_t f;
+    uint8_t st1[1], st2[1], csum[8] = {0};
+    int done1 = 0, done2 = 0;
+    kvt_wire_hash_t a = H(7, 0), b = H(7, 1);
+    uint8_t *buf = malloc(1 << 20);
+    kvt_frame_t pl = {.data = buf, .len = 1 << 20};
+    uint64_t off, len = 65536;
+    index_entry_t *ea, *eb;
+
+    fixture_init(&f, 4 << 20, 1, false);
+    memset(buf, 7, 1 << 20);
+    ck_assert_int_eq(store_save(f.st, f.ns, 0, NULL, &a, 1, &pl, 0, st1, saved_cb, &done1, NULL),
+                     0);
+    ck_assert_int_eq(done1, 0); /* on the thread pool */
+    ck_assert_int_eq(store_reserve(f.st, len, NULL, 0, &off), 0);
+    ck_assert_int_eq(
+        store_commit(f.st, f.ns, 0, &a, &b, 1, &off, &len, csum, st2, saved_cb, &done2, NULL), 0);
+    ck_assert_int_eq(done2, 0); /* nothing to hash, but its parent is not published yet */
+    while (!done1 || !done2)
+        uv_run(&f.loop, UV_RUN_ONCE);
+    ck_assert_int_eq(st1[0], KVT_CHUNK_STORED);
+    ck_assert_int_eq(st2[0], KVT_CHUNK_STORED);
+    ea = store_find(f.st, f.ns, 0, &a);
+    eb = store_find(f.st, f.ns, 0, &b);
+    ck_assert_ptr_nonnull(ea);
+    ck_assert_ptr_nonnull(eb);
+    ck_assert_ptr_eq(eb->parent, ea);
+    ck_assert(!(eb->flags & INDEX_F_ORPHAN));
+    ck_assert_int_eq(store_check(f.st), 0);
+    free(buf);
+    fixture_fini(&f);
+}
+END_TEST
+
 /* A drop takes every chunk of the namespace; a pinned one leaves the index at once and keeps
  * its RAM until its last unpin; another namespace and later saves are untouched. */
 START_TEST(store_drop_ns_pinned_and_others)
@@ -1187,6 +1227,7 @@ static Suite *suite(void)
     tcase_add_test(ts, store_read_ahead_skips_what_hbm_holds);
     tcase_add_test(ts, store_read_ahead_joined_then_dropped);
     tcase_add_test(ts, store_read_ahead_leaves_pinned_room);
+    tcase_add_test(ts, store_pipelined_put_waits_for_its_parent);
     tcase_add_test(ts, store_disk_read_lands_in_arena);
     tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);
