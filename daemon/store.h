@@ -388,7 +388,9 @@ typedef void (*store_done_cb)(void *arg);
  * predecessor of h[0]. At the call the store reserves an arena extent for each chunk (evicting
  * as described above; NOSPACE when it cannot) and pins the stored predecessors of the chain;
  * the thread pool then copies each payload into its extent and computes its csum; the chunks
- * are published in chain order, status[i] receives STORED, EXISTS (stored by someone else
+ * are published in chain order (and after a save or commit still in flight whose last chunk is
+ * parent: a chain pipelined across requests is published as one), status[i] receives STORED,
+ * EXISTS (stored by someone else
  * meanwhile), NOSPACE or SKIPPED, and done(arg) is called on the loop - possibly before
  * store_save returns (nothing to copy). Once a chunk gets NOSPACE the rest of the save gets
  * NOSPACE too: stored, they could never be hit. The payload bytes (payloads[i].data) and status
