@@ -1086,6 +1086,79 @@ START_TEST(store_read_ahead_leaves_pinned_room)
 }
 END_TEST
 
+/* Saves chunks [0, n) of chain c for rank r of namespace ns (64 KiB each), then flushes. */
+static void save_ns_chain(fixture_t *f, ns_t *ns, uint16_t r, uint32_t c, uint32_t n)
+{
+    kvt_wire_hash_t h[8];
+    kvt_frame_t pl[8];
+    uint8_t st[8], *buf = malloc(8 * 65536);
+    int done = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        h[i] = H(c, i);
+        memset(buf + i * 65536, (int)(c * 31 + i * 7 + r), 65536);
+        pl[i] = (kvt_frame_t){.data = buf + i * 65536, .len = 65536};
+    }
+    ck_assert_int_eq(store_save(f->st, ns, r, NULL, h, n, pl, 0, st, saved_cb, &done, NULL), 0);
+    while (!done)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_int_eq(st[i], KVT_CHUNK_STORED);
+    free(buf);
+    run_until_flushed(f);
+}
+
+/* An all-ranks lookup reads ahead within the prefix it answers (the minimum over ranks): rank
+ * 0 holds 8 chunks of the chain, rank 1 only 4, all on disk; the lookup reads 4 of each rank
+ * ahead, not rank 0's other 4 that no rank will load. */
+START_TEST(store_all_ranks_read_ahead_within_the_answer)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    gates_cfg_t g;
+    ns_t *tp;
+    kvt_wire_hash_t h[8];
+    uint32_t hits[2];
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 512 << 10);
+    g = f->cfg.gates;
+    ck_assert_int_eq(
+        ns_declare(
+            f->nst,
+            &(ns_ident_t){
+                .model = "tp", .model_len = 2, .fingerprint = 44, .world = 2, .chunk_tokens = 16},
+            &g, &tp),
+        0);
+    save_ns_chain(f, tp, 0, 9, 8);
+    save_ns_chain(f, tp, 1, 9, 4);
+    save_ns_chain(f, tp, 1, 10, 4); /* 8 per save keeps the cleaner's pace: nothing dropped */
+    for (uint32_t c = 1; c <= 3; c++) /* 24 chunks more through 16: chain 9 only on disk */
+        save_ns_chain(f, f->ns, 0, c, 8);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_eq(ds.counts.prefetches, 0);
+    for (uint32_t i = 0; i < 8; i++)
+        h[i] = H(9, i);
+    for (uint16_t r = 0; r < 2; r++) /* the premise: nothing of chain 9 is in RAM */
+        for (uint32_t i = 0; i < (r == 0 ? 8u : 4u); i++)
+            ck_assert(!(store_find(f->st, tp, r, &h[i])->flags & INDEX_F_RAM));
+    ck_assert_uint_eq(store_lookup_all(f->st, tp, h, 8, false, 0, 0, hits), 4);
+    ck_assert_uint_eq(hits[0], 8);
+    ck_assert_uint_eq(hits[1], 4);
+    run_until_read(f);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.prefetches, 8); /* 4 of each rank */
+    for (uint16_t r = 0; r < 2; r++)
+        for (uint32_t i = 0; i < 4; i++)
+            ck_assert(store_find(f->st, tp, r, &h[i])->flags & INDEX_F_RAM);
+    for (uint32_t i = 4; i < 8; i++)
+        ck_assert(!(store_find(f->st, tp, 0, &h[i])->flags & INDEX_F_RAM));
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
 /* A chain saved in two requests pipelined (the second declares the first's last chunk as its
  * parent while the first is still being hashed, and needs no hashing itself: a commit with the
  * writer's checksums) publishes in chain order: the second waits, and its chunk is linked to
@@ -1228,6 +1301,7 @@ static Suite *suite(void)
     tcase_add_test(ts, store_read_ahead_joined_then_dropped);
     tcase_add_test(ts, store_read_ahead_leaves_pinned_room);
     tcase_add_test(ts, store_pipelined_put_waits_for_its_parent);
+    tcase_add_test(ts, store_all_ranks_read_ahead_within_the_answer);
     tcase_add_test(ts, store_disk_read_lands_in_arena);
     tcase_add_test(ts, store_drop_ns_pinned_and_others);
     suite_add_tcase(s, ti);
