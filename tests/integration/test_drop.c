@@ -282,10 +282,11 @@ END_TEST
  * entry back on the cleaner's list, where it stayed after its last unpin freed it: the shutdown
  * persist then walked freed memory (a hang, or ASan's use after free). Now the stop is clean and
  * the rest of the namespace's neighbours survive it. */
-static int pred_reads_done(json_t *st, void *arg)
+static int pred_disk_idle(json_t *st, void *arg)
 {
     (void)arg;
-    return jget(st, "disk.reads_in_flight") == 0 && jget(st, "disk.reads_queued") == 0;
+    return jget(st, "disk.reads_in_flight") == 0 && jget(st, "disk.reads_queued") == 0 &&
+           jget(st, "disk.write_buffer_chunks") == 0;
 }
 
 START_TEST(test_drop_pinned_clean_chunk_then_stop)
@@ -325,9 +326,10 @@ START_TEST(test_drop_pinned_clean_chunk_then_stop)
     /* the pin promotes chunk 0 back into RAM: a RAM and a disk copy, pinned */
     ck_assert_int_eq(kvt_pin(c, hs, 1, &pin), 0);
     ck_assert_uint_eq(pin->nhit, 1);
-    /* the load's read reads the rest of the chain ahead (store.h, "Read-ahead"): those reads
-     * pin their chunks until they land, so the drop comes after them */
-    st = harness_wait_status(h, pred_reads_done, NULL, 10000);
+    /* the load's read reads the rest of the chain ahead (store.h, "Read-ahead"), and while
+     * promotions hold RAM the cleaner writes more: reads and writes in flight pin their chunks
+     * until they land, so the drop comes after them */
+    st = harness_wait_status(h, pred_disk_idle, NULL, 10000);
     ck_assert_ptr_nonnull(st);
     ck_assert_int_ge(jget(st, "disk.promotions"), 1);
     json_decref(st);
