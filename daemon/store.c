@@ -220,7 +220,7 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
             } else {
                 store__touch(s, e);
                 if (nseen < s->pf_cap && store__prefetchable(s, e))
-                    s->pf_seen[nseen++] = (typeof(*s->pf_seen)){.e = e, .i = (uint32_t)i};
+                    s->pf_seen[nseen++] = (prefetch_seen_t){.e = e, .i = (uint32_t)i};
             }
         }
     }
@@ -830,7 +830,7 @@ typedef struct {
 typedef struct put put_t;
 struct put {
     store_t *s;
-    put_t *prev, *next; /* the store's puts in flight, oldest first */
+    put_t *prev, *next; /* the puts in flight, in start order (the newest: s->puts_tail) */
     put_t *after;       /* the put in flight whose last chunk is this one's declared parent */
     put_t *waiters;     /* the puts waiting for this one to publish (their after) */
     put_t *next_waiter;
@@ -1012,8 +1012,6 @@ static void put_link(put_t *p)
     p->prev = s->puts_tail;
     if (s->puts_tail != NULL)
         s->puts_tail->next = p;
-    else
-        s->puts_head = p;
     s->puts_tail = p;
 }
 
@@ -1023,8 +1021,6 @@ static void put_unlink(put_t *p)
 
     if (p->prev != NULL)
         p->prev->next = p->next;
-    else
-        s->puts_head = p->next;
     if (p->next != NULL)
         p->next->prev = p->prev;
     else

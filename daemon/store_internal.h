@@ -43,6 +43,13 @@ typedef struct {
     uint64_t foot; /* its arena footprint, counted in pf_bytes */
 } prefetch_key_t;
 
+/* A read-ahead candidate an all-ranks lookup met at position i (queued once the answer is known:
+ * only those within it are read ahead). */
+typedef struct {
+    index_entry_t *e;
+    uint32_t i;
+} prefetch_seen_t;
+
 struct store {
     ns_table_t *nst;
     index_t *ix;
@@ -102,13 +109,10 @@ struct store {
     prefetch_key_t *pf;
     uint32_t pf_head, pf_n, pf_cap;
     uint64_t pf_bytes;
-    struct put *puts_head, *puts_tail; /* store.c: saves and commits in flight, oldest first */
-    uint64_t pinned_foot; /* footprints of pinned arena chunks (INDEX_F_PINRAM) */
-    uint64_t resv_foot;   /* footprints of shared-memory reservations not committed yet */
-    struct {
-        index_entry_t *e;
-        uint32_t i; /* its position in the lookup */
-    } * pf_seen;    /* store_lookup_all: the read-ahead candidates of one lookup */
+    struct put *puts_tail;    /* store.c: the newest save or commit in flight (a list by prev) */
+    uint64_t pinned_foot;     /* footprints of pinned arena chunks (INDEX_F_PINRAM) */
+    uint64_t resv_foot;       /* footprints of shared-memory reservations not committed yet */
+    prefetch_seen_t *pf_seen; /* store_lookup_all: the read-ahead candidates of one lookup */
 };
 
 /* An entry none of whose copies exists any more (pinned while its disk record failed its

@@ -1132,7 +1132,7 @@ START_TEST(store_all_ranks_read_ahead_within_the_answer)
         0);
     save_ns_chain(f, tp, 0, 9, 8);
     save_ns_chain(f, tp, 1, 9, 4);
-    save_ns_chain(f, tp, 1, 10, 4); /* 8 per save keeps the cleaner's pace: nothing dropped */
+    save_ns_chain(f, tp, 1, 10, 4);   /* 8 per save keeps the cleaner's pace: nothing dropped */
     for (uint32_t c = 1; c <= 3; c++) /* 24 chunks more through 16: chain 9 only on disk */
         save_ns_chain(f, f->ns, 0, c, 8);
     store_disk_stats(f->st, &ds);
