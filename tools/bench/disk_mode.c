@@ -505,6 +505,14 @@ typedef struct {
     double resident; /* share of their pages still resident afterwards; < 0 unknown */
 } dropped_t;
 
+/* Whether a directory entry is one of the daemon's segment files (<16 hex digits>.seg). */
+static int is_segment(const char *name)
+{
+    size_t n = strlen(name);
+
+    return n >= 5 && strcmp(name + n - 4, ".seg") == 0;
+}
+
 /* fdatasync (DONTNEED drops clean pages only) and posix_fadvise(DONTNEED) on every *.seg file of
  * dir. 0, or -1 when dir cannot be read (reported, not fatal). */
 static int drop_segments(const char *dir, dropped_t *out)
@@ -518,10 +526,9 @@ static int drop_segments(const char *dir, dropped_t *out)
     if (d == NULL)
         return -1;
     while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
         struct stat st;
         int fd;
-        if (n < 5 || strcmp(e->d_name + n - 4, ".seg") != 0)
+        if (!is_segment(e->d_name))
             continue;
         fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -571,8 +578,7 @@ static void raw_read_segments(const bench_t *b, const char *dir, double *secs, u
         return;
     }
     while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len < 5 || strcmp(e->d_name + len - 4, ".seg") != 0)
+        if (!is_segment(e->d_name))
             continue;
         if (n == cap) {
             char **nn = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
