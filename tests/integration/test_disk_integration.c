@@ -118,6 +118,17 @@ static int load_chain(kvt_client_t *c, uint32_t seed, uint32_t *missing_at)
     return hits;
 }
 
+/* Looks chain seed up (PER chunks); returns its hit. */
+static uint32_t lookup_chain(kvt_client_t *c, uint32_t seed)
+{
+    kvt_hash_t hs[PER];
+    kvt_lookup_result_t r = {0};
+
+    harness_chain(seed, hs, PER);
+    ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &r), 0);
+    return r.hit;
+}
+
 static int pred_flushed(json_t *st, void *arg)
 {
     (void)arg;
@@ -217,14 +228,7 @@ START_TEST(test_demote_and_read_back)
     ck_assert_int_eq(harness_jint(st, "disk.demotions_refused"), 0);
     ck_assert_int_eq(harness_jint(st, "ram.index_chunks"), 8 * PER);
     json_decref(st);
-    /* a lookup counts chunks in either tier */
-    {
-        kvt_hash_t hs[PER];
-        kvt_lookup_result_t r = {0};
-        harness_chain(1, hs, PER);
-        ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &r), 0);
-        ck_assert_uint_eq(r.hit, PER);
-    }
+    ck_assert_uint_eq(lookup_chain(c, 1), PER); /* a lookup counts chunks in either tier */
     for (uint32_t s = 1; s <= 8; s++)
         ck_assert_int_eq(load_chain(c, s, NULL), PER);
     st = harness_status(h);
@@ -268,15 +272,8 @@ START_TEST(test_lookup_reads_ahead_for_the_load)
     ck_assert_int_eq(harness_jint(st, "disk.prefetches"), 0);
     records = harness_jint(st, "disk.records_read");
     json_decref(st);
-    {
-        kvt_hash_t hs[PER];
-        kvt_lookup_result_t r = {0};
-        harness_chain(1, hs, PER);
-        ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &r), 0);
-        ck_assert_uint_eq(r.hit, PER);
-        harness_chain(2, hs, PER); /* looked up, never loaded */
-        ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &r), 0);
-    }
+    ck_assert_uint_eq(lookup_chain(c, 1), PER);
+    (void)lookup_chain(c, 2); /* looked up, never loaded */
     st = harness_wait_status(h, pred_reads_done, NULL, HARNESS_DEADLINE_MS);
     ck_assert_msg(st != NULL, "the read-aheads never finished");
     pf = harness_jint(st, "disk.prefetches");

@@ -282,13 +282,6 @@ END_TEST
  * entry back on the cleaner's list, where it stayed after its last unpin freed it: the shutdown
  * persist then walked freed memory (a hang, or ASan's use after free). Now the stop is clean and
  * the rest of the namespace's neighbours survive it. */
-static int pred_disk_idle(json_t *st, void *arg)
-{
-    (void)arg;
-    return jget(st, "disk.reads_in_flight") == 0 && jget(st, "disk.reads_queued") == 0 &&
-           jget(st, "disk.write_buffer_chunks") == 0;
-}
-
 START_TEST(test_drop_pinned_clean_chunk_then_stop)
 {
     char dir[128], arena[160];
@@ -329,8 +322,8 @@ START_TEST(test_drop_pinned_clean_chunk_then_stop)
     /* the load's read reads the rest of the chain ahead (store.h, "Read-ahead"), and while
      * promotions hold RAM the cleaner writes more: reads and writes in flight pin their chunks
      * until they land, so the drop comes after them */
-    st = harness_wait_status(h, pred_disk_idle, NULL, 10000);
-    ck_assert_ptr_nonnull(st);
+    harness_wait_disk_drained(h);
+    st = harness_status(h);
     ck_assert_int_ge(jget(st, "disk.promotions"), 1);
     json_decref(st);
     doc = drop(h, "ns=pinned-model", &code);

@@ -988,12 +988,8 @@ START_TEST(store_read_ahead_leaves_a_slot)
     kvt_wire_hash_t h = H(2, 0);
     store_disk_stats_t ds;
 
-    dfixture_init(&d, 512 << 10);
+    dfixture_paced(&d, 512 << 10, st);
     f->cfg.disk.max_reads_in_flight = 4; /* a live key */
-    for (uint32_t c = 1; c <= 4; c++) {
-        save_chain(f, 0, c, 0, 8, 65536, 0, st);
-        run_until_flushed(f);
-    }
     ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
     ck_assert_uint_eq(store_disk_reads(f->st), 3);
     ck_assert_int_eq(
