@@ -860,10 +860,8 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
         goto fail;
     rc = disk_read(s->disk, &r->loc, e->hash.b, e->rank, e->len, e->csum,
                    r->off != UINT64_MAX ? ram_ptr(s->ram, r->off) : r->heap, read_done_cb, r);
-    if (rc != 0) {
-        rc = rc == -ENOSPC ? -EIO : rc; /* -ENOSPC means: no memory for it */
+    if (rc != 0) /* -ESTALE or -ENOMEM (never -ENOSPC, which means: no memory for it) */
         goto fail;
-    }
     if (r->off != UINT64_MAX) {
         s->promo_bytes += ram_footprint(s->ram, e->len);
         if (e->reading == NULL)
