@@ -105,6 +105,8 @@ typedef struct {
                                           off; store.h, "Read-ahead") */
         uint64_t prefetch_depth_bytes; /* read-aheads start while reads landing in the arena
                                           hold less (4 MiB) */
+        uint32_t read_stall_ms;        /* reads in flight, none finished for this long: the
+                                          loads waiting are answered (2000; 0: never) */
         uint64_t write_buffer_bytes;   /* the budget of one of the two write batches */
         bool direct_io;                /* O_DIRECT segment I/O where the filesystem allows it */
 

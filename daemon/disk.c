@@ -1163,6 +1163,11 @@ bool disk_degraded(const disk_t *d)
     return d->state == DISK_DEGRADED;
 }
 
+uint64_t disk_write_errors(const disk_t *d)
+{
+    return d->write_errors;
+}
+
 void disk_log_end(const disk_t *d, uint64_t *seg, uint64_t *off)
 {
     if (d->active != NULL) {

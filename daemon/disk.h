@@ -131,6 +131,9 @@ void **disk_seg_user(disk_t *d, uint64_t seg);
  * demotions are refused. Status's "degraded" also covers read faults (disk_stats_t). */
 bool disk_degraded(const disk_t *d);
 
+/* Flushes that failed since the tier opened (status disk.write_errors). */
+uint64_t disk_write_errors(const disk_t *d);
+
 /* Looks at every segment file (fstat): one found deleted or shorter than what was written to it
  * is a fault (disk.h "degraded"), reported once per segment; when it is the active segment, the
  * next flush starts a new file. */

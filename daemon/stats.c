@@ -716,6 +716,13 @@ static const stats_field_t disk_fields[] = {
     NUM(D, "prefetch_skipped", T_U64, disk.counts.prefetch_skipped, COUNTER, NULL,
         "Disk-only chunks of looked-up prefixes not read ahead: over disk.prefetch_bytes, no RAM "
         "without dropping a chunk, or the daemon stopping (their loads read them)."),
+    NUM(D, "read_stalls", T_U64, disk.counts.read_stalls, COUNTER, NULL,
+        "Times reads were in flight and none finished for disk.read_stall_ms: the loads waiting "
+        "on them were answered, their unread chunks as misses."),
+    NUM(D, "stall_misses", T_U64, disk.counts.stall_misses, COUNTER, NULL,
+        "Load chunks answered as misses because the disk's reads were stalled."),
+    NUM(D, "read_stalled", T_BOOL, disk.counts.read_stalled, GAUGE, NULL,
+        "Whether the disk's reads are stalled now (until a read finishes)."),
     NUM(D, "orphaned", T_U64, disk.counts.orphaned, COUNTER, NULL,
         "Successors detached from a dropped chunk (kept, as orphans)."),
     NUM(D, "recovery_skipped", T_U64, disk.counts.recover_skipped, GAUGE, NULL,

@@ -150,6 +150,9 @@ typedef struct {
     uint64_t prefetch_hits;    /* loads a read-ahead served (joined it, or found its promotion) */
     uint64_t prefetch_skipped; /* disk-only hits not read ahead: over disk.prefetch_bytes, no
                                   RAM without dropping a chunk, or the store was closing */
+    uint64_t read_stalls;      /* times the disk finished no read for disk.read_stall_ms */
+    uint64_t stall_misses;     /* load chunks answered as misses because of a stall */
+    bool read_stalled;         /* now: reads are stalled (until one finishes) */
     uint64_t orphaned;         /* successors detached from a dropped chunk */
     uint64_t recover_skipped;  /* recovered records of conflicting namespaces */
     uint64_t recover_dropped;  /* recovered records of a dropped namespace (drops.h) */
@@ -285,7 +288,9 @@ void store_close(store_t *s, void (*done)(void *arg), void *arg);
  *     could be had without dropping another chunk) that the callee frees with free().
  * arena (the shared-memory path) asks for LENT hits only: a disk chunk is promoted with the
  * saves' eviction policy (it may drop cold tails) or it is a miss. A MISS carries nothing: not
- * stored, a record that failed its checksum, or a read cancelled by store_close(). Hits and
+ * stored, a record that failed its checksum, a read cancelled by store_close(), or a chunk whose
+ * read had not finished when the disk's reads stalled (disk.read_stall_ms: store_io.c,
+ * "stalled reads"; the load is answered then, without waiting for the hung read). Hits and
  * misses are counted as loads (ram.hits/misses, disk.hits/misses).
  */
 typedef enum { STORE_LOADED_MISS = 0, STORE_LOADED_LENT, STORE_LOADED_OWNED } store_loaded_kind_t;

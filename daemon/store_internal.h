@@ -90,8 +90,9 @@ struct store {
     /* shutdown: the dirty chunks are written (the dirty FIFO is what is left to write) */
     uv_timer_t persist_timer; /* initialised when the disk tier is attached */
     uint64_t persist_deadline, persist_start, persisted, persist_appended, persist_dirty;
-    uint64_t reclaim_seg; /* the segment whose reclaim continues a slice per turn, or 0 */
-    bool close_waiting;   /* store_close waits for jobs before persisting */
+    uint64_t persist_errors; /* the disk's write errors when the persist began */
+    uint64_t reclaim_seg;    /* the segment whose reclaim continues a slice per turn, or 0 */
+    bool close_waiting;      /* store_close waits for jobs before persisting */
     int close_handles;
     void (*close_done)(void *arg);
     void *close_arg;
@@ -113,6 +114,10 @@ struct store {
     uint64_t pinned_foot;     /* footprints of pinned arena chunks (INDEX_F_PINRAM) */
     uint64_t resv_foot;       /* footprints of shared-memory reservations not committed yet */
     prefetch_seen_t *pf_seen; /* store_lookup_all: the read-ahead candidates of one lookup */
+    /* a stalled disk (store_io.c, "Stalled reads"): the loads waiting on reads, oldest first,
+     * and when a read last finished (or started with none in flight) */
+    struct load_batch *waiting_head, *waiting_tail;
+    uint64_t read_progress_ms; /* (dk.read_stalled says whether they are stalled now) */
 };
 
 /* An entry none of whose copies exists any more (pinned while its disk record failed its
@@ -144,6 +149,10 @@ static inline bool store__prefetchable(const store_t *s, const index_entry_t *e)
  * closing. */
 void store__prefetch(store_t *s, index_entry_t *e);
 void store__prefetch_pump(store_t *s);
+
+/* Stalled reads (store_io.c): from store_tick, answers the loads waiting on a disk that has
+ * finished no read for disk.read_stall_ms. */
+void store__read_stall_check(store_t *s, uint64_t now_ms);
 
 /* Frees the RAM copy of e (the entry stays). */
 void store__ram_release(store_t *s, index_entry_t *e);

@@ -48,6 +48,12 @@
 
 #define STORE_PERSIST_MS 20000u /* shutdown: how long RAM-only chunks may take to reach disk */
 #define STORE_PERSIST_RETRY_MS 5u
+/* A degraded tier at shutdown: the persist waits for the disk's own retry (DISK_RETRY_MS after
+ * the failed flush, the next flush is the probe) and gives up after this many failed flushes
+ * since it began (or at STORE_PERSIST_MS): one write error shortly before a stop no longer costs
+ * every RAM-only chunk, and a dead disk delays the stop by a few retries, not the deadline. */
+#define STORE_PERSIST_PROBES 3u
+#define STORE_PERSIST_PROBE_WAIT_MS 50u
 #define STORE_PERSIST_SLICE 512u
 #define STORE_CLEAN_BUDGET 64u
 #define STORE_RECLAIM_SLICE 1024u
@@ -603,10 +609,19 @@ static void close_handle_cb(uv_handle_t *h)
         disk_close(s->disk, store__close_finish, s);
 }
 
+/* Whether the persist may wait for the disk: while it is healthy, or degraded by fewer than
+ * STORE_PERSIST_PROBES failed flushes since the persist began. */
+static bool persist_may_wait(const store_t *s)
+{
+    return !disk_degraded(s->disk) ||
+           disk_write_errors(s->disk) - s->persist_errors < STORE_PERSIST_PROBES;
+}
+
 /* Writes the dirty chunks, oldest first (a slice per turn); waits (a short timer) while the
- * write budget is spent, and gives up at the deadline or when the tier is degraded. Every write
- * is verified against the chunk's checksum first (disk.c), so a chunk whose bytes were changed in
- * the arena is never persisted as valid. */
+ * write budget is spent or a degraded tier waits for its retry (persist_may_wait), and gives up
+ * at the deadline. A write that fails puts its chunk back in the dirty FIFO (committed_cb), so
+ * the retry writes it again. Every write is verified against the chunk's checksum first
+ * (disk.c), so a chunk whose bytes were changed in the arena is never persisted as valid. */
 static void persist_step(store_t *s)
 {
     uint64_t now = uv_now(s->loop);
@@ -626,12 +641,14 @@ static void persist_step(store_t *s)
             return;
         }
         rc = store__write_back(s, ns, e);
-        if (rc == -EAGAIN && !disk_degraded(s->disk) && now < s->persist_deadline) {
-            uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
+        if (rc == -EAGAIN && now < s->persist_deadline && persist_may_wait(s)) {
+            uv_timer_start(
+                &s->persist_timer, persist_step_cb,
+                disk_degraded(s->disk) ? STORE_PERSIST_PROBE_WAIT_MS : STORE_PERSIST_RETRY_MS, 0);
             return;
         }
         if (rc == -EAGAIN)
-            break; /* degraded or out of time: the rest stays RAM-only */
+            break; /* the disk kept failing, or out of time: the rest stays RAM-only */
         if (rc != 0)
             store__dirty_del(s, e); /* can never fit a write batch */
         else
@@ -664,6 +681,7 @@ void store__persist_begin(store_t *s)
     s->persist_start = uv_now(s->loop);
     s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
     s->persist_dirty = s->dirty_bytes;
+    s->persist_errors = disk_write_errors(s->disk);
     persist_step(s);
 }
 
@@ -690,10 +708,12 @@ void store_close(store_t *s, void (*done)(void *arg), void *arg)
 /* --- loads --- */
 
 typedef struct load_batch load_batch_t;
+typedef struct store_read store_read_t;
 
 typedef struct batch_slot {
     load_batch_t *b;
     size_t i;
+    store_read_t *read;      /* the read this chunk waits for, or NULL */
     struct batch_slot *next; /* the other loads waiting for the same read */
 } batch_slot_t;
 
@@ -702,11 +722,14 @@ struct load_batch {
     store_batch_cb done_cb;
     void *arg;
     size_t outstanding;
-    batch_slot_t slots[]; /* one per chunk: the argument of its disk read */
+    size_t n;                    /* chunks (slots) */
+    bool waiting;                /* on the store's list of loads waiting on reads */
+    load_batch_t *wprev, *wnext; /* that list */
+    batch_slot_t slots[];        /* one per chunk: the argument of its disk read */
 };
 
 /* A disk read in flight: its entry is pinned, its bytes land in an extent or a heap buffer. */
-typedef struct {
+struct store_read {
     store_t *s;
     index_entry_t *e;
     uint64_t off;  /* the extent, or UINT64_MAX */
@@ -715,17 +738,45 @@ typedef struct {
     disk_loc_t loc;
     batch_slot_t *waiters; /* the first is the load that started it; none for a read-ahead */
     bool prefetch;         /* started by store__prefetch_pump (its footprint is in pf_bytes) */
-} store_read_t;
+};
 
 /* How a read gets its memory: a shared-memory load's (an extent, evicting as a save does: it
  * may drop cold tails), a frames load's (an extent when one can be had without dropping a
  * chunk, else a heap buffer), a read-ahead's (an extent without dropping a chunk, or nothing). */
 typedef enum { READ_ARENA, READ_FRAMES, READ_AHEAD } read_mode_t;
 
-static void batch_release(load_batch_t *b)
+static void waiting_del(store_t *s, load_batch_t *b)
+{
+    if (!b->waiting)
+        return;
+    if (b->wprev != NULL)
+        b->wprev->wnext = b->wnext;
+    else
+        s->waiting_head = b->wnext;
+    if (b->wnext != NULL)
+        b->wnext->wprev = b->wprev;
+    else
+        s->waiting_tail = b->wprev;
+    b->waiting = false;
+}
+
+static void waiting_add(store_t *s, load_batch_t *b)
+{
+    b->wprev = s->waiting_tail;
+    b->wnext = NULL;
+    if (s->waiting_tail != NULL)
+        s->waiting_tail->wnext = b;
+    else
+        s->waiting_head = b;
+    s->waiting_tail = b;
+    b->waiting = true;
+}
+
+static void batch_release(store_t *s, load_batch_t *b)
 {
     if (--b->outstanding > 0)
         return;
+    waiting_del(s, b);
     b->done_cb(b->arg);
     free(b);
 }
@@ -760,6 +811,13 @@ static void read_done_cb(void *arg, int rc)
 
     if (e->reading == r)
         e->reading = NULL;
+    s->read_progress_ms = uv_now(s->loop);
+    if (s->dk.read_stalled) {
+        s->dk.read_stalled = false;
+        log_info("disk_read_resumed", "reads_pending=%u", disk_reads_pending(s->disk));
+    }
+    for (batch_slot_t *x = w; x != NULL; x = x->next)
+        x->read = NULL;
     if (r->prefetch)
         s->pf_bytes -= ram_footprint(s->ram, r->len);
     if (r->off != UINT64_MAX) {
@@ -803,7 +861,7 @@ static void read_done_cb(void *arg, int rc)
             s->dk.misses++;
             batch_miss(w);
         }
-        batch_release(w->b);
+        batch_release(s, w->b);
     }
     free(r->heap);
     store_unpin(s, e); /* may drop an entry that failed its checksum */
@@ -830,6 +888,7 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
             r->waiters->next = slot;
         else
             r->waiters = slot;
+        slot->read = r;
         s->dk.read_joins++;
         return 0;
     }
@@ -858,6 +917,8 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
     }
     if (r->off == UINT64_MAX && r->heap == NULL)
         goto fail;
+    if (disk_reads_pending(s->disk) == 0)
+        s->read_progress_ms = now; /* the stall clock starts with the first read in flight */
     rc = disk_read(s->disk, &r->loc, e->hash.b, e->rank, e->len, e->csum,
                    r->off != UINT64_MAX ? ram_ptr(s->ram, r->off) : r->heap, read_done_cb, r);
     if (rc != 0) /* -ESTALE or -ENOMEM (never -ENOSPC, which means: no memory for it) */
@@ -869,6 +930,8 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
     }
     if (r->prefetch)
         s->pf_bytes += ram_footprint(s->ram, e->len);
+    if (slot != NULL)
+        slot->read = r;
     if (spent != NULL) {
         spent->disk_reads++;
         spent->disk_read_bytes += e->dstored;
@@ -915,6 +978,8 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
     b->done_cb = done_cb;
     b->arg = arg;
     b->outstanding = 1; /* held until every chunk was started */
+    b->n = n;
+    b->waiting = false;
     for (size_t i = 0; i < n; i++) {
         index_entry_t *e = store_find(s, ns, rank, &h[i]);
         batch_slot_t *slot = &b->slots[i];
@@ -936,7 +1001,9 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
         if (e != NULL && !store__absent(e) && (e->flags & INDEX_F_DISK) && s->disk != NULL &&
             !s->closing) {
             store__touch(s, e);
-            if (read_start(s, e, arena ? READ_ARENA : READ_FRAMES, slot, spent) == 0) {
+            if (s->dk.read_stalled)
+                s->dk.stall_misses++; /* a read now would only wait: a miss at once */
+            else if (read_start(s, e, arena ? READ_ARENA : READ_FRAMES, slot, spent) == 0) {
                 b->outstanding++;
                 last_read = e;
                 continue;
@@ -951,8 +1018,67 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
         chain_read_ahead(s, last_read); /* pinned by its read: still there */
         store__prefetch_pump(s);
     }
-    batch_release(b);
+    if (b->outstanding > 1)
+        waiting_add(s, b); /* waits on reads: answered early if the disk stalls */
+    batch_release(s, b);
     return 0;
+}
+
+/* --- stalled reads ---
+ *
+ * A disk that stops answering (a dead device, a hung network filesystem) must not hold the
+ * loads that wait on it until the client gives up, nor each of them one slot of its session's
+ * window. When reads are in flight and none has finished for disk.read_stall_ms, the reads are
+ * stalled (status disk.read_stalled, log disk_read_stall): every load waiting on one is answered
+ * at once, its chunks not read yet as misses (status disk.stall_misses), and until a read
+ * finishes, loads do not start reads (the chunks they would read are misses at once) nor do
+ * read-aheads. The reads themselves stay in flight (a worker blocked in the kernel cannot be
+ * called back): when one finishes, the stall ends and its chunk is promoted as usual, with
+ * nobody waiting for it. Progress, not a per-load deadline, is the rule: a large load from a slow
+ * but working disk finishes reads all along and is never cut short. Checked from store_tick (the
+ * server's sweep, once a second), so a load waits at most read_stall_ms plus a second. Lookups
+ * still report disk-only chunks meanwhile (their loads miss). */
+
+/* Answers load b now: its chunks still waiting on reads are misses. */
+static void answer_waiting(store_t *s, load_batch_t *b)
+{
+    b->outstanding++; /* held while its slots are answered */
+    for (size_t i = 0; i < b->n; i++) {
+        batch_slot_t *slot = &b->slots[i], **pp;
+        if (slot->read == NULL)
+            continue;
+        for (pp = &slot->read->waiters; *pp != NULL && *pp != slot; pp = &(*pp)->next)
+            ;
+        if (*pp == slot)
+            *pp = slot->next;
+        slot->read = NULL;
+        s->st.misses++;
+        s->dk.misses++;
+        s->dk.stall_misses++;
+        batch_miss(slot);
+        b->outstanding--;
+    }
+    waiting_del(s, b);
+    batch_release(s, b);
+}
+
+void store__read_stall_check(store_t *s, uint64_t now_ms)
+{
+    uint32_t stall_ms = s->cfg->disk.read_stall_ms, pending;
+
+    if (s->disk == NULL || stall_ms == 0)
+        return;
+    pending = disk_reads_pending(s->disk);
+    if (pending == 0 || (!s->dk.read_stalled && now_ms - s->read_progress_ms < stall_ms))
+        return;
+    if (!s->dk.read_stalled) {
+        s->dk.read_stalled = true;
+        s->dk.read_stalls++;
+        log_warn("disk_read_stall", "reads_pending=%u since_ms=%" PRIu64 " action=miss", pending,
+                 now_ms - s->read_progress_ms);
+    }
+    while (s->waiting_head != NULL)
+        answer_waiting(s, s->waiting_head);
 }
 
 /* --- read-ahead --- */
@@ -1019,7 +1145,7 @@ void store__prefetch_pump(store_t *s)
         if (s->disk == NULL)
             return;
         if (!s->closing) {
-            if (disk_reads_pending(s->disk) >= slots ||
+            if (s->dk.read_stalled || disk_reads_pending(s->disk) >= slots ||
                 (s->promo_bytes > 0 && s->promo_bytes + foot > s->cfg->disk.prefetch_depth_bytes))
                 break; /* the running reads call again when they finish */
             if (!prefetch_room(s, foot) && s->promo_bytes > 0)

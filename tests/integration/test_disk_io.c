@@ -1,0 +1,438 @@
+/*
+ * test_disk_io.c - a disk whose I/O fails or hangs under the running daemon (faultfs.c, preloaded
+ * into the real kvtierd): reads that return EIO, writes and syncs that return EIO, one I/O in N
+ * failing, and a disk that stops answering. test_disk_faults.c damages files; this damages calls.
+ *
+ * What must hold, in every test: the daemon keeps answering (saves, lookups, status) whatever the
+ * disk does, saves never wait on it (a hung disk turns demotions into counted drops, never a held
+ * save), a failed read is a miss (never an error for the request, never wrong bytes), a failed
+ * write loses nothing that reported present, the fault reaches status, and once the disk heals the
+ * tier is ok again and a restart on the same directory serves no wrong byte. The faults are
+ * switched while the daemon runs through the preload's control file; its count file says that
+ * they happened (a test whose fault never fired would prove nothing).
+ *
+ * Geometry as test_disk_faults: 4 MiB of RAM, 64 KiB chunks in chains of 16 (1 MiB per chain).
+ */
+#include "check_main.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define CH (64u * 1024u)
+#define PER 16u
+
+static char ctl[160]; /* the preload's control file: <disk dir>.ctl */
+
+static void make_dir(char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(buf));
+    snprintf(ctl, sizeof ctl, "%s.ctl", buf);
+}
+
+/* Replaces the control file's words (a new file renamed over the old: the preload sees a change).
+ */
+static void set_faults(const char *words)
+{
+    char tmp[200];
+    FILE *f;
+
+    snprintf(tmp, sizeof tmp, "%s.tmp", ctl);
+    f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s\n", words);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(rename(tmp, ctl), 0);
+}
+
+/* How many faults of kind ("reads", "writes", "syncs", "stalls") the preload injected so far. */
+static long injected(const char *kind)
+{
+    char path[200], buf[200], *p;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof path, "%s.count", ctl);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strstr(buf, kind);
+    return p != NULL ? strtol(p + strlen(kind), NULL, 10) : 0;
+}
+
+/* A daemon on dir with the faulty disk preloaded (fsync: "none" or "record"; wbuf: the write
+ * buffer; stall_ms: disk.read_stall_ms). */
+static harness_t *start_with(const char *dir, const char *fsync, const char *wbuf,
+                             unsigned stall_ms)
+{
+    char extra[512], asan[512];
+    const char *prev = getenv("ASAN_OPTIONS");
+    harness_opts_t o = {.capacity_bytes = 4u << 20, .max_chunk_bytes = 256u << 10};
+    harness_t *h;
+
+    snprintf(extra, sizeof extra,
+             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
+             "\"segment_bytes\": \"2MiB\", \"write_buffer_bytes\": \"%s\", \"fsync\": \"%s\", "
+             "\"read_stall_ms\": %u}}",
+             dir, wbuf, fsync, stall_ms);
+    o.extra_json = extra;
+    /* a sanitized daemon: its runtime must come first, unless told not to check */
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", prev != NULL ? prev : "",
+             prev != NULL && prev[0] != '\0' ? ":" : "");
+    ck_assert_int_eq(setenv("LD_PRELOAD", KVT_FAULTFS_PATH, 1), 0);
+    ck_assert_int_eq(setenv("KVT_FAULTFS_DIR", dir, 1), 0);
+    ck_assert_int_eq(setenv("KVT_FAULTFS_CTL", ctl, 1), 0);
+    ck_assert_int_eq(setenv("ASAN_OPTIONS", asan, 1), 0);
+    h = harness_start(&o);
+    unsetenv("LD_PRELOAD");
+    unsetenv("KVT_FAULTFS_DIR");
+    unsetenv("KVT_FAULTFS_CTL");
+    if (prev != NULL)
+        setenv("ASAN_OPTIONS", prev, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    return h;
+}
+
+static harness_t *start(const char *dir, const char *fsync)
+{
+    return start_with(dir, fsync, "2MiB", 2000);
+}
+
+static const char *disk_str(json_t *st, const char *key)
+{
+    json_t *v = json_object_get(json_object_get(st, "disk"), key);
+
+    ck_assert_msg(json_is_string(v), "disk.%s is not a string", key);
+    return json_string_value(v);
+}
+
+static int pred_state(json_t *st, void *arg)
+{
+    return strcmp(disk_str(st, "state"), arg) == 0;
+}
+
+/* Saves chains first..last, draining the write buffer after each when paced. */
+static void save_chains(const harness_t *h, kvt_client_t *c, uint32_t first, uint32_t last,
+                        int paced)
+{
+    for (uint32_t s = first; s <= last; s++) {
+        ck_assert_uint_eq(harness_save_chain(c, s, PER, CH, 0), PER);
+        if (paced)
+            harness_wait_disk_drained(h);
+    }
+}
+
+/* The chunks of chain seed the daemon reports present (a lookup's hit prefix). */
+static size_t present(kvt_client_t *c, uint32_t seed)
+{
+    kvt_hash_t hs[PER];
+    kvt_lookup_result_t res = {0};
+
+    harness_chain(seed, hs, PER);
+    ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &res), 0);
+    return res.hit;
+}
+
+/* Capacities hold: RAM and disk used within their bounds. */
+static void assert_within_capacity(const harness_t *h)
+{
+    json_t *st = harness_status(h);
+
+    ck_assert_ptr_nonnull(st);
+    ck_assert_int_le(harness_jint(st, "ram.used_bytes"), harness_jint(st, "ram.capacity_bytes"));
+    ck_assert_int_le(harness_jint(st, "disk.used_bytes"), harness_jint(st, "disk.capacity_bytes"));
+    json_decref(st);
+}
+
+/* Heals the disk and brings the tier back to ok: flushes and a read must succeed (chain
+ * read_chain is on disk); *next is the next chain to save. */
+static void heal(const harness_t *h, kvt_client_t *c, uint32_t *next, uint32_t read_chain)
+{
+    json_t *st = NULL;
+
+    set_faults("");
+    for (int i = 0; i < 40 && st == NULL; i++) {
+        save_chains(h, c, *next, *next, 1);
+        (*next)++;
+        harness_load_chain(c, read_chain, PER, CH, 0);
+        st = harness_wait_status(h, pred_state, "ok", 200);
+    }
+    ck_assert_msg(st != NULL, "the tier never returned to ok once the disk healed");
+    json_decref(st);
+}
+
+/* Stops the daemon, starts a healthy one on the same directory, loads chains 1..last: zero
+ * wrong bytes, and chains keep[0]..keep[1] (when keep[0] > 0) whole; prints what was kept. */
+static void restart_and_report(harness_t **h, const char *dir, uint32_t last,
+                               const uint32_t keep[2], const char *what)
+{
+    kvt_client_t *c;
+    size_t kept;
+
+    set_faults("");
+    harness_stop(h);
+    *h = start(dir, "none");
+    c = harness_client(*h, "diskio", 1, 0, 0);
+    printf("%s: after restart, chunks kept per chain:", what);
+    kept = 0;
+    for (uint32_t s = 1; s <= last; s++) {
+        size_t k = harness_load_chain(c, s, PER, CH, 0); /* asserts zero wrong bytes */
+        printf(" %zu", k);
+        if (keep[0] > 0 && s >= keep[0] && s <= keep[1])
+            ck_assert_msg(k == PER, "%s: chain %u (intact on disk) lost %zu chunks", what, s,
+                          PER - k);
+        kept += k;
+    }
+    printf("; %zu of %u chunks kept, 0 wrong bytes\n", kept, last * PER);
+    kvt_close(&c);
+    harness_stop(h);
+}
+
+START_TEST(test_read_eio_is_a_miss)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    uint32_t next = 9;
+    size_t got;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    h = start(dir, "none");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* 8 MiB through 4 MiB: chains 1-2 are on disk only */
+    ck_assert_uint_eq(present(c, 1), PER);
+    set_faults("eio-read");
+    /* SGLang's order: a lookup (which reads ahead what is on disk), then the load */
+    ck_assert_uint_eq(present(c, 2), PER);
+    got = harness_load_chain(c, 1, PER, CH, 0); /* rc 0 asserted: a failed read is a miss */
+    ck_assert_uint_lt(got, PER);
+    ck_assert_uint_lt(harness_load_chain(c, 2, PER, CH, 0), PER);
+    ck_assert_int_gt(injected("reads"), 0);
+    st = harness_wait_status(h, pred_state, "degraded", HARNESS_DEADLINE_MS);
+    ck_assert_msg(st != NULL, "failed reads never reached disk.state");
+    ck_assert_str_eq(disk_str(st, "last_error_op"), "read");
+    ck_assert_str_eq(disk_str(st, "last_error"), strerror(EIO));
+    ck_assert_int_gt(harness_jint(st, "disk.read_errors"), 0);
+    json_decref(st);
+    /* what failed is no longer reported present: no lookup promises a chunk no load can serve */
+    ck_assert_uint_eq(present(c, 1), got);
+    /* RAM keeps serving, saves keep being stored */
+    ck_assert_uint_eq(harness_load_chain(c, 8, PER, CH, 0), PER);
+    save_chains(h, c, next, next + 1, 0);
+    next += 2;
+    heal(h, c, &next, 4);
+    assert_within_capacity(h);
+    kvt_close(&c);
+    /* the records were never damaged: a restart finds them, and serves them right */
+    restart_and_report(&h, dir, next - 1, (const uint32_t[2]){3, next - 1}, "EIO on reads");
+}
+END_TEST
+
+/* Writes (or syncs) fail: the tier degrades, saves are still stored in RAM, nothing reported
+ * present is lost, and the writes resume once the disk heals. */
+static void write_faults(const char *words, const char *fsync, const char *kind)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st = NULL;
+    uint32_t next = 9;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    h = start(dir, fsync);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* chains 1-4 on disk only, 5-8 in RAM */
+    set_faults(words);
+    for (int i = 0; i < 16 && st == NULL; i++, next++) {
+        ck_assert_uint_eq(harness_save_chain(c, next, PER, CH, 0), PER);
+        st = harness_wait_status(h, pred_state, "degraded", 200);
+    }
+    ck_assert_msg(st != NULL, "failing %s never degraded the tier", kind);
+    ck_assert_int_gt(injected(kind), 0);
+    ck_assert_str_eq(disk_str(st, "last_error_op"), "write");
+    ck_assert_str_eq(disk_str(st, "last_error"), strerror(EIO));
+    ck_assert_int_gt(harness_jint(st, "disk.write_errors"), 0);
+    json_decref(st);
+    /* a save burst into the degraded tier: every save stored */
+    save_chains(h, c, next, next + 7, 0);
+    next += 8;
+    /* everything reported present loads right (nothing was lost for a write that failed) */
+    for (uint32_t s = 1; s < next; s++) {
+        size_t p = present(c, s);
+        ck_assert_uint_eq(harness_load_chain(c, s, PER, CH, 0), p);
+    }
+    ck_assert_uint_eq(present(c, next - 1), PER);
+    heal(h, c, &next, 1);
+    assert_within_capacity(h);
+    kvt_close(&c);
+    restart_and_report(&h, dir, next - 1, (const uint32_t[2]){1, 4}, kind);
+}
+
+START_TEST(test_write_eio_degrades_and_resumes)
+{
+    write_faults("eio-write", "none", "writes");
+}
+END_TEST
+
+START_TEST(test_sync_eio_fails_the_batch)
+{
+    write_faults("eio-sync", "record", "syncs");
+}
+END_TEST
+
+/* One I/O in 5 fails while one client saves and another loads older chains: every load is
+ * right or a miss, every save is stored, and the daemon keeps serving. */
+START_TEST(test_flaky_disk_serves_no_wrong_byte)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c, *r;
+    uint64_t rng = 7;
+    size_t hits = 0, tried = 0;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    h = start(dir, "none");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    r = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 6, 1);
+    set_faults("flaky=5");
+    for (uint32_t s = 7; s <= 30; s++) {
+        uint32_t old = 1 + (uint32_t)(harness_prng(&rng) % (s - 1));
+        ck_assert_uint_eq(harness_save_chain(c, s, PER, CH, 0), PER);
+        present(r, old); /* reads ahead */
+        hits += harness_load_chain(r, old, PER, CH, 0);
+        tried += PER;
+    }
+    ck_assert_int_gt(injected("reads") + injected("writes"), 0);
+    printf("flaky disk: %ld reads and %ld writes failed; %zu of %zu chunks loaded, 0 wrong bytes\n",
+           injected("reads"), injected("writes"), hits, tried);
+    set_faults("");
+    assert_within_capacity(h);
+    kvt_close(&r);
+    kvt_close(&c);
+    restart_and_report(&h, dir, 30, (const uint32_t[2]){0, 0}, "flaky disk");
+}
+END_TEST
+
+/* The disk stops answering (every read, write and sync blocks, as a dead device or a hung
+ * network filesystem does): saves of three times the RAM are all stored meanwhile (demotions
+ * become counted drops; the hung flush holds only its write buffer), lookups and status are
+ * answered, and a load waiting on a hung read is answered once the reads are stalled
+ * (disk.read_stall_ms): its unread chunks are misses, and later loads of disk-only chunks miss at
+ * once instead of queueing behind the hung reads. Once the disk answers again, the stall ends,
+ * reads serve loads again, and everything reported present loads right. */
+static int pred_stalled(json_t *st, void *arg)
+{
+    json_t *v = json_object_get(json_object_get(st, "disk"), "read_stalled");
+
+    return json_is_boolean(v) && json_is_true(v) == *(int *)arg;
+}
+
+START_TEST(test_hung_disk_spares_saves)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c, *r;
+    kvt_hash_t hs[PER];
+    void *bufs[PER];
+    size_t caps[PER];
+    kvt_handle_t hd;
+    kvt_completion_t *done;
+    json_t *st;
+    uint32_t next = 21;
+    int64_t refused0, misses0;
+    int yes = 1, no = 0;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    h = start_with(dir, "none", "1MiB", 300);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    r = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* chains 1-4 on disk only */
+    ck_assert_uint_eq(present(c, 3), PER);
+    refused0 = harness_stat(h, "disk.demotions_refused");
+    set_faults("stall");
+    /* a load of a disk-only chain: its reads hang */
+    harness_chain(1, hs, PER);
+    for (size_t i = 0; i < PER; i++) {
+        bufs[i] = malloc(CH);
+        caps[i] = CH;
+    }
+    ck_assert_int_eq(kvt_submit_load(r, hs, PER, bufs, caps, NULL, &hd), 0);
+    /* 12 MiB of saves through 4 MiB of RAM while the disk is hung: every one stored */
+    save_chains(h, c, 9, 20, 0);
+    ck_assert_int_gt(injected("stalls"), 0); /* the disk did hang */
+    ck_assert_uint_eq(present(c, 20), PER);
+    ck_assert_uint_eq(harness_load_chain(c, 20, PER, CH, 0), PER);
+    /* the load waiting on the hung reads is answered while the disk is still hung */
+    done = harness_next_completion(r, HARNESS_DEADLINE_MS);
+    ck_assert_ptr_nonnull(done);
+    ck_assert_msg(done->status == 0, "load: %s", kvt_strerror(done->status));
+    ck_assert_uint_lt(done->nhit, PER);
+    kvt_completion_free(r, done);
+    st = harness_wait_status(h, pred_stalled, &yes, HARNESS_DEADLINE_MS);
+    ck_assert_msg(st != NULL, "disk.read_stalled never became true");
+    ck_assert_int_ge(harness_jint(st, "disk.read_stalls"), 1);
+    ck_assert_int_gt(harness_jint(st, "disk.stall_misses"), 0);
+    ck_assert_int_gt(harness_jint(st, "disk.demotions_refused"), refused0);
+    ck_assert_int_le(harness_jint(st, "ram.used_bytes"), harness_jint(st, "ram.capacity_bytes"));
+    misses0 = harness_jint(st, "disk.stall_misses");
+    printf("hung disk: 192 chunks saved and stored, %lld demotions refused, %lld reads in "
+           "flight; the waiting load answered with misses\n",
+           (long long)(harness_jint(st, "disk.demotions_refused") - refused0),
+           (long long)harness_jint(st, "disk.reads_in_flight"));
+    json_decref(st);
+    /* a load of another disk-only chain meanwhile: misses at once (it cannot wait for a read
+     * that would only queue behind the hung ones) */
+    ck_assert_uint_eq(harness_load_chain(r, 3, PER, CH, 0), 0);
+    ck_assert_int_ge(harness_stat(h, "disk.stall_misses"), misses0 + 1);
+    set_faults("");
+    st = harness_wait_status(h, pred_stalled, &no, HARNESS_DEADLINE_MS);
+    ck_assert_msg(st != NULL, "the stall never ended once the disk answered");
+    json_decref(st);
+    ck_assert_uint_eq(harness_load_chain(r, 3, PER, CH, 0), PER); /* reads serve loads again */
+    for (size_t i = 0; i < PER; i++)
+        free(bufs[i]);
+    heal(h, c, &next, 2);
+    for (uint32_t s = 1; s < next; s++) {
+        size_t p = present(c, s);
+        ck_assert_uint_eq(harness_load_chain(c, s, PER, CH, 0), p);
+    }
+    assert_within_capacity(h);
+    kvt_close(&r);
+    kvt_close(&c);
+    restart_and_report(&h, dir, next - 1, (const uint32_t[2]){2, 4}, "hung disk");
+}
+END_TEST
+
+static Suite *disk_io_suite(void)
+{
+    Suite *su = suite_create("disk_io");
+    TCase *tc = tcase_create("io");
+
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_read_eio_is_a_miss);
+    tcase_add_test(tc, test_write_eio_degrades_and_resumes);
+    tcase_add_test(tc, test_sync_eio_fails_the_batch);
+    tcase_add_test(tc, test_flaky_disk_serves_no_wrong_byte);
+    tcase_add_test(tc, test_hung_disk_spares_saves);
+    suite_add_tcase(su, tc);
+    return su;
+}
+
+const check_program_t check_program = {.suite = disk_io_suite, .scratch = "kvtdio"};

@@ -1,0 +1,277 @@
+/*
+ * faultfs.c - a faulty disk for the tests: an LD_PRELOAD library that makes the daemon's file
+ * I/O under one directory fail with EIO, fail now and then, or hang, as a test directs it while
+ * the daemon runs (test_disk_io.c).
+ *
+ * Why a preload: the disk faults that matter in production (a device returning EIO, a device or
+ * a network filesystem that stops answering) cannot be made on a CI machine without root-only
+ * kernel targets (dm-error, dm-delay, dm-flakey) that a firecracker VM or a container often
+ * lacks. The daemon does every segment read and write with libc's pread/preadv/pwritev and
+ * fdatasync/fsync on its thread pool (disk.c), so failing those calls where the daemon makes
+ * them is what a failing device looks like to it: the same errno from the same call on the
+ * same thread, the same blocked worker for a device that hangs. Nothing else of the daemon is
+ * replaced; the calls that pass go to libc.
+ *
+ * Environment (read once, at the first intercepted call):
+ *   KVT_FAULTFS_DIR  only descriptors whose path (/proc/self/fd) starts with this directory
+ *                    are touched; unset: the library passes everything through;
+ *   KVT_FAULTFS_CTL  the control file, re-read whenever its modification time or size changes.
+ *
+ * Control file: whitespace-separated words, applied together; an empty file is a healthy disk.
+ *   stall        reads, writes and syncs block (re-checking the file every 2 ms) until the word
+ *                is gone;
+ *   eio-read     reads fail with EIO;       eio-write   writes fail with EIO;
+ *   eio-sync     fdatasync/fsync fail with EIO;
+ *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence).
+ * Each injected fault is counted; the counts are written to KVT_FAULTFS_CTL.count ("reads N
+ * writes N syncs N stalls N") after each one, so a test can tell that its faults happened.
+ *
+ * Threads: any; the state is under one mutex (the daemon's workers call in concurrently).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum { OP_READ, OP_WRITE, OP_SYNC } op_t;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static bool inited;
+static char dir[512], ctl[512];
+static size_t dir_len;
+static struct timespec ctl_mtime;
+static off_t ctl_size = -1;
+static bool stall, eio_read, eio_write, eio_sync;
+static uint32_t flaky;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t n_reads, n_writes, n_syncs, n_stalls;
+
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
+static ssize_t (*real_preadv)(int, const struct iovec *, int, off_t);
+static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
+static int (*real_fdatasync)(int);
+static int (*real_fsync)(int);
+
+static void init_locked(void)
+{
+    const char *d = getenv("KVT_FAULTFS_DIR"), *c = getenv("KVT_FAULTFS_CTL");
+
+    inited = true;
+    real_pread = (ssize_t(*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    real_pwrite = (ssize_t(*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+    real_preadv = (ssize_t(*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
+    real_pwritev = (ssize_t(*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "pwritev");
+    real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    if (d != NULL && c != NULL && strlen(d) < sizeof dir && strlen(c) < sizeof ctl) {
+        strcpy(dir, d);
+        strcpy(ctl, c);
+        dir_len = strlen(dir);
+    }
+}
+
+/* Re-reads the control file when it changed (mu held). */
+static void reload_locked(void)
+{
+    struct stat st;
+    char buf[256], *save = NULL;
+    ssize_t n;
+    int fd;
+
+    if (stat(ctl, &st) != 0) {
+        stall = eio_read = eio_write = eio_sync = false;
+        flaky = 0;
+        ctl_size = -1;
+        return;
+    }
+    if (st.st_size == ctl_size && st.st_mtim.tv_sec == ctl_mtime.tv_sec &&
+        st.st_mtim.tv_nsec == ctl_mtime.tv_nsec)
+        return;
+    fd = open(ctl, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    n = real_pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    if (n < 0)
+        return;
+    buf[n] = '\0';
+    ctl_size = st.st_size;
+    ctl_mtime = st.st_mtim;
+    stall = eio_read = eio_write = eio_sync = false;
+    flaky = 0;
+    for (char *w = strtok_r(buf, " \t\r\n", &save); w != NULL;
+         w = strtok_r(NULL, " \t\r\n", &save)) {
+        if (strcmp(w, "stall") == 0)
+            stall = true;
+        else if (strcmp(w, "eio-read") == 0)
+            eio_read = true;
+        else if (strcmp(w, "eio-write") == 0)
+            eio_write = true;
+        else if (strcmp(w, "eio-sync") == 0)
+            eio_sync = true;
+        else if (strncmp(w, "flaky=", 6) == 0)
+            flaky = (uint32_t)strtoul(w + 6, NULL, 10);
+    }
+}
+
+static void write_counts_locked(void)
+{
+    char path[600], buf[160];
+    int fd, len;
+
+    snprintf(path, sizeof path, "%s.count", ctl);
+    len = snprintf(buf, sizeof buf, "reads %llu writes %llu syncs %llu stalls %llu\n",
+                   (unsigned long long)n_reads, (unsigned long long)n_writes,
+                   (unsigned long long)n_syncs, (unsigned long long)n_stalls);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    if (real_pwrite(fd, buf, (size_t)len, 0) < 0)
+        (void)0; /* the count is best effort; the daemon's own status is what tests assert */
+    close(fd);
+}
+
+/* Is fd a file under the faulty directory? */
+static bool watched(int fd)
+{
+    char link[64], path[600];
+    ssize_t n;
+
+    if (dir_len == 0)
+        return false;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof path - 1);
+    if (n <= 0)
+        return false;
+    path[n] = '\0';
+    return strncmp(path, dir, dir_len) == 0 && (path[dir_len] == '/' || path[dir_len] == '\0');
+}
+
+static void pause_2ms(void)
+{
+    struct timespec ts = {0, 2 * 1000 * 1000};
+
+    nanosleep(&ts, NULL);
+}
+
+/* What to do with one call: 0 pass, or the errno to fail it with (after any stall). */
+static int decide(int fd, op_t op)
+{
+    int err = 0;
+    bool stalled = false;
+
+    pthread_mutex_lock(&mu);
+    if (!inited)
+        init_locked();
+    pthread_mutex_unlock(&mu);
+    if (!watched(fd))
+        return 0;
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        reload_locked();
+        if (!stall)
+            break;
+        if (!stalled) {
+            stalled = true;
+            n_stalls++;
+            write_counts_locked();
+        }
+        pthread_mutex_unlock(&mu);
+        pause_2ms();
+        pthread_mutex_lock(&mu);
+    }
+    if ((op == OP_READ && eio_read) || (op == OP_WRITE && eio_write) || (op == OP_SYNC && eio_sync))
+        err = EIO;
+    if (err == 0 && flaky > 0 && op != OP_SYNC) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        if (rng % flaky == 0)
+            err = EIO;
+    }
+    if (err != 0) {
+        if (op == OP_READ)
+            n_reads++;
+        else if (op == OP_WRITE)
+            n_writes++;
+        else
+            n_syncs++;
+        write_counts_locked();
+    }
+    pthread_mutex_unlock(&mu);
+    return err;
+}
+
+#define FAIL_OR(call, op, fd)                                                                      \
+    do {                                                                                           \
+        int e_ = decide(fd, op);                                                                   \
+        if (e_ != 0) {                                                                             \
+            errno = e_;                                                                            \
+            return -1;                                                                             \
+        }                                                                                          \
+        return call;                                                                               \
+    } while (0)
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+    FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd);
+}
+
+ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    FAIL_OR(real_preadv(fd, iov, cnt, off), OP_READ, fd);
+}
+
+ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    FAIL_OR(real_preadv(fd, iov, cnt, off), OP_READ, fd);
+}
+
+ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd);
+}
+
+ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd);
+}
+
+int fdatasync(int fd)
+{
+    FAIL_OR(real_fdatasync(fd), OP_SYNC, fd);
+}
+
+int fsync(int fd)
+{
+    FAIL_OR(real_fsync(fd), OP_SYNC, fd);
+}
