@@ -420,6 +420,58 @@ START_TEST(test_hung_disk_spares_saves)
 }
 END_TEST
 
+/* A slow disk is not a hung one: every read takes 80 ms (eight at a time) and a load of four
+ * disk-only chains (64 reads, about 640 ms in all) gets every chunk, although it waits longer
+ * than disk.read_stall_ms (400 ms): reads keep finishing, so the reads never count as stalled. */
+START_TEST(test_slow_disk_is_not_a_stall)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    kvt_hash_t hs[4 * PER];
+    void *bufs[4 * PER];
+    size_t caps[4 * PER], nhit = 0;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    h = start_with(dir, "none", "2MiB", 400);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* chains 1-4 on disk only */
+    set_faults("delay=80");
+    /* the four chains as four loads in flight at once */
+    for (uint32_t k = 0; k < 4; k++)
+        harness_chain(k + 1, &hs[k * PER], PER);
+    for (size_t i = 0; i < 4 * PER; i++) {
+        bufs[i] = malloc(CH);
+        caps[i] = CH;
+    }
+    for (uint32_t k = 0; k < 4; k++) {
+        kvt_handle_t hd;
+        ck_assert_int_eq(
+            kvt_submit_load(c, &hs[k * PER], PER, &bufs[k * PER], &caps[k * PER], NULL, &hd), 0);
+    }
+    for (uint32_t k = 0; k < 4; k++) {
+        kvt_completion_t *done = harness_next_completion(c, HARNESS_DEADLINE_MS);
+        ck_assert_ptr_nonnull(done);
+        ck_assert_int_eq(done->status, 0);
+        ck_assert_uint_eq(done->nhit, PER);
+        nhit += done->nhit;
+        kvt_completion_free(c, done);
+    }
+    ck_assert_uint_eq(nhit, 4 * PER);
+    for (uint32_t k = 0; k < 4; k++)
+        for (size_t i = 0; i < PER; i++)
+            ck_assert(harness_check_fill(bufs[k * PER + i], CH, 0, (uint64_t)(k + 1) << 32 | i));
+    ck_assert_int_eq(harness_stat(h, "disk.read_stalls"), 0);
+    ck_assert_int_eq(harness_stat(h, "disk.stall_misses"), 0);
+    for (size_t i = 0; i < 4 * PER; i++)
+        free(bufs[i]);
+    set_faults("");
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *disk_io_suite(void)
 {
     Suite *su = suite_create("disk_io");
@@ -431,6 +483,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_sync_eio_fails_the_batch);
     tcase_add_test(tc, test_flaky_disk_serves_no_wrong_byte);
     tcase_add_test(tc, test_hung_disk_spares_saves);
+    tcase_add_test(tc, test_slow_disk_is_not_a_stall);
     suite_add_tcase(su, tc);
     return su;
 }

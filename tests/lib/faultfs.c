@@ -22,7 +22,8 @@
  *                is gone;
  *   eio-read     reads fail with EIO;       eio-write   writes fail with EIO;
  *   eio-sync     fdatasync/fsync fail with EIO;
- *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence).
+ *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence);
+ *   delay=MS     every read and write takes MS milliseconds longer (a slow device).
  * Each injected fault is counted; the counts are written to KVT_FAULTFS_CTL.count ("reads N
  * writes N syncs N stalls N") after each one, so a test can tell that its faults happened.
  *
@@ -55,7 +56,7 @@ static size_t dir_len;
 static struct timespec ctl_mtime;
 static off_t ctl_size = -1;
 static bool stall, eio_read, eio_write, eio_sync;
-static uint32_t flaky;
+static uint32_t flaky, delay_ms;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t n_reads, n_writes, n_syncs, n_stalls;
 
@@ -94,7 +95,7 @@ static void reload_locked(void)
 
     if (stat(ctl, &st) != 0) {
         stall = eio_read = eio_write = eio_sync = false;
-        flaky = 0;
+        flaky = delay_ms = 0;
         ctl_size = -1;
         return;
     }
@@ -112,7 +113,7 @@ static void reload_locked(void)
     ctl_size = st.st_size;
     ctl_mtime = st.st_mtim;
     stall = eio_read = eio_write = eio_sync = false;
-    flaky = 0;
+    flaky = delay_ms = 0;
     for (char *w = strtok_r(buf, " \t\r\n", &save); w != NULL;
          w = strtok_r(NULL, " \t\r\n", &save)) {
         if (strcmp(w, "stall") == 0)
@@ -125,6 +126,8 @@ static void reload_locked(void)
             eio_sync = true;
         else if (strncmp(w, "flaky=", 6) == 0)
             flaky = (uint32_t)strtoul(w + 6, NULL, 10);
+        else if (strncmp(w, "delay=", 6) == 0)
+            delay_ms = (uint32_t)strtoul(w + 6, NULL, 10);
     }
 }
 
@@ -161,9 +164,9 @@ static bool watched(int fd)
     return strncmp(path, dir, dir_len) == 0 && (path[dir_len] == '/' || path[dir_len] == '\0');
 }
 
-static void pause_2ms(void)
+static void pause_ms(uint32_t ms)
 {
-    struct timespec ts = {0, 2 * 1000 * 1000};
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000 * 1000};
 
     nanosleep(&ts, NULL);
 }
@@ -173,6 +176,7 @@ static int decide(int fd, op_t op)
 {
     int err = 0;
     bool stalled = false;
+    uint32_t delay;
 
     pthread_mutex_lock(&mu);
     if (!inited)
@@ -191,7 +195,7 @@ static int decide(int fd, op_t op)
             write_counts_locked();
         }
         pthread_mutex_unlock(&mu);
-        pause_2ms();
+        pause_ms(2);
         pthread_mutex_lock(&mu);
     }
     if ((op == OP_READ && eio_read) || (op == OP_WRITE && eio_write) || (op == OP_SYNC && eio_sync))
@@ -212,7 +216,10 @@ static int decide(int fd, op_t op)
             n_syncs++;
         write_counts_locked();
     }
+    delay = op != OP_SYNC ? delay_ms : 0;
     pthread_mutex_unlock(&mu);
+    if (delay > 0)
+        pause_ms(delay); /* outside the lock: concurrent calls are slow side by side */
     return err;
 }
 
