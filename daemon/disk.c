@@ -251,6 +251,7 @@ struct disk {
     uint64_t retry_at;
     int last_error;
     disk_fault_op_t last_error_op;
+    uint64_t flush_started; /* loop time the flush in flight was queued */
     /* A failed read or a segment found truncated or deleted degrades the tier too (it is what
      * status reports), without refusing demotions; it clears once a read and a flush succeeded
      * after it. */
@@ -850,6 +851,7 @@ static void kick(disk_t *d)
     d->flushing = d->fill;
     d->fill = d->fill == &d->wb[0] ? &d->wb[1] : &d->wb[0];
     d->fill->first_seq = d->next_seq;
+    d->flush_started = uv_now(d->loop);
     uv_queue_work(d->loop, &j->req, flush_work, flush_after);
     return;
 
@@ -1873,6 +1875,7 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .reads_in_flight = d->reads_running,
         .reads_queued = d->reads_queued,
         .write_buffer_bytes = (d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0),
+        .flush_running_ms = d->flushing != NULL ? uv_now(d->loop) - d->flush_started : 0,
         .flush_ns = d->flush_ns,
         .read_ns = d->read_ns,
         .recovery = d->rec,

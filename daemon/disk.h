@@ -214,6 +214,8 @@ typedef struct {
     uint64_t reads_in_flight;
     uint64_t reads_queued;
     uint64_t write_buffer_bytes; /* bytes lent to the filling and the flushing batch */
+    uint64_t flush_running_ms;   /* how long the flush in flight has run (0: none): a disk
+                                    that hangs shows here, since its flush never returns */
     uint64_t flush_ns;           /* time the write system calls of the flushes took */
     uint64_t read_ns;            /* time the read system calls took */
     disk_recovery_stats_t recovery;

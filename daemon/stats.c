@@ -158,7 +158,7 @@ typedef struct {
     size_t nturn_buckets;
     stats_bucket_t cpu_buckets[LOOPMON_BUCKETS];
     size_t ncpu_buckets;
-    double disk_write_seconds, disk_read_seconds;
+    double disk_write_seconds, disk_read_seconds, disk_flush_running_seconds;
     stats_page_t page;
 } stats_doc_t;
 
@@ -229,6 +229,7 @@ static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
     store_disk_stats(v.store, &d->disk);
     d->disk_write_seconds = (double)d->disk.tier.flush_ns / 1e9;
     d->disk_read_seconds = (double)d->disk.tier.read_ns / 1e9;
+    d->disk_flush_running_seconds = (double)d->disk.tier.flush_running_ms / 1e3;
     if (v.loop != NULL) {
         loopmon_stats(v.loop, &d->loop);
     } else {
@@ -676,6 +677,14 @@ static const stats_field_t disk_fields[] = {
      .kind = COUNTER,
      .unit = "seconds",
      .help = "Time the reads spent in their read system calls, summed over parallel reads.",
+     .when = tier_open},
+    {.key = "flush_running_seconds",
+     .type = T_DOUBLE,
+     .off = offsetof(D, disk_flush_running_seconds),
+     .kind = GAUGE,
+     .unit = "seconds",
+     .help = "How long the flush in flight has been running (0: none). A disk that hangs keeps "
+             "its flush running: alert when this stays above a few seconds.",
      .when = tier_open},
     {.key = "recovery",
      .type = T_OBJECT,

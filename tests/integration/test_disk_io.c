@@ -391,6 +391,9 @@ START_TEST(test_hung_disk_spares_saves)
     ck_assert_int_gt(harness_jint(st, "disk.stall_misses"), 0);
     ck_assert_int_gt(harness_jint(st, "disk.demotions_refused"), refused0);
     ck_assert_int_le(harness_jint(st, "ram.used_bytes"), harness_jint(st, "ram.capacity_bytes"));
+    /* the hung flush shows: it has been running since the saves began */
+    ck_assert(json_real_value(
+                  json_object_get(json_object_get(st, "disk"), "flush_running_seconds")) > 0.1);
     misses0 = harness_jint(st, "disk.stall_misses");
     printf("hung disk: 192 chunks saved and stored, %lld demotions refused, %lld reads in "
            "flight; the waiting load answered with misses\n",
@@ -404,6 +407,11 @@ START_TEST(test_hung_disk_spares_saves)
     set_faults("");
     st = harness_wait_status(h, pred_stalled, &no, HARNESS_DEADLINE_MS);
     ck_assert_msg(st != NULL, "the stall never ended once the disk answered");
+    json_decref(st);
+    harness_wait_disk_drained(h);
+    st = harness_status(h);
+    ck_assert(json_real_value(
+                  json_object_get(json_object_get(st, "disk"), "flush_running_seconds")) < 0.1);
     json_decref(st);
     ck_assert_uint_eq(harness_load_chain(r, 3, PER, CH, 0), PER); /* reads serve loads again */
     for (size_t i = 0; i < PER; i++)
