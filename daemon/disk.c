@@ -101,6 +101,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,7 @@ struct disk {
 
     read_job_t *qhead, *qtail;
     uint32_t reads_running;
+    _Atomic uint64_t read_done_ms; /* set by the read workers: when a read last finished */
     uint32_t reads_queued;
 
     uv_timer_t timer;
@@ -1023,6 +1025,8 @@ static void read_work(uv_work_t *req)
         read_v1(j);
     else
         read_v2(j);
+    /* when the device answered, whenever the loop gets to the callback */
+    atomic_store_explicit(&j->d->read_done_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
 }
 
 static void read_start(disk_t *d, read_job_t *j);
@@ -1168,6 +1172,11 @@ bool disk_degraded(const disk_t *d)
 uint64_t disk_write_errors(const disk_t *d)
 {
     return d->write_errors;
+}
+
+uint64_t disk_read_done_ms(const disk_t *d)
+{
+    return atomic_load_explicit(&d->read_done_ms, memory_order_relaxed);
 }
 
 void disk_log_end(const disk_t *d, uint64_t *seg, uint64_t *off)

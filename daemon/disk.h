@@ -134,6 +134,10 @@ bool disk_degraded(const disk_t *d);
 /* Flushes that failed since the tier opened (status disk.write_errors). */
 uint64_t disk_write_errors(const disk_t *d);
 
+/* When a read job last finished its system calls (CLOCK_MONOTONIC milliseconds, uv_hrtime's
+ * clock; 0: none yet), stamped on the worker: a completion the loop has not run yet counts. */
+uint64_t disk_read_done_ms(const disk_t *d);
+
 /* Looks at every segment file (fstat): one found deleted or shorter than what was written to it
  * is a fault (disk.h "degraded"), reported once per segment; when it is the active segment, the
  * next flush starts a new file. */

@@ -131,7 +131,7 @@ void store_destroy(store_t **ps)
 void store_tick(store_t *s, uint64_t now_ms)
 {
     index_prune_leases(s->ix, now_ms);
-    store__read_stall_check(s, now_ms);
+    store__read_stall_check(s);
     if (s->journal != NULL && !s->closing &&
         journal_records(s->journal) >
             JOURNAL_COMPACT_FACTOR * s->ram_chunks + JOURNAL_COMPACT_FLOOR)

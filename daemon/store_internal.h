@@ -115,7 +115,7 @@ struct store {
     uint64_t resv_foot;       /* footprints of shared-memory reservations not committed yet */
     prefetch_seen_t *pf_seen; /* store_lookup_all: the read-ahead candidates of one lookup */
     /* a stalled disk (store_io.c, "Stalled reads"): the loads waiting on reads, oldest first,
-     * and when a read last finished (or started with none in flight) */
+     * and when a read last finished (or started with none in flight), uv_hrtime ms */
     struct load_batch *waiting_head, *waiting_tail;
     uint64_t read_progress_ms; /* (dk.read_stalled says whether they are stalled now) */
 };
@@ -152,7 +152,7 @@ void store__prefetch_pump(store_t *s);
 
 /* Stalled reads (store_io.c): from store_tick, answers the loads waiting on a disk that has
  * finished no read for disk.read_stall_ms. */
-void store__read_stall_check(store_t *s, uint64_t now_ms);
+void store__read_stall_check(store_t *s);
 
 /* Frees the RAM copy of e (the entry stays). */
 void store__ram_release(store_t *s, index_entry_t *e);

@@ -618,9 +618,9 @@ static bool persist_may_wait(const store_t *s)
 }
 
 /* Writes the dirty chunks, oldest first (a slice per turn); waits (a short timer) while the
- * write budget is spent or a degraded tier waits for its retry (persist_may_wait), and gives up
- * at the deadline. A write that fails puts its chunk back in the dirty FIFO (committed_cb), so
- * the retry writes it again. Every write is verified against the chunk's checksum first
+ * write budget is spent or a degraded tier waits for its retry (persist_may_wait), and, once
+ * every chunk was appended, for the writes in flight; gives up at the deadline. A write that
+ * fails puts its chunk back in the dirty FIFO (committed_cb), so the retry writes it again. Every write is verified against the chunk's checksum first
  * (disk.c), so a chunk whose bytes were changed in the arena is never persisted as valid. */
 static void persist_step(store_t *s)
 {
@@ -653,6 +653,12 @@ static void persist_step(store_t *s)
             store__dirty_del(s, e); /* can never fit a write batch */
         else
             s->persist_appended++;
+    }
+    if (s->dk.wbuf > 0 && now < s->persist_deadline) {
+        /* the last writes are in flight: one that fails puts its chunks back in the dirty FIFO
+         * (committed_cb), and the next step writes them again (persist_may_wait) */
+        uv_timer_start(&s->persist_timer, persist_step_cb, STORE_PERSIST_RETRY_MS, 0);
+        return;
     }
     log_info("disk_persist",
              "chunks=%" PRIu64 " dirty_bytes=%" PRIu64 " left_bytes=%" PRIu64 " ms=%" PRIu64,
@@ -811,7 +817,7 @@ static void read_done_cb(void *arg, int rc)
 
     if (e->reading == r)
         e->reading = NULL;
-    s->read_progress_ms = uv_now(s->loop);
+    s->read_progress_ms = uv_hrtime() / 1000000u;
     if (s->dk.read_stalled) {
         s->dk.read_stalled = false;
         log_info("disk_read_resumed", "reads_pending=%u", disk_reads_pending(s->disk));
@@ -917,8 +923,8 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
     }
     if (r->off == UINT64_MAX && r->heap == NULL)
         goto fail;
-    if (disk_reads_pending(s->disk) == 0)
-        s->read_progress_ms = now; /* the stall clock starts with the first read in flight */
+    if (disk_reads_pending(s->disk) == 0) /* the stall clock starts with the first read */
+        s->read_progress_ms = uv_hrtime() / 1000000u;
     rc = disk_read(s->disk, &r->loc, e->hash.b, e->rank, e->len, e->csum,
                    r->off != UINT64_MAX ? ram_ptr(s->ram, r->off) : r->heap, read_done_cb, r);
     if (rc != 0) /* -ESTALE or -ENOMEM (never -ENOSPC, which means: no memory for it) */
@@ -1035,9 +1041,13 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
  * read-aheads. The reads themselves stay in flight (a worker blocked in the kernel cannot be
  * called back): when one finishes, the stall ends and its chunk is promoted as usual, with
  * nobody waiting for it. Progress, not a per-load deadline, is the rule: a large load from a slow
- * but working disk finishes reads all along and is never cut short. Checked from store_tick (the
- * server's sweep, once a second), so a load waits at most read_stall_ms plus a second. Lookups
- * still report disk-only chunks meanwhile (their loads miss). */
+ * but working disk finishes reads all along and is never cut short. Progress is when a read last
+ * finished its system calls, stamped by the worker itself (disk_read_done_ms), or when the loop
+ * ran its callback or started the first read after none was in flight, on the monotonic clock
+ * (uv_hrtime, not the loop's cached time): a loop busy for a while, whose completions wait to be
+ * run, does not make a working disk look stalled. Checked from store_tick (the server's sweep,
+ * once a second), so a load waits at most read_stall_ms plus a second. Lookups still report
+ * disk-only chunks meanwhile (their loads miss). */
 
 /* Answers load b now: its chunks still waiting on reads are misses. */
 static void answer_waiting(store_t *s, load_batch_t *b)
@@ -1062,20 +1072,27 @@ static void answer_waiting(store_t *s, load_batch_t *b)
     batch_release(s, b);
 }
 
-void store__read_stall_check(store_t *s, uint64_t now_ms)
+void store__read_stall_check(store_t *s)
 {
     uint32_t stall_ms = s->cfg->disk.read_stall_ms, pending;
+    uint64_t now_ms = uv_hrtime() / 1000000u, progress;
 
-    if (s->disk == NULL || stall_ms == 0)
+    if (s->disk == NULL)
         return;
+    if (stall_ms == 0) {
+        s->dk.read_stalled = false; /* set to 0 (live) while stalled: loads read again */
+        return;
+    }
     pending = disk_reads_pending(s->disk);
-    if (pending == 0 || (!s->dk.read_stalled && now_ms - s->read_progress_ms < stall_ms))
+    progress = s->read_progress_ms > disk_read_done_ms(s->disk) ? s->read_progress_ms
+                                                                : disk_read_done_ms(s->disk);
+    if (pending == 0 || (!s->dk.read_stalled && now_ms - progress < stall_ms))
         return;
     if (!s->dk.read_stalled) {
         s->dk.read_stalled = true;
         s->dk.read_stalls++;
         log_warn("disk_read_stall", "reads_pending=%u since_ms=%" PRIu64 " action=miss", pending,
-                 now_ms - s->read_progress_ms);
+                 now_ms - progress);
     }
     while (s->waiting_head != NULL)
         answer_waiting(s, s->waiting_head);

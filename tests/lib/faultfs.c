@@ -23,6 +23,8 @@
  *   eio-read     reads fail with EIO;       eio-write   writes fail with EIO;
  *   eio-sync     fdatasync/fsync fail with EIO;
  *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence);
+ *   fail-writes=N  the next N writes fail with EIO, then writes pass (counted from when the
+ *                word appears; the same word again after a change of the file starts anew);
  *   delay=MS     every read and write takes MS milliseconds longer (a slow device).
  * Each injected fault is counted; the counts are written to KVT_FAULTFS_CTL.count ("reads N
  * writes N syncs N stalls N") after each one, so a test can tell that its faults happened.
@@ -55,8 +57,9 @@ static char dir[512], ctl[512];
 static size_t dir_len;
 static struct timespec ctl_mtime;
 static off_t ctl_size = -1;
+static ino_t ctl_ino;
 static bool stall, eio_read, eio_write, eio_sync;
-static uint32_t flaky, delay_ms;
+static uint32_t flaky, delay_ms, fail_writes;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t n_reads, n_writes, n_syncs, n_stalls;
 
@@ -95,11 +98,11 @@ static void reload_locked(void)
 
     if (stat(ctl, &st) != 0) {
         stall = eio_read = eio_write = eio_sync = false;
-        flaky = delay_ms = 0;
+        flaky = delay_ms = fail_writes = 0;
         ctl_size = -1;
         return;
     }
-    if (st.st_size == ctl_size && st.st_mtim.tv_sec == ctl_mtime.tv_sec &&
+    if (st.st_ino == ctl_ino && st.st_size == ctl_size && st.st_mtim.tv_sec == ctl_mtime.tv_sec &&
         st.st_mtim.tv_nsec == ctl_mtime.tv_nsec)
         return;
     fd = open(ctl, O_RDONLY | O_CLOEXEC);
@@ -112,8 +115,9 @@ static void reload_locked(void)
     buf[n] = '\0';
     ctl_size = st.st_size;
     ctl_mtime = st.st_mtim;
+    ctl_ino = st.st_ino;
     stall = eio_read = eio_write = eio_sync = false;
-    flaky = delay_ms = 0;
+    flaky = delay_ms = fail_writes = 0;
     for (char *w = strtok_r(buf, " \t\r\n", &save); w != NULL;
          w = strtok_r(NULL, " \t\r\n", &save)) {
         if (strcmp(w, "stall") == 0)
@@ -128,23 +132,27 @@ static void reload_locked(void)
             flaky = (uint32_t)strtoul(w + 6, NULL, 10);
         else if (strncmp(w, "delay=", 6) == 0)
             delay_ms = (uint32_t)strtoul(w + 6, NULL, 10);
+        else if (strncmp(w, "fail-writes=", 12) == 0)
+            fail_writes = (uint32_t)strtoul(w + 12, NULL, 10);
     }
 }
 
 static void write_counts_locked(void)
 {
-    char path[600], buf[160];
+    char path[600], tmp[600], buf[160];
     int fd, len;
 
+    /* a new file renamed over the old one: a reader never sees it empty */
+    snprintf(tmp, sizeof tmp, "%s.count.tmp", ctl);
     snprintf(path, sizeof path, "%s.count", ctl);
     len = snprintf(buf, sizeof buf, "reads %llu writes %llu syncs %llu stalls %llu\n",
                    (unsigned long long)n_reads, (unsigned long long)n_writes,
                    (unsigned long long)n_syncs, (unsigned long long)n_stalls);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    if (real_pwrite(fd, buf, (size_t)len, 0) < 0)
-        (void)0; /* the count is best effort; the daemon's own status is what tests assert */
+    if (real_pwrite(fd, buf, (size_t)len, 0) == len)
+        (void)rename(tmp, path);
     close(fd);
 }
 
@@ -200,6 +208,10 @@ static int decide(int fd, op_t op)
     }
     if ((op == OP_READ && eio_read) || (op == OP_WRITE && eio_write) || (op == OP_SYNC && eio_sync))
         err = EIO;
+    if (err == 0 && op == OP_WRITE && fail_writes > 0) {
+        fail_writes--;
+        err = EIO;
+    }
     if (err == 0 && flaky > 0 && op != OP_SYNC) {
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -240,6 +252,19 @@ ssize_t pread(int fd, void *buf, size_t n, off_t off)
 
 ssize_t pread64(int fd, void *buf, size_t n, off_t off)
 {
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+}
+
+/* _FORTIFY_SOURCE builds call these instead of pread for buffers of known size */
+ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+    (void)buflen;
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+}
+
+ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+    (void)buflen;
     FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
 }
 
