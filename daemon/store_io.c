@@ -620,8 +620,9 @@ static bool persist_may_wait(const store_t *s)
 /* Writes the dirty chunks, oldest first (a slice per turn); waits (a short timer) while the
  * write budget is spent or a degraded tier waits for its retry (persist_may_wait), and, once
  * every chunk was appended, for the writes in flight; gives up at the deadline. A write that
- * fails puts its chunk back in the dirty FIFO (committed_cb), so the retry writes it again. Every write is verified against the chunk's checksum first
- * (disk.c), so a chunk whose bytes were changed in the arena is never persisted as valid. */
+ * fails puts its chunk back in the dirty FIFO (committed_cb), so the retry writes it again. Every
+ * write is verified against the chunk's checksum first (disk.c), so a chunk whose bytes were
+ * changed in the arena is never persisted as valid. */
 static void persist_step(store_t *s)
 {
     uint64_t now = uv_now(s->loop);
