@@ -527,10 +527,10 @@ static index_entry_t *spill_candidate(const store_t *s, uint64_t now_ms)
 }
 
 /* The oldest clean ancestor of c still in RAM that nobody pins (a lease does not hold a chunk
- * with a disk copy in RAM: index.h), looking at most
+ * with a disk copy in RAM: index.h) and that was used no later than clock_max, looking at most
  * STORE_SPILL_SCAN ancestors up; NULL when none. Releasing it costs nothing, frees its RAM at
  * once, and it is older than c (a chain's head is written first, but leaves RAM last). */
-static index_entry_t *clean_ancestor(const index_entry_t *c)
+static index_entry_t *clean_ancestor(const index_entry_t *c, uint64_t clock_max)
 {
     index_entry_t *found = NULL;
     unsigned n = 0;
@@ -538,7 +538,7 @@ static index_entry_t *clean_ancestor(const index_entry_t *c)
     for (index_entry_t *p = c->parent; p != NULL && n < STORE_SPILL_SCAN; p = p->parent, n++)
         if ((p->flags & (INDEX_F_RAM | INDEX_F_DISK | INDEX_F_SPILL)) ==
                 (INDEX_F_RAM | INDEX_F_DISK) &&
-            p->pins == 0)
+            p->pins == 0 && p->clock <= clock_max)
             found = p;
     return found;
 }
@@ -592,7 +592,15 @@ int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uin
                 v = c;
         }
         if (v != NULL && (v->flags & INDEX_F_WBUF)) {
-            index_entry_t *a = clean_ancestor(v); /* older, and released at once */
+            index_entry_t *a = clean_ancestor(v, UINT64_MAX); /* older, and released at once */
+            if (a != NULL)
+                v = a;
+        } else if (v != NULL && s->disk != NULL && !(v->flags & INDEX_F_DISK)) {
+            /* the tail would be dropped (no clean tail within the scan): a clean ancestor of it
+             * used no more recently (the cleaner writes a chain from its head, so a chain cut by
+             * the cleaner is clean bytes that are no tail) gives its RAM instead, and nothing is
+             * lost; a prefix used since (shared, hot) is not taken */
+            index_entry_t *a = clean_ancestor(v, v->clock);
             if (a != NULL)
                 v = a;
         }

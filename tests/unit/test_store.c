@@ -668,6 +668,32 @@ START_TEST(store_write_back_lifecycle)
 }
 END_TEST
 
+/* A chain the cleaner has written up to its middle (its head clean, its tail dirty) in a full
+ * RAM tier: a save that needs room releases the RAM copy of a clean ancestor (still on disk)
+ * rather than drop the dirty tail, which has no other copy. */
+START_TEST(store_eviction_spares_a_dirty_tail)
+{
+    dfixture_t d;
+    fixture_t *f = &d.f;
+    uint8_t st[16];
+    store_disk_stats_t ds;
+
+    dfixture_init(&d, 0);                     /* 1 MiB of RAM, the cleaner keeps half of it clean */
+    save_chain(f, 0, 1, 0, 16, 65536, 0, st); /* fills the RAM */
+    run_until_flushed(f);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.demoted, 8); /* chunks 0-7 clean, 8-15 dirty */
+    save_chain(f, 0, 2, 0, 1, 65536, 0, st);
+    ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.refused, 0);
+    ck_assert_uint_eq(ds.counts.demoted_clean, 1);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 16), 16); /* chunk 0 on disk, nothing lost */
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+}
+END_TEST
+
 /*
  * A burst faster than the disk: when the RAM tier is full and the coldest chunks are still being
  * written, they are spilled (out of the RAM tier, into the arena's write headroom, still
@@ -1289,6 +1315,7 @@ static Suite *suite(void)
     tcase_add_test(ts, store_long_save_keeps_chain);
     tcase_add_test(ts, store_write_back_lifecycle);
     tcase_add_test(ts, store_burst_spills_writes_in_flight);
+    tcase_add_test(ts, store_eviction_spares_a_dirty_tail);
     tcase_add_test(ts, store_lookup_reads_ahead);
     tcase_add_test(ts, store_read_ahead_races);
     tcase_add_test(ts, store_load_reads_the_chain_ahead);
