@@ -224,8 +224,9 @@ typedef struct {
  * first) and clean: never loaded, it ages out like any clean chunk and costs no write. What a
  * client can do with lookups alone is therefore: keep the disk reading at its speed, within one
  * slot less than max_reads_in_flight and disk.prefetch_depth_bytes deep, and turn the clean part
- * of RAM over; never hold a save back. The margin counts bytes, not evictable chunks (only chain
- * tails are evicted: store_io.c, prefetch_room states what that leaves open).
+ * of RAM over; never hold a save back. The margin counts bytes (store_io.c, prefetch_room: clean
+ * bytes that are no chain tail count, since an eviction that would drop a dirty tail releases
+ * a clean ancestor of it first).
  *
  * A load that reads from disk reads the chain ahead too, within the same bounds: the records
  * written right after its last disk chunk in that chunk's segment that continue the chain (each

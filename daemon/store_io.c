@@ -1137,11 +1137,10 @@ static index_entry_t *prefetch_pop(store_t *s)
  * clean (neither dirty, nor pinned by a client or a save, nor reserved by a shared-memory save,
  * nor held by reads and saves in flight) stays above half the cleaner's target after it; while
  * read-aheads hold extents the cleaner counts them as not clean and writes that much more
- * (store__clean_ahead). A bound in bytes, not in evictable chunks: only chain tails are evicted,
- * and a chain the cleaner has written up to its middle is clean bytes that are no tail. In a RAM
- * tier of many chains that is a chain or two against half the target; in one of a few chains
- * (test_hostile's lookup storm with 16 MiB of 8 MiB chains) it can be the whole margin, and a
- * save meeting read-aheads in flight then drops dirty tails (1 run in 10 there). */
+ * (store__clean_ahead). A bound in bytes: the clean bytes of a chain the cleaner has written up
+ * to its middle are no tail, but an eviction that would drop a dirty tail releases them first
+ * (store.c, store__alloc: a clean ancestor of the tail), so they count (test_hostile's lookup
+ * storm, 16 MiB of 8 MiB chains, refused demotions before that and none since). */
 static bool prefetch_room(const store_t *s, uint64_t foot)
 {
     uint64_t held =
