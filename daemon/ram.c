@@ -33,7 +33,9 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <stddef.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +64,7 @@ struct ram {
     uint32_t gen;
     uint64_t arena_id;
     bool keep;
+    uint64_t huge_page; /* the file is on hugetlbfs: its page size (the mapping is whole pages) */
     char path[256];
 };
 
@@ -127,6 +130,17 @@ static uint64_t random_id(void)
     return v != 0 ? v : 1;
 }
 
+/* The huge page size of an arena file on hugetlbfs (its st_blksize there), or 0. */
+static uint64_t huge_page_of(int fd, const struct stat *st)
+{
+    struct statfs sf;
+
+    if (fstatfs(fd, &sf) != 0 || (unsigned long)sf.f_type != HUGETLBFS_MAGIC ||
+        st->st_blksize <= 4096)
+        return 0;
+    return (uint64_t)st->st_blksize;
+}
+
 int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
 {
     const char *path = o->path != NULL ? o->path : "";
@@ -183,6 +197,9 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
         rc = -errno;
         goto fail_size;
     }
+    r->huge_page = huge_page_of(r->fd, &st);
+    if (r->huge_page > 0) /* the file's size and every mapping are whole huge pages */
+        r->map_bytes = (r->map_bytes + r->huge_page - 1) / r->huge_page * r->huge_page;
     if (r->path[0] == '\0') {
         reason = RAM_COLD_MEMFD;
     } else {
@@ -298,6 +315,11 @@ uint64_t ram_capacity(const ram_t *r)
 uint64_t ram_file_bytes(const ram_t *r)
 {
     return r->map_bytes;
+}
+
+uint64_t ram_huge_page(const ram_t *r)
+{
+    return r->huge_page;
 }
 
 uint32_t ram_gen(const ram_t *r)

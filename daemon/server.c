@@ -672,8 +672,13 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
         goto fail;
     rc = store_new(cfg, sv->nst, &sv->store);
     if (rc != 0) {
-        log_error("ram_arena", "path=\"%s\" capacity_bytes=%" PRIu64 " error=\"%s\"",
-                  cfg->ram.arena_path, cfg->ram.capacity_bytes, strerror(-rc));
+        log_error("ram_arena", "path=\"%s\" capacity_bytes=%" PRIu64 " error=\"%s\"%s",
+                  cfg->ram.arena_path, cfg->ram.capacity_bytes, strerror(-rc),
+                  rc == -ENOSPC ? " hint=\"the arena's filesystem has less room than the arena "
+                                  "(ram.capacity_bytes + 2 x disk.write_buffer_bytes with the "
+                                  "disk tier + 4 KiB): a /dev/shm too small, or on hugetlbfs too "
+                                  "few free vm.nr_hugepages\""
+                                : "");
         goto fail;
     }
     session_limits(cfg, &limits);

@@ -476,7 +476,11 @@ static const stats_field_t ram_fields[] = {
     RAMV("arena_bytes", arena_bytes, GAUGE, "bytes",
          "Size of the RAM arena file: a 4 KiB header page, the capacity, plus with the disk tier "
          "a write headroom of 2 x disk.write_buffer_bytes for chunks evicted while their disk "
-         "write is in flight."),
+         "write is in flight (rounded up to whole huge pages on hugetlbfs)."),
+    RAMV("huge_page_bytes", huge_page_bytes, GAUGE, "bytes",
+         "The arena file is on hugetlbfs (ram.arena_path there): its huge page size; 0 for 4 KiB "
+         "pages. Disk reads and writes of chunks then move one or two physically contiguous "
+         "pages each instead of 512."),
     RAMV("used_bytes", used_bytes, GAUGE, "bytes",
          "Arena bytes allocated to the RAM tier, rounded to allocation units (at most the "
          "capacity, but for moments after a write commits under a reader)."),

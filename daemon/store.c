@@ -1326,6 +1326,7 @@ void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
 {
     *out = (store_ram_stats_t){.capacity_bytes = s->ram_cap,
                                .arena_bytes = ram_file_bytes(s->ram),
+                               .huge_page_bytes = ram_huge_page(s->ram),
                                .demoting_bytes = s->spill_bytes,
                                .used_bytes = tier_used(s),
                                .resident_bytes = ram_resident(s->ram),

@@ -108,14 +108,15 @@ typedef struct {
 
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */
 typedef struct {
-    uint64_t capacity_bytes; /* the RAM tier's capacity (ram.capacity_bytes) */
-    uint64_t arena_bytes;    /* the arena's size: the capacity + the write headroom */
-    uint64_t used_bytes;     /* allocated to the RAM tier, rounded to allocation units */
-    uint64_t demoting_bytes; /* evicted chunks whose disk write is in flight (the headroom) */
-    uint64_t resident_bytes; /* backed by memory: the arena file's allocated blocks */
-    uint64_t stored_bytes;   /* payload bytes of the RAM-resident chunks */
-    uint64_t chunks;         /* RAM-resident chunks */
-    uint64_t index_chunks;   /* chunks in the index, any tier */
+    uint64_t capacity_bytes;  /* the RAM tier's capacity (ram.capacity_bytes) */
+    uint64_t arena_bytes;     /* the arena's size: the capacity + the write headroom */
+    uint64_t huge_page_bytes; /* the arena is on hugetlbfs: its page size; else 0 */
+    uint64_t used_bytes;      /* allocated to the RAM tier, rounded to allocation units */
+    uint64_t demoting_bytes;  /* evicted chunks whose disk write is in flight (the headroom) */
+    uint64_t resident_bytes;  /* backed by memory: the arena file's allocated blocks */
+    uint64_t stored_bytes;    /* payload bytes of the RAM-resident chunks */
+    uint64_t chunks;          /* RAM-resident chunks */
+    uint64_t index_chunks;    /* chunks in the index, any tier */
     store_stats_t counts;
     uint64_t leased_chunks;      /* chunks under an unexpired lookup lease */
     uint64_t free_runs;          /* free extents of the arena */

@@ -7,15 +7,19 @@
  * choice of path (ipc + mappable arena -> shm; memfd arena or tcp -> frames) and its visibility
  * in status; that nothing outside a reservation can be committed; that reservations and load
  * pins of a client killed mid-save and mid-load are reclaimed (status returns to zero); that a
- * pinned chunk survives eviction pressure.
+ * pinned chunk survives eviction pressure; and an arena on hugetlbfs (root only: it reserves
+ * huge pages and mounts the filesystem itself, and says "skipped" where it cannot).
  */
 #include "check_main.h"
 
 #include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -598,6 +602,86 @@ START_TEST(test_commit_client_checksums)
 }
 END_TEST
 
+/* vm.nr_hugepages (the pool of 2 MiB pages): read, or written; -1 when it cannot be. */
+static long huge_pool(long set)
+{
+    FILE *f = fopen("/proc/sys/vm/nr_hugepages", set < 0 ? "r" : "w");
+    long v = -1;
+
+    if (f == NULL)
+        return -1;
+    if (set < 0 ? fscanf(f, "%ld", &v) != 1 : fprintf(f, "%ld\n", set) < 0)
+        v = -1;
+    else if (set >= 0)
+        v = set;
+    if (fclose(f) != 0)
+        v = -1;
+    return v;
+}
+
+/* An arena on hugetlbfs, with the disk tier on: the daemon sizes and maps it in whole huge
+ * pages (status ram.huge_page_bytes), shared-memory clients map it by path, and chunks go
+ * through it both ways byte-exact, to disk and back (the disk's reads land in its pages). Before
+ * 0.2.3 the daemon could not start on hugetlbfs (its file was not a whole number of pages). */
+START_TEST(test_hugetlbfs_arena)
+{
+    char mnt[128], disk[160], extra[640];
+    long pool = huge_pool(-1);
+    harness_opts_t o = {.capacity_bytes = 8 * MIB, .max_chunk_bytes = 256 * KIB};
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+
+    if (geteuid() != 0 || pool < 0) {
+        printf("test_hugetlbfs_arena: skipped (needs root and /proc/sys/vm/nr_hugepages)\n");
+        return;
+    }
+    snprintf(mnt, sizeof mnt, "%s/huge-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(mnt));
+    snprintf(disk, sizeof disk, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(disk));
+    /* 8 MiB + a headroom of 2 x 2 MiB + the header page: 7 pages; 16 more leave room */
+    if (huge_pool(pool + 16) != pool + 16 || mount("kvt-huge", mnt, "hugetlbfs", 0, NULL) != 0) {
+        printf("test_hugetlbfs_arena: skipped (no huge pages or hugetlbfs here: %s)\n",
+               strerror(errno));
+        huge_pool(pool);
+        return;
+    }
+    snprintf(extra, sizeof extra,
+             "{\"ram\": {\"arena_path\": \"%s/arena\", \"shm_hold_ms\": %d}, \"disk\": "
+             "{\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
+             "\"segment_bytes\": \"4MiB\", \"write_buffer_bytes\": \"2MiB\", \"fsync\": \"none\"}}",
+             mnt, HOLD_MS, disk);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    st = harness_status(h);
+    ck_assert_int_eq(harness_jint(st, "ram.huge_page_bytes"), 2 * MIB);
+    ck_assert_int_eq(harness_jint(st, "ram.arena_bytes") % (2 * MIB), 0);
+    json_decref(st);
+    c = connect_path(h, NULL, 1, 0, KVT_DATA_PATH_SHM);
+    ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
+    for (uint32_t k = 1; k <= 8; k++) { /* 16 MiB through 8 MiB: the first chains only on disk */
+        ck_assert_uint_eq(harness_save_chain(c, k, 8, 256 * KIB, 0), 8);
+        harness_wait_disk_drained(h);
+    }
+    for (uint32_t k = 1; k <= 8; k++)
+        ck_assert_uint_eq(harness_load_chain(c, k, 8, 256 * KIB, 0), 8); /* byte-exact */
+    st = harness_status(h);
+    ck_assert_int_gt(harness_jint(st, "disk.records_written"), 0);
+    ck_assert_int_gt(harness_jint(st, "disk.hits"), 0); /* read back into the huge pages */
+    printf("hugetlbfs arena: %lld bytes in 2 MiB pages; %lld records written, %lld disk hits, "
+           "0 wrong bytes\n",
+           (long long)harness_jint(st, "ram.arena_bytes"),
+           (long long)harness_jint(st, "disk.records_written"),
+           (long long)harness_jint(st, "disk.hits"));
+    json_decref(st);
+    kvt_close(&c);
+    harness_stop(&h);
+    ck_assert_int_eq(umount(mnt), 0);
+    ck_assert_int_eq(huge_pool(pool), pool);
+}
+END_TEST
+
 static Suite *shm_suite(void)
 {
     Suite *s = suite_create("shm");
@@ -612,6 +696,7 @@ static Suite *shm_suite(void)
     tcase_add_test(t, test_killed_mid_save_reclaimed);
     tcase_add_test(t, test_killed_mid_load_reclaimed_and_pin_holds);
     tcase_add_test(t, test_commit_outside_reservation_refused);
+    tcase_add_test(t, test_hugetlbfs_arena);
     suite_add_tcase(s, t);
     return s;
 }
