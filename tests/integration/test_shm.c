@@ -602,20 +602,23 @@ START_TEST(test_commit_client_checksums)
 }
 END_TEST
 
-/* vm.nr_hugepages (the pool of 2 MiB pages): read, or written; -1 when it cannot be. */
+/* vm.nr_hugepages (the pool of 2 MiB pages), after setting it when set >= 0 (the kernel may
+ * allocate fewer than asked); -1 when it cannot be read. */
 static long huge_pool(long set)
 {
-    FILE *f = fopen("/proc/sys/vm/nr_hugepages", set < 0 ? "r" : "w");
+    FILE *f;
     long v = -1;
 
+    if (set >= 0 && (f = fopen("/proc/sys/vm/nr_hugepages", "w")) != NULL) {
+        fprintf(f, "%ld\n", set);
+        fclose(f);
+    }
+    f = fopen("/proc/sys/vm/nr_hugepages", "r");
     if (f == NULL)
         return -1;
-    if (set < 0 ? fscanf(f, "%ld", &v) != 1 : fprintf(f, "%ld\n", set) < 0)
+    if (fscanf(f, "%ld", &v) != 1)
         v = -1;
-    else if (set >= 0)
-        v = set;
-    if (fclose(f) != 0)
-        v = -1;
+    fclose(f);
     return v;
 }
 
