@@ -526,21 +526,20 @@ static index_entry_t *spill_candidate(const store_t *s, uint64_t now_ms)
     return NULL;
 }
 
-/* The oldest clean ancestor of c still in RAM that nobody pins (a lease does not hold a chunk
+/* The nearest clean ancestor of c still in RAM that nobody pins (a lease does not hold a chunk
  * with a disk copy in RAM: index.h) and that was used no later than clock_max, looking at most
- * STORE_SPILL_SCAN ancestors up; NULL when none. Releasing it costs nothing, frees its RAM at
- * once, and it is older than c (a chain's head is written first, but leaves RAM last). */
+ * STORE_SPILL_SCAN ancestors up; NULL when none. Releasing it costs nothing and frees its RAM at
+ * once. */
 static index_entry_t *clean_ancestor(const index_entry_t *c, uint64_t clock_max)
 {
-    index_entry_t *found = NULL;
     unsigned n = 0;
 
     for (index_entry_t *p = c->parent; p != NULL && n < STORE_SPILL_SCAN; p = p->parent, n++)
         if ((p->flags & (INDEX_F_RAM | INDEX_F_DISK | INDEX_F_SPILL)) ==
                 (INDEX_F_RAM | INDEX_F_DISK) &&
             p->pins == 0 && p->clock <= clock_max)
-            found = p;
-    return found;
+            return p;
+    return NULL;
 }
 
 /*
@@ -591,15 +590,14 @@ int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uin
             if (c != NULL)
                 v = c;
         }
-        if (v != NULL && (v->flags & INDEX_F_WBUF)) {
-            index_entry_t *a = clean_ancestor(v, UINT64_MAX); /* older, and released at once */
-            if (a != NULL)
-                v = a;
-        } else if (v != NULL && s->disk != NULL && !(v->flags & INDEX_F_DISK)) {
-            /* the tail would be dropped (no clean tail within the scan): a clean ancestor of it
-             * used no more recently (the cleaner writes a chain from its head, so a chain cut by
-             * the cleaner is clean bytes that are no tail) gives its RAM instead, and nothing is
-             * lost; a prefix used since (shared, hot) is not taken */
+        if (v != NULL && s->disk != NULL && !(v->flags & INDEX_F_DISK)) {
+            /* v would be spilled (its write is in flight) or dropped (no clean tail within the
+             * scan): a clean ancestor of it used no more recently gives its RAM instead, at once
+             * and with nothing lost (the cleaner writes a chain from its head, so a chain cut by
+             * the cleaner is clean bytes that are no tail); a prefix used since (shared, hot) is
+             * not taken. The nearest one: its disk copy is the newest of them (segments are
+             * reclaimed oldest first, and a disk-only chunk reclaimed cuts its chain), and the
+             * chain's head stays in RAM */
             index_entry_t *a = clean_ancestor(v, v->clock);
             if (a != NULL)
                 v = a;

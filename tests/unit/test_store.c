@@ -669,8 +669,9 @@ START_TEST(store_write_back_lifecycle)
 END_TEST
 
 /* A chain the cleaner has written up to its middle (its head clean, its tail dirty) in a full
- * RAM tier: a save that needs room releases the RAM copy of a clean ancestor (still on disk)
- * rather than drop the dirty tail, which has no other copy. */
+ * RAM tier: a save that needs room releases the RAM copy of the nearest clean ancestor (still on
+ * disk, chunk 7: the head stays in RAM) rather than drop the dirty tail, which has no other copy;
+ * but a prefix used after the tail is not taken: then the cold tail goes, as before. */
 START_TEST(store_eviction_spares_a_dirty_tail)
 {
     dfixture_t d;
@@ -688,7 +689,23 @@ START_TEST(store_eviction_spares_a_dirty_tail)
     store_disk_stats(f->st, &ds);
     ck_assert_uint_eq(ds.counts.refused, 0);
     ck_assert_uint_eq(ds.counts.demoted_clean, 1);
-    ck_assert_uint_eq(lookup_chain(f, 0, 1, 16), 16); /* chunk 0 on disk, nothing lost */
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 16), 16); /* chunk 7 on disk, nothing lost */
+    ck_assert_ptr_nonnull(arena_bytes(f, 1, 0));      /* the head still in RAM */
+    ck_assert_ptr_null(arena_bytes(f, 1, 7));
+    ck_assert_int_eq(store_check(f->st), 0);
+    dfixture_fini(&d);
+
+    /* the same, but chunks 0-7 are used after the tail (a lookup of that prefix alone) */
+    dfixture_init(&d, 0);
+    save_chain(f, 0, 1, 0, 16, 65536, 0, st);
+    run_until_flushed(f);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 8), 8);
+    save_chain(f, 0, 2, 0, 1, 65536, 0, st);
+    ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+    store_disk_stats(f->st, &ds);
+    ck_assert_uint_eq(ds.counts.refused, 1); /* the cold tail, chunk 15 */
+    ck_assert_uint_eq(ds.counts.demoted_clean, 0);
+    ck_assert_uint_eq(lookup_chain(f, 0, 1, 16), 15);
     ck_assert_int_eq(store_check(f->st), 0);
     dfixture_fini(&d);
 }
