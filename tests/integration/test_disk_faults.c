@@ -60,17 +60,9 @@ static harness_t *start(const char *dir, const char *capacity, const char *segme
     return start_cleaning(dir, capacity, segment, ram_bytes, "0");
 }
 
-static const char *disk_str(json_t *st, const char *key)
-{
-    json_t *v = json_object_get(json_object_get(st, "disk"), key);
-
-    ck_assert_msg(json_is_string(v), "disk.%s is not a string", key);
-    return json_string_value(v);
-}
-
 static int pred_state(json_t *st, void *arg)
 {
-    return strcmp(disk_str(st, "state"), arg) == 0;
+    return strcmp(harness_jstr(st, "disk.state"), arg) == 0;
 }
 
 static json_t *wait_state(const harness_t *h, const char *state)
@@ -85,11 +77,7 @@ static json_t *wait_state(const harness_t *h, const char *state)
 static void save_chains(const harness_t *h, kvt_client_t *c, uint32_t first, uint32_t last,
                         int paced)
 {
-    for (uint32_t s = first; s <= last; s++) {
-        ck_assert_uint_eq(harness_save_chain(c, s, PER, CH, 0), PER);
-        if (paced)
-            harness_wait_disk_drained(h);
-    }
+    harness_save_chains(h, c, first, last, PER, CH, paced);
 }
 
 /* Loads chains first..last (zero wrong bytes: harness_load_chain asserts it); returns the chunks
@@ -219,11 +207,12 @@ START_TEST(test_truncated_segment)
     ck_assert_uint_lt(loaded, PER);
     st = harness_wait_status(h, pred_segment_faults, &one, HARNESS_DEADLINE_MS);
     ck_assert_msg(st != NULL, "the truncated segment was never reported");
-    ck_assert_str_eq(disk_str(st, "state"), "degraded");
-    ck_assert_str_ne(disk_str(st, "last_error"), "");
+    ck_assert_str_eq(harness_jstr(st, "disk.state"), "degraded");
+    ck_assert_str_ne(harness_jstr(st, "disk.last_error"), "");
     printf("truncated segment: state degraded, last_error \"%s\" (%s), %zu of %u chunks of the "
            "chain loaded\n",
-           disk_str(st, "last_error"), disk_str(st, "last_error_op"), loaded, PER);
+           harness_jstr(st, "disk.last_error"), harness_jstr(st, "disk.last_error_op"), loaded,
+           PER);
     json_decref(st);
     segment_fault_end(&h, &c, dir, segs, n, "truncated segment");
 }
@@ -247,9 +236,9 @@ START_TEST(test_deleted_segment)
     ck_assert_int_eq(unlink(segs[0]), 0);
     st = harness_wait_status(h, pred_segment_faults, &one, HARNESS_DEADLINE_MS);
     ck_assert_msg(st != NULL, "the deleted segment was never reported");
-    ck_assert_str_eq(disk_str(st, "state"), "degraded");
-    ck_assert_str_eq(disk_str(st, "last_error_op"), "segment");
-    ck_assert_str_eq(disk_str(st, "last_error"), strerror(ENOENT));
+    ck_assert_str_eq(harness_jstr(st, "disk.state"), "degraded");
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error_op"), "segment");
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error"), strerror(ENOENT));
     json_decref(st);
     /* still readable through the open descriptor until the restart */
     ck_assert_uint_eq(harness_load_chain(c, 1, PER, CH, 0), PER);
@@ -277,8 +266,8 @@ START_TEST(test_enospc_restart)
     c = harness_client(h, "faults", 1, 0, 0);
     save_chains(h, c, 1, 10, 1); /* 10 MiB through 4 MiB of RAM onto a 2 MiB filesystem */
     st = wait_state(h, "degraded");
-    ck_assert_str_eq(disk_str(st, "last_error"), strerror(ENOSPC));
-    ck_assert_str_eq(disk_str(st, "last_error_op"), "write");
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error"), strerror(ENOSPC));
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error_op"), "write");
     json_decref(st);
     kvt_close(&c);
     restart(&h, dir, "16MiB", "1MiB");
@@ -333,8 +322,9 @@ START_TEST(test_unwritable_directory)
     }
     ck_assert_int_eq(set_immutable(dir, 0), 0);
     ck_assert_msg(st != NULL, "a directory refusing new files never degraded the tier");
-    ck_assert_str_eq(disk_str(st, "last_error_op"), "write");
-    printf("unwritable directory: state degraded, last_error \"%s\"\n", disk_str(st, "last_error"));
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error_op"), "write");
+    printf("unwritable directory: state degraded, last_error \"%s\"\n",
+           harness_jstr(st, "disk.last_error"));
     json_decref(st);
     st = NULL;
     for (int i = 0; i < 40 && st == NULL; i++, next++) {

@@ -119,14 +119,9 @@ static int load_chain(kvt_client_t *c, uint32_t seed, uint32_t *missing_at)
 }
 
 /* Looks chain seed up (PER chunks); returns its hit. */
-static uint32_t lookup_chain(kvt_client_t *c, uint32_t seed)
+static size_t lookup_chain(kvt_client_t *c, uint32_t seed)
 {
-    kvt_hash_t hs[PER];
-    kvt_lookup_result_t r = {0};
-
-    harness_chain(seed, hs, PER);
-    ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &r), 0);
-    return r.hit;
+    return harness_lookup_chain(c, seed, PER);
 }
 
 static int pred_flushed(json_t *st, void *arg)

@@ -109,39 +109,21 @@ static harness_t *start(const char *dir, const char *fsync)
     return start_with(dir, fsync, "2MiB", 2000);
 }
 
-static const char *disk_str(json_t *st, const char *key)
-{
-    json_t *v = json_object_get(json_object_get(st, "disk"), key);
-
-    ck_assert_msg(json_is_string(v), "disk.%s is not a string", key);
-    return json_string_value(v);
-}
-
 static int pred_state(json_t *st, void *arg)
 {
-    return strcmp(disk_str(st, "state"), arg) == 0;
+    return strcmp(harness_jstr(st, "disk.state"), arg) == 0;
 }
 
-/* Saves chains first..last, draining the write buffer after each when paced. */
 static void save_chains(const harness_t *h, kvt_client_t *c, uint32_t first, uint32_t last,
                         int paced)
 {
-    for (uint32_t s = first; s <= last; s++) {
-        ck_assert_uint_eq(harness_save_chain(c, s, PER, CH, 0), PER);
-        if (paced)
-            harness_wait_disk_drained(h);
-    }
+    harness_save_chains(h, c, first, last, PER, CH, paced);
 }
 
 /* The chunks of chain seed the daemon reports present (a lookup's hit prefix). */
 static size_t present(kvt_client_t *c, uint32_t seed)
 {
-    kvt_hash_t hs[PER];
-    kvt_lookup_result_t res = {0};
-
-    harness_chain(seed, hs, PER);
-    ck_assert_int_eq(kvt_lookup(c, hs, PER, NULL, &res), 0);
-    return res.hit;
+    return harness_lookup_chain(c, seed, PER);
 }
 
 /* Capacities hold: RAM and disk used within their bounds. */
@@ -223,8 +205,8 @@ START_TEST(test_read_eio_is_a_miss)
     ck_assert_int_gt(injected("reads"), 0);
     st = harness_wait_status(h, pred_state, "degraded", HARNESS_DEADLINE_MS);
     ck_assert_msg(st != NULL, "failed reads never reached disk.state");
-    ck_assert_str_eq(disk_str(st, "last_error_op"), "read");
-    ck_assert_str_eq(disk_str(st, "last_error"), strerror(EIO));
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error_op"), "read");
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error"), strerror(EIO));
     ck_assert_int_gt(harness_jint(st, "disk.read_errors"), 0);
     json_decref(st);
     /* what failed is no longer reported present: no lookup promises a chunk no load can serve */
@@ -263,8 +245,8 @@ static void write_faults(const char *words, const char *fsync, const char *kind)
     }
     ck_assert_msg(st != NULL, "failing %s never degraded the tier", kind);
     ck_assert_int_gt(injected(kind), 0);
-    ck_assert_str_eq(disk_str(st, "last_error_op"), "write");
-    ck_assert_str_eq(disk_str(st, "last_error"), strerror(EIO));
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error_op"), "write");
+    ck_assert_str_eq(harness_jstr(st, "disk.last_error"), strerror(EIO));
     ck_assert_int_gt(harness_jint(st, "disk.write_errors"), 0);
     json_decref(st);
     /* a save burst into the degraded tier: every save stored */

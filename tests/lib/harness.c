@@ -358,6 +358,14 @@ json_t *harness_wait_status(const harness_t *h, harness_pred_fn pred, void *arg,
     }
 }
 
+const char *harness_jstr(json_t *status, const char *dotted)
+{
+    json_t *v = tool_json_path(status, dotted);
+
+    ck_assert_msg(json_is_string(v), "status.%s is missing or not a string", dotted);
+    return json_string_value(v);
+}
+
 int harness_pred_int_eq(json_t *status, void *arg)
 {
     const harness_int_eq_t *e = arg;
@@ -496,6 +504,29 @@ static int pred_disk_drained(json_t *st, void *arg)
     (void)arg;
     return harness_jint(st, "disk.write_buffer_chunks") == 0 &&
            harness_jint(st, "disk.reads_in_flight") == 0;
+}
+
+void harness_save_chains(const harness_t *h, kvt_client_t *c, uint32_t first, uint32_t last,
+                         size_t n, size_t len, int paced)
+{
+    for (uint32_t s = first; s <= last; s++) {
+        ck_assert_uint_eq(harness_save_chain(c, s, n, len, 0), n);
+        if (paced)
+            harness_wait_disk_drained(h);
+    }
+}
+
+size_t harness_lookup_chain(kvt_client_t *c, uint32_t seed, size_t n)
+{
+    kvt_hash_t hs[64];
+    kvt_lookup_result_t r = {0};
+    int rc;
+
+    ck_assert_uint_le(n, 64);
+    harness_chain(seed, hs, n);
+    rc = kvt_lookup(c, hs, n, NULL, &r);
+    ck_assert_msg(rc == 0, "kvt_lookup: %s", kvt_strerror(rc));
+    return r.hit;
 }
 
 void harness_wait_disk_drained(const harness_t *h)

@@ -102,6 +102,9 @@ int64_t harness_stat(const harness_t *h, const char *dotted);
 typedef int (*harness_pred_fn)(json_t *status, void *arg);
 json_t *harness_wait_status(const harness_t *h, harness_pred_fn pred, void *arg, int timeout_ms);
 
+/* The string at dotted in status (asserted present and a string; borrowed from status). */
+const char *harness_jstr(json_t *status, const char *dotted);
+
 /* Predicate argument for harness_pred_int_eq: the integer at path equals value. */
 typedef struct {
     const char *path;
@@ -142,6 +145,14 @@ size_t harness_save_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, 
 /* Loads chain seed as saved by harness_save_chain and fails the test on any chunk that loads with
  * other bytes or another length; returns how many loaded. */
 size_t harness_load_chain(kvt_client_t *c, uint32_t seed, size_t n, size_t len, uint32_t rank);
+
+/* Saves chains first..last (n chunks of len bytes each, rank 0), asserting every chunk stored;
+ * when paced, waits for the disk's write buffer to drain after each (harness_wait_disk_drained). */
+void harness_save_chains(const harness_t *h, kvt_client_t *c, uint32_t first, uint32_t last,
+                         size_t n, size_t len, int paced);
+
+/* The hit prefix of a lookup of chain seed's first n hashes (n <= 64; asserts the call). */
+size_t harness_lookup_chain(kvt_client_t *c, uint32_t seed, size_t n);
 
 /* Waits (polling status) until the disk tier's write buffer is empty and no read runs: a
  * demotion made after it finds the buffer free. Fails the test after HARNESS_DEADLINE_MS. */
