@@ -503,7 +503,8 @@ static int pred_disk_drained(json_t *st, void *arg)
 {
     (void)arg;
     return harness_jint(st, "disk.write_buffer_chunks") == 0 &&
-           harness_jint(st, "disk.reads_in_flight") == 0;
+           harness_jint(st, "disk.reads_in_flight") == 0 &&
+           harness_jint(st, "disk.reads_queued") == 0;
 }
 
 void harness_save_chains(const harness_t *h, kvt_client_t *c, uint32_t first, uint32_t last,
