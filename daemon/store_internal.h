@@ -115,7 +115,8 @@ struct store {
     uint64_t resv_foot;       /* footprints of shared-memory reservations not committed yet */
     prefetch_seen_t *pf_seen; /* store_lookup_all: the read-ahead candidates of one lookup */
     /* a stalled disk (store_io.c, "Stalled reads"): the loads waiting on reads, oldest first,
-     * and when a read last finished (or started with none in flight), uv_hrtime ms */
+     * and when the first read started with none in flight (uv_hrtime ms; the workers stamp
+     * when a read finished: disk_read_done_ms) */
     struct load_batch *waiting_head, *waiting_tail;
     uint64_t read_progress_ms; /* (dk.read_stalled says whether they are stalled now) */
 };

@@ -818,13 +818,10 @@ static void read_done_cb(void *arg, int rc)
 
     if (e->reading == r)
         e->reading = NULL;
-    s->read_progress_ms = uv_hrtime() / 1000000u;
     if (s->dk.read_stalled) {
         s->dk.read_stalled = false;
         log_info("disk_read_resumed", "reads_pending=%u", disk_reads_pending(s->disk));
     }
-    for (batch_slot_t *x = w; x != NULL; x = x->next)
-        x->read = NULL;
     if (r->prefetch)
         s->pf_bytes -= ram_footprint(s->ram, r->len);
     if (r->off != UINT64_MAX) {
@@ -852,6 +849,7 @@ static void read_done_cb(void *arg, int rc)
     }
     for (; w != NULL; w = next) {
         next = w->next;
+        w->read = NULL;
         if (rc == 0 && !(e->flags & INDEX_F_LIMBO) && (store__in_arena(e) || r->heap != NULL)) {
             s->st.hits++;
             s->dk.hits++;
@@ -1044,7 +1042,7 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
  * nobody waiting for it. Progress, not a per-load deadline, is the rule: a large load from a slow
  * but working disk finishes reads all along and is never cut short. Progress is when a read last
  * finished its system calls, stamped by the worker itself (disk_read_done_ms), or when the loop
- * ran its callback or started the first read after none was in flight, on the monotonic clock
+ * started the first read after none was in flight, on the monotonic clock
  * (uv_hrtime, not the loop's cached time): a loop busy for a while, whose completions wait to be
  * run, does not make a working disk look stalled. Checked from store_tick (the server's sweep,
  * once a second), so a load waits at most read_stall_ms plus a second. Lookups still report
@@ -1085,8 +1083,9 @@ void store__read_stall_check(store_t *s)
         return;
     }
     pending = disk_reads_pending(s->disk);
-    progress = s->read_progress_ms > disk_read_done_ms(s->disk) ? s->read_progress_ms
-                                                                : disk_read_done_ms(s->disk);
+    progress = disk_read_done_ms(s->disk);
+    if (s->read_progress_ms > progress)
+        progress = s->read_progress_ms;
     if (pending == 0 || (!s->dk.read_stalled && now_ms - progress < stall_ms))
         return;
     if (!s->dk.read_stalled) {
