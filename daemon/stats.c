@@ -574,6 +574,13 @@ static const stats_field_t recovery_fields[] = {
         .help = h, .when = tier_open                                                               \
     }
 
+/* A time of the open tier in seconds (a double derived from the disk's nanoseconds or ms). */
+#define DISK_SECS(k, field, kd, h)                                                                 \
+    {                                                                                              \
+        .key = k, .type = T_DOUBLE, .off = offsetof(D, field), .kind = kd, .unit = "seconds",      \
+        .help = h, .when = tier_open                                                               \
+    }
+
 static const stats_field_t disk_fields[] = {
     NUM(D, "enabled", T_BOOL, disk.enabled, GAUGE, NULL, "Whether disk.enabled is set."),
     WORD(D, "state", disk.state, disk_state_words,
@@ -667,29 +674,14 @@ static const stats_field_t disk_fields[] = {
      .when = tier_open},
     DISK("verify_drops", verify_drops, COUNTER, NULL,
          "Records not written because their bytes no longer matched their checksum."),
-    {.key = "write_seconds",
-     .type = T_DOUBLE,
-     .off = offsetof(D, disk_write_seconds),
-     .kind = COUNTER,
-     .unit = "seconds",
-     .help = "Time the flushes spent in their write system calls (bytes_written over it is the "
-             "writer's bandwidth).",
-     .when = tier_open},
-    {.key = "read_seconds",
-     .type = T_DOUBLE,
-     .off = offsetof(D, disk_read_seconds),
-     .kind = COUNTER,
-     .unit = "seconds",
-     .help = "Time the reads spent in their read system calls, summed over parallel reads.",
-     .when = tier_open},
-    {.key = "flush_running_seconds",
-     .type = T_DOUBLE,
-     .off = offsetof(D, disk_flush_running_seconds),
-     .kind = GAUGE,
-     .unit = "seconds",
-     .help = "How long the flush in flight has been running (0: none). A disk that hangs keeps "
-             "its flush running: alert when this stays above a few seconds.",
-     .when = tier_open},
+    DISK_SECS("write_seconds", disk_write_seconds, COUNTER,
+              "Time the flushes spent in their write system calls (bytes_written over it is the "
+              "writer's bandwidth)."),
+    DISK_SECS("read_seconds", disk_read_seconds, COUNTER,
+              "Time the reads spent in their read system calls, summed over parallel reads."),
+    DISK_SECS("flush_running_seconds", disk_flush_running_seconds, GAUGE,
+              "How long the flush in flight has been running (0: none). A disk that hangs keeps "
+              "its flush running: alert when this stays above a few seconds."),
     {.key = "recovery",
      .type = T_OBJECT,
      .kind = INFO,

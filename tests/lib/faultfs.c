@@ -52,7 +52,7 @@
 typedef enum { OP_READ, OP_WRITE, OP_SYNC } op_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static bool inited;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char dir[512], ctl[512];
 static size_t dir_len;
 static struct timespec ctl_mtime;
@@ -70,11 +70,10 @@ static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
 static int (*real_fdatasync)(int);
 static int (*real_fsync)(int);
 
-static void init_locked(void)
+static void init_once(void)
 {
     const char *d = getenv("KVT_FAULTFS_DIR"), *c = getenv("KVT_FAULTFS_CTL");
 
-    inited = true;
     real_pread = (ssize_t(*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
     real_pwrite = (ssize_t(*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
     real_preadv = (ssize_t(*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
@@ -186,10 +185,7 @@ static int decide(int fd, op_t op)
     bool stalled = false;
     uint32_t delay;
 
-    pthread_mutex_lock(&mu);
-    if (!inited)
-        init_locked();
-    pthread_mutex_unlock(&mu);
+    pthread_once(&once, init_once);
     if (!watched(fd))
         return 0;
     pthread_mutex_lock(&mu);
