@@ -188,6 +188,8 @@ static const config_key_t config_keys[] = {
     ROW_U32("disk.read_stall_ms", disk.read_stall_ms, 0, 600000, 2000, .live = true),
     ROW_SIZE("disk.write_buffer_bytes", disk.write_buffer_bytes, 64 * KIB, 4 * GIB, 80 * MIB),
     ROW_BOOL("disk.direct_io", disk.direct_io, true),
+    ROW_WORD("disk.staging", disk.staging, config_staging_words, CONFIG_STAGING_AUTO),
+    ROW_SIZE("disk.read_staging_bytes", disk.read_staging_bytes, 0, 4 * GIB, 32 * MIB),
     ROW_U32("disk.checkpoint_interval_s", disk.checkpoint_interval_s, 0, 86400, 300),
     ROW_WORD("log.level", log.level, log_level_words, LOG_INFO, .live = true),
     ROW_GBOOL("gates.admission.enabled", admission.enabled, false),
@@ -218,11 +220,13 @@ static const config_key_t config_keys[] = {
 #define CONFIG_NKEYS (sizeof config_keys / sizeof config_keys[0])
 
 const char *const config_fsync_words[] = {"none", "segment", "record", NULL};
+const char *const config_staging_words[] = {"auto", "on", "off", NULL};
 
 /* KEY_WORD fields are enums stored as int. */
 _Static_assert(sizeof(log_level_t) == sizeof(int), "log_level_t is an int-sized enum");
 _Static_assert(sizeof(codec_mode_t) == sizeof(int), "codec_mode_t is an int-sized enum");
 _Static_assert(sizeof(config_fsync_t) == sizeof(int), "config_fsync_t is an int-sized enum");
+_Static_assert(sizeof(config_staging_t) == sizeof(int), "config_staging_t is an int-sized enum");
 _Static_assert(sizeof(gates_policy_t) == sizeof(int), "gates_policy_t is an int-sized enum");
 
 /* Where a walk writes: a whole config_t (global keys) or one namespace's gates_cfg_t. */

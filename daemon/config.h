@@ -43,6 +43,14 @@ typedef enum { CONFIG_FSYNC_NONE = 0, CONFIG_FSYNC_SEGMENT, CONFIG_FSYNC_RECORD 
 /* The words of disk.fsync, indexed by config_fsync_t, NULL-terminated. */
 extern const char *const config_fsync_words[];
 
+/* disk.staging: whether the disk tier's direct I/O goes through huge-page staging memory
+ * (stage.h, disk.h): auto = reads, when the kernel gives madvised memory huge pages and the
+ * arena's own pages are small; on = reads and flushes; off = neither. */
+typedef enum { CONFIG_STAGING_AUTO = 0, CONFIG_STAGING_ON, CONFIG_STAGING_OFF } config_staging_t;
+
+/* The words of disk.staging, indexed by config_staging_t, NULL-terminated. */
+extern const char *const config_staging_words[];
+
 typedef struct {
     char name[256];    /* namespace model name */
     gates_cfg_t gates; /* global defaults with this namespace's keys applied */
@@ -109,6 +117,8 @@ typedef struct {
                                           loads waiting are answered (2000; 0: never) */
         uint64_t write_buffer_bytes;   /* the budget of one of the two write batches */
         bool direct_io;                /* O_DIRECT segment I/O where the filesystem allows it */
+        config_staging_t staging;      /* "auto" | "on" | "off" (stage.h) */
+        uint64_t read_staging_bytes;   /* the staging memory of reads in flight (with staging) */
 
         /* the index checkpoint (checkpoint.h): every this many seconds while running, and at a
            clean stop; 0..86400 (300; 0: at the stop only) */

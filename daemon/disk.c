@@ -22,8 +22,10 @@
  * every record verifies the lent bytes against the record's csum (a mismatch - the bytes changed
  * since they were committed - is not written: committed() gets -EBADMSG), compresses them into
  * the staging buffer when that pays, encodes the header into its 4 KiB block there, and writes
- * the whole batch with pwritev from the staging blocks and the arena extents themselves, then
- * fdatasyncs (fsync "record"). The after-work callback shrinks the reservation to the bytes
+ * the whole batch with pwritev from the staging blocks and the arena extents themselves (with
+ * staged flushes, disk.staging "on", each raw payload is copied into the staging area first and
+ * the copy is verified and written, DISK_STAGE_PIECE at a time), then fdatasyncs (fsync
+ * "record"). The after-work callback shrinks the reservation to the bytes
  * written and reports each record to the store (committed), DISK_COMMIT_SLICE records per loop
  * turn, so that a batch of many small records never holds the loop. A failed write (ENOSPC,
  * EIO) truncates the segment back to where the flush started, fails the batch and puts the tier
@@ -56,12 +58,13 @@
  *
  * Read path: a read job holds a reference on its segment (a reclaimed segment's file is
  * unlinked but its descriptor stays open until the last reader finishes), preadv's the header
- * block and the payload (into the caller's extent for a raw record, into a staging buffer for a
- * compressed one), checks every header field against what the index expects (hash, rank,
- * lengths, csum), decompresses into the extent and verifies the raw bytes against the csum. At
- * most max_reads_in_flight jobs run; the rest wait in a FIFO. The thread pool is sized so that
- * these jobs and the flush can never occupy every thread (store.h, store_pool_threads): checksum
- * and copy jobs of saves never queue behind the disk.
+ * block and the payload (into the job's extent of the reads' staging memory, disk.h "Staging",
+ * then copied into the caller's extent while verified; without one, into the caller's extent
+ * for a raw record, into a buffer of the job for a compressed one), checks every header field
+ * against what the index expects (hash, rank, lengths, csum), decompresses into the extent and
+ * verifies the raw bytes against the csum. At most max_reads_in_flight jobs run; the rest wait in a
+ * FIFO. The thread pool is sized so that these jobs and the flush can never occupy every thread
+ * (store.h, store_pool_threads): checksum and copy jobs of saves never queue behind the disk.
  *
  * Capacity: used_bytes = the sum of the segments' sizes rounded up to 4 KiB (the filesystem's
  * block) plus the in-flight reservation; it never exceeds capacity_bytes.
@@ -78,8 +81,9 @@
  * whose payload fails is skipped (counted); a header that does not decode, or a record running
  * past the end of the file (a torn tail after a crash), ends the scan of that segment and the
  * file is truncated there. A file that cannot be opened or read is logged and left alone.
- * Recovery is synchronous and reads every byte; a checkpoint of the index would make it
- * proportional to the tail only (not done).
+ * Recovery is synchronous; with a current index checkpoint (checkpoint.h) it reads only what
+ * the checkpoint does not cover (the tails of its segments and the segments after it), else
+ * every byte.
  *
  * Threads: the loop thread owns everything here; a job's buffers belong to its worker between
  * uv_queue_work and the after-work callback. The lent arena bytes are read (and their padding
@@ -95,6 +99,7 @@
 #include "kvt_proto.h"
 #include "log.h"
 #include "notify.h"
+#include "stage.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -117,10 +122,11 @@
 #define DISK_PROGRESS_MS 1000u /* recovery progress lines at most this often */
 #define DISK_SHUFFLE_ELEM 2u
 #define DISK_PATH_MAX (CONFIG_PATH_MAX + 32)
-#define DISK_COMMIT_SLICE 256u /* committed() calls per loop turn */
-#define DISK_IOV_MAX 1024      /* iovecs per pwritev/preadv (IOV_MAX on Linux) */
-#define DISK_AUTO_MARGIN 0.05  /* auto compresses only when reads get at least this faster */
-#define DISK_EMA_WEIGHT 0.125  /* weight of one job in the moving averages of byte times */
+#define DISK_COMMIT_SLICE 256u      /* committed() calls per loop turn */
+#define DISK_IOV_MAX 1024           /* iovecs per pwritev/preadv (IOV_MAX on Linux) */
+#define DISK_AUTO_MARGIN 0.05       /* auto compresses only when reads get at least this faster */
+#define DISK_EMA_WEIGHT 0.125       /* weight of one job in the moving averages of byte times */
+#define DISK_STAGE_PIECE (8u << 20) /* staged flushes write this much per system call */
 
 typedef enum { DISK_OK = 0, DISK_DEGRADED } disk_state_t;
 /* (disk_fault_op_t, disk.h: what last_error is of) */
@@ -201,6 +207,8 @@ struct read_job {
     uint64_t raw_len;
     uint64_t csum;
     uint8_t *dst;
+    uint8_t *stage; /* staging extent of stage_len bytes (read_start), or NULL: into dst */
+    uint64_t stage_len;
     disk_read_cb cb;
     void *arg;
     int rc;
@@ -236,7 +244,12 @@ struct disk {
     wbuf_t *fill;
     wbuf_t *flushing;
     flush_job_t *committing; /* its commits are being reported, a slice per turn */
-    uint8_t *out;            /* staging of the flush in flight: header blocks, lz4 payloads */
+    uint8_t *out;            /* staging of the flush in flight: header blocks, lz4 payloads,
+                                and with staging the raw payloads too (stage_base(wstage)) */
+    bool staging;            /* flushes go through huge-page staging memory (stage.h) */
+    stage_t *wstage;         /* with staged flushes: theirs (out), disk.write_buffer_bytes */
+    stage_t *rstage;         /* with staged reads: theirs, disk.read_staging_bytes (or NULL) */
+    uint64_t reads_staged;   /* reads that went through rstage */
     uint64_t next_seq;
 
     read_job_t *qhead, *qtail;
@@ -488,24 +501,48 @@ static int flush_create(flush_job_t *j)
     return 0;
 }
 
+/* Appends (base, len) to iov, extending the last entry when it ends where base starts. */
+static void iov_add(struct iovec *iov, size_t *niov, void *base, uint64_t len)
+{
+    struct iovec *last = *niov > 0 ? &iov[*niov - 1] : NULL;
+
+    if (last != NULL && (uint8_t *)last->iov_base + last->iov_len == (uint8_t *)base)
+        last->iov_len += (size_t)len;
+    else
+        iov[(*niov)++] = (struct iovec){base, (size_t)len};
+}
+
 /* Encodes record r of the batch: verifies its bytes, compresses them into the staging area at
- * *sp when that pays, and appends its header block and payload to iov. */
-static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *cal,
+ * *sp when that pays, and appends its header block and payload to iov. With staging the raw
+ * bytes are copied into the staging area first, and the copy is what is verified, compressed
+ * and written: bytes changed in the arena after the copy cannot reach the disk, and the worker
+ * never writes into the shared arena. cbuf (staging and compression only) takes lz4's output. */
+static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *cbuf, uint8_t *cal,
                          struct iovec *iov, size_t *niov, uint64_t *sp, uint64_t *fpos)
 {
     disk_t *d = j->d;
     uint64_t raw = r->m.raw_len, hb = record_payload_off(&r->m), stored = raw;
-    uint8_t *hdr = d->out + *sp, *pay = hdr + hb, codec = RECORD_CODEC_RAW;
+    uint8_t *hdr = d->out + *sp, *pay = hdr + hb, *src = r->data, codec = RECORD_CODEC_RAW;
+    uint64_t sum;
     int hl;
 
-    if (record_csum(r->data, raw) != r->m.csum) {
+    if (d->staging) {
+        sum = record_copy_csum(pay, r->data, raw);
+        src = pay;
+    } else {
+        sum = record_csum(r->data, raw);
+    }
+    if (sum != r->m.csum) {
         r->rc = -EBADMSG; /* changed since it was committed: never written as valid */
         return;
     }
-    memset(r->data + raw, 0, round_block(raw) - raw);
-    if (scratch != NULL)
-        stored = codec_encode(d->mode, j->max_ratio, DISK_SHUFFLE_ELEM, r->data, raw, pay, raw,
-                              scratch, &codec);
+    memset(src + raw, 0, round_block(raw) - raw);
+    if (scratch != NULL) {
+        stored = codec_encode(d->mode, j->max_ratio, DISK_SHUFFLE_ELEM, src, raw,
+                              d->staging ? cbuf : pay, raw, scratch, &codec);
+        if (codec != RECORD_CODEC_RAW && d->staging)
+            memcpy(pay, cbuf, stored);
+    }
     if (codec != RECORD_CODEC_RAW && cal != NULL && j->dec_bytes == 0) {
         uint64_t t0 = uv_hrtime();
         if (codec_decode(codec, DISK_SHUFFLE_ELEM, pay, stored, cal, raw, scratch) == 0) {
@@ -522,15 +559,15 @@ static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *c
         return;
     }
     memset(hdr + hl, 0, hb - (uint64_t)hl);
-    iov[(*niov)++] = (struct iovec){hdr, hb};
-    if (codec == RECORD_CODEC_RAW) {
-        iov[(*niov)++] = (struct iovec){r->data, round_block(raw)};
+    iov_add(iov, niov, hdr, hb);
+    if (codec == RECORD_CODEC_RAW && !d->staging) {
+        iov_add(iov, niov, r->data, round_block(raw));
         *sp += hb;
     } else {
         memset(pay + stored, 0, round_block(stored) - stored);
-        iov[(*niov)++] = (struct iovec){pay, round_block(stored)};
+        iov_add(iov, niov, pay, round_block(stored));
         *sp += hb + round_block(stored);
-        j->compressed++;
+        j->compressed += codec != RECORD_CODEC_RAW;
     }
     r->loc = (disk_loc_t){.seg = j->seg->id,
                           .off = j->start + *fpos,
@@ -542,14 +579,31 @@ static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *c
     j->stored += stored;
 }
 
+/* Writes what iov holds at the flush's file position *done (advanced), timing the calls. */
+static int flush_write(flush_job_t *j, int fd, struct iovec *iov, size_t *niov, uint64_t *done)
+{
+    uint64_t bytes = 0, t0 = uv_hrtime();
+    int rc;
+
+    for (size_t i = 0; i < *niov; i++)
+        bytes += iov[i].iov_len;
+    rc = iov_full(fd, iov, *niov, j->start + *done, true);
+    j->write_ns += uv_hrtime() - t0;
+    *done += bytes;
+    *niov = 0;
+    return rc;
+}
+
 static void flush_work(uv_work_t *req)
 {
     flush_job_t *j = req->data;
     disk_t *d = j->d;
     wbuf_t *wb = j->wb;
     char path[DISK_PATH_MAX];
-    uint64_t sp = 0, fpos = 0, maxraw = 0, t0;
-    uint8_t *scratch = NULL, *cal = NULL;
+    uint64_t sp = 0, fpos = 0, done = 0, maxraw = 0, t0;
+    uint64_t piece = d->wb_bytes < DISK_STAGE_PIECE ? d->wb_bytes : DISK_STAGE_PIECE;
+    uint8_t *scratch = NULL, *cbuf = NULL, *cal = NULL;
+    bool compress = !j->raw_only && d->mode != CODEC_MODE_OFF;
     struct iovec *iov;
     size_t niov = 0;
     int fd = j->fd;
@@ -572,22 +626,35 @@ static void flush_work(uv_work_t *req)
     for (uint32_t i = 0; i < wb->n; i++)
         if (wb->recs[i].m.raw_len > maxraw)
             maxraw = wb->recs[i].m.raw_len;
-    if (!j->raw_only && d->mode != CODEC_MODE_OFF) {
+    if (compress) {
         scratch = malloc(maxraw);
+        cbuf = d->staging ? malloc(maxraw) : NULL;
         if (j->calibrate)
             cal = malloc(maxraw);
     }
-    if (iov == NULL || (!j->raw_only && d->mode != CODEC_MODE_OFF && scratch == NULL)) {
+    if (iov == NULL || (compress && (scratch == NULL || (d->staging && cbuf == NULL)))) {
         j->rc = -ENOMEM;
         goto out;
     }
-    for (uint32_t i = 0; i < wb->n; i++)
-        flush_record(j, &wb->recs[i], scratch, cal, iov, &niov, &sp, &fpos);
+    /* Without staging the batch goes out in one pwritev (its payloads are the arena extents);
+     * with it, the staging area is refilled from its start once a piece of it is written, so
+     * that only a piece (plus one record) of it is ever resident. */
+    for (uint32_t i = 0; i < wb->n && j->rc == 0; i++) {
+        wrec_t *r = &wb->recs[i];
+        uint64_t need = record_payload_off(&r->m) + round_block(r->m.raw_len);
+        if (d->staging && sp > 0 && sp + need > piece) {
+            j->rc = flush_write(j, fd, iov, &niov, &done);
+            sp = 0;
+        }
+        if (j->rc == 0)
+            flush_record(j, r, scratch, cbuf, cal, iov, &niov, &sp, &fpos);
+    }
+    if (j->rc == 0)
+        j->rc = flush_write(j, fd, iov, &niov, &done);
     t0 = uv_hrtime();
-    j->rc = iov_full(fd, iov, niov, j->start, true);
     if (j->rc == 0 && d->fsync == CONFIG_FSYNC_RECORD && fdatasync(fd) != 0)
         j->rc = -errno;
-    j->write_ns = uv_hrtime() - t0;
+    j->write_ns += uv_hrtime() - t0;
     if (j->rc != 0) {
         if (ftruncate(fd, (off_t)j->start) != 0)
             log_debug("disk_truncate", "error=\"%s\"", strerror(errno));
@@ -597,6 +664,7 @@ static void flush_work(uv_work_t *req)
 out:
     free(iov);
     free(scratch);
+    free(cbuf);
     free(cal);
 }
 
@@ -926,13 +994,15 @@ int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, u
 
 /* --- read path --- */
 
-/* A version 2 record: header block and payload in one preadv, the payload straight into dst
- * when it is stored raw; then the checks, the decoding and the csum over the raw bytes. */
+/* A version 2 record: header block and payload in one read, into the job's staging extent
+ * (then copied into dst), or without one the payload straight into dst when it is stored raw;
+ * then the checks, the decoding and the csum over the raw bytes. */
 static void read_v2(read_job_t *j)
 {
     uint64_t hb = j->loc.hdr_len, stored = j->loc.stored, raw = j->raw_len, t0;
-    bool packed = stored != raw;
-    uint8_t *hdr = block_alloc(hb), *pay = packed ? block_alloc(stored) : j->dst, *scratch = NULL;
+    bool packed = stored != raw, staged = j->stage != NULL;
+    uint8_t *hdr = staged ? j->stage : block_alloc(hb), *scratch = NULL;
+    uint8_t *pay = staged ? j->stage + hb : packed ? block_alloc(stored) : j->dst;
     struct iovec iov[2];
     record_meta_t m;
     size_t hl;
@@ -968,12 +1038,15 @@ static void read_v2(read_job_t *j)
         }
         j->dec_ns = uv_hrtime() - t0;
     }
-    if (record_csum(j->dst, raw) != j->csum)
+    if ((staged && !packed ? record_copy_csum(j->dst, pay, raw) : record_csum(j->dst, raw)) !=
+        j->csum)
         j->rc = -EBADMSG;
 out:
-    free(hdr);
-    if (packed)
-        free(pay);
+    if (!staged) {
+        free(hdr);
+        if (packed)
+            free(pay);
+    }
     free(scratch);
 }
 
@@ -1063,6 +1136,8 @@ static void read_after(uv_work_t *req, int status)
         }
     }
     seg_unref(d, j->seg);
+    if (j->stage != NULL)
+        stage_put(d->rstage, j->stage, j->stage_len);
     j->cb(j->arg, j->rc);
     free(j);
     while (d->qhead != NULL && d->reads_running < d->cfg->disk.max_reads_in_flight) {
@@ -1078,6 +1153,11 @@ static void read_after(uv_work_t *req, int status)
 
 static void read_start(disk_t *d, read_job_t *j)
 {
+    if (d->rstage != NULL && j->loc.version == RECORD_VERSION) {
+        j->stage_len = j->loc.hdr_len + round_block(j->loc.stored);
+        j->stage = stage_get(d->rstage, j->stage_len); /* NULL (full): straight into dst */
+        d->reads_staged += j->stage != NULL;
+    }
     d->reads_running++;
     j->req.data = j;
     uv_queue_work(d->loop, &j->req, read_work, read_after);
@@ -1738,9 +1818,26 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
         if (d->wb[i].recs == NULL)
             goto fail;
     }
-    d->out = block_alloc(d->wb_bytes);
-    if (d->out == NULL)
-        goto fail;
+    /* staging (disk.h): reads with "auto" (when huge pages can be had) and "on"; flushes with
+     * "on" only */
+    if (cfg->disk.read_staging_bytes > 0 &&
+        (cfg->disk.staging == CONFIG_STAGING_ON ||
+         (cfg->disk.staging == CONFIG_STAGING_AUTO && stage_thp_available()))) {
+        d->rstage = stage_new(cfg->disk.read_staging_bytes);
+        if (d->rstage == NULL)
+            goto fail;
+    }
+    d->staging = cfg->disk.staging == CONFIG_STAGING_ON;
+    if (d->staging) {
+        d->wstage = stage_new(d->wb_bytes);
+        if (d->wstage == NULL)
+            goto fail;
+        d->out = stage_base(d->wstage);
+    } else {
+        d->out = block_alloc(d->wb_bytes);
+        if (d->out == NULL)
+            goto fail;
+    }
     d->fill = &d->wb[0];
     rc = fsutil_mkdirs(d->dir, true);
     if (rc != 0)
@@ -1843,12 +1940,22 @@ void disk_destroy(disk_t **pd)
         close(d->lock_fd);
     for (int i = 0; i < 2; i++)
         free(d->wb[i].recs);
-    free(d->out);
+    if (d->wstage != NULL)
+        stage_destroy(&d->wstage);
+    else
+        free(d->out);
+    stage_destroy(&d->rstage);
     free(d);
     *pd = NULL;
 }
 
 /* --- status --- */
+
+void disk_set_arena_page(disk_t *d, uint64_t page_bytes)
+{
+    if (d->cfg->disk.staging == CONFIG_STAGING_AUTO && page_bytes > 4096)
+        stage_destroy(&d->rstage); /* DMA straight into the arena's huge pages */
+}
 
 void disk_stats(const disk_t *d, disk_stats_t *out)
 {
@@ -1885,6 +1992,11 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .reads_queued = d->reads_queued,
         .write_buffer_bytes = (d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0),
         .flush_running_ms = d->flushing != NULL ? uv_now(d->loop) - d->flush_started : 0,
+        .staging_reads = d->rstage != NULL,
+        .staging_writes = d->staging,
+        .staging_bytes = stage_bytes(d->wstage) + stage_bytes(d->rstage),
+        .staging_resident_bytes = stage_resident(d->wstage) + stage_resident(d->rstage),
+        .reads_staged = d->reads_staged,
         .flush_ns = d->flush_ns,
         .read_ns = d->read_ns,
         .recovery = d->rec,

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -36,6 +37,7 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <stddef.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,6 +67,7 @@ struct ram {
     uint64_t arena_id;
     bool keep;
     uint64_t huge_page; /* the file is on hugetlbfs: its page size (the mapping is whole pages) */
+    uint64_t thp_page;  /* the file is on a tmpfs that allocates huge pages: their size */
     char path[256];
 };
 
@@ -141,6 +144,69 @@ static uint64_t huge_page_of(int fd, const struct stat *st)
     return (uint64_t)st->st_blksize;
 }
 
+#define THP_DIR "/sys/kernel/mm/transparent_hugepage"
+
+/* Whether the bracketed word of a sysfs mode file is one of words (NULL-terminated). */
+static bool sysfs_mode_is(const char *path, const char *const *words)
+{
+    char buf[160] = "", want[40];
+    FILE *f = fopen(path, "re");
+    bool yes = false;
+
+    if (f == NULL)
+        return false;
+    if (fgets(buf, sizeof buf, f) != NULL)
+        for (; *words != NULL && !yes; words++) {
+            snprintf(want, sizeof want, "[%s]", *words);
+            yes = strstr(buf, want) != NULL;
+        }
+    fclose(f);
+    return yes;
+}
+
+/*
+ * The huge page size of an arena file on a tmpfs that backs files with transparent huge pages,
+ * or 0. A mounted tmpfs does so when mounted with huge=always or huge=within_size (found in
+ * /proc/self/mountinfo by the file's device number); the kernel's own mount (a memfd) when
+ * shmem_enabled says always or within_size; shmem_enabled "force" makes every tmpfs huge and
+ * "deny" none. /dev/shm is mounted without huge=: 0 there.
+ */
+static uint64_t thp_page_of(int fd, const struct stat *st)
+{
+    static const char *const force[] = {"force", NULL}, *const deny[] = {"deny", NULL};
+    static const char *const huge[] = {"always", "within_size", "force", NULL};
+    char line[1024], dev[32];
+    unsigned long long pmd = 0;
+    struct statfs sf;
+    bool found = false, on = false;
+    FILE *f;
+
+    if (fstatfs(fd, &sf) != 0 || (unsigned long)sf.f_type != TMPFS_MAGIC)
+        return 0;
+    if (sysfs_mode_is(THP_DIR "/shmem_enabled", deny))
+        return 0;
+    on = sysfs_mode_is(THP_DIR "/shmem_enabled", force);
+    snprintf(dev, sizeof dev, " %u:%u ", major(st->st_dev), minor(st->st_dev));
+    f = on ? NULL : fopen("/proc/self/mountinfo", "re");
+    while (f != NULL && !found && fgets(line, sizeof line, f) != NULL) {
+        const char *sep = strstr(line, " - ");
+        found = strstr(line, dev) != NULL && sep != NULL && strstr(line, dev) < sep;
+        on = found && (strstr(sep, "huge=always") != NULL || strstr(sep, "huge=within_size"));
+    }
+    if (f != NULL)
+        fclose(f);
+    if (!found && !on) /* the kernel's internal mount: a memfd */
+        on = sysfs_mode_is(THP_DIR "/shmem_enabled", huge);
+    if (!on)
+        return 0;
+    f = fopen(THP_DIR "/hpage_pmd_size", "re");
+    if (f == NULL || fscanf(f, "%llu", &pmd) != 1)
+        pmd = 0;
+    if (f != NULL)
+        fclose(f);
+    return pmd > 4096 ? (uint64_t)pmd : 0;
+}
+
 int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
 {
     const char *path = o->path != NULL ? o->path : "";
@@ -200,6 +266,8 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
     r->huge_page = huge_page_of(r->fd, &st);
     if (r->huge_page > 0) /* the file's size and every mapping are whole huge pages */
         r->map_bytes = (r->map_bytes + r->huge_page - 1) / r->huge_page * r->huge_page;
+    else
+        r->thp_page = thp_page_of(r->fd, &st);
     if (r->path[0] == '\0') {
         reason = RAM_COLD_MEMFD;
     } else {
@@ -319,7 +387,7 @@ uint64_t ram_file_bytes(const ram_t *r)
 
 uint64_t ram_huge_page(const ram_t *r)
 {
-    return r->huge_page;
+    return r->huge_page > 0 ? r->huge_page : r->thp_page;
 }
 
 uint32_t ram_gen(const ram_t *r)

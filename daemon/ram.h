@@ -102,8 +102,10 @@ void *ram_ptr(const ram_t *r, uint64_t off);
 uint64_t ram_capacity(const ram_t *r);   /* bytes of the chunk area (whole units) */
 uint64_t ram_file_bytes(const ram_t *r); /* the file's size: header page + chunk area (rounded
                                             up to whole huge pages on hugetlbfs) */
-uint64_t ram_huge_page(const ram_t *r);  /* the arena's huge page size on hugetlbfs, or 0 */
-uint64_t ram_used(const ram_t *r);       /* bytes allocated (rounded to units) */
+/* The arena's huge page size: on hugetlbfs, or on a tmpfs that backs files with transparent huge
+ * pages (mounted huge=always or huge=within_size; a memfd with shmem_enabled so); else 0. */
+uint64_t ram_huge_page(const ram_t *r);
+uint64_t ram_used(const ram_t *r); /* bytes allocated (rounded to units) */
 uint64_t ram_footprint(const ram_t *r, uint64_t len);
 uint64_t ram_resident(const ram_t *r); /* bytes of the arena backed by memory */
 uint64_t ram_largest_free(const ram_t *r);

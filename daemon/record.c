@@ -15,6 +15,7 @@
 #include "record.h"
 
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #if defined(__x86_64__) || defined(__i386__)
 /* xxhash's own runtime dispatch (AVX2 / AVX-512 when the CPU has them; the same values): the
@@ -93,6 +94,21 @@ uint64_t record_span(const record_meta_t *m)
 uint64_t record_csum(const void *p, uint64_t n)
 {
     return XXH3_64bits(p, (size_t)n);
+}
+
+#define COPY_PIECE (128u << 10) /* copied, then hashed while it is still in the cache */
+
+uint64_t record_copy_csum(void *dst, const void *src, uint64_t n)
+{
+    XXH3_state_t st;
+
+    XXH3_64bits_reset(&st);
+    for (uint64_t off = 0; off < n; off += COPY_PIECE) {
+        size_t len = n - off < COPY_PIECE ? (size_t)(n - off) : COPY_PIECE;
+        memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, len);
+        XXH3_64bits_update(&st, (const uint8_t *)dst + off, len);
+    }
+    return XXH3_64bits_digest(&st);
 }
 
 static bool meta_valid(const record_meta_t *m)

@@ -147,6 +147,10 @@ int record_verify_v1(const void *hdr, size_t hdr_len, const void *payload, uint6
 /* The chunk checksum: XXH3_64 (seed 0) of n bytes. */
 uint64_t record_csum(const void *p, uint64_t n);
 
+/* Copies n bytes of src to dst (not overlapping) and returns record_csum(dst, n), reading the
+ * bytes from memory once (the disk tier's staged reads and writes, stage.h). */
+uint64_t record_copy_csum(void *dst, const void *src, uint64_t n);
+
 const char *record_strerror(int rc);
 
 #endif /* KVT_RECORD_H */

@@ -478,9 +478,10 @@ static const stats_field_t ram_fields[] = {
          "a write headroom of 2 x disk.write_buffer_bytes for chunks evicted while their disk "
          "write is in flight (rounded up to whole huge pages on hugetlbfs)."),
     RAMV("huge_page_bytes", huge_page_bytes, GAUGE, "bytes",
-         "The arena file is on hugetlbfs (ram.arena_path there): its huge page size; 0 for 4 KiB "
-         "pages. Disk reads and writes of chunks then move one or two physically contiguous "
-         "pages each instead of 512."),
+         "The arena's pages are huge (ram.arena_path on hugetlbfs, or on a tmpfs mounted "
+         "huge=always or huge=within_size): their size; 0 for 4 KiB pages. Disk reads and writes "
+         "of chunks then move one or two physically contiguous pages each instead of 512, and "
+         "disk.staging \"auto\" does not stage reads."),
     RAMV("used_bytes", used_bytes, GAUGE, "bytes",
          "Arena bytes allocated to the RAM tier, rounded to allocation units (at most the "
          "capacity, but for moments after a write commits under a reader)."),
@@ -682,6 +683,26 @@ static const stats_field_t disk_fields[] = {
     DISK_SECS("flush_running_seconds", disk_flush_running_seconds, GAUGE,
               "How long the flush in flight has been running (0: none). A disk that hangs keeps "
               "its flush running: alert when this stays above a few seconds."),
+    {.key = "staging_reads",
+     .type = T_BOOL,
+     .off = offsetof(D, disk.tier.staging_reads),
+     .kind = GAUGE,
+     .help = "Reads go through huge-page staging memory (disk.staging: \"auto\" stages them "
+             "when the kernel gives madvised memory huge pages and the arena's pages are small).",
+     .when = tier_open},
+    {.key = "staging_writes",
+     .type = T_BOOL,
+     .off = offsetof(D, disk.tier.staging_writes),
+     .kind = GAUGE,
+     .help = "Flushes go through huge-page staging memory (disk.staging \"on\").",
+     .when = tier_open},
+    DISK("staging_bytes", staging_bytes, GAUGE, "bytes",
+         "Address space of the staging memory (the flush's and the reads')."),
+    DISK("staging_resident_bytes", staging_resident_bytes, GAUGE, "bytes",
+         "Staging memory backed by pages now (not part of the arena: count it beside it)."),
+    DISK("reads_staged", reads_staged, COUNTER, NULL,
+         "Reads that went through the staging memory (the others went straight into the "
+         "arena: none free, staging off, or an old record)."),
     {.key = "recovery",
      .type = T_OBJECT,
      .kind = INFO,

@@ -110,7 +110,7 @@ typedef struct {
 typedef struct {
     uint64_t capacity_bytes;  /* the RAM tier's capacity (ram.capacity_bytes) */
     uint64_t arena_bytes;     /* the arena's size: the capacity + the write headroom */
-    uint64_t huge_page_bytes; /* the arena is on hugetlbfs: its page size; else 0 */
+    uint64_t huge_page_bytes; /* the arena's huge page size (ram_huge_page); else 0 */
     uint64_t used_bytes;      /* allocated to the RAM tier, rounded to allocation units */
     uint64_t demoting_bytes;  /* evicted chunks whose disk write is in flight (the headroom) */
     uint64_t resident_bytes;  /* backed by memory: the arena file's allocated blocks */

@@ -539,6 +539,7 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         store__relink(s);
         return rc;
     }
+    disk_set_arena_page(s->disk, ram_huge_page(s->ram));
     /* the RAM tier after the disk's: a chunk in both gets its RAM copy back, and the chains of
      * both tiers are relinked together */
     store__ram_recover(s);

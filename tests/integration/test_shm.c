@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -706,6 +707,89 @@ START_TEST(test_hugetlbfs_arena)
 }
 END_TEST
 
+/* Whether the kernel gives madvised private memory transparent huge pages (stage.h). */
+static bool thp_madvise(void)
+{
+    char buf[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+
+    if (f == NULL)
+        return false;
+    if (fgets(buf, sizeof buf, f) == NULL)
+        buf[0] = '\0';
+    fclose(f);
+    return strstr(buf, "[always]") != NULL || strstr(buf, "[madvise]") != NULL;
+}
+
+/* 0.2.4: the arena on a tmpfs mounted huge=always is seen as huge-paged (status
+ * ram.huge_page_bytes, from the mount's option), so disk.staging "auto" does not stage reads
+ * there, and chunks go to disk and back byte-exact; the same daemon with its arena on /dev/shm
+ * stages its reads when the kernel's THP mode allows. Root only (a mount namespace). */
+START_TEST(test_thp_tmpfs_arena)
+{
+    char mnt[128], disk[160], extra[640];
+    harness_opts_t o = {.capacity_bytes = 8 * MIB, .max_chunk_bytes = 256 * KIB};
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+
+    if (geteuid() != 0 || unshare(CLONE_NEWNS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+        printf("test_thp_tmpfs_arena: skipped (needs root and a mount namespace)\n");
+        return;
+    }
+    snprintf(mnt, sizeof mnt, "%s/thp-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(mnt));
+    snprintf(disk, sizeof disk, "%s/disk-XXXXXX", check_scratch_dir());
+    ck_assert_ptr_nonnull(mkdtemp(disk));
+    if (mount("kvt-thp", mnt, "tmpfs", 0, "huge=always,size=64m") != 0) {
+        printf("test_thp_tmpfs_arena: skipped (mount tmpfs huge=always: %s)\n", strerror(errno));
+        return;
+    }
+    for (int on_shm = 0; on_shm < 2; on_shm++) {
+        char arena[200];
+        if (on_shm)
+            snprintf(arena, sizeof arena, "/dev/shm/kvt-thp-test-%d.arena", (int)getpid());
+        else
+            snprintf(arena, sizeof arena, "%s/arena", mnt);
+        snprintf(extra, sizeof extra,
+                 "{\"ram\": {\"arena_path\": \"%s\", \"shm_hold_ms\": %d}, \"disk\": "
+                 "{\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
+                 "\"segment_bytes\": \"4MiB\", \"write_buffer_bytes\": \"2MiB\", "
+                 "\"fsync\": \"none\"}}",
+                 arena, HOLD_MS, disk);
+        o.extra_json = extra;
+        h = harness_start(&o);
+        st = harness_status(h);
+        ck_assert_int_eq(harness_jint(st, "ram.huge_page_bytes"), on_shm ? 0 : 2 * MIB);
+        ck_assert(harness_jbool(st, "disk.staging_reads") == (on_shm && thp_madvise()));
+        ck_assert(!harness_jbool(st, "disk.staging_writes"));
+        json_decref(st);
+        c = connect_path(h, NULL, 1, 0, KVT_DATA_PATH_SHM);
+        ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
+        for (uint32_t k = 1; k <= 8; k++) { /* 16 MiB through 8 MiB: the first on disk only */
+            ck_assert_uint_eq(harness_save_chain(c, 100 * on_shm + k, 8, 256 * KIB, 0), 8);
+            harness_wait_disk_drained(h);
+        }
+        for (uint32_t k = 1; k <= 8; k++) /* byte-exact */
+            ck_assert_uint_eq(harness_load_chain(c, 100 * on_shm + k, 8, 256 * KIB, 0), 8);
+        st = harness_status(h);
+        ck_assert_int_gt(harness_jint(st, "disk.hits"), 0);
+        ck_assert_int_eq(harness_jint(st, "disk.reads_staged"),
+                         on_shm && thp_madvise() ? harness_jint(st, "disk.records_read") : 0);
+        printf("arena on %s: huge_page_bytes %lld, %lld disk hits, %lld reads staged\n",
+               on_shm ? "/dev/shm" : "tmpfs huge=always",
+               (long long)harness_jint(st, "ram.huge_page_bytes"),
+               (long long)harness_jint(st, "disk.hits"),
+               (long long)harness_jint(st, "disk.reads_staged"));
+        json_decref(st);
+        kvt_close(&c);
+        harness_stop(&h);
+    }
+    ck_assert_int_eq(umount(mnt), 0);
+}
+END_TEST
+
 static Suite *shm_suite(void)
 {
     Suite *s = suite_create("shm");
@@ -724,6 +808,7 @@ static Suite *shm_suite(void)
     tcase_set_timeout(huge, 60);
     tcase_add_unchecked_fixture(huge, huge_setup, huge_teardown);
     tcase_add_test(huge, test_hugetlbfs_arena);
+    tcase_add_test(huge, test_thp_tmpfs_arena);
     suite_add_tcase(s, huge);
     return s;
 }

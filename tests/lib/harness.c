@@ -332,6 +332,14 @@ int64_t harness_jint(json_t *status, const char *dotted)
     return (int64_t)json_integer_value(v);
 }
 
+bool harness_jbool(json_t *status, const char *dotted)
+{
+    json_t *v = tool_json_path(status, dotted);
+
+    ck_assert_msg(json_is_boolean(v), "status.%s is missing or not a boolean", dotted);
+    return json_is_true(v);
+}
+
 int64_t harness_stat(const harness_t *h, const char *dotted)
 {
     json_t *st = harness_status(h);

@@ -19,6 +19,7 @@
 #define KVT_TEST_HARNESS_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -104,6 +105,8 @@ json_t *harness_wait_status(const harness_t *h, harness_pred_fn pred, void *arg,
 
 /* The string at dotted in status (asserted present and a string; borrowed from status). */
 const char *harness_jstr(json_t *status, const char *dotted);
+/* The boolean at a dotted path of a status document (asserts it is one). */
+bool harness_jbool(json_t *status, const char *dotted);
 
 /* Predicate argument for harness_pred_int_eq: the integer at path equals value. */
 typedef struct {

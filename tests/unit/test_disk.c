@@ -4,7 +4,10 @@
  * lease deferring one segment), reads byte-exact and verified, recovery of every committed
  * record, a torn tail dropped and truncated, a flipped payload byte dropped by checksum, a bad
  * segment file skipped; lent bytes that changed after their checksum are never written; a
- * segment of the old record format (version 1) is recovered and read.
+ * segment of the old record format (version 1) is recovered and read; compressed records round
+ * trip; reads take staging memory up to its bound and go straight into their destination past
+ * it. Every test runs three times, once per disk.staging mode (the tcases "auto", "on", "off":
+ * "on" also stages the flushes, written a piece at a time with these small records).
  */
 #include "check_main.h"
 
@@ -19,6 +22,7 @@
 #include "config.h"
 #include "disk.h"
 #include "record.h"
+#include "stage.h"
 
 #define MAXREC 256
 #define CHUNK 60000u
@@ -87,6 +91,7 @@ static int reclaim(void *arg, uint64_t seg, void **user, bool force)
 static const disk_ops_t ops = {.recovered = recovered, .committed = committed, .reclaim = reclaim};
 
 static char dir[64];
+static config_staging_t staging; /* of the tcase running */
 
 static void cfg_for(config_t *cfg)
 {
@@ -98,6 +103,7 @@ static void cfg_for(config_t *cfg)
     cfg->disk.write_buffer_bytes = 128 * 1024;
     cfg->disk.compression = CODEC_MODE_OFF;
     cfg->disk.fsync = CONFIG_FSYNC_NONE;
+    cfg->disk.staging = staging;
 }
 
 static void setup(void)
@@ -105,6 +111,24 @@ static void setup(void)
     memset(&F, 0, sizeof F);
     snprintf(dir, sizeof dir, "/tmp/kvt-disk-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void setup_auto(void)
+{
+    staging = CONFIG_STAGING_AUTO;
+    setup();
+}
+
+static void setup_on(void)
+{
+    staging = CONFIG_STAGING_ON;
+    setup();
+}
+
+static void setup_off(void)
+{
+    staging = CONFIG_STAGING_OFF;
+    setup();
 }
 
 static void teardown(void)
@@ -405,6 +429,139 @@ START_TEST(test_changed_bytes_not_written)
 }
 END_TEST
 
+/* lz4 in every staging mode: compressed records are written (a staged flush compresses its
+ * copy), read back byte-exact and recovered. */
+START_TEST(test_compressed_round_trip)
+{
+    uv_loop_t loop;
+    config_t cfg;
+    disk_t *d;
+    disk_stats_t st;
+
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    cfg_for(&cfg);
+    cfg.disk.compression = CODEC_MODE_LZ4;
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    for (int k = 0; k < 5; k++)
+        append(&loop, d, k);
+    while (F.committed < 5)
+        uv_run(&loop, UV_RUN_ONCE);
+    disk_stats(d, &st);
+    ck_assert_int_eq(st.records_compressed, 5);
+    ck_assert_uint_lt(st.stored_bytes_written, st.raw_bytes_written);
+    ck_assert(st.staging_writes == (staging == CONFIG_STAGING_ON));
+    for (int k = 0; k < 5; k++)
+        ck_assert_int_eq(read_chunk(&loop, d, k), 0);
+    close_disk(&loop, &d);
+    memset(&F, 0, sizeof F);
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    ck_assert_int_eq(F.recovered, 5);
+    ck_assert_int_eq(read_chunk(&loop, d, 4), 0);
+    close_disk(&loop, &d);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* One batch of 200 records (12.5 MiB: with staging "on" it is written in two pieces of at most
+ * DISK_STAGE_PIECE, 8 MiB): every record committed where it was written, read back byte-exact
+ * and found by a restart. */
+START_TEST(test_large_batch)
+{
+    uv_loop_t loop;
+    config_t cfg;
+    disk_t *d;
+    disk_stats_t st;
+
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    cfg_for(&cfg);
+    cfg.disk.capacity_bytes = 64u << 20;
+    cfg.disk.segment_bytes = 32u << 20;
+    cfg.disk.write_buffer_bytes = 16u << 20;
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    for (int k = 0; k < 200; k++)
+        append(&loop, d, k); /* no loop turn between: one batch */
+    while (F.committed < 200)
+        uv_run(&loop, UV_RUN_ONCE);
+    ck_assert_int_eq(F.committed_ok, 200);
+    disk_stats(d, &st);
+    ck_assert_uint_eq(st.records_written, 200);
+    ck_assert_uint_eq(st.bytes_written, 200u * (RECORD_BLOCK + record_block(CHUNK)));
+    for (int k = 0; k < 200; k++) {
+        ck_assert_uint_eq(F.loc[k].off, (uint64_t)k * (RECORD_BLOCK + record_block(CHUNK)));
+        ck_assert_int_eq(read_chunk(&loop, d, k), 0);
+    }
+    close_disk(&loop, &d);
+    memset(&F, 0, sizeof F);
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    ck_assert_int_eq(F.recovered, 200);
+    ck_assert_int_eq(read_chunk(&loop, d, 199), 0);
+    close_disk(&loop, &d);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+static int reads_done;
+
+static void read_count_cb(void *arg, int rc)
+{
+    ck_assert_int_eq(rc, 0);
+    (void)arg;
+    reads_done++;
+}
+
+/* Four reads at once with staging memory for two: two are staged, two go straight into their
+ * destinations, all four byte-exact, and the staging memory is all given back. */
+START_TEST(test_staged_reads_are_bounded)
+{
+    uv_loop_t loop;
+    config_t cfg;
+    disk_t *d;
+    disk_stats_t st;
+    uint8_t *dst[4], want[CHUNK];
+    uint64_t span = RECORD_BLOCK + record_block(CHUNK); /* header block + payload */
+    bool staged =
+        staging == CONFIG_STAGING_ON || (staging == CONFIG_STAGING_AUTO && stage_thp_available());
+
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    cfg_for(&cfg);
+    cfg.disk.read_staging_bytes = 2 * span + span / 2;
+    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
+    for (int k = 0; k < 4; k++)
+        append(&loop, d, k);
+    while (F.committed < 4)
+        uv_run(&loop, UV_RUN_ONCE);
+    ck_assert_int_eq(F.committed_ok, 4);
+    ck_assert_uint_eq(F.loc[0].hdr_len + record_block(F.loc[0].stored), span);
+    reads_done = 0;
+    for (int k = 0; k < 4; k++) {
+        record_meta_t m = meta_of(k);
+        dst[k] = block_buf();
+        memset(dst[k], 0xee, CHUNK);
+        ck_assert_int_eq(
+            disk_read(d, &F.loc[k], m.hash, 0, CHUNK, F.csum[k], dst[k], read_count_cb, NULL), 0);
+    }
+    while (reads_done < 4)
+        uv_run(&loop, UV_RUN_ONCE);
+    for (int k = 0; k < 4; k++) {
+        fill(want, k);
+        ck_assert_mem_eq(dst[k], want, CHUNK);
+        free(dst[k]);
+    }
+    disk_stats(d, &st);
+    ck_assert(st.staging_reads == staged);
+    ck_assert_uint_eq(st.reads_staged, staged ? 2 : 0);
+    ck_assert_uint_eq(st.records_read, 4);
+    ck_assert_uint_le(st.staging_resident_bytes, st.staging_bytes);
+    /* the two extents came back: two more reads are staged again */
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(read_chunk(&loop, d, k), 0);
+    disk_stats(d, &st);
+    ck_assert_uint_eq(st.reads_staged, staged ? 4 : 0);
+    close_disk(&loop, &d);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 /* A segment written by an older daemon (record version 1) is recovered (its csum computed from
  * the verified bytes), read back byte-exact, and never appended to. */
 START_TEST(test_recovers_version1_segment)
@@ -461,16 +618,25 @@ END_TEST
 
 static Suite *disk_suite(void)
 {
+    static const struct {
+        const char *name;
+        void (*setup)(void);
+    } modes[] = {{"auto", setup_auto}, {"on", setup_on}, {"off", setup_off}};
     Suite *s = suite_create("disk");
-    TCase *tc = tcase_create("disk");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_reclaim_accounting);
-    tcase_add_test(tc, test_recovery);
-    tcase_add_test(tc, test_read_detects_corruption);
-    tcase_add_test(tc, test_changed_bytes_not_written);
-    tcase_add_test(tc, test_recovers_version1_segment);
-    suite_add_tcase(s, tc);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        TCase *tc = tcase_create(modes[i].name);
+        tcase_add_checked_fixture(tc, modes[i].setup, teardown);
+        tcase_add_test(tc, test_reclaim_accounting);
+        tcase_add_test(tc, test_recovery);
+        tcase_add_test(tc, test_read_detects_corruption);
+        tcase_add_test(tc, test_changed_bytes_not_written);
+        tcase_add_test(tc, test_compressed_round_trip);
+        tcase_add_test(tc, test_large_batch);
+        tcase_add_test(tc, test_staged_reads_are_bounded);
+        tcase_add_test(tc, test_recovers_version1_segment);
+        suite_add_tcase(s, tc);
+    }
     return s;
 }
 

@@ -1,0 +1,134 @@
+/*
+ * stage.c - staging memory in transparent huge pages (see stage.h).
+ */
+#include "stage.h"
+
+#include "alloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define STAGE_THP_PATH "/sys/kernel/mm/transparent_hugepage/enabled"
+
+struct stage {
+    uint8_t *map; /* the whole mapping (map_len bytes, not aligned) */
+    uint64_t map_len;
+    uint8_t *base;  /* STAGE_ALIGN aligned */
+    uint64_t bytes; /* the bound: extents lie in [base, base + bytes) */
+    alloc_t *alloc;
+};
+
+bool stage_thp_available(void)
+{
+    char buf[128] = "";
+    FILE *f = fopen(STAGE_THP_PATH, "re");
+    bool ok;
+
+    if (f == NULL)
+        return false;
+    ok = fgets(buf, sizeof buf, f) != NULL &&
+         (strstr(buf, "[always]") != NULL || strstr(buf, "[madvise]") != NULL);
+    fclose(f);
+    return ok;
+}
+
+stage_t *stage_new(uint64_t bytes)
+{
+    stage_t *s = calloc(1, sizeof *s);
+    uint64_t span;
+    uintptr_t a;
+
+    if (s == NULL)
+        return NULL;
+    /* the bound is bytes (whole allocation units); the address space is whole huge pages,
+     * plus one so that an aligned run lies inside: pages past the bound are never touched */
+    s->bytes = (bytes + ALLOC_UNIT_DEFAULT - 1) / ALLOC_UNIT_DEFAULT * ALLOC_UNIT_DEFAULT;
+    if (s->bytes == 0)
+        s->bytes = ALLOC_UNIT_DEFAULT;
+    span = (s->bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    s->map_len = span + STAGE_ALIGN;
+    s->map = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->map == MAP_FAILED) {
+        free(s);
+        return NULL;
+    }
+    a = ((uintptr_t)s->map + STAGE_ALIGN - 1) & ~(uintptr_t)(STAGE_ALIGN - 1);
+    s->base = (uint8_t *)a;
+    /* huge pages for the whole ones inside the bound, so that resident memory never exceeds it
+     * (advice: EINVAL without THP is fine) */
+    if (s->bytes >= STAGE_ALIGN)
+        (void)madvise(s->base, s->bytes / STAGE_ALIGN * STAGE_ALIGN, MADV_HUGEPAGE);
+    s->alloc = alloc_new(s->bytes, ALLOC_UNIT_DEFAULT);
+    if (s->alloc == NULL) {
+        munmap(s->map, s->map_len);
+        free(s);
+        errno = ENOMEM;
+        return NULL;
+    }
+    return s;
+}
+
+void stage_destroy(stage_t **sp)
+{
+    stage_t *s = sp != NULL ? *sp : NULL;
+
+    if (s == NULL)
+        return;
+    alloc_destroy(&s->alloc);
+    munmap(s->map, s->map_len);
+    free(s);
+    *sp = NULL;
+}
+
+void *stage_get(stage_t *s, uint64_t len)
+{
+    uint64_t off;
+
+    if (s == NULL || len == 0 || alloc_get(s->alloc, len, &off) != 0)
+        return NULL;
+    return s->base + off;
+}
+
+void stage_put(stage_t *s, void *p, uint64_t len)
+{
+    alloc_put(s->alloc, (uint64_t)((uint8_t *)p - s->base), len);
+}
+
+void *stage_base(const stage_t *s)
+{
+    return s->base;
+}
+
+uint64_t stage_bytes(const stage_t *s)
+{
+    return s != NULL ? s->bytes : 0;
+}
+
+uint64_t stage_used(const stage_t *s)
+{
+    return s != NULL ? alloc_used(s->alloc) : 0;
+}
+
+uint64_t stage_resident(const stage_t *s)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t pages, n = 0;
+    unsigned char *vec;
+
+    if (s == NULL || pg <= 0)
+        return 0;
+    pages = (s->bytes + (uint64_t)pg - 1) / (uint64_t)pg;
+    vec = malloc((size_t)pages);
+    if (vec == NULL || mincore(s->base, (size_t)s->bytes, vec) != 0) {
+        free(vec);
+        return 0;
+    }
+    for (uint64_t i = 0; i < pages; i++)
+        n += vec[i] & 1;
+    free(vec);
+    return n * (uint64_t)pg;
+}
