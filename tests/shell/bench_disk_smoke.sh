@@ -109,6 +109,9 @@ check "loop turns by CPU time beside wall time" \
 check "the segment files' O_DIRECT read, and the restore against it" \
     '((.disk.raw.read_direct_segments.gbps | type == "number") and (.disk.read.ratio_vs_segments_direct | type == "number")) or (.disk.raw.read_direct_segments.gbps == null)' \
     '.disk.raw'
+check "the same into huge pages (0.2.4), and the restores against it" \
+    '((.disk.raw.read_direct_segments_huge.gbps | type == "number") and (.disk.read.ratio_vs_segments_direct_huge | type == "number") and (.disk.read_shm.ratio_vs_segments_direct_huge | type == "number")) or (.disk.raw.read_direct_segments_huge.gbps == null)' \
+    '.disk'
 # the loads followed lookups of their chains: the daemon read them ahead, and they were loaded
 st=$(curl -sf --unix-socket "$dir/status.sock" http://localhost/status) || fail "no status"
 pf=$(jq '.disk.prefetches' <<<"$st")
