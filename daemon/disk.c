@@ -209,6 +209,7 @@ struct read_job {
     uint8_t *dst;
     uint8_t *stage; /* staging extent of stage_len bytes (read_start), or NULL: into dst */
     uint64_t stage_len;
+    bool retried; /* the first attempt failed (EIO or a mismatch) and the read was done again */
     disk_read_cb cb;
     void *arg;
     int rc;
@@ -287,6 +288,7 @@ struct disk {
     uint64_t flushes_raw; /* auto mode: batches written uncompressed to keep up */
     uint64_t checksum_drops, verify_drops, read_errors, write_errors, reclaimed_segments,
         busy_reclaims;
+    uint64_t read_retries; /* reads that failed once and were done again */
     uint64_t flush_ns, read_ns;
     disk_recovery_stats_t rec;
     uint64_t rec_report; /* when recovery last reported its progress (uv_hrtime) */
@@ -1094,10 +1096,18 @@ static void read_work(uv_work_t *req)
 {
     read_job_t *j = req->data;
 
-    if (j->loc.version == RECORD_VERSION_V1)
-        read_v1(j);
-    else
-        read_v2(j);
+    for (;;) {
+        j->rc = 0;
+        if (j->loc.version == RECORD_VERSION_V1)
+            read_v1(j);
+        else
+            read_v2(j);
+        /* a transient fault (a device's EIO, bytes damaged on their way) passes on a second
+         * read; a lasting one fails it too and the chunk is a miss */
+        if ((j->rc != -EIO && j->rc != -EBADMSG) || j->retried)
+            break;
+        j->retried = true;
+    }
     /* when the device answered, whenever the loop gets to the callback */
     atomic_store_explicit(&j->d->read_done_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
 }
@@ -1113,6 +1123,12 @@ static void read_after(uv_work_t *req, int status)
         j->rc = status;
     d->reads_running--;
     d->read_ns += j->io_ns;
+    if (j->retried) {
+        d->read_retries++;
+        if (j->rc == 0)
+            log_warn("disk_read_retry", "segment=%016" PRIx64 " offset=%" PRIu64 " action=served",
+                     j->loc.seg, j->loc.off);
+    }
     if (j->rc == 0) {
         d->bytes_read += (uint64_t)j->loc.hdr_len + j->loc.stored;
         d->records_read++;
@@ -1997,6 +2013,7 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .staging_bytes = stage_bytes(d->wstage) + stage_bytes(d->rstage),
         .staging_resident_bytes = stage_resident(d->wstage) + stage_resident(d->rstage),
         .reads_staged = d->reads_staged,
+        .read_retries = d->read_retries,
         .flush_ns = d->flush_ns,
         .read_ns = d->read_ns,
         .recovery = d->rec,

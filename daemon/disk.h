@@ -132,7 +132,9 @@ void disk_set_arena_page(disk_t *d, uint64_t page_bytes);
 bool disk_admits(const disk_t *d, uint64_t len);
 
 /* A finished read: rc 0 (dst holds the raw_len verified bytes), or rc < 0 (-EBADMSG checksum
- * or header mismatch, -EIO, -ECANCELED). */
+ * or header mismatch, -EIO, -ECANCELED). A read that fails with EIO or a mismatch is done once
+ * more before it is reported (disk_stats_t.read_retries): a transient fault costs a read, not
+ * the chunk. */
 typedef void (*disk_read_cb)(void *arg, int rc);
 
 /*
@@ -250,8 +252,9 @@ typedef struct {
     uint64_t staging_bytes;          /* the staging mappings (flush and reads) */
     uint64_t staging_resident_bytes; /* of which backed by memory now (mincore) */
     uint64_t reads_staged;           /* reads that went through the reads' staging memory */
-    uint64_t flush_ns;               /* time the write system calls of the flushes took */
-    uint64_t read_ns;                /* time the read system calls took */
+    uint64_t read_retries; /* reads that failed (EIO or a mismatch) and were done once more */
+    uint64_t flush_ns;     /* time the write system calls of the flushes took */
+    uint64_t read_ns;      /* time the read system calls took */
     disk_recovery_stats_t recovery;
 } disk_stats_t;
 

@@ -700,6 +700,10 @@ static const stats_field_t disk_fields[] = {
          "Address space of the staging memory (the flush's and the reads')."),
     DISK("staging_resident_bytes", staging_resident_bytes, GAUGE, "bytes",
          "Staging memory backed by pages now (not part of the arena: count it beside it)."),
+    DISK("read_retries", read_retries, COUNTER, NULL,
+         "Reads that failed (an I/O error, a checksum or header mismatch) and were done once "
+         "more: a transient fault then costs a read, not the chunk (read_errors and "
+         "checksum_drops count the reads that failed again)."),
     DISK("reads_staged", reads_staged, COUNTER, NULL,
          "Reads that went through the staging memory (the others went straight into the "
          "arena: none free, staging off, or an old record)."),

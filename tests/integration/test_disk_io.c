@@ -223,6 +223,37 @@ START_TEST(test_read_eio_is_a_miss)
 }
 END_TEST
 
+/* 0.2.4: one read fails once (a transient device error): the read is done again, the chain
+ * loads whole, the chunk stays present, and the tier never degrades. Before the retry the chunk
+ * was a miss and left the index. */
+START_TEST(test_transient_read_error_is_retried)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    h = start(dir, "none");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* chains 1-2 on disk only */
+    set_faults("fail-reads=1");
+    ck_assert_uint_eq(harness_load_chain(c, 1, PER, CH, 0), PER); /* byte-exact, all of it */
+    ck_assert_int_eq(injected("reads"), 1);
+    st = harness_status(h);
+    ck_assert_int_eq(harness_jint(st, "disk.read_retries"), 1);
+    ck_assert_int_eq(harness_jint(st, "disk.read_errors"), 0);
+    ck_assert_str_eq(harness_jstr(st, "disk.state"), "ok");
+    json_decref(st);
+    set_faults("");
+    ck_assert_uint_eq(present(c, 1), PER); /* nothing left the index */
+    ck_assert_uint_eq(harness_load_chain(c, 2, PER, CH, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 /* Writes (or syncs) fail: the tier degrades, saves are still stored in RAM, nothing reported
  * present is lost, and the writes resume once the disk heals. */
 static void write_faults(const char *words, const char *fsync, const char *kind)
@@ -516,6 +547,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_write_eio_degrades_and_resumes);
     tcase_add_test(tc, test_sync_eio_fails_the_batch);
     tcase_add_test(tc, test_flaky_disk_serves_no_wrong_byte);
+    tcase_add_test(tc, test_transient_read_error_is_retried);
     tcase_add_test(tc, test_hung_disk_spares_saves);
     tcase_add_test(tc, test_slow_disk_is_not_a_stall);
     tcase_add_test(tc, test_persist_retries_a_failed_flush);

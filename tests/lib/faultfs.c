@@ -25,6 +25,7 @@
  *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence);
  *   fail-writes=N  the next N writes fail with EIO, then writes pass (counted from when the
  *                word appears; the same word again after a change of the file starts anew);
+ *   fail-reads=N the same for reads (a transient read error);
  *   delay=MS     every read and write takes MS milliseconds longer (a slow device).
  * Each injected fault is counted; the counts are written to KVT_FAULTFS_CTL.count ("reads N
  * writes N syncs N stalls N") after each one, so a test can tell that its faults happened.
@@ -59,7 +60,7 @@ static struct timespec ctl_mtime;
 static off_t ctl_size = -1;
 static ino_t ctl_ino;
 static bool stall, eio_read, eio_write, eio_sync;
-static uint32_t flaky, delay_ms, fail_writes;
+static uint32_t flaky, delay_ms, fail_writes, fail_reads;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t n_reads, n_writes, n_syncs, n_stalls;
 
@@ -97,7 +98,7 @@ static void reload_locked(void)
 
     if (stat(ctl, &st) != 0) {
         stall = eio_read = eio_write = eio_sync = false;
-        flaky = delay_ms = fail_writes = 0;
+        flaky = delay_ms = fail_writes = fail_reads = 0;
         ctl_size = -1;
         return;
     }
@@ -116,7 +117,7 @@ static void reload_locked(void)
     ctl_mtime = st.st_mtim;
     ctl_ino = st.st_ino;
     stall = eio_read = eio_write = eio_sync = false;
-    flaky = delay_ms = fail_writes = 0;
+    flaky = delay_ms = fail_writes = fail_reads = 0;
     for (char *w = strtok_r(buf, " \t\r\n", &save); w != NULL;
          w = strtok_r(NULL, " \t\r\n", &save)) {
         if (strcmp(w, "stall") == 0)
@@ -133,6 +134,8 @@ static void reload_locked(void)
             delay_ms = (uint32_t)strtoul(w + 6, NULL, 10);
         else if (strncmp(w, "fail-writes=", 12) == 0)
             fail_writes = (uint32_t)strtoul(w + 12, NULL, 10);
+        else if (strncmp(w, "fail-reads=", 11) == 0)
+            fail_reads = (uint32_t)strtoul(w + 11, NULL, 10);
     }
 }
 
@@ -206,6 +209,10 @@ static int decide(int fd, op_t op)
         err = EIO;
     if (err == 0 && op == OP_WRITE && fail_writes > 0) {
         fail_writes--;
+        err = EIO;
+    }
+    if (err == 0 && op == OP_READ && fail_reads > 0) {
+        fail_reads--;
         err = EIO;
     }
     if (err == 0 && flaky > 0 && op != OP_SYNC) {
