@@ -15,12 +15,17 @@
  * truncated. A socket file left at the path is removed only after a connect to it is refused.
  *
  * Bounds: at most HTTP_CONN_MAX connections are open (and as many more closing). When all are
- * open, the oldest idle or slow one is closed to make room (http.h): the list of connections is
- * kept newest first, so that is the last one found. A connection whose peer sent bytes the loop
- * has not read yet (FIONREAD) is not idle, however long the loop took to get to it. When none is,
- * or when calloc fails, the pending connection is accepted into the server's one spare handle and
- * closed at once. While the spare is still closing, the connection waits in the listener (libuv
- * stops polling it until uv_accept) and is taken when the spare's close callback runs.
+ * open, an idle or slow one is closed to make room (http.h): the oldest of the peer that holds
+ * the most of them (by user, then by process, from SO_PEERCRED), so that a local process
+ * hogging the slots loses its own and an operator's one connection is not the one taken (0.2.4:
+ * before, the oldest of all was, and a process reopening connections as fast as they were
+ * closed could evict an operator's before the daemon had read its request). The list of
+ * connections is kept newest first, so the oldest is the last one found. A connection whose peer
+ * sent bytes the loop has not read yet (FIONREAD) is not idle, however long the loop took to get to
+ * it. When none is, or when calloc fails, the pending connection is accepted into the server's one
+ * spare handle and closed at once. While the spare is still closing, the connection waits in the
+ * listener (libuv stops polling it until uv_accept) and is taken when the spare's close callback
+ * runs.
  *
  * POST is served on one registered path only (the operators' admin action, POST /admin/drop):
  * its parameters are in the query string and the handler's answer, whatever its code, carries
@@ -63,8 +68,10 @@ struct http_conn {
     int closing;
     int responding;       /* the answer is being written */
     uint64_t accepted_ms; /* the loop's time at accept */
-    char *body;           /* owned response body from the handler, or NULL */
-    size_t len;           /* bytes in head */
+    uid_t uid;            /* the peer (SO_PEERCRED at accept; -1 unknown) */
+    pid_t pid;
+    char *body; /* owned response body from the handler, or NULL */
+    size_t len; /* bytes in head */
     char hdr[HTTP_CTYPE_MAX + 160];
     char head[HTTP_HEAD_MAX];
 };
@@ -478,15 +485,39 @@ static int http_evictable(const http_conn_t *c, uint64_t now)
     return 1;
 }
 
-/* All slots are taken: closes the oldest connection that is idle or slow, if any. */
+/* Connections open and evictable at now that belong to uid (and to pid, when by_pid). */
+static unsigned http_held(const http_server_t *s, uid_t uid, pid_t pid, int by_pid, uint64_t now)
+{
+    unsigned n = 0;
+
+    for (const http_conn_t *c = s->conns; c != NULL; c = c->next)
+        n += c->uid == uid && (!by_pid || c->pid == pid) && http_evictable(c, now);
+    return n;
+}
+
+/* All slots are taken: closes an idle or slow connection, if any: the oldest of the user
+ * holding the most evictable ones and, within that user, of its process holding the most. At
+ * most HTTP_CONN_MAX connections, so the quadratic count is a few thousand steps, only when the
+ * slots are full. */
 static void http_evict(http_server_t *s)
 {
     uint64_t now = uv_now(s->loop);
     http_conn_t *victim = NULL;
+    unsigned best_u = 0, best_p = 0;
 
-    for (http_conn_t *c = s->conns; c != NULL; c = c->next)
-        if (http_evictable(c, now))
-            victim = c; /* newest first: the last one found is the oldest */
+    for (http_conn_t *c = s->conns; c != NULL; c = c->next) {
+        unsigned nu, np;
+        if (!http_evictable(c, now))
+            continue;
+        nu = http_held(s, c->uid, c->pid, 0, now);
+        np = http_held(s, c->uid, c->pid, 1, now);
+        /* newest first: on a tie the later one found is older */
+        if (nu > best_u || (nu == best_u && np >= best_p)) {
+            victim = c;
+            best_u = nu;
+            best_p = np;
+        }
+    }
     if (victim == NULL)
         return;
     log_debug("status_evicted", "age_ms=%" PRIu64 " bytes_read=%zu", now - victim->accepted_ms,
@@ -527,8 +558,19 @@ static void http_accept(http_server_t *s)
     if (s->nopen > HTTP_CONN_MAX * 3 / 4 && timeout > HTTP_SHORT_TIMEOUT_MS)
         timeout = HTTP_SHORT_TIMEOUT_MS;
     err = uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->pipe);
-    if (err == 0)
+    c->uid = (uid_t)-1;
+    c->pid = -1;
+    if (err == 0) {
+        struct ucred cr;
+        socklen_t crlen = sizeof cr;
+        uv_os_fd_t fd;
+        if (uv_fileno((const uv_handle_t *)&c->pipe, &fd) == 0 &&
+            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) == 0) {
+            c->uid = cr.uid;
+            c->pid = cr.pid;
+        }
         err = uv_timer_start(&c->timer, http_timeout_cb, timeout, 0);
+    }
     if (err == 0)
         err = uv_read_start((uv_stream_t *)&c->pipe, http_alloc_cb, http_read_cb);
     if (err < 0) {

@@ -12,10 +12,12 @@
  * quarters of the slots are taken) is closed.
  *
  * At most HTTP_CONN_MAX connections are served at once. When all slots are taken, a new
- * connection closes the oldest idle one (its head not complete and nothing it sent waiting to be
- * read) or slow one (its answer unread for HTTP_SLOW_MS) and takes its slot; only when none is
- * idle or slow is the new one accepted and closed at once. So idle connections cannot lock
- * operators out: an operator's request is in the socket before the daemon gets to it.
+ * connection closes an idle one (its head not complete and nothing it sent waiting to be read) or
+ * slow one (its answer unread for HTTP_SLOW_MS) and takes its slot: the oldest of the peer
+ * holding the most (by user, then process: SO_PEERCRED); only when none is idle or slow is the
+ * new one accepted and closed at once. So idle connections cannot lock operators out: an
+ * operator's request is in the socket before the daemon gets to it, and a process that keeps
+ * reopening slots evicts its own.
  *
  * Writes to a peer that has gone away raise SIGPIPE: the process must ignore SIGPIPE (the
  * daemon does at start-up).
