@@ -199,10 +199,10 @@ static index_entry_t *group_rank(const index_group_t *g, uint16_t r)
 /*
  * One index probe per chunk serves every rank. Its time beyond a single-rank lookup is the cache
  * misses on the other ranks' entries (perf annotate, 0.2.4: the first read of each entry's
- * flags). Tried and not kept (README, "All-ranks lookups"): a prefetch of the next chunk's
- * entries (the misses moved into the next probe) and entries laid out with these fields in
- * one 64-byte-aligned line (the walk got cheaper, the probes dearer, no net change within the
- * noise, and aligned_alloc raised an entry from 240 to 384 bytes of memory).
+ * flags). Tried and not kept (README, "Staged reads, and all-ranks lookups"): a prefetch of the
+ * next chunk's entries (the misses moved into the next probe) and entries laid out with these
+ * fields in one 64-byte-aligned line (the walk got cheaper, the probes dearer, no net change within
+ * the noise, and aligned_alloc raised an entry from 240 to 384 bytes of memory).
  */
 uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, size_t n,
                           bool lease, uint64_t now_ms, uint32_t ahead_from, uint32_t *rank_hits)
