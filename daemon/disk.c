@@ -1169,7 +1169,7 @@ static void read_after(uv_work_t *req, int status)
 
 static void read_start(disk_t *d, read_job_t *j)
 {
-    if (d->rstage != NULL && j->loc.version == RECORD_VERSION) {
+    if (d->rstage != NULL && j->loc.version == RECORD_VERSION && j->seg->direct) {
         j->stage_len = j->loc.hdr_len + round_block(j->loc.stored);
         j->stage = stage_get(d->rstage, j->stage_len); /* NULL (full): straight into dst */
         d->reads_staged += j->stage != NULL;
@@ -1834,26 +1834,27 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
         if (d->wb[i].recs == NULL)
             goto fail;
     }
-    /* staging (disk.h): reads with "auto" (when huge pages can be had) and "on"; flushes with
-     * "on" only */
-    if (cfg->disk.read_staging_bytes > 0 &&
-        (cfg->disk.staging == CONFIG_STAGING_ON ||
-         (cfg->disk.staging == CONFIG_STAGING_AUTO && stage_thp_available()))) {
+    /* staging (disk.h): reads with "auto" (when huge pages can be had, with direct I/O) and
+     * "on"; flushes with "on" only. Staging memory that cannot be had is not fatal: the tier
+     * works without it, as with "off" (logged; status disk.staging_reads/_writes say so). */
+    if (cfg->disk.read_staging_bytes > 0 && (cfg->disk.staging == CONFIG_STAGING_ON ||
+                                             (cfg->disk.staging == CONFIG_STAGING_AUTO &&
+                                              cfg->disk.direct_io && stage_thp_available()))) {
         d->rstage = stage_new(cfg->disk.read_staging_bytes);
         if (d->rstage == NULL)
-            goto fail;
+            log_warn("disk_staging", "what=reads bytes=%" PRIu64 " error=\"%s\" action=unstaged",
+                     cfg->disk.read_staging_bytes, strerror(errno));
     }
-    d->staging = cfg->disk.staging == CONFIG_STAGING_ON;
-    if (d->staging) {
+    if (cfg->disk.staging == CONFIG_STAGING_ON) {
         d->wstage = stage_new(d->wb_bytes);
         if (d->wstage == NULL)
-            goto fail;
-        d->out = stage_base(d->wstage);
-    } else {
-        d->out = block_alloc(d->wb_bytes);
-        if (d->out == NULL)
-            goto fail;
+            log_warn("disk_staging", "what=flushes bytes=%" PRIu64 " error=\"%s\" action=unstaged",
+                     d->wb_bytes, strerror(errno));
     }
+    d->staging = d->wstage != NULL;
+    d->out = d->staging ? stage_base(d->wstage) : block_alloc(d->wb_bytes);
+    if (d->out == NULL)
+        goto fail;
     d->fill = &d->wb[0];
     rc = fsutil_mkdirs(d->dir, true);
     if (rc != 0)

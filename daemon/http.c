@@ -485,35 +485,28 @@ static int http_evictable(const http_conn_t *c, uint64_t now)
     return 1;
 }
 
-/* Connections open and evictable at now that belong to uid (and to pid, when by_pid). */
-static unsigned http_held(const http_server_t *s, uid_t uid, pid_t pid, int by_pid, uint64_t now)
-{
-    unsigned n = 0;
-
-    for (const http_conn_t *c = s->conns; c != NULL; c = c->next)
-        n += c->uid == uid && (!by_pid || c->pid == pid) && http_evictable(c, now);
-    return n;
-}
-
 /* All slots are taken: closes an idle or slow connection, if any: the oldest of the user
- * holding the most evictable ones and, within that user, of its process holding the most. At
- * most HTTP_CONN_MAX connections, so the quadratic count is a few thousand steps, only when the
- * slots are full. */
+ * holding the most evictable ones and, within that user, of its process holding the most. One
+ * pass looks at each connection once (FIONREAD is a system call); the counting is over that
+ * snapshot, at most HTTP_CONN_MAX entries. */
 static void http_evict(http_server_t *s)
 {
     uint64_t now = uv_now(s->loop);
-    http_conn_t *victim = NULL;
-    unsigned best_u = 0, best_p = 0;
+    http_conn_t *cand[HTTP_CONN_MAX * 2], *victim = NULL;
+    unsigned n = 0, best_u = 0, best_p = 0;
 
-    for (http_conn_t *c = s->conns; c != NULL; c = c->next) {
-        unsigned nu, np;
-        if (!http_evictable(c, now))
-            continue;
-        nu = http_held(s, c->uid, c->pid, 0, now);
-        np = http_held(s, c->uid, c->pid, 1, now);
-        /* newest first: on a tie the later one found is older */
+    for (http_conn_t *c = s->conns; c != NULL && n < HTTP_CONN_MAX * 2; c = c->next)
+        if (http_evictable(c, now))
+            cand[n++] = c; /* newest first */
+    for (unsigned i = 0; i < n; i++) {
+        unsigned nu = 0, np = 0;
+        for (unsigned k = 0; k < n; k++) {
+            nu += cand[k]->uid == cand[i]->uid;
+            np += cand[k]->uid == cand[i]->uid && cand[k]->pid == cand[i]->pid;
+        }
+        /* on a tie the later one found is older */
         if (nu > best_u || (nu == best_u && np >= best_p)) {
-            victim = c;
+            victim = cand[i];
             best_u = nu;
             best_p = np;
         }

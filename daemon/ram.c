@@ -167,15 +167,17 @@ static bool sysfs_mode_is(const char *path, const char *const *words)
 /*
  * The huge page size of an arena file on a tmpfs that backs files with transparent huge pages,
  * or 0. A mounted tmpfs does so when mounted with huge=always or huge=within_size (found in
- * /proc/self/mountinfo by the file's device number); the kernel's own mount (a memfd) when
- * shmem_enabled says always or within_size; shmem_enabled "force" makes every tmpfs huge and
- * "deny" none. /dev/shm is mounted without huge=: 0 there.
+ * /proc/self/mountinfo by the file's device number); the kernel's own mount (memfd: an arena
+ * without a path) when shmem_enabled says always or within_size; shmem_enabled "force" makes
+ * every tmpfs huge and "deny" none. /dev/shm is mounted without huge=: 0 there, as for a mount
+ * not found.
  */
-static uint64_t thp_page_of(int fd, const struct stat *st)
+static uint64_t thp_page_of(int fd, const struct stat *st, bool memfd)
 {
     static const char *const force[] = {"force", NULL}, *const deny[] = {"deny", NULL};
     static const char *const huge[] = {"always", "within_size", "force", NULL};
-    char line[1024], dev[32];
+    char *line = NULL, dev[32];
+    size_t cap = 0;
     unsigned long long pmd = 0;
     struct statfs sf;
     bool found = false, on = false;
@@ -185,18 +187,22 @@ static uint64_t thp_page_of(int fd, const struct stat *st)
         return 0;
     if (sysfs_mode_is(THP_DIR "/shmem_enabled", deny))
         return 0;
-    on = sysfs_mode_is(THP_DIR "/shmem_enabled", force);
-    snprintf(dev, sizeof dev, " %u:%u ", major(st->st_dev), minor(st->st_dev));
-    f = on ? NULL : fopen("/proc/self/mountinfo", "re");
-    while (f != NULL && !found && fgets(line, sizeof line, f) != NULL) {
-        const char *sep = strstr(line, " - ");
-        found = strstr(line, dev) != NULL && sep != NULL && strstr(line, dev) < sep;
-        on = found && (strstr(sep, "huge=always") != NULL || strstr(sep, "huge=within_size"));
-    }
-    if (f != NULL)
-        fclose(f);
-    if (!found && !on) /* the kernel's internal mount: a memfd */
+    if (sysfs_mode_is(THP_DIR "/shmem_enabled", force)) {
+        on = true;
+    } else if (memfd) {
         on = sysfs_mode_is(THP_DIR "/shmem_enabled", huge);
+    } else {
+        snprintf(dev, sizeof dev, " %u:%u ", major(st->st_dev), minor(st->st_dev));
+        f = fopen("/proc/self/mountinfo", "re");
+        while (f != NULL && !found && getline(&line, &cap, f) > 0) {
+            const char *at = strstr(line, dev), *sep = strstr(line, " - ");
+            found = at != NULL && sep != NULL && at < sep;
+            on = found && (strstr(sep, "huge=always") != NULL || strstr(sep, "huge=within_size"));
+        }
+        free(line);
+        if (f != NULL)
+            fclose(f);
+    }
     if (!on)
         return 0;
     f = fopen(THP_DIR "/hpage_pmd_size", "re");
@@ -267,7 +273,7 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
     if (r->huge_page > 0) /* the file's size and every mapping are whole huge pages */
         r->map_bytes = (r->map_bytes + r->huge_page - 1) / r->huge_page * r->huge_page;
     else
-        r->thp_page = thp_page_of(r->fd, &st);
+        r->thp_page = thp_page_of(r->fd, &st, r->path[0] == '\0');
     if (r->path[0] == '\0') {
         reason = RAM_COLD_MEMFD;
     } else {

@@ -15,9 +15,7 @@
 #define STAGE_THP_PATH "/sys/kernel/mm/transparent_hugepage/enabled"
 
 struct stage {
-    uint8_t *map; /* the whole mapping (map_len bytes, not aligned) */
-    uint64_t map_len;
-    uint8_t *base;  /* STAGE_ALIGN aligned */
+    uint8_t *base;  /* the mapping: STAGE_ALIGN aligned, bytes long */
     uint64_t bytes; /* the bound: extents lie in [base, base + bytes) */
     alloc_t *alloc;
 };
@@ -39,32 +37,37 @@ bool stage_thp_available(void)
 stage_t *stage_new(uint64_t bytes)
 {
     stage_t *s = calloc(1, sizeof *s);
-    uint64_t span;
+    uint64_t len;
+    uint8_t *map, *end;
     uintptr_t a;
 
     if (s == NULL)
         return NULL;
-    /* the bound is bytes (whole allocation units); the address space is whole huge pages,
-     * plus one so that an aligned run lies inside: pages past the bound are never touched */
     s->bytes = (bytes + ALLOC_UNIT_DEFAULT - 1) / ALLOC_UNIT_DEFAULT * ALLOC_UNIT_DEFAULT;
     if (s->bytes == 0)
         s->bytes = ALLOC_UNIT_DEFAULT;
-    span = (s->bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
-    s->map_len = span + STAGE_ALIGN;
-    s->map = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (s->map == MAP_FAILED) {
+    /* one huge page more than needed, so that an aligned run of bytes lies inside; what lies
+     * outside that run is unmapped again: the mapping is exactly [base, base + bytes), so no
+     * huge page (THP "always", khugepaged) can be made past the bound */
+    len = s->bytes + STAGE_ALIGN;
+    map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
         free(s);
         return NULL;
     }
-    a = ((uintptr_t)s->map + STAGE_ALIGN - 1) & ~(uintptr_t)(STAGE_ALIGN - 1);
+    a = ((uintptr_t)map + STAGE_ALIGN - 1) & ~(uintptr_t)(STAGE_ALIGN - 1);
     s->base = (uint8_t *)a;
-    /* huge pages for the whole ones inside the bound, so that resident memory never exceeds it
-     * (advice: EINVAL without THP is fine) */
+    end = map + len;
+    if (s->base > map)
+        munmap(map, (size_t)(s->base - map));
+    if (s->base + s->bytes < end)
+        munmap(s->base + s->bytes, (size_t)(end - (s->base + s->bytes)));
+    /* huge pages for the whole ones inside the bound (advice: EINVAL without THP is fine) */
     if (s->bytes >= STAGE_ALIGN)
         (void)madvise(s->base, s->bytes / STAGE_ALIGN * STAGE_ALIGN, MADV_HUGEPAGE);
     s->alloc = alloc_new(s->bytes, ALLOC_UNIT_DEFAULT);
     if (s->alloc == NULL) {
-        munmap(s->map, s->map_len);
+        munmap(s->base, s->bytes);
         free(s);
         errno = ENOMEM;
         return NULL;
@@ -79,7 +82,7 @@ void stage_destroy(stage_t **sp)
     if (s == NULL)
         return;
     alloc_destroy(&s->alloc);
-    munmap(s->map, s->map_len);
+    munmap(s->base, s->bytes);
     free(s);
     *sp = NULL;
 }

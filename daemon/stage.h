@@ -15,7 +15,8 @@
  * says huge=never); private anonymous memory can, with madvise(MADV_HUGEPAGE), whenever the
  * kernel's THP mode is "always" or "madvise" (Debian's default). stage_thp_mode() reads it.
  *
- * A stage_t is one private anonymous mapping, 2 MiB aligned, advised MADV_HUGEPAGE, carved into
+ * A stage_t is one private anonymous mapping, 2 MiB aligned, its whole huge pages advised
+ * MADV_HUGEPAGE (a tail shorter than one stays in small pages), carved into
  * extents by the arena's extent allocator (alloc.h, 4 KiB units). Its size is a hard bound: a
  * request that does not fit gets NULL and the caller does its I/O without staging. Pages become
  * resident when first written and stay so (stage_resident() reports it).
@@ -37,8 +38,8 @@ typedef struct stage stage_t;
  * (/sys/kernel/mm/transparent_hugepage/enabled): true when madvised memory may be huge. */
 bool stage_thp_available(void);
 
-/* Staging memory of bytes (rounded up to 4 KiB; its address space is rounded up to whole huge
- * pages, of which no page past bytes is ever touched). NULL on failure (errno set). */
+/* Staging memory of bytes (rounded up to 4 KiB), mapped 2 MiB aligned and exactly that long.
+ * NULL on failure (errno set). */
 stage_t *stage_new(uint64_t bytes);
 void stage_destroy(stage_t **s);
 
