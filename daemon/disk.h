@@ -114,11 +114,11 @@ int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, u
  * plus one record is ever resident: it writes a piece at a time) and verifies and writes the
  * copy, so bytes changed in the arena after the copy cannot reach the disk.
  *
- * "auto" (the default) stages reads when the kernel gives madvised memory huge pages
- * (stage_thp_available) and the arena's own pages are small; "on" stages reads and flushes
- * regardless; "off" neither. Why flushes are not staged by "auto": measured on the development
- * VM (README, "Staged reads"), the flush's write calls ran no faster from huge pages (one
- * pwritev of a whole batch already makes large requests) while the copy cost the single flush
+ * "auto" (the default) stages reads of O_DIRECT segments when the kernel gives madvised memory
+ * huge pages (stage_thp_available) and the arena's own pages are small; "on" stages reads and
+ * flushes regardless; "off" neither. Why flushes are not staged by "auto": measured on the
+ * development VM (README, "Staged reads"), the flush's write calls ran no faster from huge pages
+ * (one pwritev of a whole batch already makes large requests) while the copy cost the single flush
  * worker time, so staged flushes wrote 10-30 % slower end to end; reads, 8 in flight, spent
  * about 20 % less time in their read calls.
  *
