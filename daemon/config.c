@@ -155,6 +155,7 @@ static const config_key_t config_keys[] = {
     ROW_U32("server.max_clients", server.max_clients, 1, 1000000, 4096),
     ROW_U32("server.client_idle_ms", server.client_idle_ms, 1000, 86400000, 600000, .live = true),
     ROW_U32("server.stop_drain_ms", server.stop_drain_ms, 0, 10000, 2000, .live = true),
+    ROW_U32("server.stop_timeout_ms", server.stop_timeout_ms, 0, 600000, 25000, .live = true),
     ROW_U32("server.max_in_flight", server.max_in_flight, 1, 65536, 256),
     ROW_U32("server.cpu_workers", server.cpu_workers, 0, 256, 0),
     ROW_U32("server.session_max_namespaces", server.session_max_namespaces, 1, 16, 16),

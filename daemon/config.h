@@ -15,7 +15,8 @@
  * the others need a restart. config_merge_live() writes the live values of a newly loaded
  * config_t into the one the daemon runs on and reports every key that differs. The live keys
  * are read where they are used (never cached at start-up), on the loop thread only: log.level,
- * server.client_idle_ms, server.stop_drain_ms, ram.lease_ms, ram.shm_hold_ms,
+ * server.client_idle_ms, server.stop_drain_ms, server.stop_timeout_ms, ram.lease_ms,
+ * ram.shm_hold_ms,
  * disk.max_reads_in_flight, every gates.* key and the per-namespace overrides (applied to the
  * declared namespaces by server_reconfigure()).
  *
@@ -72,6 +73,8 @@ typedef struct {
         uint32_t stop_drain_ms;              /* graceful stop: how long in-flight requests and
                                                 reservations may take to finish, 0..10000
                                                 (2000) */
+        uint32_t stop_timeout_ms;            /* the whole stop at most this long, then exit 1
+                                                as after a crash (25000; 0: no limit) */
         uint32_t cpu_workers;                /* thread-pool threads for checksums and copies
                                                 beside the disk's, 0..256 (0: one per CPU) */
     } server;

@@ -18,7 +18,8 @@
  *     close), the RAM-only chunks are written to the disk tier (at most 20 s, store.c) and its
  *     write buffer is flushed; the loop runs the close callbacks, the ZeroMQ context terminates
  *     and uv_loop_close() must return 0 - the proof that no handle was leaked. A second signal
- *     during the stop exits at once (exit 1).
+ *     during the stop exits at once (exit 1), and so does a stop that has not finished within
+ *     server.stop_timeout_ms (25 s: a disk that hangs; see stop_deadline_main).
  * The signal handlers are installed before the server is created, so a signal that arrives
  * during recovery is acted on once the loop runs (a SIGHUP never kills the daemon).
  *
@@ -40,11 +41,13 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 #include <zmq.h>
@@ -130,6 +133,47 @@ static void drained_cb(void *arg)
     close_signals(d);
 }
 
+/*
+ * The stop's deadline (server.stop_timeout_ms, counted from the stop signal). A disk that does
+ * not answer can hold a stop: workers block in system calls that never return, and the loop
+ * itself blocks in the few small synchronous writes of a stop (the gate state's fsync in
+ * disk.dir). So the deadline is a thread of its own, not a loop timer: when it passes, the
+ * daemon exits 1 as a crash would. A file arena with its journal is re-attached at the next
+ * start and the disk tier recovers from its segments; what was RAM-only in a memfd arena is
+ * lost, as it would be to systemd's SIGKILL a few seconds later. _exit: libuv's destructor
+ * would join the blocked workers. A stop that finishes first returns from main, which ends
+ * the thread with the process.
+ */
+static void *stop_deadline_main(void *arg)
+{
+    unsigned ms = *(const unsigned *)arg;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    log_error("shutdown",
+              "stop_timeout_ms=%u action=exit reason=\"the stop did not finish: a "
+              "disk that does not answer (status disk.flush_running_seconds)\"",
+              ms);
+    _exit(1);
+    return NULL;
+}
+
+static void stop_deadline_start(unsigned ms)
+{
+    static unsigned deadline_ms;
+    pthread_attr_t attr;
+    pthread_t t;
+
+    deadline_ms = ms;
+    if (ms == 0 || pthread_attr_init(&attr) != 0)
+        return;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, stop_deadline_main, &deadline_ms) != 0)
+        log_warn("shutdown", "stop_timeout_ms=%u error=\"no deadline thread\"", ms);
+    pthread_attr_destroy(&attr);
+}
+
 static void signal_cb(uv_signal_t *h, int signum)
 {
     daemon_t *d = h->data;
@@ -139,7 +183,9 @@ static void signal_cb(uv_signal_t *h, int signum)
         _exit(1);
     }
     d->stopping = 1;
-    log_info("shutdown", "signal=%d drain_ms=%u", signum, d->cfg->server.stop_drain_ms);
+    log_info("shutdown", "signal=%d drain_ms=%u timeout_ms=%u", signum,
+             d->cfg->server.stop_drain_ms, d->cfg->server.stop_timeout_ms);
+    stop_deadline_start(d->cfg->server.stop_timeout_ms);
     notify_stopping(d->notify, "Stopping: finishing the requests in flight (no new saves)");
     server_drain(d->server, d->cfg->server.stop_drain_ms, drained_cb, d);
 }
