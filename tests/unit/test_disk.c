@@ -211,6 +211,23 @@ static void close_disk(uv_loop_t *loop, disk_t **d)
     ck_assert_ptr_null(*d);
 }
 
+/* Runs the loop until n records were committed (written or not). */
+static void wait_committed(uv_loop_t *loop, int n)
+{
+    while (F.committed < n)
+        uv_run(loop, UV_RUN_ONCE);
+}
+
+/* A restart: closes *d, forgets what the fake store knew, opens the directory again and
+ * asserts that recovery found n records. */
+static void reopen_expect(uv_loop_t *loop, const config_t *cfg, disk_t **d, int n)
+{
+    close_disk(loop, d);
+    memset(&F, 0, sizeof F);
+    ck_assert_int_eq(disk_open(loop, cfg, &ops, NULL, d), 0);
+    ck_assert_int_eq(F.recovered, n);
+}
+
 static uint64_t dir_bytes(void)
 {
     char path[128];
@@ -409,8 +426,7 @@ START_TEST(test_changed_bytes_not_written)
     append(&loop, d, 1);
     append_as(&loop, d, 2, true);
     append(&loop, d, 3);
-    while (F.committed < 3)
-        uv_run(&loop, UV_RUN_ONCE);
+    wait_committed(&loop, 3);
     ck_assert_int_eq(F.committed_ok, 2);
     ck_assert_int_eq(F.committed_bad, 1);
     ck_assert(F.live[1] && !F.live[2] && F.live[3]);
@@ -418,11 +434,8 @@ START_TEST(test_changed_bytes_not_written)
     ck_assert_int_eq(st.verify_drops, 1);
     ck_assert_int_eq(st.records_written, 2);
     ck_assert_int_eq(read_chunk(&loop, d, 3), 0);
-    close_disk(&loop, &d);
     /* a restart finds the two written records and nothing of the third */
-    memset(&F, 0, sizeof F);
-    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
-    ck_assert_int_eq(F.recovered, 2);
+    reopen_expect(&loop, &cfg, &d, 2);
     ck_assert(F.live[1] && !F.live[2] && F.live[3]);
     close_disk(&loop, &d);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
@@ -444,18 +457,14 @@ START_TEST(test_compressed_round_trip)
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     for (int k = 0; k < 5; k++)
         append(&loop, d, k);
-    while (F.committed < 5)
-        uv_run(&loop, UV_RUN_ONCE);
+    wait_committed(&loop, 5);
     disk_stats(d, &st);
     ck_assert_int_eq(st.records_compressed, 5);
     ck_assert_uint_lt(st.stored_bytes_written, st.raw_bytes_written);
     ck_assert(st.staging_writes == (staging == CONFIG_STAGING_ON));
     for (int k = 0; k < 5; k++)
         ck_assert_int_eq(read_chunk(&loop, d, k), 0);
-    close_disk(&loop, &d);
-    memset(&F, 0, sizeof F);
-    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
-    ck_assert_int_eq(F.recovered, 5);
+    reopen_expect(&loop, &cfg, &d, 5);
     ck_assert_int_eq(read_chunk(&loop, d, 4), 0);
     close_disk(&loop, &d);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
@@ -480,8 +489,7 @@ START_TEST(test_large_batch)
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     for (int k = 0; k < 200; k++)
         append(&loop, d, k); /* no loop turn between: one batch */
-    while (F.committed < 200)
-        uv_run(&loop, UV_RUN_ONCE);
+    wait_committed(&loop, 200);
     ck_assert_int_eq(F.committed_ok, 200);
     disk_stats(d, &st);
     ck_assert_uint_eq(st.records_written, 200);
@@ -490,10 +498,7 @@ START_TEST(test_large_batch)
         ck_assert_uint_eq(F.loc[k].off, (uint64_t)k * (RECORD_BLOCK + record_block(CHUNK)));
         ck_assert_int_eq(read_chunk(&loop, d, k), 0);
     }
-    close_disk(&loop, &d);
-    memset(&F, 0, sizeof F);
-    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
-    ck_assert_int_eq(F.recovered, 200);
+    reopen_expect(&loop, &cfg, &d, 200);
     ck_assert_int_eq(read_chunk(&loop, d, 199), 0);
     close_disk(&loop, &d);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
@@ -528,8 +533,7 @@ START_TEST(test_staged_reads_are_bounded)
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     for (int k = 0; k < 4; k++)
         append(&loop, d, k);
-    while (F.committed < 4)
-        uv_run(&loop, UV_RUN_ONCE);
+    wait_committed(&loop, 4);
     ck_assert_int_eq(F.committed_ok, 4);
     ck_assert_uint_eq(F.loc[0].hdr_len + record_block(F.loc[0].stored), span);
     reads_done = 0;
