@@ -247,8 +247,8 @@ struct disk {
     flush_job_t *committing; /* its commits are being reported, a slice per turn */
     uint8_t *out;            /* staging of the flush in flight: header blocks, lz4 payloads,
                                 and with staging the raw payloads too (stage_base(wstage)) */
-    bool staging;            /* flushes go through huge-page staging memory (stage.h) */
-    stage_t *wstage;         /* with staged flushes: theirs (out), disk.write_buffer_bytes */
+    stage_t *wstage;         /* staged flushes (disk.staging "on"): theirs (out),
+                                disk.write_buffer_bytes; NULL: flushes are not staged */
     stage_t *rstage;         /* with staged reads: theirs, disk.read_staging_bytes (or NULL) */
     uint64_t reads_staged;   /* reads that went through rstage */
     uint64_t next_seq;
@@ -525,10 +525,11 @@ static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *c
     disk_t *d = j->d;
     uint64_t raw = r->m.raw_len, hb = record_payload_off(&r->m), stored = raw;
     uint8_t *hdr = d->out + *sp, *pay = hdr + hb, *src = r->data, codec = RECORD_CODEC_RAW;
+    bool staged = d->wstage != NULL;
     uint64_t sum;
     int hl;
 
-    if (d->staging) {
+    if (staged) {
         sum = record_copy_csum(pay, r->data, raw);
         src = pay;
     } else {
@@ -541,8 +542,8 @@ static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *c
     memset(src + raw, 0, round_block(raw) - raw);
     if (scratch != NULL) {
         stored = codec_encode(d->mode, j->max_ratio, DISK_SHUFFLE_ELEM, src, raw,
-                              d->staging ? cbuf : pay, raw, scratch, &codec);
-        if (codec != RECORD_CODEC_RAW && d->staging)
+                              staged ? cbuf : pay, raw, scratch, &codec);
+        if (codec != RECORD_CODEC_RAW && staged)
             memcpy(pay, cbuf, stored);
     }
     if (codec != RECORD_CODEC_RAW && cal != NULL && j->dec_bytes == 0) {
@@ -562,7 +563,7 @@ static void flush_record(flush_job_t *j, wrec_t *r, uint8_t *scratch, uint8_t *c
     }
     memset(hdr + hl, 0, hb - (uint64_t)hl);
     iov_add(iov, niov, hdr, hb);
-    if (codec == RECORD_CODEC_RAW && !d->staging) {
+    if (codec == RECORD_CODEC_RAW && !staged) {
         iov_add(iov, niov, r->data, round_block(raw));
         *sp += hb;
     } else {
@@ -605,7 +606,7 @@ static void flush_work(uv_work_t *req)
     uint64_t sp = 0, fpos = 0, done = 0, maxraw = 0, t0;
     uint64_t piece = d->wb_bytes < DISK_STAGE_PIECE ? d->wb_bytes : DISK_STAGE_PIECE;
     uint8_t *scratch = NULL, *cbuf = NULL, *cal = NULL;
-    bool compress = !j->raw_only && d->mode != CODEC_MODE_OFF;
+    bool compress = !j->raw_only && d->mode != CODEC_MODE_OFF, staged = d->wstage != NULL;
     struct iovec *iov;
     size_t niov = 0;
     int fd = j->fd;
@@ -630,11 +631,11 @@ static void flush_work(uv_work_t *req)
             maxraw = wb->recs[i].m.raw_len;
     if (compress) {
         scratch = malloc(maxraw);
-        cbuf = d->staging ? malloc(maxraw) : NULL;
+        cbuf = staged ? malloc(maxraw) : NULL;
         if (j->calibrate)
             cal = malloc(maxraw);
     }
-    if (iov == NULL || (compress && (scratch == NULL || (d->staging && cbuf == NULL)))) {
+    if (iov == NULL || (compress && (scratch == NULL || (staged && cbuf == NULL)))) {
         j->rc = -ENOMEM;
         goto out;
     }
@@ -644,7 +645,7 @@ static void flush_work(uv_work_t *req)
     for (uint32_t i = 0; i < wb->n && j->rc == 0; i++) {
         wrec_t *r = &wb->recs[i];
         uint64_t need = record_payload_off(&r->m) + round_block(r->m.raw_len);
-        if (d->staging && sp > 0 && sp + need > piece) {
+        if (staged && sp > 0 && sp + need > piece) {
             j->rc = flush_write(j, fd, iov, &niov, &done);
             sp = 0;
         }
@@ -1851,8 +1852,7 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
             log_warn("disk_staging", "what=flushes bytes=%" PRIu64 " error=\"%s\" action=unstaged",
                      d->wb_bytes, strerror(errno));
     }
-    d->staging = d->wstage != NULL;
-    d->out = d->staging ? stage_base(d->wstage) : block_alloc(d->wb_bytes);
+    d->out = d->wstage != NULL ? stage_base(d->wstage) : block_alloc(d->wb_bytes);
     if (d->out == NULL)
         goto fail;
     d->fill = &d->wb[0];
@@ -2010,7 +2010,7 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .write_buffer_bytes = (d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0),
         .flush_running_ms = d->flushing != NULL ? uv_now(d->loop) - d->flush_started : 0,
         .staging_reads = d->rstage != NULL,
-        .staging_writes = d->staging,
+        .staging_writes = d->wstage != NULL,
         .staging_bytes = stage_bytes(d->wstage) + stage_bytes(d->rstage),
         .staging_resident_bytes = stage_resident(d->wstage) + stage_resident(d->rstage),
         .reads_staged = d->reads_staged,

@@ -128,3 +128,20 @@ uint8_t *fsutil_buf_add(fsutil_buf_t *b, size_t n)
     b->len += n;
     return b->b + b->len - n;
 }
+
+bool fsutil_sysfs_mode_is(const char *path, const char *const *words)
+{
+    char buf[160] = "", want[40];
+    FILE *f = fopen(path, "re");
+    bool yes = false;
+
+    if (f == NULL)
+        return false;
+    if (fgets(buf, sizeof buf, f) != NULL)
+        for (; *words != NULL && !yes; words++) {
+            snprintf(want, sizeof want, "[%s]", *words);
+            yes = strstr(buf, want) != NULL;
+        }
+    fclose(f);
+    return yes;
+}

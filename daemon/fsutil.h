@@ -31,6 +31,11 @@ typedef struct {
 
 uint8_t *fsutil_buf_add(fsutil_buf_t *b, size_t n);
 
+/* Whether the selected (bracketed) word of a sysfs mode file, such as
+ * /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"), is one of words
+ * (NULL-terminated). false when the file cannot be read. */
+bool fsutil_sysfs_mode_is(const char *path, const char *const *words);
+
 /* Reads the whole file at path into a malloc'd buffer (*buf, *len; the caller frees it). 0, or
  * a negative errno (-ENOENT: no such file). */
 int fsutil_read_file(const char *path, uint8_t **buf, size_t *len);

@@ -23,6 +23,7 @@
 #include "ram.h"
 
 #include "alloc.h"
+#include "fsutil.h"
 #include "kvt_csum.h"
 
 #include <errno.h>
@@ -133,36 +134,16 @@ static uint64_t random_id(void)
     return v != 0 ? v : 1;
 }
 
-/* The huge page size of an arena file on hugetlbfs (its st_blksize there), or 0. */
-static uint64_t huge_page_of(int fd, const struct stat *st)
+/* The huge page size of an arena file on hugetlbfs (fs_type: its fstatfs f_type; the page size
+ * is its st_blksize there), or 0. */
+static uint64_t huge_page_of(unsigned long fs_type, const struct stat *st)
 {
-    struct statfs sf;
-
-    if (fstatfs(fd, &sf) != 0 || (unsigned long)sf.f_type != HUGETLBFS_MAGIC ||
-        st->st_blksize <= 4096)
+    if (fs_type != HUGETLBFS_MAGIC || st->st_blksize <= 4096)
         return 0;
     return (uint64_t)st->st_blksize;
 }
 
 #define THP_DIR "/sys/kernel/mm/transparent_hugepage"
-
-/* Whether the bracketed word of a sysfs mode file is one of words (NULL-terminated). */
-static bool sysfs_mode_is(const char *path, const char *const *words)
-{
-    char buf[160] = "", want[40];
-    FILE *f = fopen(path, "re");
-    bool yes = false;
-
-    if (f == NULL)
-        return false;
-    if (fgets(buf, sizeof buf, f) != NULL)
-        for (; *words != NULL && !yes; words++) {
-            snprintf(want, sizeof want, "[%s]", *words);
-            yes = strstr(buf, want) != NULL;
-        }
-    fclose(f);
-    return yes;
-}
 
 /*
  * The huge page size of an arena file on a tmpfs that backs files with transparent huge pages,
@@ -172,25 +153,22 @@ static bool sysfs_mode_is(const char *path, const char *const *words)
  * every tmpfs huge and "deny" none. /dev/shm is mounted without huge=: 0 there, as for a mount
  * not found.
  */
-static uint64_t thp_page_of(int fd, const struct stat *st, bool memfd)
+static uint64_t thp_page_of(unsigned long fs_type, const struct stat *st, bool memfd)
 {
     static const char *const force[] = {"force", NULL}, *const deny[] = {"deny", NULL};
     static const char *const huge[] = {"always", "within_size", "force", NULL};
     char *line = NULL, dev[32];
     size_t cap = 0;
     unsigned long long pmd = 0;
-    struct statfs sf;
     bool found = false, on = false;
     FILE *f;
 
-    if (fstatfs(fd, &sf) != 0 || (unsigned long)sf.f_type != TMPFS_MAGIC)
+    if (fs_type != TMPFS_MAGIC || fsutil_sysfs_mode_is(THP_DIR "/shmem_enabled", deny))
         return 0;
-    if (sysfs_mode_is(THP_DIR "/shmem_enabled", deny))
-        return 0;
-    if (sysfs_mode_is(THP_DIR "/shmem_enabled", force)) {
+    if (fsutil_sysfs_mode_is(THP_DIR "/shmem_enabled", force)) {
         on = true;
     } else if (memfd) {
-        on = sysfs_mode_is(THP_DIR "/shmem_enabled", huge);
+        on = fsutil_sysfs_mode_is(THP_DIR "/shmem_enabled", huge);
     } else {
         snprintf(dev, sizeof dev, " %u:%u ", major(st->st_dev), minor(st->st_dev));
         f = fopen("/proc/self/mountinfo", "re");
@@ -219,6 +197,7 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
     ram_cold_reason_t reason = RAM_COLD_DISABLED;
     uint32_t prev_gen = 0;
     struct stat st;
+    struct statfs sf;
     ram_t *r;
     int rc;
 
@@ -269,11 +248,13 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
         rc = -errno;
         goto fail_size;
     }
-    r->huge_page = huge_page_of(r->fd, &st);
+    if (fstatfs(r->fd, &sf) != 0)
+        sf.f_type = 0; /* unknown: small pages */
+    r->huge_page = huge_page_of((unsigned long)sf.f_type, &st);
     if (r->huge_page > 0) /* the file's size and every mapping are whole huge pages */
         r->map_bytes = (r->map_bytes + r->huge_page - 1) / r->huge_page * r->huge_page;
     else
-        r->thp_page = thp_page_of(r->fd, &st, r->path[0] == '\0');
+        r->thp_page = thp_page_of((unsigned long)sf.f_type, &st, r->path[0] == '\0');
     if (r->path[0] == '\0') {
         reason = RAM_COLD_MEMFD;
     } else {

@@ -4,6 +4,7 @@
 #include "stage.h"
 
 #include "alloc.h"
+#include "fsutil.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,16 +23,9 @@ struct stage {
 
 bool stage_thp_available(void)
 {
-    char buf[128] = "";
-    FILE *f = fopen(STAGE_THP_PATH, "re");
-    bool ok;
+    static const char *const huge[] = {"always", "madvise", NULL};
 
-    if (f == NULL)
-        return false;
-    ok = fgets(buf, sizeof buf, f) != NULL &&
-         (strstr(buf, "[always]") != NULL || strstr(buf, "[madvise]") != NULL);
-    fclose(f);
-    return ok;
+    return fsutil_sysfs_mode_is(STAGE_THP_PATH, huge);
 }
 
 stage_t *stage_new(uint64_t bytes)

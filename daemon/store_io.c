@@ -564,10 +564,9 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         uv_unref((uv_handle_t *)&s->ckpt_timer);
     }
     /* A re-attached arena can hold more dirty chunks than the cleaner leaves (a stop that
-     * could not write them, a crash): the cleaner starts on the loop's first turn, so that they
-     * are written before loads and saves need their room, rather than at the first save. */
-    s->clean_pending = true;
-    uv_timer_start(&s->clean_timer, clean_timer_cb, 0, 0);
+     * could not write them, a crash): the cleaner starts now, so that they are written before
+     * loads and saves need their room, rather than at the first save. */
+    store__clean_ahead(s);
     return 0;
 }
 

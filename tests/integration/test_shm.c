@@ -686,10 +686,8 @@ START_TEST(test_hugetlbfs_arena)
     json_decref(st);
     c = connect_path(h, NULL, 1, 0, KVT_DATA_PATH_SHM);
     ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
-    for (uint32_t k = 1; k <= 8; k++) { /* 16 MiB through 8 MiB: the first chains only on disk */
-        ck_assert_uint_eq(harness_save_chain(c, k, 8, 256 * KIB, 0), 8);
-        harness_wait_disk_drained(h);
-    }
+    /* 16 MiB through 8 MiB: the first chains only on disk */
+    harness_save_chains(h, c, 1, 8, 8, 256 * KIB, 1);
     for (uint32_t k = 1; k <= 8; k++)
         ck_assert_uint_eq(harness_load_chain(c, k, 8, 256 * KIB, 0), 8); /* byte-exact */
     st = harness_status(h);
@@ -767,10 +765,8 @@ START_TEST(test_thp_tmpfs_arena)
         json_decref(st);
         c = connect_path(h, NULL, 1, 0, KVT_DATA_PATH_SHM);
         ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
-        for (uint32_t k = 1; k <= 8; k++) { /* 16 MiB through 8 MiB: the first on disk only */
-            ck_assert_uint_eq(harness_save_chain(c, 100 * on_shm + k, 8, 256 * KIB, 0), 8);
-            harness_wait_disk_drained(h);
-        }
+        /* 16 MiB through 8 MiB: the first on disk only */
+        harness_save_chains(h, c, 100 * on_shm + 1, 100 * on_shm + 8, 8, 256 * KIB, 1);
         for (uint32_t k = 1; k <= 8; k++) /* byte-exact */
             ck_assert_uint_eq(harness_load_chain(c, 100 * on_shm + k, 8, 256 * KIB, 0), 8);
         st = harness_status(h);
