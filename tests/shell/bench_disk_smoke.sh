@@ -112,6 +112,17 @@ check "the segment files' O_DIRECT read, and the restore against it" \
 check "the same into huge pages (0.2.4), and the restores against it" \
     '((.disk.raw.read_direct_segments_huge.gbps | type == "number") and (.disk.read.ratio_vs_segments_direct_huge | type == "number") and (.disk.read_shm.ratio_vs_segments_direct_huge | type == "number")) or (.disk.raw.read_direct_segments_huge.gbps == null)' \
     '.disk'
+check "the O_DIRECT write from distinct buffers (0.2.5), and the write ratio against it" \
+    '((.disk.raw.write_direct_distinct.gbps | type == "number") and (.disk.write.ratio_vs_raw_direct_distinct | type == "number")) or (.disk.raw.write_direct_distinct.gbps == null)' \
+    '.disk.raw'
+check "the flushes' write calls (0.2.5)" \
+    '.disk.write.calls.gbps > 0 and .disk.write.calls.bytes == .disk.write.raw_bytes' \
+    '.disk.write.calls'
+# the window of refusals counts every refusal of the phase (the sampler starts before the first
+# save and takes its last sample after the drain), and nothing more than the phase wrote
+check "the writer while demotions were refused (0.2.5)" \
+    '(.disk.write.while_refusing.refused == .disk.write.demotions_refused) and ((.disk.write.while_refusing.refused == 0 and .disk.write.while_refusing.gbps == null) or (.disk.write.while_refusing.gbps > 0 and .disk.write.while_refusing.bytes <= .disk.write.raw_bytes and .disk.write.while_refusing.samples >= 2))' \
+    '.disk.write'
 # the loads followed lookups of their chains: the daemon read them ahead, and they were loaded
 st=$(curl -sf --unix-socket "$dir/status.sock" http://localhost/status) || fail "no status"
 pf=$(jq '.disk.prefetches' <<<"$st")
