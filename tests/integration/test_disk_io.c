@@ -272,7 +272,7 @@ END_TEST
  * was present before the stop is present and byte-exact after it. */
 START_TEST(test_stop_with_a_hung_disk)
 {
-    char dir[96], more[512], arena[160];
+    char dir[96], more[640], arena[160], journal[160];
     harness_t *h;
     kvt_client_t *c;
     size_t before[13];
@@ -282,8 +282,14 @@ START_TEST(test_stop_with_a_hung_disk)
 
     make_dir(dir, sizeof dir);
     snprintf(arena, sizeof arena, "/dev/shm/kvt-hung-stop-%d.arena", (int)getpid());
+    /* the journal away from the hung disk (README, "A disk that hangs": its appends are the
+     * loop's own write(2), which faultfs stalls too since 0.2.5; in the disk's directory the
+     * first save after the stall would block the loop until the disk answered) */
+    snprintf(journal, sizeof journal, "/dev/shm/kvt-hung-stop-%d.journal", (int)getpid());
     snprintf(more, sizeof more,
-             ", \"ram\": {\"arena_path\": \"%s\"}, \"server\": {\"stop_timeout_ms\": 2000}", arena);
+             ", \"ram\": {\"arena_path\": \"%s\", \"journal_path\": \"%s\"}, "
+             "\"server\": {\"stop_timeout_ms\": 2000}",
+             arena, journal);
     set_faults("");
     h = start_more(dir, "none", "2MiB", 2000, more, 1);
     c = harness_client(h, "diskio", 1, 0, 0);
@@ -318,6 +324,7 @@ START_TEST(test_stop_with_a_hung_disk)
     kvt_close(&c);
     harness_stop(&h);
     unlink(arena);
+    unlink(journal);
 }
 END_TEST
 

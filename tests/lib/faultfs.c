@@ -7,10 +7,11 @@
  * a network filesystem that stops answering) cannot be made on a CI machine without root-only
  * kernel targets (dm-error, dm-delay, dm-flakey) that a firecracker VM or a container often
  * lacks. The daemon does every segment read and write with libc's pread/preadv/pwritev and
- * fdatasync/fsync on its thread pool (disk.c), so failing those calls where the daemon makes
- * them is what a failing device looks like to it: the same errno from the same call on the
- * same thread, the same blocked worker for a device that hangs. Nothing else of the daemon is
- * replaced; the calls that pass go to libc.
+ * fdatasync/fsync on its thread pool (disk.c), and the RAM journal's appends and the files it
+ * writes atomically (gates.state) with write (0.2.5: intercepted too), so failing those calls
+ * where the daemon makes them is what a failing device looks like to it: the same errno from the
+ * same call on the same thread, the same blocked worker for a device that hangs. Nothing else of
+ * the daemon is replaced; the calls that pass go to libc.
  *
  * Environment (read once, at the first intercepted call):
  *   KVT_FAULTFS_DIR  only descriptors whose path (/proc/self/fd) starts with this directory
@@ -66,6 +67,7 @@ static uint64_t n_reads, n_writes, n_syncs, n_stalls;
 
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
 static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
+static ssize_t (*real_write)(int, const void *, size_t);
 static ssize_t (*real_preadv)(int, const struct iovec *, int, off_t);
 static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
 static int (*real_fdatasync)(int);
@@ -77,6 +79,7 @@ static void init_once(void)
 
     real_pread = (ssize_t(*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
     real_pwrite = (ssize_t(*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+    real_write = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
     real_preadv = (ssize_t(*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
     real_pwritev = (ssize_t(*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "pwritev");
     real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
@@ -269,6 +272,13 @@ ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
     (void)buflen;
     FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+}
+
+/* write(2) too (0.2.5): the RAM journal and the files written atomically (gates.state) use it,
+ * so a stalled disk stalls them as a hung device would. */
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    FAIL_OR(real_write(fd, buf, n), OP_WRITE, fd);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
