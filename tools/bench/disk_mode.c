@@ -388,102 +388,89 @@ out:
     return rc;
 }
 
+/* Every rank's chunks written with O_DIRECT into a new file at path, then one fdatasync, the
+ * file removed after: from one aligned buffer the chunks are copied into outside the timing
+ * (many NULL), or each from its own place in many (every rank's chunks, aligned). Seconds of
+ * the calls plus the fdatasync, or < 0 with why (why_len bytes) saying which call failed. */
+static double direct_write_file(const bench_t *b, const char *path, const uint8_t *many, char *why,
+                                size_t why_len)
+{
+    size_t chunk = b->o.chunk_bytes, per = chunk * b->o.chunks;
+    void *buf = NULL;
+    double secs = 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+
+    if (fd < 0 || (many == NULL && posix_memalign(&buf, 4096, chunk) != 0)) {
+        snprintf(why, why_len, "O_DIRECT: %s", strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(path);
+        }
+        return -1;
+    }
+    for (uint32_t r = 0; r < b->o.ranks && secs >= 0; r++) {
+        for (size_t i = 0; i < b->o.chunks; i++) {
+            size_t off = r * per + i * chunk;
+            const uint8_t *p = many != NULL ? many + off : buf;
+            uint64_t t0;
+            if (many == NULL)
+                memcpy(buf, b->ranks[r].src + i * chunk, chunk);
+            t0 = now_ns();
+            if (io_full(fd, 1, (uint8_t *)p, chunk, (off_t)off)) {
+                snprintf(why, why_len, "O_DIRECT write: %s", strerror(errno));
+                secs = -1;
+                break;
+            }
+            secs += (double)(now_ns() - t0) / 1e9;
+        }
+    }
+    if (secs >= 0) {
+        uint64_t t0 = now_ns();
+        if (fdatasync(fd) == 0) {
+            secs += (double)(now_ns() - t0) / 1e9;
+        } else {
+            snprintf(why, why_len, "fdatasync: %s", strerror(errno));
+            secs = -1;
+        }
+    }
+    free(buf);
+    close(fd);
+    unlink(path);
+    return secs;
+}
+
 /* The same bytes written with O_DIRECT, chunk by chunk from one aligned buffer (the copy into it
  * is not timed), then one fdatasync: the device's sequential write speed with the durability of
  * the daemon's default (disk.direct_io with disk.fsync "segment": the records are on the device
  * when their write returns and the device's cache is flushed at segment ends; this 1 GiB file
  * fits within one 256 MiB-segment's worth of flushes or four, one flush at its end is the same
  * order). Into a second file of --disk-dir, removed after. */
-static double raw_write_direct_distinct(const bench_t *b, const char *path);
-
 static int raw_write_direct(const bench_t *b, const char *path, raw_t *out)
 {
-    size_t chunk = b->o.chunk_bytes, per = chunk * b->o.chunks;
-    void *buf = NULL;
-    double secs = 0;
-    int fd;
+    size_t all = b->o.chunk_bytes * b->o.chunks * b->o.ranks;
+    uint8_t *many = NULL;
+    char why[96];
 
     out->direct_w_s = out->direct_wd_s = -1;
-    if (chunk % 4096 != 0) {
+    if (b->o.chunk_bytes % 4096 != 0) {
         snprintf(out->direct_w_why, sizeof out->direct_w_why,
                  "chunk bytes not a multiple of 4 KiB");
         return 0;
     }
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-    if (fd < 0 || posix_memalign(&buf, 4096, chunk) != 0) {
-        snprintf(out->direct_w_why, sizeof out->direct_w_why, "O_DIRECT: %s", strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(path);
-        }
-        return 0;
-    }
-    for (uint32_t r = 0; r < b->o.ranks && out->direct_w_why[0] == '\0'; r++) {
-        for (size_t i = 0; i < b->o.chunks; i++) {
-            uint64_t t0;
-            memcpy(buf, b->ranks[r].src + i * chunk, chunk);
-            t0 = now_ns();
-            if (io_full(fd, 1, buf, chunk, (off_t)(r * per + i * chunk))) {
-                snprintf(out->direct_w_why, sizeof out->direct_w_why, "O_DIRECT write: %s",
-                         strerror(errno));
-                break;
-            }
-            secs += (double)(now_ns() - t0) / 1e9;
-        }
-    }
-    if (out->direct_w_why[0] == '\0') {
-        uint64_t t0 = now_ns();
-        if (fdatasync(fd) == 0)
-            out->direct_w_s = secs + (double)(now_ns() - t0) / 1e9;
-        else
-            snprintf(out->direct_w_why, sizeof out->direct_w_why, "fdatasync: %s", strerror(errno));
-    }
-    free(buf);
-    close(fd);
-    unlink(path);
-    if (out->direct_w_s > 0)
-        out->direct_wd_s = raw_write_direct_distinct(b, path);
-    return 0; /* a filesystem without O_DIRECT: reported, not fatal */
-}
-
-/* The O_DIRECT write again, into a new file at path, each chunk from memory of its own (the
- * sources copied into one aligned area first, outside the timing), as the daemon writes each
- * record from its chunk's arena extent: one reused buffer is the device's best case (the same
- * physical pages every time), distinct buffers are what a tier has to write from. On the
- * development VM the two differ by 0-30 % and by as much from one run to the next (its virtual
- * disk's speed swings 1.2-2.6 GB/s). Seconds of the calls plus one fdatasync, < 0 when it could
- * not run (no memory for the copy, a failed call). */
-static double raw_write_direct_distinct(const bench_t *b, const char *path)
-{
-    size_t chunk = b->o.chunk_bytes, per = chunk * b->o.chunks, all = per * b->o.ranks;
-    uint8_t *many = NULL;
-    double secs = 0;
-    int fd;
-
-    if (posix_memalign((void **)&many, 4096, all) != 0)
-        return -1;
-    for (uint32_t r = 0; r < b->o.ranks; r++)
-        memcpy(many + r * per, b->ranks[r].src, per);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    out->direct_w_s = direct_write_file(b, path, NULL, out->direct_w_why, sizeof out->direct_w_why);
+    /* Again, each chunk from memory of its own (the sources copied into one aligned area first,
+     * outside the timing), as the daemon writes each record from its chunk's arena extent: one
+     * reused buffer is the device's best case (the same physical pages every time), distinct
+     * buffers are what a tier has to write from. On the development VM the two differ by 0-30 %
+     * and by as much from one run to the next (its virtual disk's speed swings 1.2-2.6 GB/s). */
+    if (out->direct_w_s > 0 && posix_memalign((void **)&many, 4096, all) == 0) {
+        for (uint32_t r = 0; r < b->o.ranks; r++)
+            memcpy(many + (size_t)r * b->o.chunk_bytes * b->o.chunks, b->ranks[r].src,
+                   b->o.chunk_bytes * b->o.chunks);
+        out->direct_wd_s = direct_write_file(b, path, many, why, sizeof why);
         free(many);
-        return -1;
     }
-    for (size_t off = 0; off < all && secs >= 0; off += chunk) {
-        uint64_t t0 = now_ns();
-        if (io_full(fd, 1, many + off, chunk, (off_t)off))
-            secs = -1;
-        else
-            secs += (double)(now_ns() - t0) / 1e9;
-    }
-    if (secs >= 0) {
-        uint64_t t0 = now_ns();
-        secs = fdatasync(fd) == 0 ? secs + (double)(now_ns() - t0) / 1e9 : -1;
-    }
-    close(fd);
-    unlink(path);
-    free(many);
-    return secs;
+    return 0; /* a filesystem without O_DIRECT: reported, not fatal */
 }
 
 /* The raw baseline: every rank's chunks written with pwrite into one new file in --disk-dir,
@@ -809,15 +796,11 @@ typedef struct {
 
 static int sample_take(const bench_t *b, wsample_t *w)
 {
-    json_t *root = NULL;
-    if (tool_status_get(b->o.status_sock, BENCH_STATUS_TIMEOUT_MS, &root, NULL))
+    snap_t sn;
+    if (snap_take(b, &sn))
         return -1;
-    const json_t *disk = json_object_get(root, "disk");
-    w->t_ns = now_ns();
-    w->raw = (uint64_t)json_integer_value(json_object_get(disk, "raw_bytes_written"));
-    w->refused = (uint64_t)json_integer_value(json_object_get(disk, "demotions_refused"));
-    w->write_s = json_number_value(json_object_get(disk, "write_seconds"));
-    json_decref(root);
+    *w = (wsample_t){
+        .t_ns = now_ns(), .raw = sn.v[SN_RAW], .refused = sn.v[SN_REFUSED], .write_s = sn.write_s};
     return 0;
 }
 
