@@ -33,6 +33,19 @@ int fsutil_mkdirs(const char *path, bool last)
     return 0;
 }
 
+int fsutil_private_dir(const char *path)
+{
+    struct stat st;
+
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    if (lstat(path, &st) != 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0)
+        return -EPERM;
+    return 0;
+}
+
 int fsutil_write_atomic(const char *dir, const char *name, const void *data, size_t len)
 {
     char tmp[PATH_MAX], dst[PATH_MAX];

@@ -15,6 +15,13 @@
  * relative to the working directory. Returns 0 or a negative errno. */
 int fsutil_mkdirs(const char *path, bool last);
 
+/* Makes sure path is a directory that only this process's user can reach: creates it with mode
+ * 0700 when it is missing, then checks (lstat: not followed through a symlink) that it is a
+ * directory owned by the effective user with no group or other permission bits. 0; -EPERM when
+ * it exists but is not such a directory (someone else made it, or made it reachable); or
+ * another negative errno. The parent must exist. */
+int fsutil_private_dir(const char *path);
+
 /* Replaces dir/name with len bytes of data atomically: writes dir/.name.tmp (mode 0600), fsyncs
  * it, renames it over dir/name and fsyncs dir, so that a crash leaves the old file or the new
  * one, never a torn one. Returns 0 or a negative errno (the temporary file is removed). */

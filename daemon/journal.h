@@ -4,8 +4,9 @@
  * committed there.
  *
  * The arena is mapped read-write by clients (shared-memory saves write into it), so nothing in
- * it can vouch for a chunk. The journal is a private file (mode 0600, ram.journal_path, by
- * default <disk.dir>/arena.journal) that the daemon appends to: a namespace record the first
+ * it can vouch for a chunk. The journal is a private file (mode 0600, ram.journal_path; by
+ * default <arena>.d/journal beside an arena on a tmpfs, else <disk.dir>/<arena name>.journal:
+ * store_reattach.c) that the daemon appends to: a namespace record the first
  * time a namespace's chunk is journaled (its identity: model, revision, fingerprint, world,
  * chunk_tokens, replication), an ADD record for every chunk that becomes RAM-resident (published
  * by a save or commit, or promoted from disk: namespace, rank, hash, parent hash, arena location

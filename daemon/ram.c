@@ -69,6 +69,7 @@ struct ram {
     bool keep;
     uint64_t huge_page; /* the file is on hugetlbfs: its page size (the mapping is whole pages) */
     uint64_t thp_page;  /* the file is on a tmpfs that allocates huge pages: their size */
+    bool tmpfs;         /* a file (not a memfd) on a tmpfs */
     char path[256];
 };
 
@@ -250,6 +251,7 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
     }
     if (fstatfs(r->fd, &sf) != 0)
         sf.f_type = 0; /* unknown: small pages */
+    r->tmpfs = r->path[0] != '\0' && (unsigned long)sf.f_type == TMPFS_MAGIC;
     r->huge_page = huge_page_of((unsigned long)sf.f_type, &st);
     if (r->huge_page > 0) /* the file's size and every mapping are whole huge pages */
         r->map_bytes = (r->map_bytes + r->huge_page - 1) / r->huge_page * r->huge_page;
@@ -370,6 +372,11 @@ uint64_t ram_capacity(const ram_t *r)
 uint64_t ram_file_bytes(const ram_t *r)
 {
     return r->map_bytes;
+}
+
+bool ram_on_tmpfs(const ram_t *r)
+{
+    return r->tmpfs;
 }
 
 uint64_t ram_huge_page(const ram_t *r)

@@ -111,6 +111,9 @@ uint64_t ram_resident(const ram_t *r); /* bytes of the arena backed by memory */
 uint64_t ram_largest_free(const ram_t *r);
 uint32_t ram_free_runs(const ram_t *r);
 const char *ram_path(const ram_t *r); /* "" for a memfd */
+/* Whether the arena is a file on a tmpfs (such as /dev/shm): memory that no disk backs, which
+ * is where its journal goes by default (store_reattach.c). false for a memfd and hugetlbfs. */
+bool ram_on_tmpfs(const ram_t *r);
 int ram_fd(const ram_t *r);
 
 /* The arena's generation (>= 1; the header's) and its id (random, kept across re-attaches,

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 /* --- appending --- */
@@ -444,22 +445,22 @@ static const char *cold_text(ram_cold_reason_t why)
     }
 }
 
-/* Reads the journal at s->journal_path and, when it belongs to this arena, replays it. */
-static void recover_from_journal(store_t *s)
+/* Reads the journal at path (path, or the legacy one it is migrated from) and, when
+ * it belongs to this arena, replays it. */
+static void recover_from_journal(store_t *s, const char *path)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
     journal_hdr_t h;
-    int rc = journal_read(s->journal_path, &buf, &len);
+    int rc = journal_read(path, &buf, &len);
 
     if (rc != 0) {
-        log_warn("ram_recovery", "journal=%s error=\"%s\" action=no_chunks", s->journal_path,
-                 strerror(-rc));
+        log_warn("ram_recovery", "journal=%s error=\"%s\" action=no_chunks", path, strerror(-rc));
         return;
     }
     if (journal_decode_hdr(buf, len, &h) != 0) {
         log_warn("ram_recovery", "journal=%s error=\"header does not decode\" action=no_chunks",
-                 s->journal_path);
+                 path);
     } else if (h.arena_id != ram_arena_id(s->ram) || h.capacity != ram_capacity(s->ram) ||
                h.chunk_off != RAM_HDR_BYTES || h.unit != ALLOC_UNIT_DEFAULT ||
                (h.gen + 1 != ram_gen(s->ram) && h.gen != ram_gen(s->ram))) {
@@ -467,7 +468,7 @@ static void recover_from_journal(store_t *s)
         log_warn("ram_recovery",
                  "journal=%s journal_gen=%u arena_gen=%u error=\"the journal describes another "
                  "arena or generation\" action=no_chunks",
-                 s->journal_path, h.gen, ram_gen(s->ram) - 1);
+                 path, h.gen, ram_gen(s->ram) - 1);
         ram_gen_above(s->ram, h.gen);
     } else {
         ram_gen_above(s->ram, h.gen);
@@ -476,33 +477,78 @@ static void recover_from_journal(store_t *s)
     free(buf);
 }
 
+/*
+ * The journal's default place (ram.journal_path ""): for an arena file on a tmpfs (the default,
+ * /dev/shm), <arena path>.d/journal, in a directory of the daemon's own beside the arena; for
+ * any other arena <disk.dir>/<arena file name>.journal, the default of 0.2.5 and before (legacy,
+ * set either way: a journal found only there is migrated).
+ *
+ * Why beside the arena (0.2.6): the journal describes the arena and is worth exactly as long as
+ * the arena file lives. On the arena's tmpfs the two share their fate (a reboot empties both),
+ * and no device backs the file, so a disk.dir whose device hangs cannot stop the loop in the
+ * journal's write(2) (README, "A disk that hangs"). A directory rather than a file beside the
+ * arena: /dev/shm is writable by every user, and a journal another user planted or linked there
+ * would be replayed; a directory that must be this user's own, mode 0700 (fsutil_private_dir),
+ * is checked once and everything in it is safe. A directory that fails the check is not used
+ * (log ram_journal action=legacy_path): the journal goes to the legacy path. hugetlbfs takes no
+ * write(2), so an arena there keeps the legacy path too.
+ */
+static void journal_default_path(store_t *s, char *legacy, size_t cap)
+{
+    const char *base = strrchr(ram_path(s->ram), '/');
+    char dir[sizeof s->journal_path - 16];
+    int rc;
+
+    snprintf(legacy, cap, "%s/%s.journal", s->cfg->disk.dir,
+             base != NULL ? base + 1 : ram_path(s->ram));
+    snprintf(s->journal_path, sizeof s->journal_path, "%s", legacy);
+    if (!ram_on_tmpfs(s->ram))
+        return;
+    snprintf(dir, sizeof dir, "%s.d", ram_path(s->ram));
+    rc = fsutil_private_dir(dir);
+    if (rc != 0) {
+        log_warn("ram_journal", "dir=%s error=\"%s\" action=legacy_path path=%s", dir,
+                 rc == -EPERM ? "not a directory of this user's own with mode 0700" : strerror(-rc),
+                 legacy);
+        return;
+    }
+    snprintf(s->journal_path, sizeof s->journal_path, "%s/journal", dir);
+}
+
 void store__ram_recover(store_t *s)
 {
     uint64_t t0 = uv_hrtime();
     const config_t *cfg = s->cfg;
+    char legacy[sizeof s->journal_path] = "";
+    const char *from;
     int rc;
 
     s->rec.path = s->ram_why == RAM_ATTACHED ? "reattach" : "cold";
     s->rec.reason = ram_cold_reason_name(s->ram_why);
-    if (cfg->ram.journal_path[0] != '\0') {
-        snprintf(s->journal_path, sizeof s->journal_path, "%s", cfg->ram.journal_path);
-    } else {
-        /* named after the arena: daemons of two arenas sharing a disk.dir keep two journals */
-        const char *base = strrchr(ram_path(s->ram), '/');
-        snprintf(s->journal_path, sizeof s->journal_path, "%s/%s.journal", cfg->disk.dir,
-                 base != NULL ? base + 1 : ram_path(s->ram));
-    }
     if (ram_path(s->ram)[0] == '\0' || !cfg->ram.reattach) {
         /* nothing to keep: no journal, no cost per save */
         s->journal_path[0] = '\0';
         ram_write_header(s->ram);
         return;
     }
+    if (cfg->ram.journal_path[0] != '\0')
+        snprintf(s->journal_path, sizeof s->journal_path, "%s", cfg->ram.journal_path);
+    else
+        journal_default_path(s, legacy, sizeof legacy);
+    if (strcmp(legacy, s->journal_path) == 0)
+        legacy[0] = '\0'; /* no other place to migrate from */
     if (s->ram_why != RAM_ATTACHED)
         log_info("ram_cold_start", "arena=%s reason=%s why=\"%s\"", ram_path(s->ram), s->rec.reason,
                  cold_text(s->ram_why));
+    /* an upgrade from 0.2.5 finds its journal at the legacy path: read it there once */
+    from = s->journal_path;
+    if (legacy[0] != '\0' && access(s->journal_path, F_OK) != 0 && errno == ENOENT &&
+        access(legacy, F_OK) == 0) {
+        from = legacy;
+        log_info("ram_journal", "path=%s from=%s action=migrate", s->journal_path, legacy);
+    }
     if (s->ram_why == RAM_ATTACHED)
-        recover_from_journal(s);
+        recover_from_journal(s, from);
     rc = fsutil_mkdirs(s->journal_path, false);
     if (rc == 0)
         rc = journal_rewrite(s, false);
@@ -513,6 +559,8 @@ void store__ram_recover(store_t *s)
         log_error("ram_journal", "path=%s error=\"%s\" action=journal_off (the next start is cold)",
                   s->journal_path, strerror(-rc));
     }
+    if (legacy[0] != '\0')
+        (void)unlink(legacy); /* migrated, or stale: the journal is elsewhere now */
     ram_write_header(s->ram);
     s->rec.ms = (uv_hrtime() - t0) / 1000000u;
     if (s->ram_why == RAM_ATTACHED)
@@ -520,7 +568,7 @@ void store__ram_recover(store_t *s)
                  "path=reattach arena=%s journal=%s gen=%u chunks=%" PRIu64 " bytes=%" PRIu64
                  " discarded=%" PRIu64 " checksum_drops=%" PRIu64 " records=%" PRIu64
                  " ms=%" PRIu64,
-                 ram_path(s->ram), s->journal_path, ram_gen(s->ram), s->rec.chunks, s->rec.bytes,
+                 ram_path(s->ram), from, ram_gen(s->ram), s->rec.chunks, s->rec.bytes,
                  s->rec.discarded, s->rec.checksum_drops, s->rec.journal_records, s->rec.ms);
 }
 

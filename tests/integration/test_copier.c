@@ -242,7 +242,7 @@ static int fake_stop(fake_t *fk, pthread_t t)
     atomic_store(&fk->stop, true);
     pthread_join(t, NULL);
     most = fk->max_outstanding;
-    unlink(fk->arena);
+    check_unlink_arena(fk->arena);
     free(fk);
     return most;
 }

@@ -334,7 +334,7 @@ START_TEST(test_drop_pinned_clean_chunk_then_stop)
     ck_assert_uint_eq(harness_save_chain(c, 6, 4, CH, 0), 4); /* the cleaner runs on */
     kvt_close(&c);
     harness_stop(&h); /* the persist walks the dirty list: exit 0 within the deadline */
-    unlink(arena);
+    check_unlink_arena(arena);
 }
 END_TEST
 

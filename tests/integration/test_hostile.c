@@ -803,7 +803,7 @@ START_TEST(test_reserve_starvation)
     zmq_ctx_term(ctx);
     kvt_close(&good);
     harness_stop(&h);
-    unlink(arena);
+    check_unlink_arena(arena);
 }
 END_TEST
 
@@ -866,7 +866,7 @@ START_TEST(test_modes_under_umask0)
     }
     closedir(d);
     ck_assert_int_gt(segs, 0);
-    unlink(arena);
+    check_unlink_arena(arena);
 }
 END_TEST
 

@@ -33,6 +33,7 @@ typedef struct {
     uint64_t capacity;
     uint64_t chunk;
     bool disk;
+    bool default_journal; /* no ram.journal_path: the daemon's default place (test_journal_place) */
 } persist_t;
 
 static void persist_init(persist_t *p, uint64_t capacity, uint64_t chunk, bool disk)
@@ -50,28 +51,34 @@ static void persist_init(persist_t *p, uint64_t capacity, uint64_t chunk, bool d
 
 static void persist_done(persist_t *p)
 {
-    unlink(p->arena);
+    check_unlink_arena(p->arena);
+    check_rmtree(p->dir);
 }
 
 /* Starts a daemon on p's arena and journal; more: extra members of "ram" (may be ""). */
 static harness_t *persist_start(const persist_t *p, uint64_t capacity, const char *more)
 {
-    char extra[1024];
+    char extra[1024], journal[320] = "";
     harness_opts_t o = {.capacity_bytes = capacity, .max_chunk_bytes = p->chunk, .keep_arena = 1};
 
+    if (!p->default_journal)
+        snprintf(journal, sizeof journal, ", \"journal_path\": \"%s/arena.journal\"", p->dir);
     snprintf(extra, sizeof extra,
-             "{\"ram\": {\"arena_path\": \"%s\", \"journal_path\": \"%s/arena.journal\"%s}, "
+             "{\"ram\": {\"arena_path\": \"%s\"%s%s}, "
              "\"disk\": {\"enabled\": %s, \"dir\": \"%s/disk\", \"capacity_bytes\": \"64MiB\", "
              "\"segment_bytes\": \"4MiB\", \"write_buffer_bytes\": \"1MiB\", \"fsync\": "
              "\"none\"}}",
-             p->arena, p->dir, more, p->disk ? "true" : "false", p->dir);
+             p->arena, journal, more, p->disk ? "true" : "false", p->dir);
     o.extra_json = extra;
     return harness_start(&o);
 }
 
 static const char *jstr(json_t *st, const char *a, const char *b, const char *c)
 {
-    json_t *v = json_object_get(json_object_get(json_object_get(st, a), b), c);
+    json_t *v = json_object_get(json_object_get(st, a), b);
+
+    if (c != NULL)
+        v = json_object_get(v, c);
 
     return json_string_value(v) != NULL ? json_string_value(v) : "";
 }
@@ -190,6 +197,78 @@ static void saver(const char *endpoint, const persist_t *p, int fd)
     }
     _exit(0);
 }
+
+static void copy_file(const char *from, const char *to)
+{
+    uint8_t buf[65536];
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ssize_t n;
+
+    ck_assert_int_ge(in, 0);
+    ck_assert_int_ge(out, 0);
+    while ((n = read(in, buf, sizeof buf)) > 0)
+        ck_assert_int_eq(write(out, buf, (size_t)n), n);
+    ck_assert_int_eq(n, 0);
+    close(in);
+    ck_assert_int_eq(close(out), 0);
+}
+
+/* The journal's default place (0.2.6, store_reattach.c): beside an arena on a tmpfs, in
+ * <arena>.d, a directory of the daemon's own (mode 0700). A journal found only at the place of
+ * 0.2.5 (<disk.dir>/<arena name>.journal) is read there once and moved; a <arena>.d that other
+ * users could reach is not used (the legacy place is, with a log line). */
+START_TEST(test_reattach_journal_place)
+{
+    persist_t p;
+    harness_t *h;
+    kvt_client_t *c;
+    char want[240], legacy[400], dir[200];
+    const char *base;
+    struct stat st;
+    json_t *js;
+
+    persist_init(&p, 4u << 20, 64u << 10, true);
+    p.default_journal = true;
+    base = strrchr(p.arena, '/') + 1;
+    snprintf(dir, sizeof dir, "%s.d", p.arena);
+    snprintf(want, sizeof want, "%s/journal", dir);
+    snprintf(legacy, sizeof legacy, "%s/disk/%s.journal", p.dir, base);
+    save_and_stop(&p, "place", 2);
+    ck_assert_int_eq(lstat(dir, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+    ck_assert_int_eq(access(want, F_OK), 0);
+    ck_assert_int_eq(access(legacy, F_OK), -1);
+
+    /* an upgrade from 0.2.5: the journal is at the legacy place only */
+    copy_file(want, legacy);
+    ck_assert_int_eq(check_rmtree(dir), 0);
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "reattach", "attached");
+    ck_assert_int_eq(harness_log_count(h, "action=migrate"), 1);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), 2 * PER);
+    js = harness_status(h);
+    ck_assert_str_eq(jstr(js, "ram", "journal_path", NULL), want);
+    json_decref(js);
+    ck_assert_int_eq(access(legacy, F_OK), -1);
+    harness_stop(&h);
+
+    /* a directory another user could write into is refused: the legacy place is used */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    h = persist_start(&p, p.capacity, "");
+    ck_assert_int_eq(harness_log_count(h, "action=legacy_path"), 1);
+    js = harness_status(h);
+    ck_assert_str_eq(jstr(js, "ram", "journal_path", NULL), legacy);
+    json_decref(js);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), 0); /* nothing read from there */
+    c = harness_client(h, "place", 1, 0, 0);
+    for (uint32_t seed = 1; seed <= 2; seed++) /* the clean stops wrote them to disk */
+        ck_assert_uint_eq(harness_load_chain(c, seed, PER, p.chunk, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+    ck_assert_int_eq(access(legacy, F_OK), 0);
+    persist_done(&p);
+}
+END_TEST
 
 /* SIGKILL while a client saves through the shared arena (and another holds a reservation it
  * never commits): after the restart every chain that was answered STORED loads byte-exact, the
@@ -543,6 +622,7 @@ static Suite *reattach_suite(void)
     tcase_add_test(tc, test_reattach_drop_stays_dropped);
     tcase_add_test(tc, test_reattach_estale);
     tcase_add_test(tc, test_reattach_gate_state_and_leases);
+    tcase_add_test(tc, test_reattach_journal_place);
     suite_add_tcase(su, tc);
     return su;
 }

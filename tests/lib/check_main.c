@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static char scratch_dir[64];
 
@@ -30,6 +31,15 @@ static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *
 int check_rmtree(const char *path)
 {
     return nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+void check_unlink_arena(const char *path)
+{
+    char dir[4096];
+
+    (void)unlink(path);
+    if ((size_t)snprintf(dir, sizeof dir, "%s.d", path) < sizeof dir)
+        (void)check_rmtree(dir);
 }
 
 int main(void)

@@ -31,4 +31,8 @@ const char *check_scratch_dir(void);
 /* Removes a directory tree (what is inside first, links not followed); returns 0 or -1. */
 int check_rmtree(const char *path);
 
+/* Removes an arena file the daemon kept (ram.reattach) and its journal directory beside it
+ * (<path>.d, the journal's default place for an arena on a tmpfs: store_reattach.c). */
+void check_unlink_arena(const char *path);
+
 #endif /* KVT_TEST_CHECK_MAIN_H */

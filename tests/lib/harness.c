@@ -285,7 +285,7 @@ void harness_free(harness_t **hp)
     check_rmtree(h->dir);
     /* the daemon keeps its arena file for a re-attach (ram.reattach): tests do not */
     if (h->arena_path[0] != '\0' && !h->keep_arena)
-        unlink(h->arena_path);
+        check_unlink_arena(h->arena_path);
     free(h);
     *hp = NULL;
 }

@@ -154,6 +154,8 @@ class Daemon:
         self._log.close()
         if os.path.exists(self.arena_path):
             os.unlink(self.arena_path)
+        # the journal's directory beside the arena (kvtierd 0.2.6: <arena>.d)
+        shutil.rmtree(self.arena_path + ".d", ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

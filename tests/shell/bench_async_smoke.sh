@@ -14,7 +14,7 @@ bench=${2:?usage: bench_async_smoke.sh KVTIERD KVTIER_BENCH}
 source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtasync jq curl
 arena=/dev/shm/kvtier-bench-async.$$.$RANDOM.arena
-testlib_files+=("$arena")
+testlib_files+=("$arena" "$arena.d")
 testlib_logs+=(bench.err)
 
 sock="$dir/status.sock"

@@ -14,7 +14,7 @@ bench=${2:?usage: bench_disk_smoke.sh KVTIERD KVTIER_BENCH}
 source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtdisk jq curl
 arena=/dev/shm/kvtier-disk-smoke.$$.$RANDOM.arena
-testlib_files+=("$arena")
+testlib_files+=("$arena" "$arena.d")
 testlib_logs+=(bench.err)
 
 server="\"server\": {\"endpoint\": \"ipc://$dir/kvt.zmq\", \"status_socket\": \"$dir/status.sock\"}"

@@ -17,7 +17,7 @@ fi
 source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtbench redis-cli jq curl
 arena=/dev/shm/kvtier-bench-smoke.$$.$RANDOM.arena
-testlib_files+=("$arena")
+testlib_files+=("$arena" "$arena.d")
 testlib_logs+=(redis.log bench.err)
 
 # redis-server on a random port; another port if that one is taken (redis-server then exits).

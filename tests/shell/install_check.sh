@@ -14,7 +14,7 @@ source "$(dirname "$0")/../lib/testlib.sh"
 testlib_init kvtinst cc pkg-config curl
 prefix=$dir/prefix
 arena=/dev/shm/kvtier-install.$$.$RANDOM.arena
-testlib_files+=("$arena")
+testlib_files+=("$arena" "$arena.d")
 
 cmake --install "$build" --prefix "$prefix" > /dev/null
 for f in sbin/kvtierd bin/kvtierctl bin/kvtier-bench include/kvtier.h etc/kvtier/kvtierd.json \

@@ -44,7 +44,7 @@ cat > "$dir/kvtierd.json" <<JSON
  "ram": {"capacity_bytes": "32MiB", "max_chunk_bytes": "4MiB", "arena_path": "/dev/shm/kvtpy-readme.$$.arena"},
  "disk": {"enabled": false, "dir": "$dir/disk"}}
 JSON
-testlib_files+=("/dev/shm/kvtpy-readme.$$.arena")
+testlib_files+=("/dev/shm/kvtpy-readme.$$.arena" "/dev/shm/kvtpy-readme.$$.arena.d")
 sock=$dir/status.sock
 testlib_start_daemon "$prefix/sbin/kvtierd" "$dir/kvtierd.json" "$sock"
 sed -n '/<!-- python-example -->/,/<!-- \/python-example -->/p' "$source_dir/README.md" |
