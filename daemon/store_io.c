@@ -957,11 +957,15 @@ fail:
     return rc;
 }
 
-/* Chain read-ahead: a load read e from disk; the records written right after e in its segment
- * that continue e's chain (each the stored successor of the one before: the cleaner writes a
- * chain's chunks in the order they were saved) are queued for read-ahead, as far as
- * disk.prefetch_depth_bytes reaches: a client loading a prefix chunk by chunk without a lookup
- * finds the next chunk read (the page cache's sequential read-ahead, along a chain). */
+/* Chain read-ahead: a load read e from disk, or found it in RAM as the first load of a chunk
+ * read ahead; the records written right after e in its segment that continue e's chain (each the
+ * stored successor of the one before: the cleaner writes a chain's chunks in the order they were
+ * saved) are queued for read-ahead, as far as disk.prefetch_depth_bytes reaches: a client
+ * loading a prefix chunk by chunk without a lookup finds the next chunk read (the page cache's
+ * sequential read-ahead, along a chain). The second trigger is the page cache's read-ahead
+ * marker (0.2.6): without it the window did not slide, and every third 2 MiB chunk of a chain
+ * loaded one by one waited for a read of its own with nothing in flight behind it. Chunks of the
+ * window already in RAM, queued or being read count towards the depth and are not read again. */
 static void chain_read_ahead(store_t *s, const index_entry_t *e)
 {
     uint64_t ahead = 0;
@@ -1004,6 +1008,8 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
             if (e->flags & INDEX_F_PREFETCHED) {
                 e->flags &= (uint16_t)~INDEX_F_PREFETCHED;
                 s->dk.prefetch_hits++;
+                if (e->flags & INDEX_F_DISK)
+                    last_read = e; /* the window slides on (chain_read_ahead) */
             }
             batch_lend(s, slot, e);
             continue;
@@ -1025,7 +1031,7 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
         batch_miss(slot);
     }
     if (last_read != NULL && s->pf_cap > 0) {
-        chain_read_ahead(s, last_read); /* pinned by its read: still there */
+        chain_read_ahead(s, last_read); /* pinned by its read or its loan: still there */
         store__prefetch_pump(s);
     }
     if (b->outstanding > 1)

@@ -42,19 +42,26 @@ static void disk_dir(char *buf, size_t len)
 /* A daemon with 4 MiB of RAM over a disk tier in dir. segment is also the write buffer's size:
  * tests that must lose nothing use one large enough to absorb every demotion while a flush is
  * in flight, however slowly the (loaded) machine flushes. */
-static harness_t *start(const char *dir, const char *capacity, const char *fsync,
-                        const char *segment)
+/* start() with more members of "disk" (more: "" or ", \"key\": value..."). */
+static harness_t *start_with(const char *dir, const char *capacity, const char *fsync,
+                             const char *segment, const char *more)
 {
-    char extra[512];
+    char extra[640];
     harness_opts_t o = {.capacity_bytes = 4u << 20, .max_chunk_bytes = 256u << 10};
 
     snprintf(extra, sizeof extra,
              "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"%s\", "
              "\"segment_bytes\": \"%s\", \"write_buffer_bytes\": \"%s\", "
-             "\"fsync\": \"%s\", \"max_reads_in_flight\": 4}}",
-             dir, capacity, segment, segment, fsync);
+             "\"fsync\": \"%s\", \"max_reads_in_flight\": 4%s}}",
+             dir, capacity, segment, segment, fsync, more);
     o.extra_json = extra;
     return harness_start(&o);
+}
+
+static harness_t *start(const char *dir, const char *capacity, const char *fsync,
+                        const char *segment)
+{
+    return start_with(dir, capacity, fsync, segment, "");
 }
 
 static kvt_client_t *client(const harness_t *h)
@@ -286,6 +293,75 @@ START_TEST(test_lookup_reads_ahead_for_the_load)
     ck_assert_int_eq(harness_jint(st, "disk.checksum_drops"), 0);
     json_decref(st);
     ck_assert_int_eq(load_chain(c, 2, NULL), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
+/* Loads chunk i of chain seed alone; 1 when it came back (byte-exact), 0 on a miss. */
+static int load_one(kvt_client_t *c, uint32_t seed, uint32_t i)
+{
+    kvt_hash_t hs[PER];
+    void *buf = malloc(CH);
+    size_t cap = CH, len = 0, nhit = 0;
+
+    harness_chain(seed, hs, PER);
+    ck_assert_int_eq(kvt_load(c, &hs[i], 1, &buf, &cap, &len, &nhit), 0);
+    if (len != 0)
+        ck_assert_msg(len == CH && harness_check_fill(buf, CH, 0, (uint64_t)seed * 1000 + i),
+                      "chain %u chunk %u loaded with other bytes", seed, i);
+    free(buf);
+    return len != 0;
+}
+
+static int pred_reads_idle(json_t *st, void *arg)
+{
+    (void)arg;
+    return harness_jint(st, "disk.reads_in_flight") == 0 &&
+           harness_jint(st, "disk.reads_queued") == 0;
+}
+
+/* The chain read-ahead's window slides (0.2.6): a client loading a disk-only chain one chunk at a
+ * time, slower than the disk (every read-ahead has landed before its next load), finds every
+ * chunk after the first read ahead, with a window of two chunks (disk.prefetch_depth_bytes).
+ * Before 0.2.6 only a load that read from disk moved the window, so every third chunk waited for
+ * a read of its own: records_read would be PER with prefetch_hits about 2 * PER / 3. */
+START_TEST(test_chain_read_ahead_slides)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    int64_t records, hits0;
+
+    disk_dir(dir, sizeof dir);
+    h = start_with(dir, "32MiB", "segment", "16MiB", ", \"prefetch_depth_bytes\": \"128KiB\"");
+    c = client(h);
+    for (uint32_t s = 1; s <= 8; s++) { /* chains 1-4 end up only on disk */
+        ck_assert_int_eq(save_chain(c, s), PER);
+        wait_flushed(h);
+    }
+    st = harness_status(h);
+    records = harness_jint(st, "disk.records_read");
+    hits0 = harness_jint(st, "disk.prefetch_hits");
+    ck_assert_int_eq(harness_jint(st, "ram.index_chunks"), 8 * PER);
+    json_decref(st);
+    for (uint32_t i = 0; i < PER; i++) {
+        ck_assert_int_eq(load_one(c, 1, i), 1);
+        st = harness_wait_status(h, pred_reads_idle, NULL, HARNESS_DEADLINE_MS);
+        ck_assert_msg(st != NULL, "the reads never finished");
+        json_decref(st);
+    }
+    st = harness_status(h);
+    printf("chain read-ahead: %lld records read, %lld prefetch hits for %u chunks loaded one by "
+           "one\n",
+           (long long)(harness_jint(st, "disk.records_read") - records),
+           (long long)(harness_jint(st, "disk.prefetch_hits") - hits0), PER);
+    ck_assert_int_eq(harness_jint(st, "disk.prefetch_hits") - hits0, PER - 1);
+    /* read once each: the window's reach past the chain's end stops at its end */
+    ck_assert_int_eq(harness_jint(st, "disk.records_read") - records, PER);
+    ck_assert_int_eq(harness_jint(st, "disk.checksum_drops"), 0);
+    json_decref(st);
     kvt_close(&c);
     harness_stop(&h);
 }
@@ -557,6 +633,7 @@ static Suite *disk_integration_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_demote_and_read_back);
     tcase_add_test(tc, test_lookup_reads_ahead_for_the_load);
+    tcase_add_test(tc, test_chain_read_ahead_slides);
     tcase_add_test(tc, test_restart_finds_disk_chunks);
     tcase_add_test(tc, test_kill9_during_saves);
     tcase_add_test(tc, test_flipped_byte_is_a_miss);
