@@ -132,6 +132,9 @@ struct index_group {
 #define INDEX_F_PREFETCHED 0x1000u
 /* store.c: pinned while in the arena: its footprint is in the store's pinned_foot */
 #define INDEX_F_PINRAM 0x2000u
+/* store_io.c: with INDEX_F_PREFETCHED, read ahead along its chain (chain_read_ahead), not for a
+ * lookup: its first load slides the chain's window on */
+#define INDEX_F_PF_CHAIN 0x4000u
 
 typedef struct index index_t;
 

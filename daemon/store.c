@@ -157,7 +157,7 @@ static uint32_t prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire
         if (touch)
             store__touch(s, e);
         if (i >= ahead_from && store__prefetchable(s, e))
-            store__prefetch(s, e);
+            store__prefetch(s, e, false);
         hit++;
     }
     return hit;
@@ -244,7 +244,7 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
     /* read ahead within the answer (the common prefix): no rank loads past it */
     for (size_t k = 0; k < nseen; k++)
         if (s->pf_seen[k].i >= ahead_from && s->pf_seen[k].i < min)
-            store__prefetch(s, s->pf_seen[k].e);
+            store__prefetch(s, s->pf_seen[k].e, false);
     store__prefetch_pump(s);
     for (uint32_t i = 0; lease && i < min; i++) {
         kvt_wire_hash_t k;
@@ -433,7 +433,7 @@ void store__ram_release(store_t *s, index_entry_t *e)
     s->stored_bytes -= e->len;
     s->ram_chunks--;
     index_ram_clear(s->ix, e);
-    e->flags &= (uint16_t)~INDEX_F_PREFETCHED; /* read ahead, never loaded */
+    e->flags &= (uint16_t) ~(INDEX_F_PREFETCHED | INDEX_F_PF_CHAIN); /* read ahead, never loaded */
 }
 
 static void seg_unlink(store_t *s, index_entry_t *e)

@@ -41,6 +41,7 @@ typedef struct {
     uint16_t rank;
     kvt_wire_hash_t hash;
     uint64_t foot; /* its arena footprint, counted in pf_bytes */
+    bool chain;    /* queued by a chain read-ahead (store_io.c), not by a lookup */
 } prefetch_key_t;
 
 /* A read-ahead candidate an all-ranks lookup met at position i (queued once the answer is known:
@@ -148,7 +149,7 @@ static inline bool store__prefetchable(const store_t *s, const index_entry_t *e)
  * for loads, and reads landing in the arena under disk.prefetch_depth_bytes) and the room holds,
  * and drops the queue when a read cannot get RAM without dropping a chunk or the store is
  * closing. */
-void store__prefetch(store_t *s, index_entry_t *e);
+void store__prefetch(store_t *s, index_entry_t *e, bool chain);
 void store__prefetch_pump(store_t *s);
 
 /* Stalled reads (store_io.c): from store_tick, answers the loads waiting on a disk that has

@@ -750,12 +750,13 @@ struct store_read {
     disk_loc_t loc;
     batch_slot_t *waiters; /* the first is the load that started it; none for a read-ahead */
     bool prefetch;         /* started by store__prefetch_pump (its footprint is in pf_bytes) */
+    bool chain;            /* that read-ahead was a chain's (chain_read_ahead), not a lookup's */
 };
 
 /* How a read gets its memory: a shared-memory load's (an extent, evicting as a save does: it
  * may drop cold tails), a frames load's (an extent when one can be had without dropping a
  * chunk, else a heap buffer), a read-ahead's (an extent without dropping a chunk, or nothing). */
-typedef enum { READ_ARENA, READ_FRAMES, READ_AHEAD } read_mode_t;
+typedef enum { READ_ARENA, READ_FRAMES, READ_AHEAD, READ_AHEAD_CHAIN } read_mode_t;
 
 static void waiting_del(store_t *s, load_batch_t *b)
 {
@@ -836,8 +837,8 @@ static void read_done_cb(void *arg, int rc)
             s->stored_bytes += e->len;
             s->ram_chunks++;
             s->dk.promoted++;
-            if (r->prefetch && w == NULL)
-                e->flags |= INDEX_F_PREFETCHED; /* its first load is the disk's hit */
+            if (r->prefetch && w == NULL) /* its first load is the disk's hit */
+                e->flags |= INDEX_F_PREFETCHED | (r->chain ? INDEX_F_PF_CHAIN : 0);
             /* a segment reclaim took its disk copy while it was read: RAM-only now, dirty */
             store__dirty_add(s, e);
             store__journal_add(s, ns_get(s->nst, e->ns), e);
@@ -910,7 +911,8 @@ static int read_start(store_t *s, index_entry_t *e, read_mode_t mode, batch_slot
                         .off = UINT64_MAX,
                         .len = e->len,
                         .waiters = slot,
-                        .prefetch = mode == READ_AHEAD};
+                        .prefetch = mode == READ_AHEAD || mode == READ_AHEAD_CHAIN,
+                        .chain = mode == READ_AHEAD_CHAIN};
     r->loc = (disk_loc_t){.seg = e->dseg,
                           .off = e->doff,
                           .hdr_len = e->dhdr,
@@ -963,9 +965,13 @@ fail:
  * saved) are queued for read-ahead, as far as disk.prefetch_depth_bytes reaches: a client
  * loading a prefix chunk by chunk without a lookup finds the next chunk read (the page cache's
  * sequential read-ahead, along a chain). The second trigger is the page cache's read-ahead
- * marker (0.2.6): without it the window did not slide, and every third 2 MiB chunk of a chain
- * loaded one by one waited for a read of its own with nothing in flight behind it. Chunks of the
- * window already in RAM, queued or being read count towards the depth and are not read again. */
+ * marker (0.2.6): the first load of a chunk this read-ahead brought in (INDEX_F_PF_CHAIN) slides
+ * the window on; without it every third 2 MiB chunk of a chain loaded one by one by a client
+ * slower than the disk waited for a read of its own with nothing in flight behind it. Chunks of
+ * the window already in RAM, queued or being read count towards the depth and are not read
+ * again. A lookup's read-ahead is not a trigger, neither joined nor loaded: the lookup read what
+ * it answered, and a load of a prompt that is a prefix of a longer stored chain reads no further
+ * (a load's own read still triggers, as it did before 0.2.6). */
 static void chain_read_ahead(store_t *s, const index_entry_t *e)
 {
     uint64_t ahead = 0;
@@ -975,7 +981,7 @@ static void chain_read_ahead(store_t *s, const index_entry_t *e)
         if (ahead > s->cfg->disk.prefetch_depth_bytes)
             break;
         if (store__prefetchable(s, y))
-            store__prefetch(s, y);
+            store__prefetch(s, y, true);
     }
 }
 
@@ -983,7 +989,8 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
                      bool arena, store_chunk_cb chunk_cb, store_batch_cb done_cb, void *arg,
                      store_spent_t *spent)
 {
-    index_entry_t *last_read = NULL;
+    index_entry_t *last_read = NULL;       /* the last chunk read (pinned by its read) */
+    size_t read_i = 0, slide_i = SIZE_MAX; /* its slot; the last chain read-ahead's first load */
     load_batch_t *b = malloc(sizeof *b + n * sizeof b->slots[0]);
 
     if (b == NULL)
@@ -1006,10 +1013,10 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
             if (!(e->flags & INDEX_F_RAM) || (e->flags & INDEX_F_PREFETCHED))
                 s->dk.hits++; /* spilled, or promoted by a read-ahead for this load */
             if (e->flags & INDEX_F_PREFETCHED) {
-                e->flags &= (uint16_t)~INDEX_F_PREFETCHED;
+                if (e->flags & INDEX_F_PF_CHAIN)
+                    slide_i = i; /* the chain's window slides on (chain_read_ahead) */
+                e->flags &= (uint16_t) ~(INDEX_F_PREFETCHED | INDEX_F_PF_CHAIN);
                 s->dk.prefetch_hits++;
-                if (e->flags & INDEX_F_DISK)
-                    last_read = e; /* the window slides on (chain_read_ahead) */
             }
             batch_lend(s, slot, e);
             continue;
@@ -1021,7 +1028,12 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
                 s->dk.stall_misses++; /* a read now would only wait: a miss at once */
             else if (read_start(s, e, arena ? READ_ARENA : READ_FRAMES, slot, spent) == 0) {
                 b->outstanding++;
-                last_read = e;
+                /* its own read, or a chain read-ahead's it joined; a lookup's read-ahead covers
+                 * what that lookup answered, and no chain read-ahead reads past it */
+                if (!slot->read->prefetch || slot->read->chain) {
+                    last_read = e;
+                    read_i = i;
+                }
                 continue;
             }
         }
@@ -1030,8 +1042,15 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
             s->dk.misses++;
         batch_miss(slot);
     }
-    if (last_read != NULL && s->pf_cap > 0) {
-        chain_read_ahead(s, last_read); /* pinned by its read or its loan: still there */
+    if (slide_i != SIZE_MAX && (last_read == NULL || slide_i > read_i) && s->pf_cap > 0) {
+        /* found again: its loan may have ended in the callback and an allocation since may have
+         * released its RAM copy (its entry stays while it is on disk) */
+        index_entry_t *e = store_find(s, ns, rank, &h[slide_i]);
+        if (e != NULL && (e->flags & INDEX_F_DISK))
+            chain_read_ahead(s, e);
+        store__prefetch_pump(s);
+    } else if (last_read != NULL && s->pf_cap > 0) {
+        chain_read_ahead(s, last_read); /* pinned by its read: still there */
         store__prefetch_pump(s);
     }
     if (b->outstanding > 1)
@@ -1111,7 +1130,7 @@ void store__read_stall_check(store_t *s)
 
 /* --- read-ahead --- */
 
-void store__prefetch(store_t *s, index_entry_t *e)
+void store__prefetch(store_t *s, index_entry_t *e, bool chain)
 {
     uint64_t foot = ram_footprint(s->ram, e->len);
     prefetch_key_t *k;
@@ -1122,14 +1141,16 @@ void store__prefetch(store_t *s, index_entry_t *e)
         return;
     }
     k = &s->pf[(s->pf_head + s->pf_n) % s->pf_cap];
-    *k = (prefetch_key_t){.ns = e->ns, .rank = e->rank, .hash = e->hash, .foot = foot};
+    *k = (prefetch_key_t){
+        .ns = e->ns, .rank = e->rank, .hash = e->hash, .foot = foot, .chain = chain};
     s->pf_n++;
     s->pf_bytes += foot;
     e->flags |= INDEX_F_PFQ;
 }
 
-/* Takes the oldest key off the queue: its entry, unmarked, when it is still there. */
-static index_entry_t *prefetch_pop(store_t *s)
+/* Takes the oldest key off the queue: its entry, unmarked, when it is still there; *chain: the
+ * key was a chain read-ahead's (may be NULL). */
+static index_entry_t *prefetch_pop(store_t *s, bool *chain)
 {
     prefetch_key_t k = s->pf[s->pf_head];
     index_entry_t *e;
@@ -1137,6 +1158,8 @@ static index_entry_t *prefetch_pop(store_t *s)
     s->pf_head = (s->pf_head + 1) % s->pf_cap;
     s->pf_n--;
     s->pf_bytes -= k.foot;
+    if (chain != NULL)
+        *chain = k.chain;
     e = index_find(s->ix, k.ns, k.rank, &k.hash);
     if (e != NULL)
         e->flags &= (uint16_t)~INDEX_F_PFQ;
@@ -1168,6 +1191,7 @@ void store__prefetch_pump(store_t *s)
     while (s->pf_n > 0) {
         int rc;
         uint64_t foot = s->pf[s->pf_head].foot;
+        bool chain = false;
         index_entry_t *e;
         if (s->disk == NULL)
             return;
@@ -1178,7 +1202,7 @@ void store__prefetch_pump(store_t *s)
             if (!prefetch_room(s, foot) && s->promo_bytes > 0)
                 break; /* nor is there room yet: the reads landing give theirs back */
         }
-        e = prefetch_pop(s);
+        e = prefetch_pop(s, &chain);
         if (s->closing) {
             s->dk.prefetch_skipped++;
             continue;
@@ -1186,12 +1210,14 @@ void store__prefetch_pump(store_t *s)
         if (e == NULL || store__absent(e) || store__in_arena(e) || !(e->flags & INDEX_F_DISK) ||
             e->reading != NULL)
             continue; /* gone, loaded or being read meanwhile */
-        rc = prefetch_room(s, foot) ? read_start(s, e, READ_AHEAD, NULL, NULL) : -ENOSPC;
+        rc = prefetch_room(s, foot)
+                 ? read_start(s, e, chain ? READ_AHEAD_CHAIN : READ_AHEAD, NULL, NULL)
+                 : -ENOSPC;
         if (rc == -ENOSPC) {
             /* no RAM without dropping a chunk: what is queued would not find any either */
             s->dk.prefetch_skipped += 1 + s->pf_n;
             while (s->pf_n > 0)
-                (void)prefetch_pop(s);
+                (void)prefetch_pop(s, NULL);
             break;
         }
         if (rc != 0) {

@@ -367,6 +367,55 @@ START_TEST(test_chain_read_ahead_slides)
 }
 END_TEST
 
+/* What a lookup reads ahead is what it answered (store.c: "no rank loads past it"), and loading
+ * it does not slide a chain's window past that: a lookup of the first half of a disk-only chain,
+ * then the load of that half, reads that half only. */
+START_TEST(test_lookup_read_ahead_stays_in_its_prefix)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    kvt_hash_t hs[PER];
+    void *bufs[PER / 2];
+    size_t caps[PER / 2], lens[PER / 2], nhit = 0;
+    int64_t records;
+
+    disk_dir(dir, sizeof dir);
+    h = start(dir, "32MiB", "segment", "16MiB");
+    c = client(h);
+    for (uint32_t s = 1; s <= 8; s++) { /* chains 1-4 end up only on disk */
+        ck_assert_int_eq(save_chain(c, s), PER);
+        wait_flushed(h);
+    }
+    st = harness_status(h);
+    records = harness_jint(st, "disk.records_read");
+    json_decref(st);
+    ck_assert_uint_eq(harness_lookup_chain(c, 1, PER / 2), PER / 2);
+    st = harness_wait_status(h, pred_reads_done, NULL, HARNESS_DEADLINE_MS);
+    ck_assert_msg(st != NULL, "the read-aheads never finished");
+    json_decref(st);
+    harness_chain(1, hs, PER);
+    for (uint32_t i = 0; i < PER / 2; i++) {
+        bufs[i] = malloc(CH);
+        caps[i] = CH;
+    }
+    ck_assert_int_eq(kvt_load(c, hs, PER / 2, bufs, caps, lens, &nhit), 0);
+    for (uint32_t i = 0; i < PER / 2; i++) {
+        ck_assert_msg(lens[i] == CH && harness_check_fill(bufs[i], CH, 0, 1000 + i),
+                      "chunk %u loaded with other bytes", i);
+        free(bufs[i]);
+    }
+    st = harness_wait_status(h, pred_reads_idle, NULL, HARNESS_DEADLINE_MS);
+    ck_assert_msg(st != NULL, "the reads never finished");
+    ck_assert_int_eq(harness_jint(st, "disk.records_read") - records, PER / 2);
+    ck_assert_int_eq(harness_jint(st, "disk.prefetch_hits"), PER / 2);
+    json_decref(st);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 START_TEST(test_restart_finds_disk_chunks)
 {
     char dir[96];
@@ -634,6 +683,7 @@ static Suite *disk_integration_suite(void)
     tcase_add_test(tc, test_demote_and_read_back);
     tcase_add_test(tc, test_lookup_reads_ahead_for_the_load);
     tcase_add_test(tc, test_chain_read_ahead_slides);
+    tcase_add_test(tc, test_lookup_read_ahead_stays_in_its_prefix);
     tcase_add_test(tc, test_restart_finds_disk_chunks);
     tcase_add_test(tc, test_kill9_during_saves);
     tcase_add_test(tc, test_flipped_byte_is_a_miss);
