@@ -98,8 +98,9 @@ typedef struct {
         /* across restarts (README "Restarts") */
         bool reattach; /* keep a matching arena file at start and rebuild the RAM tier from it and
                           the journal (true) */
-        char journal_path[CONFIG_PATH_MAX]; /* the RAM tier's journal; "": <disk.dir>/
-                                               arena.journal */
+        char journal_path[CONFIG_PATH_MAX]; /* the RAM tier's journal; "": <arena_path>.d/
+                                               journal on a tmpfs, else <disk.dir>/<arena
+                                               name>.journal (store_reattach.c) */
     } ram;
     struct {
         bool enabled;                  /* the disk tier is on (production: true) */

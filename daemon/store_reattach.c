@@ -445,18 +445,22 @@ static const char *cold_text(ram_cold_reason_t why)
     }
 }
 
-/* Reads the journal at path (path, or the legacy one it is migrated from) and, when
- * it belongs to this arena, replays it. */
-static void recover_from_journal(store_t *s, const char *path)
+/* Reads the journal at path (s->journal_path, or the legacy one it is migrated from) and, when
+ * it belongs to this arena, replays it: true then. quiet: a missing file is no warning (another
+ * place is tried next). */
+static bool recover_from_journal(store_t *s, const char *path, bool quiet)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
     journal_hdr_t h;
+    bool replayed = false;
     int rc = journal_read(path, &buf, &len);
 
     if (rc != 0) {
-        log_warn("ram_recovery", "journal=%s error=\"%s\" action=no_chunks", path, strerror(-rc));
-        return;
+        if (!quiet || rc != -ENOENT)
+            log_warn("ram_recovery", "journal=%s error=\"%s\" action=no_chunks", path,
+                     strerror(-rc));
+        return false;
     }
     if (journal_decode_hdr(buf, len, &h) != 0) {
         log_warn("ram_recovery", "journal=%s error=\"header does not decode\" action=no_chunks",
@@ -473,8 +477,10 @@ static void recover_from_journal(store_t *s, const char *path)
     } else {
         ram_gen_above(s->ram, h.gen);
         replay(s, buf, len);
+        replayed = true;
     }
     free(buf);
+    return replayed;
 }
 
 /*
@@ -521,6 +527,7 @@ void store__ram_recover(store_t *s)
     const config_t *cfg = s->cfg;
     char legacy[sizeof s->journal_path] = "";
     const char *from;
+    bool migrated = false;
     int rc;
 
     s->rec.path = s->ram_why == RAM_ATTACHED ? "reattach" : "cold";
@@ -540,15 +547,19 @@ void store__ram_recover(store_t *s)
     if (s->ram_why != RAM_ATTACHED)
         log_info("ram_cold_start", "arena=%s reason=%s why=\"%s\"", ram_path(s->ram), s->rec.reason,
                  cold_text(s->ram_why));
-    /* an upgrade from 0.2.5 finds its journal at the legacy path: read it there once */
+    /* This arena's journal may be at the legacy place: after an upgrade from 0.2.5, a downgrade
+     * and back, or a run that could not use the directory. The one whose header names this arena
+     * and the previous generation is replayed (recover_from_journal), the new place first. */
     from = s->journal_path;
-    if (legacy[0] != '\0' && access(s->journal_path, F_OK) != 0 && errno == ENOENT &&
-        access(legacy, F_OK) == 0) {
-        from = legacy;
-        log_info("ram_journal", "path=%s from=%s action=migrate", s->journal_path, legacy);
+    if (s->ram_why == RAM_ATTACHED) {
+        bool other = legacy[0] != '\0' && access(legacy, F_OK) == 0;
+        if (!recover_from_journal(s, s->journal_path, other) && other &&
+            recover_from_journal(s, legacy, false)) {
+            from = legacy;
+            migrated = true;
+            log_info("ram_journal", "path=%s from=%s action=migrate", s->journal_path, legacy);
+        }
     }
-    if (s->ram_why == RAM_ATTACHED)
-        recover_from_journal(s, from);
     rc = fsutil_mkdirs(s->journal_path, false);
     if (rc == 0)
         rc = journal_rewrite(s, false);
@@ -559,8 +570,8 @@ void store__ram_recover(store_t *s)
         log_error("ram_journal", "path=%s error=\"%s\" action=journal_off (the next start is cold)",
                   s->journal_path, strerror(-rc));
     }
-    if (legacy[0] != '\0')
-        (void)unlink(legacy); /* migrated, or stale: the journal is elsewhere now */
+    if (migrated && rc == 0)
+        (void)unlink(legacy); /* its chunks are in the new journal now */
     ram_write_header(s->ram);
     s->rec.ms = (uv_hrtime() - t0) / 1000000u;
     if (s->ram_why == RAM_ATTACHED)

@@ -216,7 +216,8 @@ static void copy_file(const char *from, const char *to)
 /* The journal's default place (0.2.6, store_reattach.c): beside an arena on a tmpfs, in
  * <arena>.d, a directory of the daemon's own (mode 0700). A journal found only at the place of
  * 0.2.5 (<disk.dir>/<arena name>.journal) is read there once and moved; a <arena>.d that other
- * users could reach is not used (the legacy place is, with a log line). */
+ * users could reach is not used (the legacy place is, with a log line); with a journal in both
+ * places, the one of this arena's previous generation is replayed. */
 START_TEST(test_reattach_journal_place)
 {
     persist_t p;
@@ -266,6 +267,23 @@ START_TEST(test_reattach_journal_place)
     kvt_close(&c);
     harness_stop(&h);
     ck_assert_int_eq(access(legacy, F_OK), 0);
+
+    /* the directory usable again: its journal is the older one (another generation), the
+     * legacy place holds this arena's; that one is replayed and moved, not thrown away */
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "reattach", "attached");
+    ck_assert_int_eq(harness_log_count(h, "action=migrate"), 1);
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.discarded"), 1); /* the older one */
+    ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), 2 * PER);
+    c = harness_client(h, "place", 1, 0, 0);
+    for (uint32_t seed = 1; seed <= 2; seed++)
+        ck_assert_uint_eq(harness_load_chain(c, seed, PER, p.chunk, 0), PER);
+    ck_assert_int_eq(harness_stat(h, "disk.hits"), 0); /* from the arena */
+    kvt_close(&c);
+    harness_stop(&h);
+    ck_assert_int_eq(access(legacy, F_OK), -1);
+    ck_assert_int_eq(access(want, F_OK), 0);
     persist_done(&p);
 }
 END_TEST
