@@ -146,6 +146,16 @@ static void wait_flushed(const harness_t *h)
     json_decref(st);
 }
 
+/* Saves chains 1-8 through h's 4 MiB of RAM, each written before the next: chains 1-4 end up
+ * only on disk. */
+static void save_eight_chains(const harness_t *h, kvt_client_t *c)
+{
+    for (uint32_t s = 1; s <= 8; s++) {
+        ck_assert_int_eq(save_chain(c, s), PER);
+        wait_flushed(h);
+    }
+}
+
 static const char *jstr(json_t *st, const char *a, const char *b)
 {
     json_t *v = json_object_get(json_object_get(st, a), b);
@@ -266,10 +276,7 @@ START_TEST(test_lookup_reads_ahead_for_the_load)
     disk_dir(dir, sizeof dir);
     h = start(dir, "32MiB", "segment", "16MiB");
     c = client(h);
-    for (uint32_t s = 1; s <= 8; s++) { /* chains 1-4 end up only on disk */
-        ck_assert_int_eq(save_chain(c, s), PER);
-        wait_flushed(h);
-    }
+    save_eight_chains(h, c); /* chains 1-4 end up only on disk */
     st = harness_status(h);
     ck_assert_int_eq(harness_jint(st, "disk.prefetches"), 0);
     records = harness_jint(st, "disk.records_read");
@@ -337,10 +344,7 @@ START_TEST(test_chain_read_ahead_slides)
     disk_dir(dir, sizeof dir);
     h = start_with(dir, "32MiB", "segment", "16MiB", ", \"prefetch_depth_bytes\": \"128KiB\"");
     c = client(h);
-    for (uint32_t s = 1; s <= 8; s++) { /* chains 1-4 end up only on disk */
-        ck_assert_int_eq(save_chain(c, s), PER);
-        wait_flushed(h);
-    }
+    save_eight_chains(h, c); /* chains 1-4 end up only on disk */
     st = harness_status(h);
     records = harness_jint(st, "disk.records_read");
     hits0 = harness_jint(st, "disk.prefetch_hits");
@@ -384,10 +388,7 @@ START_TEST(test_lookup_read_ahead_stays_in_its_prefix)
     disk_dir(dir, sizeof dir);
     h = start(dir, "32MiB", "segment", "16MiB");
     c = client(h);
-    for (uint32_t s = 1; s <= 8; s++) { /* chains 1-4 end up only on disk */
-        ck_assert_int_eq(save_chain(c, s), PER);
-        wait_flushed(h);
-    }
+    save_eight_chains(h, c); /* chains 1-4 end up only on disk */
     st = harness_status(h);
     records = harness_jint(st, "disk.records_read");
     json_decref(st);
