@@ -85,9 +85,39 @@ static int bad(const char *why, char **body, size_t *len, const char **content_t
     return answer(json_pack("{s:s}", "error", why), 400, body, len, content_type);
 }
 
-int admin_drop(void *arg, const char *query, char **body, size_t *len, const char **content_type)
+/* A drop's answer, waiting for its tombstones to be on file. */
+typedef struct {
+    http_answer_t *later;
+    json_t *doc;
+} drop_wait_t;
+
+static void tombstone_field(json_t *doc, int rc)
+{
+    json_object_set_new(doc, "tombstone", json_string(rc == 0 ? "written" : "failed"));
+    if (rc != 0)
+        json_object_set_new(doc, "tombstone_error", json_string(strerror(-rc)));
+}
+
+static void drop_written(void *arg, int rc)
+{
+    drop_wait_t *w = arg;
+    const char *ctype = NULL;
+    char *body = NULL;
+    size_t len = 0;
+    int code;
+
+    tombstone_field(w->doc, rc);
+    code = answer(w->doc, 200, &body, &len, &ctype);
+    http_answer(w->later, code, body, len, ctype);
+    free(w);
+}
+
+int admin_drop(void *arg, const char *query, char **body, size_t *len, const char **content_type,
+               http_answer_t *later)
 {
     server_t *sv = arg;
+    drop_wait_t *w;
+    int terr = 0, rc;
     char model[ADMIN_NAME_MAX + 1] = "", revision[KVT_REVISION_MAX + 1] = "";
     bool have_ns = false, have_rev = false;
     server_drop_t *drops;
@@ -139,6 +169,8 @@ int admin_drop(void *arg, const char *query, char **body, size_t *len, const cha
         const ns_t *ns = ns_get(v.namespaces, drops[i].ns_id);
         chunks += d->chunks;
         bytes += d->bytes;
+        if (terr == 0)
+            terr = d->tombstone_error;
         json_array_append_new(
             list, json_pack("{s:I, s:o, s:o, s:I, s:I, s:I, s:I, s:I}", "id", (json_int_t)ns->id,
                             "model", str_or_null(ns->model), "revision", str_or_null(ns->revision),
@@ -153,5 +185,19 @@ int admin_drop(void *arg, const char *query, char **body, size_t *len, const cha
     if (doc != NULL && n == 0)
         json_object_set_new(doc, "error",
                             json_string("no namespace with this name (and revision)"));
-    return answer(doc, n == 0 ? 404 : 200, body, len, content_type);
+    if (doc == NULL || n == 0)
+        return answer(doc, n == 0 ? 404 : 200, body, len, content_type);
+    /* answered once the tombstones are on file (written on the thread pool) */
+    w = malloc(sizeof *w);
+    if (w != NULL)
+        *w = (drop_wait_t){.later = later, .doc = doc};
+    rc = w != NULL ? server_drops_written(sv, drop_written, w) : -ENOMEM;
+    if (rc == 0)
+        return HTTP_DEFER; /* drop_written answers */
+    free(w);
+    if (rc == 1)
+        tombstone_field(doc, terr);
+    else if (rc != -ENODEV)
+        json_object_set_new(doc, "tombstone", json_string("pending"));
+    return answer(doc, 200, body, len, content_type);
 }

@@ -4,10 +4,19 @@
  * Design: a small array, searched linearly (an operator drops a handful of times; recovery asks
  * once per record and the array is usually empty). Strings are kept as bytes with their length;
  * the file spells them in hex, so the parser is sscanf and a hex decoder. The whole file is
- * rewritten through fsutil_write_atomic() on every change.
+ * rewritten through fsutil_write_atomic() on every change: synchronously before drops_attach()
+ * (the start-up), on the thread pool after it (0.2.6): the file's write, fsync, rename and the
+ * directory's fsync block as long as the disk does, and an operator's drop or a flush's settle
+ * on a hung disk must not stop the loop. One write at a time: the text is rendered on the loop
+ * (the worker reads only that buffer and dir); a change while a write runs renders the set again
+ * once it finished, so the file ends at the last state. Every change counts a version; a waiter
+ * (drops_when_written) is called back when a write of its version or a later one completed. A
+ * destroy while a write runs leaves the object to that write's completion (orphan), which first
+ * writes the last state synchronously if it changed since.
  *
- * Threads: loop thread only.
- * Invariants: n <= DROPS_MAX; an entry with pending_seq 0 is settled.
+ * Threads: loop thread only, but for write_work (a worker: the rendered buffer and dir only).
+ * Invariants: n <= DROPS_MAX; an entry with pending_seq 0 is settled; writing <=> work queued;
+ * wver <= ver; every waiter's version > done_ver.
  */
 #include "drops.h"
 
@@ -22,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #define DROPS_FILE "drops"
 #define DROPS_MAGIC "kvtier-drops 1"
@@ -37,10 +47,29 @@ typedef struct {
     char revision[KVT_REVISION_MAX + 1];
 } tomb_t;
 
+typedef struct waiter {
+    struct waiter *next;
+    uint64_t ver; /* called back once a write of this version or a later one completed */
+    drops_written_cb cb;
+    void *arg;
+} waiter_t;
+
 struct drops {
     char dir[PATH_MAX];
     tomb_t *t;
     size_t n, cap;
+    uv_loop_t *loop; /* NULL: writes are synchronous */
+    uv_work_t work;
+    bool writing;      /* a write is queued or running */
+    bool orphan;       /* drops_destroy() ran while writing: the completion frees it */
+    uint64_t ver;      /* changes to write so far */
+    uint64_t wver;     /* the version of the text being written */
+    uint64_t done_ver; /* the version of the last write that completed */
+    char *wbuf;        /* the text being written */
+    size_t wlen;
+    int wrc;
+    waiter_t *waiters; /* oldest first */
+    unsigned nwaiters;
 };
 
 static bool before(uint64_t seg, uint64_t off, const tomb_t *t)
@@ -89,14 +118,14 @@ static int hex_get(const char *text, char *out, size_t cap)
     return (int)(n / 2);
 }
 
-static int drops_write(const drops_t *d)
+/* The file's text for the set as it is (malloc'd, *lenp bytes), or NULL. */
+static char *drops_render(const drops_t *d, size_t *lenp)
 {
     size_t cap = sizeof DROPS_MAGIC + 1 + d->n * DROPS_LINE_MAX, len = 0;
     char *buf = malloc(cap);
-    int rc;
 
     if (buf == NULL)
-        return -ENOMEM;
+        return NULL;
     len += (size_t)snprintf(buf, cap, "%s\n", DROPS_MAGIC);
     for (size_t i = 0; i < d->n; i++) {
         const tomb_t *t = &d->t[i];
@@ -108,9 +137,118 @@ static int drops_write(const drops_t *d)
                                 "%" PRIu64 " %" PRIu64 " %016" PRIx64 " %s %s\n", t->seg, t->off,
                                 t->fingerprint, model, t->revision_len > 0 ? rev : "-");
     }
+    *lenp = len;
+    return buf;
+}
+
+/* Calls back, in order, the waiters whose version a write of version ver covers, with rc. */
+static void wake(drops_t *d, uint64_t ver, int rc)
+{
+    d->done_ver = ver;
+    while (d->waiters != NULL && d->waiters->ver <= ver) {
+        waiter_t *w = d->waiters;
+        d->waiters = w->next;
+        d->nwaiters--;
+        w->cb(w->arg, rc);
+        free(w);
+    }
+}
+
+static void drops_free(drops_t *d)
+{
+    free(d->wbuf);
+    free(d->t);
+    free(d);
+}
+
+static void write_work(uv_work_t *w)
+{
+    drops_t *d = w->data;
+
+    d->wrc = fsutil_write_atomic(d->dir, DROPS_FILE, d->wbuf, d->wlen);
+}
+
+static int write_start(drops_t *d);
+
+static void write_done(uv_work_t *w, int status)
+{
+    drops_t *d = w->data;
+    int rc = status != 0 ? status : d->wrc;
+
+    free(d->wbuf);
+    d->wbuf = NULL;
+    d->writing = false;
+    if (rc != 0)
+        log_warn("drops_write_failed",
+                 "dir=%s error=\"%s\" (a restart may bring dropped disk copies back)", d->dir,
+                 strerror(-rc));
+    wake(d, d->wver, rc);
+    if (d->ver > d->wver) { /* changed meanwhile */
+        if (d->orphan)
+            d->loop = NULL; /* the stop: the last state now, on the loop */
+        (void)write_start(d);
+    }
+    if (d->orphan) {
+        wake(d, UINT64_MAX, -ECANCELED); /* none is left: a synchronous write wakes them */
+        drops_free(d);
+    }
+}
+
+/* Renders the set (version d->ver) and writes it now (no loop) or queues the write. */
+static int write_start(drops_t *d)
+{
+    char *buf;
+    size_t len = 0;
+    int rc;
+
+    buf = drops_render(d, &len);
+    if (buf == NULL) {
+        wake(d, d->ver, -ENOMEM);
+        return -ENOMEM;
+    }
+    if (d->loop != NULL) {
+        d->wbuf = buf;
+        d->wlen = len;
+        d->wver = d->ver;
+        d->work.data = d;
+        if (uv_queue_work(d->loop, &d->work, write_work, write_done) == 0) {
+            d->writing = true;
+            return 0;
+        }
+        d->wbuf = NULL; /* cannot be queued: written now */
+    }
     rc = fsutil_write_atomic(d->dir, DROPS_FILE, buf, len);
     free(buf);
+    wake(d, d->ver, rc);
     return rc;
+}
+
+/* The set changed: writes it now (no loop), or queues the write (after the one in flight). 0, or
+ * a negative errno of a synchronous write or of rendering the text; a queued write's failure is
+ * logged (drops_write_failed) and given to its waiters. */
+static int drops_write(drops_t *d)
+{
+    d->ver++;
+    return d->writing ? 0 : write_start(d); /* write_done starts the next */
+}
+
+int drops_when_written(drops_t *d, drops_written_cb cb, void *arg)
+{
+    waiter_t *w, **at;
+
+    if (d->done_ver == d->ver)
+        return 1;
+    if (d->nwaiters >= DROPS_WAITERS_MAX)
+        return -EBUSY;
+    w = malloc(sizeof *w);
+    if (w == NULL)
+        return -ENOMEM;
+    *w = (waiter_t){.ver = d->ver, .cb = cb, .arg = arg};
+    for (at = &d->waiters; *at != NULL; at = &(*at)->next)
+        ;
+    *at = w;
+    d->nwaiters++;
+    return 0;
 }
 
 static int tomb_push(drops_t *d, const tomb_t *t)
@@ -185,15 +323,25 @@ int drops_open(const char *dir, drops_t **out)
     return 0;
 }
 
+void drops_attach(drops_t *d, uv_loop_t *loop)
+{
+    if (d != NULL)
+        d->loop = loop;
+}
+
 void drops_destroy(drops_t **pd)
 {
     drops_t *d = *pd;
 
     if (d == NULL)
         return;
-    free(d->t);
-    free(d);
     *pd = NULL;
+    if (d->writing) {
+        d->orphan = true; /* write_done frees it */
+        return;
+    }
+    wake(d, UINT64_MAX, -ECANCELED);
+    drops_free(d);
 }
 
 bool drops_covers(const drops_t *d, const char *model, size_t model_len, const char *revision,

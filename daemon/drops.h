@@ -31,8 +31,14 @@
  * Limits: a crash before a pending tombstone settled leaves it at the drop-time log end, so
  * records of the namespace that were still in the write buffer may come back after that crash.
  *
- * Threads: loop thread only (and the start-up before it). The file is written synchronously:
- * it is small and written only when an operator drops.
+ * Writes: synchronous until drops_attach(), then on the loop's thread pool (0.2.6), one at a
+ * time, the last state always written last: a disk that hangs must not stop the loop through an
+ * operator's drop or a flush's settle. drops_when_written() tells when the file holds the set as
+ * it is now: the admin drop answers only then (a SIGKILL after its answer keeps the drop), and a
+ * hung disk holds that answer, not the loop. A failed write is logged (drops_write_failed).
+ *
+ * Threads: loop thread only (and the start-up before it); the writes' system calls run on a
+ * worker.
  */
 #ifndef KVT_DROPS_H
 #define KVT_DROPS_H
@@ -40,15 +46,30 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
-#define DROPS_MAX 4096 /* tombstones kept; beyond, the oldest settled one is forgotten */
+#define DROPS_MAX 4096       /* tombstones kept; beyond, the oldest settled one is forgotten */
+#define DROPS_WAITERS_MAX 64 /* drops_when_written() callers waiting at once (the HTTP slots) */
 
 typedef struct drops drops_t;
 
 /* Reads <dir>/drops (absent: empty). Returns 0 and *out, or -ENOMEM. A bad file is logged and
  * read as empty. dir is copied. */
 int drops_open(const char *dir, drops_t **out);
+/* From now on the file is written on loop's thread pool (the start-up's writes were synchronous).
+ */
+void drops_attach(drops_t *d, uv_loop_t *loop);
+/* Frees d. With a write in flight, that write's completion does, after writing the last state
+ * synchronously if it changed since: run the loop after it, as the stop does. Waiters still
+ * waiting then get -ECANCELED. */
 void drops_destroy(drops_t **d);
+
+/* cb(arg, rc) once the file holds the set as it is now (rc 0) or the write of it failed (a
+ * negative errno). Returns 0 (registered: cb comes later, on the loop), 1 when the file already
+ * holds it or its last write failed (nothing to wait for; cb is not called), -EBUSY with
+ * DROPS_WAITERS_MAX waiting, or -ENOMEM. */
+typedef void (*drops_written_cb)(void *arg, int rc);
+int drops_when_written(drops_t *d, drops_written_cb cb, void *arg);
 
 /* Whether the record of (model[0..model_len), revision, fingerprint) at (seg, off) is dead;
  * revision NULL: the record carries none (see above). */
@@ -57,8 +78,8 @@ bool drops_covers(const drops_t *d, const char *model, size_t model_len, const c
 
 /* Adds the tombstone of a dropped namespace at log position (seg, off); pending_seq is the last
  * write-buffer ticket queued before the drop that had not committed yet (0: none), after which
- * drops_settle() moves the position. Rewrites the file. 0 or a negative errno (the tombstone is
- * kept in memory either way; the caller logs). */
+ * drops_settle() moves the position. Rewrites the file (see Writes). 0 or a negative errno (the
+ * tombstone is kept in memory either way; the caller logs). */
 int drops_add(drops_t *d, const char *model, const char *revision, uint64_t fingerprint,
               uint64_t seg, uint64_t off, uint64_t pending_seq);
 

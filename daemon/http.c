@@ -58,6 +58,12 @@
 
 typedef struct http_conn http_conn_t;
 
+/* The token of a deferred POST answer: its connection, NULL once that closed. Owned by the
+ * handler that deferred, freed by http_answer(). */
+struct http_answer {
+    http_conn_t *c;
+};
+
 struct http_conn {
     uv_pipe_t pipe;
     uv_timer_t timer;
@@ -70,8 +76,9 @@ struct http_conn {
     uint64_t accepted_ms; /* the loop's time at accept */
     uid_t uid;            /* the peer (SO_PEERCRED at accept; -1 unknown) */
     pid_t pid;
-    char *body; /* owned response body from the handler, or NULL */
-    size_t len; /* bytes in head */
+    char *body;           /* owned response body from the handler, or NULL */
+    http_answer_t *later; /* a POST answered later (HTTP_DEFER), or NULL */
+    size_t len;           /* bytes in head */
     char hdr[HTTP_CTYPE_MAX + 160];
     char head[HTTP_HEAD_MAX];
 };
@@ -229,6 +236,8 @@ static void http_conn_close_cb(uv_handle_t *h)
 
     if (--c->open_handles > 0)
         return;
+    if (c->later != NULL)
+        c->later->c = NULL; /* its answer comes to nobody */
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -333,7 +342,22 @@ static void http_respond_text(http_conn_t *c, int code, int send_body)
     http_respond(c, code, "text/plain", text, strlen(text), send_body);
 }
 
-/* POST on the registered path: the handler's answer, body and all, for any code it may give. */
+/* A POST handler's answer, body and all (taken: freed with the connection), for any code. */
+static void post_answer(http_conn_t *c, int code, char *body, size_t len, const char *ctype)
+{
+    c->body = body;
+    if (body == NULL)
+        len = 0;
+    if (code != 200 && code != 400 && code != 404 && code != 409)
+        code = 500;
+    if (code == 500 || ctype == NULL || strlen(ctype) > HTTP_CTYPE_MAX || len > UINT32_MAX) {
+        http_respond_text(c, 500, 1);
+        return;
+    }
+    http_respond(c, code, ctype, body, len, 1);
+}
+
+/* POST on the registered path: the handler's answer, now or later (HTTP_DEFER). */
 static void http_serve_post(http_conn_t *c, const http_request_t *req)
 {
     http_server_t *s = c->srv;
@@ -350,17 +374,34 @@ static void http_serve_post(http_conn_t *c, const http_request_t *req)
     }
     memcpy(query, req->query != NULL ? req->query : "", req->query_len);
     query[req->query_len] = '\0';
-    code = s->post_cb(s->post_arg, query, &body, &len, &ctype);
-    c->body = body;
-    if (body == NULL)
-        len = 0;
-    if (code != 200 && code != 400 && code != 404 && code != 409)
-        code = 500;
-    if (code == 500 || ctype == NULL || strlen(ctype) > HTTP_CTYPE_MAX || len > UINT32_MAX) {
+    c->later = malloc(sizeof *c->later);
+    if (c->later == NULL) {
         http_respond_text(c, 500, 1);
         return;
     }
-    http_respond(c, code, ctype, body, len, 1);
+    c->later->c = c;
+    code = s->post_cb(s->post_arg, query, &body, &len, &ctype, c->later);
+    if (code == HTTP_DEFER) {
+        free(body);                            /* none by the contract */
+        uv_read_stop((uv_stream_t *)&c->pipe); /* nothing more is read: the answer is all */
+        return;
+    }
+    free(c->later);
+    c->later = NULL;
+    post_answer(c, code, body, len, ctype);
+}
+
+void http_answer(http_answer_t *later, int code, char *body, size_t len, const char *content_type)
+{
+    http_conn_t *c = later->c;
+
+    free(later);
+    if (c == NULL || c->closing) {
+        free(body);
+        return;
+    }
+    c->later = NULL;
+    post_answer(c, code, body, len, content_type);
 }
 
 static void http_serve(http_conn_t *c, const http_request_t *req)

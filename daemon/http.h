@@ -49,12 +49,27 @@ typedef struct http_server http_server_t;
 typedef int (*http_handler_cb)(void *arg, const char *path, const char *query, char **body,
                                size_t *len, const char **content_type);
 
+/* A POST answered later (HTTP_DEFER): the handler's token for http_answer(). */
+typedef struct http_answer http_answer_t;
+
+#define HTTP_DEFER 1 /* a POST handler's return: it answers later, through http_answer() */
+
 /* Answers POST on the registered path. query is the text after '?' (NUL-terminated, "" without
  * one; not decoded), borrowed for the call. Returns an HTTP status (200, 400, 404 or 409; any
  * other value is answered 500) with *body an owned malloc'd buffer (freed by the server, sent
- * with any of those codes) and *content_type a literal. Called on the loop thread. */
+ * with any of those codes) and *content_type a literal. Or HTTP_DEFER (0.2.6): the handler keeps
+ * `later` and answers with http_answer() exactly once (the connection's timeout still runs; an
+ * answer after the connection closed is dropped); *body must stay NULL then. Without
+ * HTTP_DEFER, `later` is the server's again when the handler returns. Called on the loop
+ * thread. */
 typedef int (*http_post_cb)(void *arg, const char *query, char **body, size_t *len,
-                            const char **content_type);
+                            const char **content_type, http_answer_t *later);
+
+/* The deferred answer of a POST: as a handler's return (code, body owned and freed by the
+ * server, content_type a literal). Frees later; when its connection has gone (closed by its
+ * timeout, by the peer, or by http_server_close), only frees body. Any time after the handler
+ * returned, also after http_server_close: later does not refer to the server. */
+void http_answer(http_answer_t *later, int code, char *body, size_t len, const char *content_type);
 
 /* Creates the server listening on the Unix socket at path with file mode `mode` (e.g. 0660).
  * A socket file already at path is removed first only when nothing accepts connections on it

@@ -95,13 +95,13 @@ static int status_handler(void *arg, const char *path, const char *query, char *
 }
 
 static int drop_handler(void *arg, const char *query, char **body, size_t *len,
-                        const char **content_type)
+                        const char **content_type, http_answer_t *later)
 {
     daemon_t *d = arg;
 
     if (d->server == NULL)
         return 500;
-    return admin_drop(d->server, query, body, len, content_type);
+    return admin_drop(d->server, query, body, len, content_type, later);
 }
 
 static void summary_cb(void *arg, char *buf, size_t cap)

@@ -852,6 +852,11 @@ void server_reconfigure(server_t *sv)
     }
 }
 
+int server_drops_written(server_t *sv, void (*cb)(void *arg, int rc), void *arg)
+{
+    return store_drops_written(sv->store, cb, arg);
+}
+
 int server_drop_ns(server_t *sv, const char *model, const char *revision, server_drop_t *out,
                    size_t max)
 {

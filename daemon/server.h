@@ -80,6 +80,9 @@ typedef struct {
     store_drop_t dropped;
 } server_drop_t;
 
+/* store_drops_written() of the server's store: when the drops' tombstones are on file. */
+int server_drops_written(server_t *sv, void (*cb)(void *arg, int rc), void *arg);
+
 int server_drop_ns(server_t *sv, const char *model, const char *revision, server_drop_t *out,
                    size_t max);
 

@@ -748,6 +748,11 @@ int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out)
     return 0;
 }
 
+int store_drops_written(store_t *s, void (*cb)(void *arg, int rc), void *arg)
+{
+    return s->drops != NULL ? drops_when_written(s->drops, cb, arg) : -ENODEV;
+}
+
 /* --- saves and commits --- */
 
 /* Chain state while chunks of one save are placed in order. */

@@ -473,6 +473,11 @@ typedef struct {
 
 int store_drop_ns(store_t *s, ns_t *ns, store_drop_t *out);
 
+/* cb(arg, rc) on the loop once the tombstones of every drop so far are on file (drops.h,
+ * drops_when_written: rc 0, or the write's negative errno). 0: registered; 1: nothing to wait
+ * for (cb is not called); -ENODEV without a disk tier (no tombstones); -EBUSY or -ENOMEM. */
+int store_drops_written(store_t *s, void (*cb)(void *arg, int rc), void *arg);
+
 /* The same without a tombstone: a namespace evicted to make room for another (ns.h). Its disk
  * records may come back at a restart, as a namespace nobody declares, evictable in its turn; a
  * tombstone would cost a synchronous file write per eviction, which a flood of new namespaces

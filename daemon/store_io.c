@@ -545,6 +545,7 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     store__ram_recover(s);
     store__relink(s);
     drops_prune(s->drops, disk_first_segment(s->disk));
+    drops_attach(s->drops, loop); /* serving from here on: its writes go to the thread pool */
     s->clean_target = s->cfg->ram.clean_target_bytes;
     if (s->clean_target == 0 || s->clean_target > s->ram_cap)
         s->clean_target = s->ram_cap / 2;

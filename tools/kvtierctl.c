@@ -823,6 +823,18 @@ static int verb_drop(ctl_t *o, int argc, char **argv)
         tool_http_reply_free(&r);
         return EXIT_FAIL;
     }
+    {
+        /* 0.2.6: the daemon answers once the tombstones are on file, or says why not */
+        const char *tomb = json_string_value(json_object_get(doc, "tombstone"));
+        if (tomb != NULL && strcmp(tomb, "written") != 0)
+            fprintf(stderr,
+                    "kvtierctl: drop: the tombstone file was not written (%s%s%s): a restart may "
+                    "bring the dropped disk copies back\n",
+                    tomb, json_string_value(json_object_get(doc, "tombstone_error")) ? ": " : "",
+                    json_string_value(json_object_get(doc, "tombstone_error"))
+                        ? json_string_value(json_object_get(doc, "tombstone_error"))
+                        : "");
+    }
     if (o->json) {
         rc = print_json(json_incref(doc));
     } else {

@@ -340,6 +340,68 @@ START_TEST(test_stop_with_a_hung_disk)
 }
 END_TEST
 
+/* An operator's drop while the disk hangs (0.2.6): its tombstone file is written on the thread
+ * pool, so the loop keeps serving (status, a save of another namespace) while the drop's answer
+ * waits for the file; once the disk answers, the drop is answered "tombstone": "written", and a
+ * SIGKILL then does not bring the dropped disk copies back. */
+START_TEST(test_drop_with_a_hung_disk)
+{
+    char dir[96], more[320], arena[160];
+    harness_t *h;
+    kvt_client_t *c, *o;
+    json_t *st;
+    pid_t child;
+    int64_t t0;
+    int wst = 0;
+
+    make_dir(dir, sizeof dir);
+    snprintf(arena, sizeof arena, "/dev/shm/kvt-hung-drop-%d.arena", (int)getpid());
+    snprintf(more, sizeof more, ", \"ram\": {\"arena_path\": \"%s\"}", arena);
+    set_faults("");
+    h = start_more(dir, "none", "2MiB", 2000, more, 1);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    o = harness_client(h, "other", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* chains 1-4 on disk only */
+    ck_assert_uint_eq(present(c, 1), PER);
+    set_faults("stall");
+    child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) { /* the operator: its answer waits for the disk */
+        char *body = NULL;
+        int code = 0, ok;
+        ok = harness_http(h->status_path, "POST", "/admin/drop?ns=diskio", &code, NULL, 0, &body) ==
+                 0 &&
+             code == 200 && body != NULL && strstr(body, "\"tombstone\":\"written\"") != NULL;
+        _exit(ok ? 0 : 1);
+    }
+    t0 = harness_now_ms();
+    while (present(c, 1) != 0 && harness_now_ms() - t0 < 5000) /* the drop happened */
+        usleep(10 * 1000);
+    ck_assert_uint_eq(present(c, 1), 0);
+    ck_assert_int_eq(waitpid(child, &wst, WNOHANG), 0); /* its answer still waits */
+    st = harness_status(h);                             /* the loop answers meanwhile */
+    ck_assert_ptr_nonnull(st);
+    json_decref(st);
+    ck_assert_uint_eq(harness_save_chain(o, 20, PER, CH, 0), PER);
+    printf("drop on a hung disk: dropped, status and a save served in %lld ms, the answer held\n",
+           (long long)(harness_now_ms() - t0));
+    set_faults(""); /* the disk answers: the tombstone is written, the drop answered */
+    ck_assert_int_eq(waitpid(child, &wst, 0), child);
+    ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+                  "the drop was not answered 200 with its tombstone written");
+    kvt_close(&c);
+    kvt_close(&o);
+    harness_kill9(h);
+    harness_restart(h);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    for (uint32_t s = 1; s <= 8; s++)
+        ck_assert_uint_eq(present(c, s), 0);
+    kvt_close(&c);
+    harness_stop(&h);
+    check_unlink_arena(arena);
+}
+END_TEST
+
 /* Writes (or syncs) fail: the tier degrades, saves are still stored in RAM, nothing reported
  * present is lost, and the writes resume once the disk heals. */
 static void write_faults(const char *words, const char *fsync, const char *kind)
@@ -635,6 +697,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_flaky_disk_serves_no_wrong_byte);
     tcase_add_test(tc, test_transient_read_error_is_retried);
     tcase_add_test(tc, test_stop_with_a_hung_disk);
+    tcase_add_test(tc, test_drop_with_a_hung_disk);
     tcase_add_test(tc, test_hung_disk_spares_saves);
     tcase_add_test(tc, test_slow_disk_is_not_a_stall);
     tcase_add_test(tc, test_persist_retries_a_failed_flush);

@@ -53,6 +53,8 @@ struct harness {
     char queries[4][64]; /* the query of the first 4 handler calls */
     int post_calls;
     char last_query[256];
+    http_answer_t *later[2]; /* deferred POST answers (test_post_deferred) */
+    uv_timer_t answer_timer;
     /* Client thread; read after the join. */
     reply_t rep[MAX_REPLIES];
     int n[8];
@@ -421,10 +423,11 @@ END_TEST
 /* POST on the registered path only: the handler gets the raw query and its answer, with its
  * code and body, goes out as it is; POST elsewhere is 405 and reaches no handler. */
 static int test_post(void *arg, const char *query, char **body, size_t *len,
-                     const char **content_type)
+                     const char **content_type, http_answer_t *later)
 {
     harness_t *h = arg;
 
+    (void)later;
     h->post_calls++;
     snprintf(h->last_query, sizeof h->last_query, "%s", query);
     *body = strdup(query[0] != '\0' ? "{\"done\":1}" : "{\"error\":\"ns\"}");
@@ -462,6 +465,64 @@ START_TEST(test_post_one_path)
     ck_assert_int_eq(h.post_calls, 2);
     ck_assert_str_eq(h.last_query, "");
     ck_assert_int_eq(h.calls, 1); /* the GET */
+    harness_free(&h);
+}
+END_TEST
+
+/* A POST answered later (HTTP_DEFER): the answer reaches the client when http_answer() is
+ * called; an answer whose connection the timeout closed first is dropped (ASan: nothing leaks
+ * and nothing is touched after the close). */
+static int deferring_post(void *arg, const char *query, char **body, size_t *len,
+                          const char **content_type, http_answer_t *later)
+{
+    harness_t *h = arg;
+
+    (void)body;
+    (void)len;
+    (void)content_type;
+    h->later[strcmp(query, "late") == 0 ? 1 : 0] = later;
+    h->post_calls++;
+    return HTTP_DEFER;
+}
+
+static void answer_cb(uv_timer_t *t)
+{
+    harness_t *h = t->data;
+
+    for (int i = 0; i < 2; i++) {
+        char *b = strdup(i == 0 ? "{\"later\":1}" : "{\"never\":1}");
+        ck_assert_ptr_nonnull(h->later[i]);
+        http_answer(h->later[i], 200, b, strlen(b), "application/json");
+        h->later[i] = NULL;
+    }
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void client_deferred(harness_t *h)
+{
+    h->rep[0] = client_request(h, "POST /admin/drop?late HTTP/1.0\r\n\r\n");
+    h->rep[1] = client_request(h, "POST /admin/drop?soon HTTP/1.0\r\n\r\n");
+}
+
+START_TEST(test_post_deferred)
+{
+    harness_t h;
+
+    harness_init(&h);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    ck_assert_int_eq(http_server_set_post(h.srv, "/admin/drop", deferring_post, &h), 0);
+    http_server_set_timeout(h.srv, 300); /* the first request's connection times out */
+    uv_timer_init(&h.loop, &h.answer_timer);
+    h.answer_timer.data = &h;
+    uv_timer_start(&h.answer_timer, answer_cb, 450, 0); /* after that, before the second's */
+    harness_start(&h, client_deferred);
+    harness_finish(&h);
+    ck_assert_int_eq(h.post_calls, 2);
+    /* the first connection was closed by its timeout: no answer at all */
+    ck_assert_uint_eq(h.rep[0].len, 0);
+    ck_assert_str_eq(h.rep[1].data, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+                                    "Content-Length: 11\r\nConnection: close\r\n\r\n"
+                                    "{\"later\":1}");
     harness_free(&h);
 }
 END_TEST
@@ -854,6 +915,7 @@ static Suite *status_suite(void)
     tcase_add_test(server, test_get);
     tcase_add_test(server, test_error_codes);
     tcase_add_test(server, test_post_one_path);
+    tcase_add_test(server, test_post_deferred);
     tcase_add_test(server, test_parse_query);
     tcase_add_test(server, test_head_size_limit);
     tcase_add_test(server, test_big_body_and_split_request);
