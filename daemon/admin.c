@@ -89,6 +89,7 @@ static int bad(const char *why, char **body, size_t *len, const char **content_t
 typedef struct {
     http_answer_t *later;
     json_t *doc;
+    int terr; /* a tombstone that could not even be kept (drops_add) */
 } drop_wait_t;
 
 static void tombstone_field(json_t *doc, int rc)
@@ -106,7 +107,7 @@ static void drop_written(void *arg, int rc)
     size_t len = 0;
     int code;
 
-    tombstone_field(w->doc, rc);
+    tombstone_field(w->doc, rc == 0 ? w->terr : rc);
     code = answer(w->doc, 200, &body, &len, &ctype);
     http_answer(w->later, code, body, len, ctype);
     free(w);
@@ -190,7 +191,7 @@ int admin_drop(void *arg, const char *query, char **body, size_t *len, const cha
     /* answered once the tombstones are on file (written on the thread pool) */
     w = malloc(sizeof *w);
     if (w != NULL)
-        *w = (drop_wait_t){.later = later, .doc = doc};
+        *w = (drop_wait_t){.later = later, .doc = doc, .terr = terr};
     rc = w != NULL ? server_drops_written(sv, drop_written, w) : -ENOMEM;
     if (rc == 0)
         return HTTP_DEFER; /* drop_written answers */

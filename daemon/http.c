@@ -396,11 +396,12 @@ void http_answer(http_answer_t *later, int code, char *body, size_t len, const c
     http_conn_t *c = later->c;
 
     free(later);
+    if (c != NULL)
+        c->later = NULL; /* also when closing: its close callback must not touch the token */
     if (c == NULL || c->closing) {
         free(body);
         return;
     }
-    c->later = NULL;
     post_answer(c, code, body, len, content_type);
 }
 
@@ -516,8 +517,8 @@ static int http_evictable(const http_conn_t *c, uint64_t now)
     uv_os_fd_t fd;
     int pending = 0;
 
-    if (c->closing)
-        return 0;
+    if (c->closing || c->later != NULL)
+        return 0; /* a deferred POST waits for its answer (its timeout still runs) */
     if (c->responding)
         return now - c->accepted_ms >= HTTP_SLOW_MS;
     if (uv_fileno((const uv_handle_t *)&c->pipe, &fd) == 0 && ioctl(fd, FIONREAD, &pending) == 0 &&

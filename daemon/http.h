@@ -59,7 +59,8 @@ typedef struct http_answer http_answer_t;
  * other value is answered 500) with *body an owned malloc'd buffer (freed by the server, sent
  * with any of those codes) and *content_type a literal. Or HTTP_DEFER (0.2.6): the handler keeps
  * `later` and answers with http_answer() exactly once (the connection's timeout still runs; an
- * answer after the connection closed is dropped); *body must stay NULL then. Without
+ * answer after the connection closed is dropped; while it waits the connection is never taken
+ * for a newcomer, and nothing more is read from it); *body must stay NULL then. Without
  * HTTP_DEFER, `later` is the server's again when the handler returns. Called on the loop
  * thread. */
 typedef int (*http_post_cb)(void *arg, const char *query, char **body, size_t *len,

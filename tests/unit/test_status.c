@@ -55,6 +55,7 @@ struct harness {
     char last_query[256];
     http_answer_t *later[2]; /* deferred POST answers (test_post_deferred) */
     uv_timer_t answer_timer;
+    int answer_at_soon; /* the "soon" POST starts answer_timer with answer_cb */
     /* Client thread; read after the join. */
     reply_t rep[MAX_REPLIES];
     int n[8];
@@ -472,6 +473,8 @@ END_TEST
 /* A POST answered later (HTTP_DEFER): the answer reaches the client when http_answer() is
  * called; an answer whose connection the timeout closed first is dropped (ASan: nothing leaks
  * and nothing is touched after the close). */
+static void answer_cb(uv_timer_t *t);
+
 static int deferring_post(void *arg, const char *query, char **body, size_t *len,
                           const char **content_type, http_answer_t *later)
 {
@@ -482,6 +485,8 @@ static int deferring_post(void *arg, const char *query, char **body, size_t *len
     (void)content_type;
     h->later[strcmp(query, "late") == 0 ? 1 : 0] = later;
     h->post_calls++;
+    if (strcmp(query, "soon") == 0 && h->answer_at_soon) /* answer both 50 ms from now */
+        uv_timer_start(&h->answer_timer, answer_cb, 50, 0);
     return HTTP_DEFER;
 }
 
@@ -511,10 +516,12 @@ START_TEST(test_post_deferred)
     harness_init(&h);
     ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
     ck_assert_int_eq(http_server_set_post(h.srv, "/admin/drop", deferring_post, &h), 0);
-    http_server_set_timeout(h.srv, 300); /* the first request's connection times out */
+    /* the first request's connection times out unanswered; the client then sends the second,
+     * which is answered 50 ms after it arrived (well within its own 300 ms) */
+    http_server_set_timeout(h.srv, 300);
     uv_timer_init(&h.loop, &h.answer_timer);
     h.answer_timer.data = &h;
-    uv_timer_start(&h.answer_timer, answer_cb, 450, 0); /* after that, before the second's */
+    h.answer_at_soon = 1;
     harness_start(&h, client_deferred);
     harness_finish(&h);
     ck_assert_int_eq(h.post_calls, 2);
@@ -523,6 +530,44 @@ START_TEST(test_post_deferred)
     ck_assert_str_eq(h.rep[1].data, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
                                     "Content-Length: 11\r\nConnection: close\r\n\r\n"
                                     "{\"later\":1}");
+    harness_free(&h);
+}
+END_TEST
+
+/* An answer given in the same loop turn as its connection's close, before the close callbacks
+ * ran (the server closed at a stop, then the drop's write completes): dropped, and the token is
+ * not touched again (ASan: the use-after-free the review of 0.2.6 found). */
+static void close_then_answer_cb(uv_timer_t *t)
+{
+    harness_t *h = t->data;
+    char *b = strdup("{}");
+
+    ck_assert_ptr_nonnull(h->later[0]);
+    http_server_close(&h->srv);
+    http_answer(h->later[0], 200, b, strlen(b), "application/json");
+    h->later[0] = NULL;
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void client_one_deferred(harness_t *h)
+{
+    h->rep[0] = client_request(h, "POST /admin/drop?soon HTTP/1.0\r\n\r\n");
+}
+
+START_TEST(test_post_answer_as_it_closes)
+{
+    harness_t h;
+
+    harness_init(&h);
+    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
+    ck_assert_int_eq(http_server_set_post(h.srv, "/admin/drop", deferring_post, &h), 0);
+    uv_timer_init(&h.loop, &h.answer_timer);
+    h.answer_timer.data = &h;
+    uv_timer_start(&h.answer_timer, close_then_answer_cb, 100, 0);
+    harness_start(&h, client_one_deferred);
+    harness_finish(&h);
+    ck_assert_int_eq(h.post_calls, 1);
+    ck_assert_uint_eq(h.rep[0].len, 0); /* closed, never answered */
     harness_free(&h);
 }
 END_TEST
@@ -916,6 +961,7 @@ static Suite *status_suite(void)
     tcase_add_test(server, test_error_codes);
     tcase_add_test(server, test_post_one_path);
     tcase_add_test(server, test_post_deferred);
+    tcase_add_test(server, test_post_answer_as_it_closes);
     tcase_add_test(server, test_parse_query);
     tcase_add_test(server, test_head_size_limit);
     tcase_add_test(server, test_big_body_and_split_request);
