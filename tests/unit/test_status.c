@@ -439,6 +439,14 @@ static int test_post(void *arg, const char *query, char **body, size_t *len,
     return query[0] != '\0' ? 200 : 400;
 }
 
+/* A server whose POST handler on /admin/drop is cb. */
+static void post_server(harness_t *h, http_post_cb cb)
+{
+    harness_init(h);
+    ck_assert_int_eq(http_server_new(&h->loop, h->path, 0660, test_handler, h, &h->srv), 0);
+    ck_assert_int_eq(http_server_set_post(h->srv, "/admin/drop", cb, h), 0);
+}
+
 static void client_post(harness_t *h)
 {
     h->rep[0] = client_request(h, "POST /admin/drop?ns=a%20b&revision=r HTTP/1.0\r\n\r\n");
@@ -451,9 +459,7 @@ START_TEST(test_post_one_path)
 {
     harness_t h;
 
-    harness_init(&h);
-    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
-    ck_assert_int_eq(http_server_set_post(h.srv, "/admin/drop", test_post, &h), 0);
+    post_server(&h, test_post);
     harness_start(&h, client_post);
     harness_finish(&h);
     ck_assert_str_eq(h.rep[0].data, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
@@ -513,9 +519,7 @@ START_TEST(test_post_deferred)
 {
     harness_t h;
 
-    harness_init(&h);
-    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
-    ck_assert_int_eq(http_server_set_post(h.srv, "/admin/drop", deferring_post, &h), 0);
+    post_server(&h, deferring_post);
     /* the first request's connection times out unanswered; the client then sends the second,
      * which is answered 50 ms after it arrived (well within its own 300 ms) */
     http_server_set_timeout(h.srv, 300);
@@ -558,9 +562,7 @@ START_TEST(test_post_answer_as_it_closes)
 {
     harness_t h;
 
-    harness_init(&h);
-    ck_assert_int_eq(http_server_new(&h.loop, h.path, 0660, test_handler, &h, &h.srv), 0);
-    ck_assert_int_eq(http_server_set_post(h.srv, "/admin/drop", deferring_post, &h), 0);
+    post_server(&h, deferring_post);
     uv_timer_init(&h.loop, &h.answer_timer);
     h.answer_timer.data = &h;
     uv_timer_start(&h.answer_timer, close_then_answer_cb, 100, 0);
