@@ -196,7 +196,7 @@ int admin_drop(void *arg, const char *query, char **body, size_t *len, const cha
     if (rc == 0)
         return HTTP_DEFER; /* drop_written answers */
     free(w);
-    if (rc == 1)
+    if (rc == 1 || (terr != 0 && rc != -ENODEV))
         tombstone_field(doc, terr);
     else if (rc != -ENODEV)
         json_object_set_new(doc, "tombstone", json_string("pending"));

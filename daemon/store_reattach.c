@@ -446,10 +446,13 @@ static const char *cold_text(ram_cold_reason_t why)
 }
 
 /* Reads the journal at path (s->journal_path, or the legacy one it is migrated from) and, when
- * it belongs to this arena, replays it: true then. quiet: a missing file is no warning (another
- * place is tried next). */
-static bool recover_from_journal(store_t *s, const char *path, bool quiet)
+ * it belongs to this arena, replays it: true then. next: another place is tried after this one
+ * (a missing file is no warning then, and a rejected one says so). A rejected journal's
+ * generation raises *seen (the caller raises the arena's generation above it once every place
+ * was tried: raised here, it would fail the next place's check of the previous generation). */
+static bool recover_from_journal(store_t *s, const char *path, bool next, uint32_t *seen)
 {
+    const char *action = next ? "next_place" : "no_chunks";
     uint8_t *buf = NULL;
     size_t len = 0;
     journal_hdr_t h;
@@ -457,23 +460,24 @@ static bool recover_from_journal(store_t *s, const char *path, bool quiet)
     int rc = journal_read(path, &buf, &len);
 
     if (rc != 0) {
-        if (!quiet || rc != -ENOENT)
-            log_warn("ram_recovery", "journal=%s error=\"%s\" action=no_chunks", path,
-                     strerror(-rc));
+        if (!next || rc != -ENOENT)
+            log_warn("ram_recovery", "journal=%s error=\"%s\" action=%s", path, strerror(-rc),
+                     action);
         return false;
     }
     if (journal_decode_hdr(buf, len, &h) != 0) {
-        log_warn("ram_recovery", "journal=%s error=\"header does not decode\" action=no_chunks",
-                 path);
+        log_warn("ram_recovery", "journal=%s error=\"header does not decode\" action=%s", path,
+                 action);
     } else if (h.arena_id != ram_arena_id(s->ram) || h.capacity != ram_capacity(s->ram) ||
                h.chunk_off != RAM_HDR_BYTES || h.unit != ALLOC_UNIT_DEFAULT ||
                (h.gen + 1 != ram_gen(s->ram) && h.gen != ram_gen(s->ram))) {
         s->rec.discarded++;
         log_warn("ram_recovery",
                  "journal=%s journal_gen=%u arena_gen=%u error=\"the journal describes another "
-                 "arena or generation\" action=no_chunks",
-                 path, h.gen, ram_gen(s->ram) - 1);
-        ram_gen_above(s->ram, h.gen);
+                 "arena or generation\" action=%s",
+                 path, h.gen, ram_gen(s->ram) - 1, action);
+        if (h.gen > *seen)
+            *seen = h.gen;
     } else {
         ram_gen_above(s->ram, h.gen);
         replay(s, buf, len);
@@ -553,12 +557,14 @@ void store__ram_recover(store_t *s)
     from = s->journal_path;
     if (s->ram_why == RAM_ATTACHED) {
         bool other = legacy[0] != '\0' && access(legacy, F_OK) == 0;
-        if (!recover_from_journal(s, s->journal_path, other) && other &&
-            recover_from_journal(s, legacy, false)) {
+        uint32_t seen = 0;
+        if (!recover_from_journal(s, s->journal_path, other, &seen) && other &&
+            recover_from_journal(s, legacy, false, &seen)) {
             from = legacy;
             migrated = true;
             log_info("ram_journal", "path=%s from=%s action=migrate", s->journal_path, legacy);
         }
+        ram_gen_above(s->ram, seen); /* above every journal seen */
     }
     rc = fsutil_mkdirs(s->journal_path, false);
     if (rc == 0)

@@ -213,6 +213,19 @@ static void copy_file(const char *from, const char *to)
     ck_assert_int_eq(close(out), 0);
 }
 
+/* Makes the journal's directory usable again and starts a daemon that re-attaches p's arena
+ * from the journal at the legacy place (migrating it). */
+static harness_t *start_migrating(const persist_t *p, const char *dir)
+{
+    harness_t *h;
+
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    h = persist_start(p, p->capacity, "");
+    expect_path(h, "reattach", "attached");
+    ck_assert_int_eq(harness_log_count(h, "action=migrate"), 1);
+    return h;
+}
+
 /* The journal's default place (0.2.6, store_reattach.c): beside an arena on a tmpfs, in
  * <arena>.d, a directory of the daemon's own (mode 0700). A journal found only at the place of
  * 0.2.5 (<disk.dir>/<arena name>.journal) is read there once and moved; a <arena>.d that other
@@ -270,10 +283,7 @@ START_TEST(test_reattach_journal_place)
 
     /* the directory usable again: its journal is the older one (another generation), the
      * legacy place holds this arena's; that one is replayed and moved, not thrown away */
-    ck_assert_int_eq(chmod(dir, 0700), 0);
-    h = persist_start(&p, p.capacity, "");
-    expect_path(h, "reattach", "attached");
-    ck_assert_int_eq(harness_log_count(h, "action=migrate"), 1);
+    h = start_migrating(&p, dir);
     ck_assert_int_eq(harness_stat(h, "ram.recovery.discarded"), 1); /* the older one */
     ck_assert_int_eq(harness_stat(h, "ram.recovery.chunks"), 2 * PER);
     c = harness_client(h, "place", 1, 0, 0);
@@ -284,6 +294,26 @@ START_TEST(test_reattach_journal_place)
     harness_stop(&h);
     ck_assert_int_eq(access(legacy, F_OK), -1);
     ck_assert_int_eq(access(want, F_OK), 0);
+
+    /* a journal of another arena at the new place, of a higher generation than this arena's
+     * journal at the legacy place: the legacy one is still replayed (the generation is raised
+     * above both only after every place was tried) */
+    ck_assert_int_eq(unlink(p.arena), 0); /* a new arena, generation 1 */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    h = persist_start(&p, p.capacity, "");
+    expect_path(h, "cold", "no_file");
+    c = harness_client(h, "place", 1, 0, 0);
+    ck_assert_uint_eq(harness_save_chain(c, 3, PER, p.chunk, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+    ck_assert_int_eq(access(legacy, F_OK), 0);
+    h = start_migrating(&p, dir);
+    ck_assert_int_eq(harness_log_count(h, "action=next_place"), 1);
+    ck_assert_int_ge(harness_stat(h, "ram.recovery.chunks"), PER);
+    c = harness_client(h, "place", 1, 0, 0);
+    ck_assert_uint_eq(harness_load_chain(c, 3, PER, p.chunk, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
     persist_done(&p);
 }
 END_TEST

@@ -56,6 +56,7 @@ struct harness {
     http_answer_t *later[2]; /* deferred POST answers (test_post_deferred) */
     uv_timer_t answer_timer;
     int answer_at_soon; /* the "soon" POST starts answer_timer with answer_cb */
+    int close_at_soon;  /* ... or with close_then_answer_cb */
     /* Client thread; read after the join. */
     reply_t rep[MAX_REPLIES];
     int n[8];
@@ -480,6 +481,7 @@ END_TEST
  * called; an answer whose connection the timeout closed first is dropped (ASan: nothing leaks
  * and nothing is touched after the close). */
 static void answer_cb(uv_timer_t *t);
+static void close_then_answer_cb(uv_timer_t *t);
 
 static int deferring_post(void *arg, const char *query, char **body, size_t *len,
                           const char **content_type, http_answer_t *later)
@@ -493,6 +495,8 @@ static int deferring_post(void *arg, const char *query, char **body, size_t *len
     h->post_calls++;
     if (strcmp(query, "soon") == 0 && h->answer_at_soon) /* answer both 50 ms from now */
         uv_timer_start(&h->answer_timer, answer_cb, 50, 0);
+    if (strcmp(query, "soon") == 0 && h->close_at_soon) /* in the next loop turn */
+        uv_timer_start(&h->answer_timer, close_then_answer_cb, 0, 0);
     return HTTP_DEFER;
 }
 
@@ -565,7 +569,7 @@ START_TEST(test_post_answer_as_it_closes)
     post_server(&h, deferring_post);
     uv_timer_init(&h.loop, &h.answer_timer);
     h.answer_timer.data = &h;
-    uv_timer_start(&h.answer_timer, close_then_answer_cb, 100, 0);
+    h.close_at_soon = 1; /* the request's arrival starts it, not the clock */
     harness_start(&h, client_one_deferred);
     harness_finish(&h);
     ck_assert_int_eq(h.post_calls, 1);
