@@ -491,7 +491,7 @@ static bool recover_from_journal(store_t *s, const char *path, bool next, uint32
  * The journal's default place (ram.journal_path ""): for an arena file on a tmpfs (the default,
  * /dev/shm), <arena path>.d/journal, in a directory of the daemon's own beside the arena; for
  * any other arena <disk.dir>/<arena file name>.journal, the default of 0.2.5 and before (legacy,
- * set either way: a journal found only there is migrated).
+ * set either way: this arena's journal found there is migrated, store__ram_recover).
  *
  * Why beside the arena (0.2.6): the journal describes the arena and is worth exactly as long as
  * the arena file lives. On the arena's tmpfs the two share their fate (a reboot empties both),
@@ -530,8 +530,7 @@ void store__ram_recover(store_t *s)
     uint64_t t0 = uv_hrtime();
     const config_t *cfg = s->cfg;
     char legacy[sizeof s->journal_path] = "";
-    const char *from;
-    bool migrated = false;
+    const char *from; /* the journal replayed: s->journal_path, or legacy when migrated */
     int rc;
 
     s->rec.path = s->ram_why == RAM_ATTACHED ? "reattach" : "cold";
@@ -561,7 +560,6 @@ void store__ram_recover(store_t *s)
         if (!recover_from_journal(s, s->journal_path, other, &seen) && other &&
             recover_from_journal(s, legacy, false, &seen)) {
             from = legacy;
-            migrated = true;
             log_info("ram_journal", "path=%s from=%s action=migrate", s->journal_path, legacy);
         }
         ram_gen_above(s->ram, seen); /* above every journal seen */
@@ -576,8 +574,8 @@ void store__ram_recover(store_t *s)
         log_error("ram_journal", "path=%s error=\"%s\" action=journal_off (the next start is cold)",
                   s->journal_path, strerror(-rc));
     }
-    if (migrated && rc == 0)
-        (void)unlink(legacy); /* its chunks are in the new journal now */
+    if (from == legacy && rc == 0)
+        (void)unlink(legacy); /* migrated: its chunks are in the new journal now */
     ram_write_header(s->ram);
     s->rec.ms = (uv_hrtime() - t0) / 1000000u;
     if (s->ram_why == RAM_ATTACHED)

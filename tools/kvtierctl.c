@@ -826,14 +826,12 @@ static int verb_drop(ctl_t *o, int argc, char **argv)
     {
         /* 0.2.6: the daemon answers once the tombstones are on file, or says why not */
         const char *tomb = json_string_value(json_object_get(doc, "tombstone"));
+        const char *why = json_string_value(json_object_get(doc, "tombstone_error"));
         if (tomb != NULL && strcmp(tomb, "written") != 0)
             fprintf(stderr,
                     "kvtierctl: drop: the tombstone file was not written (%s%s%s): a restart may "
                     "bring the dropped disk copies back\n",
-                    tomb, json_string_value(json_object_get(doc, "tombstone_error")) ? ": " : "",
-                    json_string_value(json_object_get(doc, "tombstone_error"))
-                        ? json_string_value(json_object_get(doc, "tombstone_error"))
-                        : "");
+                    tomb, why != NULL ? ": " : "", why != NULL ? why : "");
     }
     if (o->json) {
         rc = print_json(json_incref(doc));
