@@ -243,3 +243,24 @@ def test_exists_reads_ahead_what_get_then_loads(make_daemon):
     assert jpath(st, "disk.prefetch_hits") == 16
     assert jpath(st, "disk.promotions") - ram_before == 16  # nothing read twice
     b.close()
+
+
+def test_exists_answers_a_miss_when_the_daemon_does_not_answer(daemon):
+    """HiCache calls batch_exists from its prefetch thread, which catches no exception (an
+    exception ends the thread for the life of the process): a daemon that does not answer is a
+    miss, as batch_get_v1 / batch_set_v1 answer it, never an exception."""
+    import os
+    import signal
+
+    pool = MHAPagePool()
+    b = backend(daemon, pool, 0, 1, False, timeout_ms=300)
+    keys = page_keys("stopped", 2)
+    assert b.batch_set_v1(keys, indices([0, 1])) == [True, True]
+    os.kill(daemon.pid, signal.SIGSTOP)
+    try:
+        assert b.batch_exists(keys) == 0
+        assert b.exists(keys[0]) is False
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    assert b.batch_exists(keys) == 2
+    b.close()

@@ -202,3 +202,22 @@ def test_no_method_blocks_on_a_stopped_daemon(daemon):
 def test_requires_a_block_row_view(daemon):
     with pytest.raises(ValueError):
         make_tier(daemon, memoryview(bytearray(ROW)))
+
+
+def test_a_miss_told_one_request_is_asked_again_for_another(daemon):
+    """A request that asked blocks before they were stored was told False; while it still runs,
+    another request asking the same blocks (the primary tier evicted them meanwhile) must get
+    the tier's present answer, not the first request's stale miss."""
+    buf, view = primary()
+    tier = make_tier(daemon, view)
+    keys = keys_of("prompt-stale", 3)
+    a = req("stale-a", keys)
+    assert lookup_all(tier, keys, a) == 0
+    fill(buf, [0, 1, 2], 5)
+    tier.submit_store(JobMetadata(1, keys, np.array([0, 1, 2]), False, a))
+    wait_step(tier, [], lambda s: any(r.job_id == 1 and r.success for r in s))
+    b = req("stale-b", keys)  # a has not finished
+    assert lookup_all(tier, keys, b) == 3
+    tier.request_finished(a)
+    tier.request_finished(b)
+    tier.shutdown()

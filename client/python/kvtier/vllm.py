@@ -216,6 +216,11 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
         if st is None:
             st = self._keys[key] = _Key()
             self._batch.setdefault(req_id, []).append((key, req_context))
+        elif st.result is False and key not in self._req_keys.get(req_id, ()):
+            # A miss answered to another request may be stale (stored since): a request
+            # asking for the first time is answered by a new lookup.
+            st.result = None
+            self._batch.setdefault(req_id, []).append((key, req_context))
         self._req_keys.setdefault(req_id, set()).add(key)
         req = self._reqs.setdefault(req_id, _Req())
         end = self._position(req_context, key)
