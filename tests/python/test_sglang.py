@@ -264,3 +264,145 @@ def test_exists_answers_a_miss_when_the_daemon_does_not_answer(daemon):
         os.kill(daemon.pid, signal.SIGCONT)
     assert b.batch_exists(keys) == 2
     b.close()
+
+
+def hit_query(b, keys, prefix_keys, batch):
+    """HiCache's _storage_hit_query of the versions that split a request (cache_controller.py
+    @ 001067ff): one batch_exists per `batch` pages, the next batch asked only after a whole one
+    hit, prefix_keys (a copy) extended by each batch when it was not empty."""
+    prefix = list(prefix_keys) if prefix_keys else None
+    hit = 0
+    for lo in range(0, len(keys), batch):
+        part = keys[lo : lo + batch]
+        n = b.batch_exists(part, ExtraInfo(prefix_keys=prefix))
+        hit += n
+        if n < len(part):
+            break
+        if prefix:
+            prefix += part
+    return hit
+
+
+def test_one_verdict_per_request_across_hicache_batches(daemon):
+    """A request HiCache asks in several batch_exists calls is one verdict, with the HBM prefix
+    counted once: per call, a 10-page request asked in batches of 4 was three verdicts, the last
+    too_small, and its HBM prefix grew with every batch."""
+    pool = MLAPool()
+    fill(pool, 7)
+    b = backend(daemon, pool, 0, 1, False, min_load_tokens=3 * PAGE, storage_batch_size=4)
+    keys = page_keys("split", 10)
+    for lo in range(0, 10, 5):
+        assert b.batch_set_v1(keys[lo : lo + 5], indices(range(lo, lo + 5))) == [True] * 5
+    # No HBM prefix: batches of 4, 4, 2, every page hit: one paid verdict over 10 pages.
+    assert hit_query(b, keys, None, 4) == 10
+    assert (b.tallies.probes_total, b.tallies.paid_total) == (1, 1)
+    assert b.tallies.lookup_tokens_total == 10 * PAGE
+    # Two HBM pages, then pages 2..9 asked in batches of 4 (4, 4: both whole): the request stays
+    # open until the next call, which does not continue it (another request's prefix).
+    assert hit_query(b, keys[2:], keys[:2], 4) == 8
+    assert b.tallies.probes_total == 1
+    other = page_keys("other", 3)
+    assert hit_query(b, other, None, 4) == 0  # a miss: no verdict of its own
+    assert (b.tallies.probes_total, b.tallies.paid_total) == (2, 2)
+    assert b.tallies.lookup_tokens_total == 10 * PAGE + 10 * PAGE  # 2 HBM pages + 8 asked
+    # A request whose first batch hit only in part: too small (2 pages < 3), decided at once.
+    assert hit_query(b, keys[:2] + page_keys("gap", 6), None, 4) == 2
+    assert b.tallies.reasons == {"aligned_large_hit": 2, "too_small": 1}
+    # exists() is not a request: no verdict.
+    assert b.exists(keys[0])
+    assert b.tallies.probes_total == 3
+    # An open request is decided at close.
+    assert hit_query(b, keys[:4], None, 4) == 4
+    assert b.tallies.probes_total == 3
+    b.close()
+    assert b.tallies.probes_total == 4
+
+
+class LayerFirstPool:
+    """layer_first MHA host pool as SGLang lays it out: kv_buffer (2, layers, tokens, heads,
+    dim); get_page_buffer_meta gives K and V per layer (2 x layers pieces), get_data_page(flat)
+    all K layers then all V layers: the two paths' orders differ."""
+
+    layout = "layer_first"
+
+    def __init__(self, tokens=64, dtype=torch.bfloat16):
+        self.page_size = PAGE
+        self.dtype = dtype
+        self.size = tokens
+        self.layer_num = LAYERS
+        self.kv_buffer = torch.zeros((2, LAYERS, tokens, HEADS, DIM), dtype=dtype)
+        self.tok = HEADS * DIM * self.kv_buffer.element_size()
+
+    def get_page_buffer_meta(self, indices):
+        base = self.kv_buffer.data_ptr()
+        layer = self.size * self.tok
+        v_off = LAYERS * layer
+        ptrs = []
+        for first in indices.tolist()[:: self.page_size]:
+            for l in range(LAYERS):
+                k = base + l * layer + first * self.tok
+                ptrs += [k, k + v_off]
+        return ptrs, [self.page_size * self.tok] * len(ptrs)
+
+    def get_data_page(self, index, flat=True):
+        p = self.kv_buffer[:, :, index : index + self.page_size]
+        return p.flatten() if flat else p
+
+    def get_dummy_flat_data_page(self):
+        return torch.zeros(2 * LAYERS * self.page_size * HEADS * DIM, dtype=self.dtype)
+
+    def set_from_flat_data_page(self, index, page):
+        self.kv_buffer[:, :, index : index + self.page_size] = page.reshape(2, LAYERS, self.page_size, HEADS, DIM)
+
+    def page(self, first):
+        return self.kv_buffer[:, :, first : first + self.page_size].contiguous().view(torch.uint8).clone()
+
+
+def test_layer_first_paths_never_mix_byte_orders(daemon):
+    """On a layer_first pool the zero-copy pages (K, V per layer) and the flat data pages (all K,
+    then all V) are different bytes: a page saved by one path and loaded by the other came back
+    'found' with its layers shuffled. Each path now has its namespace (interface_v1 decides),
+    and a call of the other path answers a miss."""
+    src, dst = LayerFirstPool(), LayerFirstPool()
+    fill(src, 21)
+    zc = backend(daemon, src, 0, 1, False, interface_v1=True)
+    flat = backend(daemon, dst, 0, 1, False)
+    keys = page_keys("layer-first", 3)
+    assert zc.batch_set_v1(keys, indices([0, 1, 2])) == [True] * 3
+    assert zc.batch_get_v1(keys, indices([8, 9, 10])) == [True] * 3
+    for i in range(3):
+        assert torch.equal(src.page((8 + i) * PAGE), src.page(i * PAGE))
+    # The flat path does not see the zero-copy pages (other namespace) ...
+    assert flat.batch_exists(keys) == 0
+    assert flat.batch_get(keys) == [None] * 3
+    # ... and keeps its own order, byte-exact, as HiCache's generic page get/set moves it.
+    assert flat.batch_set(keys, [src.get_data_page(i * PAGE) for i in range(3)])
+    got = flat.batch_get(keys, [dst.get_dummy_flat_data_page() for _ in keys])
+    for i, page in enumerate(got):
+        assert page is not None
+        dst.set_from_flat_data_page((4 + i) * PAGE, page)
+        assert torch.equal(dst.page((4 + i) * PAGE), src.page(i * PAGE))
+    # A call of the path a backend was not configured for is a miss, never the other order.
+    assert flat.batch_get_v1(keys, indices([12, 13, 14])) == [False] * 3
+    assert flat.batch_set_v1(keys, indices([12, 13, 14])) == [False] * 3
+    assert zc.batch_get(keys) == [None] * 3
+    assert zc.batch_set(keys, [src.get_data_page(0)] * 3) is False
+    zc.close()
+    flat.close()
+
+
+def test_batch_get_into_a_strided_target(daemon):
+    """A target page that is a strided view is loaded through a contiguous copy: byte-exact,
+    where the library's buffer check raised ValueError out of batch_get."""
+    pool = MLAPool()
+    fill(pool, 9)
+    b = backend(daemon, pool, 0, 1, False)
+    keys = page_keys("strided", 1)
+    want = pool.page(0).flatten()
+    assert b.batch_set(keys, [want])
+    backing = torch.zeros(2 * want.numel(), dtype=torch.uint8)
+    target = backing[::2]
+    assert not target.is_contiguous()
+    out = b.batch_get(keys, [target])
+    assert out[0] is target and torch.equal(target, want)
+    b.close()

@@ -38,13 +38,35 @@ commit) and scattered from a pin (one memmove per piece, release) on the shared-
 through a staging buffer on the frames path.
 
 Verdicts (docs/GATES.md section 1) come from batch_exists on rank 0 (one engine instance per
-namespace, not one per rank): hbm = the tokens of extra_info.prefix_keys (pages SGLang already
-holds), the hit = hbm + hit pages, the prompt = hbm + every page asked; a hit too small to be
-worth prefetching (below min_load_tokens, default one page: SGLang's own prefetch threshold
-should be given as min_load_tokens) is too_small, a larger one aligned_large_hit, whose served
-tokens are counted when batch_get_v1 loads them. Totals are pushed (kvt_submit_tally, not
-waited for) after each call that changed them.
+namespace, not one per rank), one per request: hbm = the tokens of extra_info.prefix_keys (pages
+SGLang already holds), the hit = hbm + hit pages, the prompt = hbm + every page asked; a hit too
+small to be worth prefetching (below min_load_tokens, default one page: SGLang's own prefetch
+threshold should be given as min_load_tokens) is too_small, a larger one aligned_large_hit, whose
+served tokens are counted when batch_get_v1 (or batch_get) loads them. Totals are pushed
+(kvt_submit_tally, not waited for) after each call that changed them.
 
+One request, one verdict. HiCache versions that split a request's hit query into batches of
+STORAGE_BATCH_SIZE pages (128; extra key storage_batch_size) call batch_exists once per batch,
+and ask the next batch only when the whole batch hit; they extend prefix_keys by each batch when
+it was not empty. So a call whose every page hit and which asked exactly storage_batch_size pages
+leaves its request open: the next call continues it when its prefix_keys are the open request's
+prefix plus its pages (or, for a request that began with no prefix_keys, when it has none either),
+and the verdict is decided once a call does not continue it, or ends it (a miss, a short batch),
+or at close(). Decision: the one case this cannot tell apart is a request of exactly
+storage_batch_size x k pages, all hit, with no HBM prefix, followed by another request with no HBM
+prefix: the two count as one verdict (HiCache versions that ask all pages in one call have the
+same case only for a request of exactly storage_batch_size pages). exists() records no verdict.
+
+Paths and layouts. SGLang moves pages through batch_get_v1 / batch_set_v1 (zero copy, the pieces
+of get_page_buffer_meta) only with extra_config "interface_v1" set (the README's config sets
+it); without it, through batch_get / batch_set of flat data pages (get_data_page(flat=True)).
+For the page_first layout both hold the same bytes in the same order (K then V of the page); for
+any other layout they need not (layer_first: the pieces are K and V per layer, the flat page all
+K layers then all V layers), and one page stored by one path and loaded by the other would be
+wrong bytes. Decision: the namespace is the path's: for layouts other than page_first the
+dtype string names the flat path ("sglang-<layout>-flat") unless interface_v1 is set, and a call
+of the other path answers misses (and False for saves) with one warning, instead of mixing
+orders.
 Threads: SGLang calls a backend from its prefetch and backup threads; the library client is
 thread-safe and the tallies are kept under a lock.
 """
@@ -93,7 +115,8 @@ except Exception:
 
 class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
     """A HiCache storage backend backed by kvtierd. extra_config keys: endpoint, model (default
-    the config's model_name), revision, tenant, timeout_ms, min_load_tokens, engine_id."""
+    the config's model_name), revision, tenant, timeout_ms, min_load_tokens, engine_id,
+    interface_v1 (SGLang's own: the zero-copy calls), storage_batch_size (default 128)."""
 
     def __init__(self, storage_config: Any, kwargs: Optional[dict] = None) -> None:
         extra = dict(getattr(storage_config, "extra_config", None) or {})
@@ -112,8 +135,13 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         self.pp_size = int(getattr(storage_config, "pp_size", 1))
         self.is_mla = bool(getattr(storage_config, "is_mla_model", False))
         self._salt = (self.tenant or "").encode()
+        self.interface_v1 = bool(extra.get("interface_v1", False))
+        self.storage_batch_size = int(extra.get("storage_batch_size", 128))
         self.tallies = Tallies(extra.get("engine_id"))
         self._tally_lock = threading.Lock()
+        self._query: Optional[_Query] = None  # rank 0's request still open (batch_exists)
+        self._split = False  # the two paths store different orders (layout not page_first)
+        self._warned: set = set()
         self.client: Optional[Client] = None
         self.mem_pool_host = None
 
@@ -126,6 +154,9 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         layout = getattr(mem_pool_host, "layout", "page_first")
         dtype = str(getattr(mem_pool_host, "dtype", "")).replace("torch.", "")
         self.page_bytes = self._page_bytes()
+        self._split = layout != "page_first"
+        if self._split and not self.interface_v1:
+            layout = f"{layout}-flat"
         if self.min_load_tokens is None:
             self.min_load_tokens = self.page_size
         self.min_load_tokens = int(self.min_load_tokens)
@@ -146,6 +177,31 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         if not keys:
             return 0
+        hit, answered = self._count(keys)
+        if not answered or self.tp_rank != 0:
+            return hit
+        prefix = list(getattr(extra_info, "prefix_keys", None) or [])
+        with self._tally_lock:
+            q = self._query
+            if q is not None and not q.continued_by(prefix):
+                self._decide(q)
+                q = None
+            if q is None:
+                q = _Query(len(prefix))
+            q.add(prefix, keys, hit)
+            if hit == len(keys) and len(keys) == self.storage_batch_size:
+                self._query = q  # HiCache may ask this request's next batch
+            else:
+                self._query = None
+                self._decide(q)
+            self._push()
+        return hit
+
+    def exists(self, key: str) -> bool:
+        return self._count([key])[0] == 1
+
+    def _count(self, keys: List[str]) -> tuple:
+        """The prefix count of keys over every rank, and whether the daemon answered it all."""
         cl = self._client()
         hit = 0
         try:
@@ -159,28 +215,27 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             # would end the thread (L3 off for the life of the process). What was not answered
             # is a miss, as the other methods answer.
             logger.warning("kvtier: batch_exists: %s", e)
-            return hit
-        if self.tp_rank == 0:
-            hbm = len(getattr(extra_info, "prefix_keys", None) or []) * self.page_size
-            name = verdict(
-                hbm,
-                hbm + hit * self.page_size,
-                hbm + len(keys) * self.page_size,
-                self.page_size,
-                self.min_load_tokens,
-            )
-            with self._tally_lock:
-                self.tallies.record(name, lookup_tokens=hbm + len(keys) * self.page_size)
-                self._push()
-        return hit
+            return hit, False
+        return hit, True
 
-    def exists(self, key: str) -> bool:
-        return self.batch_exists([key]) == 1
+    def _decide(self, q: "_Query") -> None:
+        """Records the verdict of request q (the tally lock held)."""
+        hbm = q.hbm_pages * self.page_size
+        name = verdict(
+            hbm,
+            hbm + q.hit * self.page_size,
+            hbm + q.asked * self.page_size,
+            self.page_size,
+            self.min_load_tokens,
+        )
+        self.tallies.record(name, lookup_tokens=hbm + q.asked * self.page_size)
 
     def batch_set_v1(self, keys: List[str], host_indices: Any, extra_info: Any = None) -> List[bool]:
         n = len(keys)
         if n == 0:
             return []
+        if self._off_path("batch_set_v1", v1=True):
+            return [False] * n
         if self.is_mla and self.tp_rank != 0:
             return [True] * n  # one copy, written by rank 0
         pages = self._pages(host_indices, n)
@@ -196,6 +251,8 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         n = len(keys)
         if n == 0:
             return []
+        if self._off_path("batch_get_v1", v1=True):
+            return [False] * n
         pages = self._pages(host_indices, n)
         ok: List[bool] = []
         for lo in range(0, n, self._max_chunks):
@@ -205,15 +262,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             if not all(got):
                 ok += [False] * (n - hi)
                 break
-        if self.tp_rank == 0:
-            loaded = 0
-            for v in ok:
-                if not v:
-                    break
-                loaded += 1
-            with self._tally_lock:
-                self.tallies.add_served(loaded * self.page_size)
-                self._push()
+        self._served(ok)
         return ok
 
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Any:
@@ -222,22 +271,31 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
 
     def batch_get(self, keys: List[str], target_locations: Any = None, target_sizes: Any = None) -> List[Any]:
         """Loads pages into the given tensors (or new flat pages of the host pool's dummy
-        page); None for a miss."""
+        page); None for a miss. A target that is not contiguous is loaded through a contiguous
+        copy."""
         cl = self._client()
+        out: List[Any] = [None] * len(keys)
+        if self._off_path("batch_get", v1=False):
+            return out
         targets = list(target_locations) if target_locations is not None else [
             self.mem_pool_host.get_dummy_flat_data_page() for _ in keys
         ]
-        out: List[Any] = [None] * len(keys)
+        bufs = [t.contiguous() if hasattr(t, "is_contiguous") and not t.is_contiguous() else t for t in targets]
         for lo in range(0, len(keys), self._max_chunks):
             hi = min(len(keys), lo + self._max_chunks)
             try:
-                res = cl.load(self._hashes(keys[lo:hi]), targets[lo:hi])
-            except KvtierError as e:
+                res = cl.load(self._hashes(keys[lo:hi]), bufs[lo:hi])
+            except (KvtierError, ValueError, TypeError) as e:
                 logger.warning("kvtier: batch_get: %s", e)
-                return out
+                break
             for i in range(hi - lo):
                 if res.lens[i]:
+                    if bufs[lo + i] is not targets[lo + i]:
+                        targets[lo + i].copy_(bufs[lo + i])
                     out[lo + i] = targets[lo + i]
+            if res.nhit < hi - lo:
+                break
+        self._served([o is not None for o in out])
         return out
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
@@ -245,6 +303,8 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
 
     def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None) -> bool:
         """Saves flat page tensors (contiguous CPU tensors or buffers)."""
+        if self._off_path("batch_set", v1=False):
+            return False
         if self.is_mla and self.tp_rank != 0:
             return True
         cl = self._client()
@@ -267,6 +327,11 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         return None
 
     def close(self) -> None:
+        with self._tally_lock:
+            if self._query is not None and self.client is not None:
+                self._decide(self._query)
+                self._push()
+            self._query = None
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -278,6 +343,35 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             raise RuntimeError("kvtier: register_mem_pool_host() was not called")
         self.client.poll_completions()  # take finished tallies
         return self.client
+
+    def _served(self, ok: List[bool]) -> None:
+        """Counts the leading run of loaded pages as served tokens (rank 0)."""
+        if self.tp_rank != 0:
+            return
+        loaded = 0
+        for v in ok:
+            if not v:
+                break
+            loaded += 1
+        with self._tally_lock:
+            self.tallies.add_served(loaded * self.page_size)
+            self._push()
+
+    def _off_path(self, method: str, v1: bool) -> bool:
+        """Whether a call of this path must not touch the namespace: the layout's two paths store
+        different byte orders and the namespace is the other path's (see the module header)."""
+        if not self._split or v1 == self.interface_v1:
+            return False
+        if method not in self._warned:
+            self._warned.add(method)
+            logger.warning(
+                "kvtier: %s on a %s pool with interface_v1 %s: this namespace holds the other "
+                "path's byte order; answering misses (set interface_v1 to match SGLang's)",
+                method,
+                getattr(self.mem_pool_host, "layout", "?"),
+                "set" if self.interface_v1 else "unset",
+            )
+        return True
 
     def _push(self) -> None:
         try:
@@ -378,6 +472,30 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         except KvtierError as e:
             logger.warning("kvtier: batch_get_v1: %s", e)
             return [False] * n
+
+
+class _Query:
+    """Rank 0's open request of batch_exists calls: its HBM pages, pages asked and hit."""
+
+    __slots__ = ("hbm_pages", "asked", "hit", "next_prefix", "last_key")
+
+    def __init__(self, hbm_pages: int) -> None:
+        self.hbm_pages = hbm_pages
+        self.asked = 0
+        self.hit = 0
+        self.next_prefix = 0  # the prefix_keys length a continuing call has (0: none)
+        self.last_key = None
+
+    def add(self, prefix: list, keys: List[str], hit: int) -> None:
+        self.asked += len(keys)
+        self.hit += hit
+        self.next_prefix = len(prefix) + len(keys) if prefix else 0
+        self.last_key = keys[-1]
+
+    def continued_by(self, prefix: list) -> bool:
+        if not prefix:
+            return self.next_prefix == 0
+        return len(prefix) == self.next_prefix and prefix[-1] == self.last_key
 
 
 __all__ = ["KvtierHiCacheStorage", "UPSTREAM", "IMPLEMENTS", "HAVE_SGLANG"]
