@@ -884,6 +884,57 @@ START_TEST(test_reserve_starvation_tiny)
 }
 END_TEST
 
+/* RELEASE with CORRUPT naming one chunk 1024 times (a chunk the client never pinned): the daemon
+ * re-hashes a chunk once at a time, whatever the list says. Before, every entry queued a job on
+ * the thread pool that saves share (1024 here, unbounded over requests) and pinned the chunk. */
+START_TEST(test_corrupt_release_flood)
+{
+    enum { REPEAT = 1024 };
+    const size_t len = 64 * KIB;
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *good = harness_client(h, "accused", 1, 0, 0);
+    void *ctx = zmq_ctx_new(), *s;
+    static kvt_hash_t hs[REPEAT];
+    uint8_t head[128];
+    kvt_frame_t f[2];
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t ns;
+    int64_t before, queued;
+
+    ck_assert_uint_eq(harness_save_chain(good, 950, 1, len, 0), 1);
+    s = attacker_open(ctx, h, "accused", 1000, &ns);
+    harness_chain(950, hs, 1);
+    for (int i = 1; i < REPEAT; i++)
+        hs[i] = hs[0];
+    before = harness_stat(h, "ram.verifies");
+    f[0].data = head;
+    f[0].len = harness_raw_head(head, KVT_MSG_RELEASE, 5, ns, 0);
+    head[4] = 2;                   /* protocol 2: the flag below exists */
+    head[6] = KVT_RELEASE_CORRUPT; /* flags, little-endian u16 */
+    f[1].data = hs;
+    f[1].len = sizeof hs;
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+    harness_raw_decode(&r, &m);
+    ck_assert_int_eq(m.hdr.type, KVT_MSG_RELEASE_OK);
+    ck_assert_uint_eq(m.u.release_ok.released, 0); /* it pinned nothing */
+    harness_raw_msg_close(&r);
+    queued = harness_stat(h, "ram.verifies") - before;
+    printf("corrupt release flood: %d accusations of one chunk queued %lld verifications\n", REPEAT,
+           (long long)queued);
+    ck_assert_int_ge(queued, 1);
+    ck_assert_int_le(queued, 2);
+    /* the chunk was not corrupt: it stays */
+    ck_assert_uint_eq(harness_load_chain(good, 950, 1, len, 0), 1);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kvt_close(&good);
+    harness_stop(&h);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------------------------
  * 6. Modes under umask 0
  */
@@ -1136,6 +1187,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_nospace_held_counted);
     tcase_add_test(other, test_reserve_starvation);
     tcase_add_test(other, test_reserve_starvation_tiny);
+    tcase_add_test(other, test_corrupt_release_flood);
     tcase_add_test(other, test_modes_under_umask0);
     tcase_add_test(other, test_hello_storm);
     tcase_add_test(other, test_lookup_storm_spares_saves);
