@@ -135,6 +135,9 @@ struct index_group {
 /* store_io.c: with INDEX_F_PREFETCHED, read ahead along its chain (chain_read_ahead), not for a
  * lookup: its first load slides the chain's window on */
 #define INDEX_F_PF_CHAIN 0x4000u
+/* store_io.c: a re-verification (RELEASE CORRUPT) of its arena bytes is queued or running: a
+ * second one is not queued (one job per chunk, whatever clients ask) */
+#define INDEX_F_VERIFYING 0x8000u
 
 typedef struct index index_t;
 

@@ -737,10 +737,11 @@ static void do_reserve(server_t *sv, const server_req_t *r)
     session_set_path(ss, SESSION_PATH_SHM);
     wanted = store_save_query(sv->store, ns, s->rank, s->hashes, s->nhashes, sv->status);
     admission_decide(sv->admission, ns, req, now, wanted, sv->status);
-    /* the reservations within the held bounds (contract C3) */
+    /* the reservations within the held bounds (contract C3), each charged the arena bytes it
+     * takes: a 1-byte reservation holds a whole allocation unit */
     for (size_t i = 0; i < s->nhashes; i++)
         if (sv->status[i] == KVT_CHUNK_WANTED)
-            want_bytes += kvt_get_u64(s->lengths + 8 * i);
+            want_bytes += store_footprint(sv->store, kvt_get_u64(s->lengths + 8 * i));
     if (!server__admit(sv, r, &(session_charge_t){0}, want_bytes))
         return;
     m.u.chunks_ok.hold_ms = sv->cfg->ram.shm_hold_ms;

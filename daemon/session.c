@@ -195,9 +195,10 @@ sessions_t *sessions_new(const session_limits_t *limits, store_t *store, ns_tabl
 static void hold_end(sessions_t *t, session_t *s, hold_t *h)
 {
     if (h->kind == HOLD_RESERVE) {
+        uint64_t foot = store_footprint(t->store, h->len);
         store_unreserve(t->store, h->off, h->len);
-        s->use.reserved_bytes -= h->len;
-        t->use.reserved_bytes -= h->len;
+        s->use.reserved_bytes -= foot;
+        t->use.reserved_bytes -= foot;
         if (h->chunk != NULL)
             store_unpin(t->store, h->chunk);
     } else {
@@ -618,8 +619,9 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
         return -ENOMEM;
     x->off = off;
     x->len = len;
-    s->use.reserved_bytes += len;
-    t->use.reserved_bytes += len;
+    /* charged what it holds of the arena, not its length (contract C3) */
+    s->use.reserved_bytes += store_footprint(t->store, len);
+    t->use.reserved_bytes += store_footprint(t->store, len);
     return 0;
 }
 
@@ -636,8 +638,8 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     *len = x->len;
     if (x->chunk != NULL)
         store_unpin(t->store, x->chunk);
-    s->use.reserved_bytes -= x->len;
-    t->use.reserved_bytes -= x->len;
+    s->use.reserved_bytes -= store_footprint(t->store, x->len);
+    t->use.reserved_bytes -= store_footprint(t->store, x->len);
     hold_remove(s, (size_t)i);
     return 0;
 }

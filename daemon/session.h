@@ -107,7 +107,7 @@ typedef struct {
     uint32_t disk_reads;     /* disk reads their loads wait for */
     uint64_t leased_bytes;   /* bytes leased by its lookups, until the leases expire */
     uint64_t pinned_bytes;   /* shared-memory load pins */
-    uint64_t reserved_bytes; /* shared-memory reservations */
+    uint64_t reserved_bytes; /* shared-memory reservations (the arena bytes they take) */
     uint32_t namespaces;     /* namespaces declared */
 } session_usage_t;
 

@@ -1227,6 +1227,11 @@ int store_reserve(store_t *s, uint64_t len, index_entry_t *keep, uint64_t now_ms
     return rc == 0 ? 0 : -ENOSPC;
 }
 
+uint64_t store_footprint(const store_t *s, uint64_t len)
+{
+    return ram_footprint(s->ram, len);
+}
+
 void store_unreserve(store_t *s, uint64_t off, uint64_t len)
 {
     s->resv_foot -= ram_footprint(s->ram, len);

@@ -441,6 +441,9 @@ uint64_t store_chunk_csum(const store_chunk_t *c);
  */
 int store_reserve(store_t *s, uint64_t len, store_chunk_t *keep, uint64_t now_ms, uint64_t *off);
 void store_unreserve(store_t *s, uint64_t off, uint64_t len);
+/* The arena bytes an extent of len bytes takes (len rounded up to the allocation unit): what a
+ * reservation of len holds, and what it is charged to its session (contract C3). */
+uint64_t store_footprint(const store_t *s, uint64_t len);
 int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *parent,
                  const kvt_wire_hash_t *h, size_t n, const uint64_t *off, const uint64_t *len,
                  const uint8_t *csums, uint8_t *status, store_done_cb done, void *arg,

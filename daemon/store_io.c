@@ -1246,6 +1246,7 @@ static void verified_cb(void *arg)
     store_t *s = v->s;
     index_entry_t *e = v->e;
 
+    e->flags &= (uint16_t)~INDEX_F_VERIFYING;
     if (v->item.csum != e->csum && !(e->flags & INDEX_F_BAD)) {
         store__dirty_del(s, e);
         e->flags |= INDEX_F_BAD; /* absent from now on; dropped with its last pin */
@@ -1263,6 +1264,9 @@ void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash
 
     if (e == NULL || !store__in_arena(e) || s->loop == NULL)
         return; /* not stored, or only on disk: every read verifies it */
+    if (e->flags & (INDEX_F_VERIFYING | INDEX_F_BAD))
+        return; /* one verification at a time: a RELEASE naming it again (or 4096 times) queues
+                   no more work on the pool nor more pins */
     v = malloc(sizeof *v);
     if (v == NULL)
         return;
@@ -1270,7 +1274,9 @@ void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash
     *v = (verify_t){
         .s = s, .e = e, .item = {.dst = ram_ptr(s->ram, e->off), .src = NULL, .len = e->len}};
     store_pin(s, e); /* the extent cannot move or be freed while the worker reads it */
+    e->flags |= INDEX_F_VERIFYING;
     if (ingest_run(s->loop, &v->item, 1, 1, verified_cb, v) != 0) {
+        e->flags &= (uint16_t)~INDEX_F_VERIFYING;
         store_unpin(s, e);
         free(v);
         return;

@@ -807,6 +807,134 @@ START_TEST(test_reserve_starvation)
 }
 END_TEST
 
+/* The reserve hog with 1-byte reservations: each takes a whole allocation unit (4 KiB) of the
+ * arena, so it must be charged that to its held bytes, not its length. Charged by length, 1024 of
+ * them held the whole 4 MiB arena for 1 KiB of its 2 MiB bound, and the others got NOSPACE. */
+START_TEST(test_reserve_starvation_tiny)
+{
+    enum { OTHERS = 40, PER = 256, ROUNDS = 4 };
+    const size_t len = 64 * KIB;
+    char extra[256], arena[96];
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB};
+    harness_t *h;
+    kvt_client_t *good;
+    void *ctx, *s;
+    uint8_t head[128], lens[PER * 8];
+    kvt_hash_t hs[PER];
+    kvt_frame_t f[3];
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t ns;
+    size_t stored = 0, survived = 0;
+    int reserved = 0, busy = 0;
+    json_t *st;
+
+    snprintf(arena, sizeof arena, "/dev/shm/kvt-hostile-tiny-%d.arena", (int)getpid());
+    snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\", \"prefault\": false}}",
+             arena);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    ctx = zmq_ctx_new();
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    ns = harness_raw_hello(s, "tiny-reserver", 0x71e1, 0, 1, 1);
+    for (int i = 0; i < PER; i++)
+        kvt_put_u64(lens + 8 * i, 1);
+    for (int k = 0; k < ROUNDS; k++) {
+        harness_chain(800 + (uint32_t)k, hs, PER);
+        f[0].data = head;
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_RESERVE, 2 + (uint64_t)k, ns, 0);
+        f[1].data = hs;
+        f[1].len = sizeof hs;
+        f[2].data = lens;
+        f[2].len = sizeof lens;
+        ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+        ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+        harness_raw_decode(&r, &m);
+        if (m.hdr.type == KVT_MSG_SAVE_RESERVE_OK)
+            for (int i = 0; i < PER; i++)
+                reserved += m.u.chunks_ok.status[i] == KVT_CHUNK_WANTED;
+        else if (m.hdr.type == KVT_MSG_ERROR && m.u.error.code == KVT_WIRE_EBUSY)
+            busy++;
+        harness_raw_msg_close(&r);
+    }
+    st = harness_status(h);
+    printf("tiny reserve hog: %d reservations of 1 byte, %d requests refused; ram.reserved_bytes "
+           "%lld, used_bytes %lld\n",
+           reserved, busy, (long long)harness_jint(st, "ram.reserved_bytes"),
+           (long long)harness_jint(st, "ram.used_bytes"));
+    /* what it holds of the arena is within its bound (ram.session_held_share: half) */
+    ck_assert_int_le((int64_t)reserved * 4 * KIB, 2 * MIB);
+    ck_assert_int_eq(harness_jint(st, "ram.reserved_bytes"), (int64_t)reserved * 4 * KIB);
+    ck_assert_int_gt(busy, 0);
+    json_decref(st);
+
+    good = harness_client(h, "starved-tiny", 1, 0, 0);
+    for (uint32_t k = 0; k < OTHERS / 8; k++)
+        stored += harness_save_chain(good, 900 + k, 8, len, 0);
+    for (uint32_t k = 0; k < OTHERS / 8; k++)
+        survived += harness_load_chain(good, 900 + k, 8, len, 0);
+    printf("tiny reserve hog: others stored %zu of %d, %zu survive\n", stored, OTHERS, survived);
+    ck_assert_uint_eq(stored, OTHERS);
+    ck_assert_uint_ge(survived, OTHERS / 2);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kvt_close(&good);
+    harness_stop(&h);
+    check_unlink_arena(arena);
+}
+END_TEST
+
+/* RELEASE with CORRUPT naming one chunk 1024 times (a chunk the client never pinned): the daemon
+ * re-hashes a chunk once at a time, whatever the list says. Before, every entry queued a job on
+ * the thread pool that saves share (1024 here, unbounded over requests) and pinned the chunk. */
+START_TEST(test_corrupt_release_flood)
+{
+    enum { REPEAT = 1024 };
+    const size_t len = 64 * KIB;
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *good = harness_client(h, "accused", 1, 0, 0);
+    void *ctx = zmq_ctx_new(), *s;
+    static kvt_hash_t hs[REPEAT];
+    uint8_t head[128];
+    kvt_frame_t f[2];
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t ns;
+    int64_t before, queued;
+
+    ck_assert_uint_eq(harness_save_chain(good, 950, 1, len, 0), 1);
+    s = attacker_open(ctx, h, "accused", 1000, &ns);
+    harness_chain(950, hs, 1);
+    for (int i = 1; i < REPEAT; i++)
+        hs[i] = hs[0];
+    before = harness_stat(h, "ram.verifies");
+    f[0].data = head;
+    f[0].len = harness_raw_head(head, KVT_MSG_RELEASE, 5, ns, 0);
+    head[4] = 2;                   /* protocol 2: the flag below exists */
+    head[6] = KVT_RELEASE_CORRUPT; /* flags, little-endian u16 */
+    f[1].data = hs;
+    f[1].len = sizeof hs;
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+    harness_raw_decode(&r, &m);
+    ck_assert_int_eq(m.hdr.type, KVT_MSG_RELEASE_OK);
+    ck_assert_uint_eq(m.u.release_ok.released, 0); /* it pinned nothing */
+    harness_raw_msg_close(&r);
+    queued = harness_stat(h, "ram.verifies") - before;
+    printf("corrupt release flood: %d accusations of one chunk queued %lld verifications\n", REPEAT,
+           (long long)queued);
+    ck_assert_int_ge(queued, 1);
+    ck_assert_int_le(queued, 2);
+    /* the chunk was not corrupt: it stays */
+    ck_assert_uint_eq(harness_load_chain(good, 950, 1, len, 0), 1);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kvt_close(&good);
+    harness_stop(&h);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------------------------
  * 6. Modes under umask 0
  */
@@ -1058,6 +1186,8 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_lease_starvation);
     tcase_add_test(other, test_nospace_held_counted);
     tcase_add_test(other, test_reserve_starvation);
+    tcase_add_test(other, test_reserve_starvation_tiny);
+    tcase_add_test(other, test_corrupt_release_flood);
     tcase_add_test(other, test_modes_under_umask0);
     tcase_add_test(other, test_hello_storm);
     tcase_add_test(other, test_lookup_storm_spares_saves);
