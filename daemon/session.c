@@ -28,8 +28,12 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <xxhash.h>
 
 typedef enum { HOLD_RESERVE, HOLD_PIN } hold_kind_t;
 
@@ -85,6 +89,7 @@ struct sessions {
     lease_ring_t leases; /* every lease cost still running */
     uint64_t charges;    /* charges out (references other than the table's) */
     sessions_counters_t counters;
+    uint64_t id_key; /* the seed of the ids status shows (info_fill), random per daemon */
 };
 
 static const char *const bound_keys[SESSION_BOUND_COUNT] = {
@@ -189,6 +194,8 @@ sessions_t *sessions_new(const session_limits_t *limits, store_t *store, ns_tabl
         free(t);
         return NULL;
     }
+    if (getrandom(&t->id_key, sizeof t->id_key, GRND_NONBLOCK) != (ssize_t)sizeof t->id_key)
+        t->id_key = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)t;
     return t;
 }
 
@@ -670,16 +677,16 @@ int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const
 
 /* --- status --- */
 
-static void info_fill(const session_t *s, uint64_t now_ms, session_info_t *o)
+/* The id status shows for a session: XXH3-64 of its routing id keyed by a random seed of this
+ * daemon, in hex, stable for the session's life. Not the routing id itself (0.2.7): knowing
+ * the ids the ROUTER generated lets a client predict the next one and abort libzmq with a
+ * duplicate (zsock.c, seed_routing_ids). */
+static void info_fill(const sessions_t *t, const session_t *s, uint64_t now_ms, session_info_t *o)
 {
-    static const char digits[] = "0123456789abcdef";
     uint64_t expired = 0;
 
-    for (size_t i = 0; i < s->idlen; i++) {
-        o->id[2 * i] = digits[s->id[i] >> 4];
-        o->id[2 * i + 1] = digits[s->id[i] & 15];
-    }
-    o->id[2 * s->idlen] = '\0';
+    snprintf(o->id, sizeof o->id, "%016llx",
+             (unsigned long long)XXH3_64bits_withSeed(s->id, s->idlen, t->id_key));
     o->data_path = (session_path_t)s->path;
     o->nnamespaces = (size_t)s->nns;
     memcpy(o->namespaces, s->ns, (size_t)s->nns * sizeof s->ns[0]);
@@ -706,7 +713,7 @@ size_t sessions_info(const sessions_t *t, uint64_t now_ms, session_info_t *out, 
     size_t n = 0;
 
     for (const session_t *s = t->tail; s != NULL && n < max; s = s->prev, n++)
-        info_fill(s, now_ms, &out[n]);
+        info_fill(t, s, now_ms, &out[n]);
     return n;
 }
 
@@ -747,6 +754,6 @@ size_t sessions_top(const sessions_t *t, uint64_t now_ms, session_info_t *out, s
         top[i] = s;
     }
     for (size_t i = 0; i < n; i++)
-        info_fill(top[i], now_ms, &out[i]);
+        info_fill(t, top[i], now_ms, &out[i]);
     return n;
 }

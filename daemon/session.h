@@ -229,7 +229,7 @@ int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
 
 /* One session as status shows it. */
 typedef struct {
-    char id[2 * SESSION_ID_MAX + 1]; /* the routing id in lowercase hex */
+    char id[2 * SESSION_ID_MAX + 1]; /* a keyed hash of the routing id, 16 hex digits (session.c) */
     session_path_t data_path;
     uint32_t namespaces[SESSION_NS_MAX]; /* the ids it declared */
     size_t nnamespaces;

@@ -793,7 +793,8 @@ static const stats_field_t session_ns_elem = {
 /* Exported as aggregates over every session (server.sessions is aggregate): sums, or the
  * largest value for the times. */
 static const stats_field_t session_fields[] = {
-    TXT(session_info_t, "id", T_CHARS, id, "The session's ZeroMQ routing id, in hex."),
+    TXT(session_info_t, "id", T_CHARS, id,
+        "The session's id: a hash of its ZeroMQ routing id keyed per daemon run, 16 hex digits."),
     WORD(session_info_t, "data_path", data_path, data_path_words,
          "How its chunk bytes travel: \"frames\", \"shm\" or \"none\" yet."),
     {.key = "namespaces",

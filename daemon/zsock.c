@@ -12,7 +12,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 struct zsock {
     void *sock;
@@ -134,6 +137,27 @@ static int bind_endpoint(void *sock, const char *endpoint)
     return 0;
 }
 
+/*
+ * Why the C library's generator is seeded here (0.2.7). A ROUTER names a peer that gave no routing
+ * id of its own with one it generates: a zero byte, then a 32-bit counter that starts at a value
+ * libzmq draws from rand() and counts up by one per such peer. libzmq 4.3 (Debian 12's 4.3.4, and
+ * later releases) never checks a generated id against the ids peers chose themselves, and asserts
+ * on the duplicate (socket_base.cpp): a client that takes as its own id the one the next anonymous
+ * client will get aborts the daemon when that client connects. libzmq does not seed rand(), so
+ * unseeded the counter starts at 0x6b8b4567 in every daemon. Seeded from getrandom(2) just before
+ * the ROUTER is made, the first id is unknown to clients, and the daemon never shows an id
+ * (status shows a keyed hash of it, session.c), so the next one cannot be predicted. Nothing else
+ * in the daemon uses rand().
+ */
+static void seed_routing_ids(void)
+{
+    unsigned int seed;
+
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        seed = (unsigned int)time(NULL) ^ (unsigned int)getpid() ^ (unsigned int)clock();
+    srand(seed);
+}
+
 int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_parts,
               int64_t max_msg_bytes, int sndhwm, zsock_recv_cb cb, void *arg, zsock_t **out)
 {
@@ -152,6 +176,7 @@ int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_part
     z->max_parts = max_parts;
     z->cb = cb;
     z->arg = arg;
+    seed_routing_ids();
     z->sock = zmq_socket(zctx, ZMQ_ROUTER);
     if (z->sock == NULL) {
         rc = -zmq_errno();

@@ -935,6 +935,62 @@ START_TEST(test_corrupt_release_flood)
 }
 END_TEST
 
+/* A client that takes as its routing id the one the ROUTER will generate for the next anonymous
+ * peer aborted the daemon when that peer connected (libzmq asserts on the duplicate; zsock.c,
+ * seed_routing_ids). Unseeded, libzmq's generated ids counted up from 00 6b8b4567 in every
+ * daemon: forged peers holding the next FORGED of those ids, then as many anonymous clients. The
+ * daemon must serve them all, and status must not show routing ids. */
+START_TEST(test_forged_routing_ids)
+{
+    enum { FORGED = 16 };
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB};
+    harness_t *h = harness_start(&o);
+    kvt_ns_desc_t d = harness_ns_desc("forged", 1, 0, 32);
+    void *ctx = zmq_ctx_new(), *forged[FORGED];
+    kvt_client_t *anon[FORGED];
+    json_t *st, *sessions, *v;
+    size_t i;
+
+    for (i = 0; i < FORGED; i++) {
+        uint8_t id[5] = {0};
+        uint32_t next = 0x6b8b4567u + (uint32_t)i;
+        id[1] = (uint8_t)(next >> 24);
+        id[2] = (uint8_t)(next >> 16);
+        id[3] = (uint8_t)(next >> 8);
+        id[4] = (uint8_t)next;
+        forged[i] = zmq_socket(ctx, ZMQ_DEALER);
+        ck_assert_ptr_nonnull(forged[i]);
+        zmq_setsockopt(forged[i], ZMQ_ROUTING_ID, id, sizeof id);
+        zmq_setsockopt(forged[i], ZMQ_LINGER, &(int){0}, sizeof(int));
+        zmq_setsockopt(forged[i], ZMQ_RCVTIMEO, &(int){5000}, sizeof(int));
+        ck_assert_int_eq(zmq_connect(forged[i], h->endpoint), 0);
+        (void)harness_raw_hello(forged[i], "forged", kvt_ns_fingerprint(&d), 0, 1, 1);
+    }
+    for (i = 0; i < FORGED; i++) {
+        anon[i] = harness_client(h, "forged", 1, 0, 0);
+        ck_assert_uint_eq(harness_save_chain(anon[i], 970 + (uint32_t)i, 1, 4 * KIB, 0), 1);
+    }
+    for (i = 0; i < FORGED; i++)
+        ck_assert_uint_eq(harness_load_chain(anon[i], 970 + (uint32_t)i, 1, 4 * KIB, 0), 1);
+    st = harness_status(h);
+    sessions = json_object_get(json_object_get(st, "server"), "sessions");
+    ck_assert_uint_ge(json_array_size(sessions), 2 * FORGED);
+    json_array_foreach(sessions, i, v)
+    {
+        const char *id = json_string_value(json_object_get(v, "id"));
+        ck_assert_ptr_nonnull(id);
+        ck_assert_uint_eq(strlen(id), 16); /* a keyed hash, never the 10 hex digits of an id */
+    }
+    json_decref(st);
+    for (i = 0; i < FORGED; i++) {
+        kvt_close(&anon[i]);
+        zmq_close(forged[i]);
+    }
+    zmq_ctx_term(ctx);
+    harness_stop(&h);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------------------------
  * 6. Modes under umask 0
  */
@@ -1190,6 +1246,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_corrupt_release_flood);
     tcase_add_test(other, test_modes_under_umask0);
     tcase_add_test(other, test_hello_storm);
+    tcase_add_test(other, test_forged_routing_ids);
     tcase_add_test(other, test_lookup_storm_spares_saves);
     suite_add_tcase(su, reply);
     suite_add_tcase(su, ns);
