@@ -437,6 +437,63 @@ START_TEST(test_sync_zero_copy_calls)
 }
 END_TEST
 
+/* Thousands of holds in one session (the index over them, session.c, 0.2.7): four
+ * reservations of 1000 chunks committed in another order than they were made, every chunk
+ * pinned twice (duplicate holds) in four pins freed out of order; every chunk stored
+ * byte-exact, and nothing held at the end. */
+START_TEST(test_many_holds_out_of_order)
+{
+    enum { PARTS = 4, PER = 1000, N = PARTS * PER };
+    const size_t len = 4 * KIB;
+    harness_t *h = start_shm(64 * MIB, 5000, NULL);
+    kvt_client_t *c = connect_c(h, KVT_DATA_PATH_SHM);
+    static kvt_hash_t hs[N];
+    static size_t lens[PER];
+    kvt_completion_t *resv[PARTS], *pin[2 * PARTS], *done;
+    static const int commit_order[PARTS] = {2, 0, 3, 1},
+                     free_order[2 * PARTS] = {5, 1, 7, 3, 0, 6, 2, 4};
+    harness_int_eq_t pz = {"ram.pinned_bytes", 0};
+
+    harness_chain(7100, hs, N);
+    for (size_t i = 0; i < PER; i++)
+        lens[i] = len;
+    for (int p = 0; p < PARTS; p++) {
+        ck_assert_int_eq(kvt_reserve(c, hs + p * PER, PER, lens, NULL, &resv[p]), 0);
+        for (size_t i = 0; i < PER; i++) {
+            ck_assert_int_eq(resv[p]->outcomes[i], KVT_SAVE_RESERVED);
+            harness_fill(resv[p]->ptrs[i], len, 0, harness_hash_key(&hs[p * PER + i]));
+        }
+    }
+    ck_assert_int_eq(harness_stat(h, "ram.reserved_bytes"), (int64_t)(N * len));
+    for (int k = 0; k < PARTS; k++) {
+        int p = commit_order[k];
+        ck_assert_int_eq(kvt_commit(c, resv[p], PER, &done), 0);
+        for (size_t i = 0; i < PER; i++)
+            ck_assert_int_eq(done->outcomes[i], KVT_SAVE_STORED);
+        kvt_completion_free(c, done);
+    }
+    ck_assert_int_eq(harness_stat(h, "ram.reserved_bytes"), 0);
+    for (int p = 0; p < 2 * PARTS; p++) {
+        ck_assert_int_eq(kvt_pin(c, hs + (p % PARTS) * PER, PER, &pin[p]), 0);
+        ck_assert_uint_eq(pin[p]->nhit, PER);
+    }
+    ck_assert_int_eq(harness_stat(h, "ram.pinned_bytes"), (int64_t)(2 * N * len));
+    for (int k = 0; k < 2 * PARTS; k++) {
+        int p = free_order[k];
+        for (size_t i = 0; i < PER; i += 97)
+            ck_assert_int_eq(harness_check_fill(pin[p]->ptrs[i], len, 0,
+                                                harness_hash_key(&hs[(p % PARTS) * PER + i])),
+                             1);
+        kvt_completion_free(c, pin[p]);
+    }
+    json_decref(harness_wait_status(h, harness_pred_int_eq, &pz, WAIT_MS));
+    ck_assert_int_eq(harness_stat(h, "ram.pinned_bytes"), 0);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), N);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *zerocopy_suite(void)
 {
     Suite *s = suite_create("zerocopy");
@@ -449,6 +506,7 @@ static Suite *zerocopy_suite(void)
     tcase_add_test(t, test_disk_chunks_by_location);
     tcase_add_test(t, test_killed_holder_reclaimed);
     tcase_add_test(t, test_sync_zero_copy_calls);
+    tcase_add_test(t, test_many_holds_out_of_order);
     suite_add_tcase(s, t);
     return s;
 }
