@@ -291,8 +291,9 @@ static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
             .lookup = {.sum_us = ns->lookup_us, .count = ns->lookups},
             .drops = {.drops = ns->drops, .chunks = ns->drop_chunks, .bytes = ns->drop_bytes}};
         gates_state(ns->gates, &o.gates);
-        if (utf8(ns->model) && utf8(ns->revision))
-            d->ns_metrics[d->nns_metrics++] = o;
+        if (!utf8(ns->model) || !utf8(ns->revision))
+            continue; /* jansson refuses the name: not listed, nor counted as shown (0.2.7) */
+        d->ns_metrics[d->nns_metrics++] = o;
         if (seen++ < offset)
             continue;
         if (d->nnamespaces < max)

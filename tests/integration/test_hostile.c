@@ -935,6 +935,30 @@ START_TEST(test_corrupt_release_flood)
 }
 END_TEST
 
+/* A namespace whose model name is not UTF-8 is served and left out of status "namespaces"
+ * (jansson refuses the string): namespaces_page.shown counts what is listed (it counted it). */
+START_TEST(test_non_utf8_namespace_not_shown)
+{
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB};
+    harness_t *h = harness_start(&o);
+    kvt_ns_desc_t d = harness_ns_desc("plain", 1, 0, 32);
+    kvt_client_t *c = harness_client(h, "plain", 1, 0, 0);
+    void *ctx = zmq_ctx_new(), *s = harness_raw_open(ctx, h->endpoint, 5000);
+    json_t *st;
+
+    ck_assert_uint_gt(harness_raw_hello(s, "bad\xff\xfename", kvt_ns_fingerprint(&d), 0, 1, 1), 0);
+    st = harness_status(h);
+    ck_assert_int_eq(harness_jint(st, "namespaces_page.total"), 2);
+    ck_assert_uint_eq(json_array_size(json_object_get(st, "namespaces")), 1);
+    ck_assert_int_eq(harness_jint(st, "namespaces_page.shown"), 1);
+    json_decref(st);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 /* A client that takes as its routing id the one the ROUTER will generate for the next anonymous
  * peer aborted the daemon when that peer connected (libzmq asserts on the duplicate; zsock.c,
  * seed_routing_ids). Unseeded, libzmq's generated ids counted up from 00 6b8b4567 in every
@@ -1247,6 +1271,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_modes_under_umask0);
     tcase_add_test(other, test_hello_storm);
     tcase_add_test(other, test_forged_routing_ids);
+    tcase_add_test(other, test_non_utf8_namespace_not_shown);
     tcase_add_test(other, test_lookup_storm_spares_saves);
     suite_add_tcase(su, reply);
     suite_add_tcase(su, ns);
