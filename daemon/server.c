@@ -532,8 +532,11 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     }
     sv->cur = s; /* replies from here on are charged to s */
     if (rc != 0) {
-        reply_error(sv, rid, &req.hdr, rc, "%s: %s%s", kvt_msg_type_name(req.hdr.type),
-                    kvt_wire_strerror(rc), truncated ? " (too many frames)" : "");
+        const char *why =
+            rc == KVT_WIRE_EPROTO && !truncated ? kvt_decode_why(sv->frames, nparts - 1) : "";
+        reply_error(sv, rid, &req.hdr, rc, "%s: %s%s%s%s", kvt_msg_type_name(req.hdr.type),
+                    kvt_wire_strerror(rc), truncated ? " (too many frames)" : "",
+                    why[0] != '\0' ? ": " : "", why);
         goto out;
     }
     if (s != NULL && session_stalled(s)) {

@@ -534,6 +534,39 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
     }
 }
 
+const char *kvt_decode_why(const kvt_frame_t *frames, size_t nframes)
+{
+    const uint8_t *b;
+    int v;
+
+    if (nframes == 0 || frames[0].len < KVT_HDR_BYTES)
+        return "a head shorter than 32 bytes";
+    b = frames[0].data;
+    if (kvt_get_u32(b) != KVT_PROTO_MAGIC)
+        return "not the kvtier magic";
+    v = b[4];
+    if (!version_known(b[4]) || kvt_head_size_v(b[5], v) == 0)
+        return "";
+    if (frames[0].len != kvt_head_size_v(b[5], v))
+        return "the head's size is not its type's";
+    if (b[5] != KVT_MSG_HELLO)
+        return "";
+    if (nframes != (v >= 2 ? 3u : 2u))
+        return v >= 2 ? "a protocol 2 hello has 3 frames: head, model, revision"
+                      : "a protocol 1 hello has 2 frames: head, model";
+    if (frames[1].len == 0)
+        return "empty model name";
+    if (frames[1].len > KVT_MODEL_MAX)
+        return "model name longer than 255 bytes";
+    if (memchr(frames[1].data, '\0', frames[1].len) != NULL)
+        return "model name holds a NUL byte";
+    if (v >= 2 && frames[2].len > KVT_REVISION_MAX)
+        return "revision longer than 255 bytes";
+    if (v >= 2 && frames[2].len > 0 && memchr(frames[2].data, '\0', frames[2].len) != NULL)
+        return "revision holds a NUL byte";
+    return "";
+}
+
 size_t kvt_reason_encode(void *buf, size_t cap, const char *name, size_t name_len, uint64_t count)
 {
     uint8_t *b = buf;

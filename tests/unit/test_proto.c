@@ -1655,6 +1655,48 @@ START_TEST(test_status_names)
 }
 END_TEST
 
+/* kvt_decode_why names what a refused HELLO got wrong (the daemon's EPROTO text says it). */
+START_TEST(test_decode_why_hello)
+{
+    kvt_msg_t m = {.hdr = {.version = 2, .type = KVT_MSG_HELLO}};
+    uint8_t head[128], out_ok;
+    char name[KVT_MODEL_MAX + 1];
+    kvt_frame_t f[3];
+    kvt_msg_t dec;
+
+    m.u.hello.world = 1;
+    m.u.hello.chunk_tokens = 16;
+    f[0].data = head;
+    f[0].len = kvt_head_encode(head, sizeof head, &m);
+    ck_assert_uint_gt(f[0].len, 0);
+    memset(name, 'm', sizeof name);
+    f[1].data = name;
+    f[2].data = "";
+    f[2].len = 0;
+    struct {
+        size_t model_len, nframes;
+        const char *why;
+    } cases[] = {{0, 3, "empty model name"},
+                 {KVT_MODEL_MAX + 1, 3, "model name longer than 255 bytes"},
+                 {4, 2, "a protocol 2 hello has 3 frames: head, model, revision"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        f[1].len = cases[i].model_len;
+        ck_assert_int_eq(kvt_msg_decode(f, cases[i].nframes, &lim, &dec), KVT_WIRE_EPROTO);
+        ck_assert_str_eq(kvt_decode_why(f, cases[i].nframes), cases[i].why);
+    }
+    name[1] = '\0';
+    f[1].len = 4;
+    ck_assert_int_eq(kvt_msg_decode(f, 3, &lim, &dec), KVT_WIRE_EPROTO);
+    ck_assert_str_eq(kvt_decode_why(f, 3), "model name holds a NUL byte");
+    name[1] = 'm';
+    out_ok = kvt_msg_decode(f, 3, &lim, &dec) == 0;
+    ck_assert(out_ok);
+    ck_assert_str_eq(kvt_decode_why(f, 3), "");
+    f[0].len -= 1;
+    ck_assert_str_eq(kvt_decode_why(f, 3), "the head's size is not its type's");
+}
+END_TEST
+
 START_TEST(test_strerror)
 {
     const char *names[10];
@@ -1738,6 +1780,7 @@ static Suite *proto_suite(void)
     tcase_add_test(misc, test_names);
     tcase_add_test(misc, test_status_names);
     tcase_add_test(misc, test_strerror);
+    tcase_add_test(misc, test_decode_why_hello);
     suite_add_tcase(s, misc);
     return s;
 }
