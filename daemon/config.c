@@ -207,6 +207,8 @@ static const config_key_t config_keys[] = {
     /* these two size what a namespace's gate makes when it is created (its prior, its ghost
      * table): a reload changes neither for an existing namespace (gates_set_cfg keeps them) */
     ROW_GU64R("gates.admission.learn_tokens", admission.learn_tokens, 0, 1ull << 40, 4194304),
+    ROW_GU64R("gates.admission.reuse_wait_tokens", admission.reuse_wait_tokens, 0, 1ull << 40,
+              8388608, .live = true),
     ROW_GU64R("gates.admission.ghost_entries", admission.ghost_entries, 0, GHOST_ENTRIES_MAX,
               262144),
     ROW_GBOOL("gates.lookup_skip.enabled", lookup_skip.enabled, false),

@@ -27,7 +27,9 @@
  * reaches c after exactly B = learn_tokens offered tokens; evidence, or its absence, takes over
  * from there (warmup ends on evidence, not on a count of events). The window starts moving only
  * once the namespace has shown reuse (an engine's verdict, or reused prefixes adding up to
- * min_load_tokens): a workload that has reused nothing has said nothing about the tier. The
+ * min_load_tokens): a workload that has reused nothing has said nothing about the tier; or once
+ * reuse_wait_tokens (8M) were offered while its lookups showed no reuse at all (window_moves):
+ * then it has said that it reuses nothing. The
  * share is 1 at D >= c, value_floor at D <= c / 2, linear between (near c the net hardly depends
  * on the choice and the estimate is least certain), and atom's credit accumulator turns it into
  * decisions. An operation whose declared parent was declined is declined without credit: stored,
@@ -68,7 +70,7 @@
  * tokens of decided operations; offered <= written + declined; skips + forced_probes =
  * skip_counter (skippable lookups met while enabled and not load-bearing); the shadow state
  * (shadow_credit, value_shadow_credit, shadow_skip_counter) only ever feeds the would_* counts;
- * xw > 0 once anything was offered after the first reuse.
+ * xw > 0 once anything was offered after the window started.
  */
 #include "gates.h"
 
@@ -375,10 +377,23 @@ static bool reuse_seen(const gates_t *g)
     return g->probes > g->skips || g->reuse_tokens >= g->cfg.lookup_skip.min_load_tokens;
 }
 
+/* Whether offers age the value window: once the namespace has shown reuse, or (0.2.7) once
+ * reuse_wait_tokens were offered while its engines looked prompts up (lookups with prompt info)
+ * and none showed any reuse, in HBM or in the tier: that workload has shown that it reuses
+ * nothing, and the prior's optimism must not hold for ever (a trace of prompts that never
+ * repeat wrote everything it offered). Engines that send no prompt info give no such evidence,
+ * and their namespaces keep waiting for reuse, as before. */
+static bool window_moves(const gates_t *g)
+{
+    uint64_t wait = g->cfg.admission.reuse_wait_tokens;
+
+    return reuse_seen(g) || (wait > 0 && g->lookups > 0 && g->offered >= wait);
+}
+
 bool gates_admit_op(gates_t *g, const gates_op_t *op)
 {
     uint64_t wanted = 0, fresh = 0, ct = op->chunk_tokens;
-    bool orphan = false, admit;
+    bool orphan = false, admit, moving;
 
     for (size_t i = 0; i < op->n; i++) {
         uint64_t fp;
@@ -404,9 +419,12 @@ bool gates_admit_op(gates_t *g, const gates_op_t *op)
         g->written += wanted * ct;
     else
         g->declined += wanted * ct;
+    moving = window_moves(g);
     g->offered += fresh * ct;
-    if (reuse_seen(g))
+    if (reuse_seen(g) || moving)
         value_offer(g, fresh * ct);
+    else if (window_moves(g))
+        value_offer(g, g->offered); /* started without reuse: as if it had moved from the start */
     return admit;
 }
 

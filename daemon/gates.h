@@ -39,18 +39,20 @@ extern const char *const gates_policy_words[];
 /* The settings of the gates (docs/GATES.md names them). Their defaults and ranges are the
  * "gates.*" rows of config.c, the one table of the configuration (config_gates_defaults()). */
 typedef struct {
-    bool enabled;           /* the gate declines operations (else shadow mode) */
-    double target;          /* atom: payoff at which every operation is admitted */
-    double floor;           /* atom: the least share of operations admitted */
-    double alpha;           /* atom: weight of one verdict in the payoff average */
-    uint64_t warmup;        /* atom: verdicts folded before the gate decides */
-    uint64_t report_every;  /* verdicts (atom) and decisions (value) between two log lines */
-    gates_policy_t policy;  /* the policy that decides while enabled */
-    double cost_ratio;      /* value: cost of writing a token over recomputing it */
-    double value_floor;     /* value: the least share of operations admitted */
-    uint64_t window_tokens; /* value: offered tokens over which evidence fades by 1/e */
-    uint64_t learn_tokens;  /* value: offered tokens without evidence until density = cost */
-    uint64_t ghost_entries; /* value: fingerprints of declined chunks remembered (ghost.h) */
+    bool enabled;               /* the gate declines operations (else shadow mode) */
+    double target;              /* atom: payoff at which every operation is admitted */
+    double floor;               /* atom: the least share of operations admitted */
+    double alpha;               /* atom: weight of one verdict in the payoff average */
+    uint64_t warmup;            /* atom: verdicts folded before the gate decides */
+    uint64_t report_every;      /* verdicts (atom) and decisions (value) between two log lines */
+    gates_policy_t policy;      /* the policy that decides while enabled */
+    double cost_ratio;          /* value: cost of writing a token over recomputing it */
+    double value_floor;         /* value: the least share of operations admitted */
+    uint64_t window_tokens;     /* value: offered tokens over which evidence fades by 1/e */
+    uint64_t learn_tokens;      /* value: offered tokens without evidence until density = cost */
+    uint64_t reuse_wait_tokens; /* value: offered tokens after which the window starts without
+                                   reuse when lookups showed none (0: waits for reuse) */
+    uint64_t ghost_entries;     /* value: fingerprints of declined chunks remembered (ghost.h) */
 } gates_admission_cfg_t;
 
 typedef struct {

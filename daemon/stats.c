@@ -1102,6 +1102,9 @@ static const stats_field_t admission_fields[] = {
         "gates.admission.window_tokens: offered tokens over which value evidence fades by 1/e."),
     NUM(N, "learn_tokens", T_U64, cfg.admission.learn_tokens, GAUGE, NULL,
         "gates.admission.learn_tokens: offered tokens admitted on trust after the first reuse."),
+    NUM(N, "reuse_wait_tokens", T_U64, cfg.admission.reuse_wait_tokens, GAUGE, NULL,
+        "gates.admission.reuse_wait_tokens: offered tokens after which the value window starts "
+        "although lookups showed no reuse (0: never)."),
     NUM(N, "density", T_DOUBLE, gates.density, GAUGE, "ratio",
         "Value policy: tokens served (and regretted) per token offered, over the window."),
     NUM(N, "served_tokens", T_U64, gates.served_tokens, COUNTER, NULL,

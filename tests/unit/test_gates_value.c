@@ -13,6 +13,7 @@
 #include "check_main.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -284,6 +285,56 @@ START_TEST(test_v2_steady_useless)
     ck_assert(st.value_share == 0.02);
     ck_assert(st.net_tokens == -0.05 * 72000);
     gates_destroy(&g);
+}
+END_TEST
+
+/* V7, no reuse at all (0.2.7): lookups with prompt info that never find a reused prefix (not in
+ * HBM, not in the tier), then 100 operations. With reuse_wait_tokens 40000 the window starts at
+ * the 10th operation (40000 offered), aged by all of it at once, and follows the reference from
+ * there: the prior spent, the ramp, then the floor. With reuse_wait_tokens 0 (and, whatever it
+ * is, without any lookup with prompt info: no evidence either way) it waits for reuse and
+ * admits all 100, as 0.2.6 did with any setting. */
+START_TEST(test_v7_no_reuse_at_all)
+{
+    gates_cfg_t c = cfg_s();
+    kvt_wire_hash_t h = chunk(998, 0, 0);
+    ref_t r = ref_new(0.05, 0.02, 100000, 50000);
+    gates_state_t st;
+    uint32_t admitted = 0;
+    gates_t *g;
+
+    c.admission.reuse_wait_tokens = 40000;
+    g = new_gates(&c);
+    (void)gates_lookup_observe(g, 0, 0);
+    gates_lookup_value(g, &h, 1, 0, 8000, 0, CT, NULL, NULL);
+    for (uint32_t k = 0; k < 100; k++) {
+        int a = save_op(g, 7, k, 4, NULL);
+        if (k < 9)
+            ck_assert_int_eq(a, 1); /* the window waits: the prior's density 1.0 */
+        else
+            ck_assert_int_eq(a, ref_op(&r, k == 9 ? 40000 : 4000));
+        admitted += (uint32_t)a;
+    }
+    st = state_of(g);
+    ck_assert(st.density == ref_density(&r));
+    ck_assert(st.value_share == 0.02);
+    ck_assert_uint_lt(admitted, 30);
+    printf("V7: %u of 100 operations admitted without reuse (reuse_wait_tokens 40000)\n", admitted);
+    gates_destroy(&g);
+
+    for (int variant = 0; variant < 2; variant++) {
+        c.admission.reuse_wait_tokens = variant == 0 ? 0 : 40000;
+        g = new_gates(&c);
+        if (variant == 0) {
+            (void)gates_lookup_observe(g, 0, 0);
+            gates_lookup_value(g, &h, 1, 0, 8000, 0, CT, NULL, NULL);
+        }
+        for (uint32_t k = 0; k < 100; k++)
+            ck_assert_int_eq(save_op(g, 7, k, 4, NULL), 1);
+        st = state_of(g);
+        ck_assert(st.density == 1.0);
+        gates_destroy(&g);
+    }
 }
 END_TEST
 
@@ -741,6 +792,7 @@ static Suite *gates_value_suite(void)
     tcase_add_test(tc, test_v3_useful_rare_large_hits);
     tcase_add_test(tc, test_v4_useless_to_useful);
     tcase_add_test(tc, test_v5_ghost_pressure);
+    tcase_add_test(tc, test_v7_no_reuse_at_all);
     tcase_add_test(tc, test_orphans);
     tcase_add_test(tc, test_lookup_value);
     tcase_add_test(tc, test_regret_walk);
