@@ -1266,6 +1266,13 @@ bool disk_degraded(const disk_t *d)
     return d->state == DISK_DEGRADED;
 }
 
+uint64_t disk_retry_in_ms(const disk_t *d)
+{
+    uint64_t now = uv_now(d->loop);
+
+    return d->state == DISK_DEGRADED && now < d->retry_at ? d->retry_at - now : 0;
+}
+
 uint64_t disk_write_errors(const disk_t *d)
 {
     return d->write_errors;

@@ -158,6 +158,10 @@ void **disk_seg_user(disk_t *d, uint64_t seg);
  * demotions are refused. Status's "degraded" also covers read faults (disk_stats_t). */
 bool disk_degraded(const disk_t *d);
 
+/* While the write path is degraded: the milliseconds until its retry (appends are refused until
+ * then), else 0. */
+uint64_t disk_retry_in_ms(const disk_t *d);
+
 /* Flushes that failed since the tier opened (status disk.write_errors). */
 uint64_t disk_write_errors(const disk_t *d);
 

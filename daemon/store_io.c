@@ -144,8 +144,16 @@ void store__clean_ahead(store_t *s)
             store__dirty_del(s, e);
             continue;
         }
-        if (!disk_admits(s->disk, e->len))
+        if (!disk_admits(s->disk, e->len)) {
+            /* a degraded tier refuses until its retry: no flush is in flight to restart the
+             * cleaner, so a timer does (else only the next save would, however late) */
+            uint64_t wait = disk_retry_in_ms(s->disk);
+            if (wait > 0 && !s->clean_pending) {
+                s->clean_pending = true;
+                uv_timer_start(&s->clean_timer, clean_timer_cb, wait + 1, 0);
+            }
             return; /* the disk's budget is spent: again when a flush commits */
+        }
         rc = store__write_back(s, ns, e);
         if (rc == -E2BIG) {
             store__dirty_del(s, e); /* can never fit a write batch: it stays RAM-only */

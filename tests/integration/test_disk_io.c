@@ -685,6 +685,49 @@ START_TEST(test_persist_retries_a_failed_flush)
 }
 END_TEST
 
+/* A flush fails, the disk heals, and no save comes after: the cleaner must go on by itself once
+ * the tier's retry time has passed (the probe flush), so the tier returns to ok and the dirty
+ * RAM beyond the clean target reaches the disk. Before, the cleaner stopped at the refused
+ * append and only the next save restarted it: the tier stayed degraded with all of RAM dirty,
+ * and that next save dropped a dirty chunk that reported present (demotions_refused). */
+START_TEST(test_cleaner_resumes_after_a_failed_flush)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st = NULL;
+    uint32_t next = 1;
+    int64_t dirty, cap, target;
+
+    make_dir(dir, sizeof dir);
+    set_faults("eio-write");
+    h = start(dir, "none");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    for (int i = 0; i < 16 && st == NULL; i++, next++) {
+        ck_assert_uint_eq(harness_save_chain(c, next, PER, CH, 0), PER);
+        st = harness_wait_status(h, pred_state, "degraded", 200);
+    }
+    ck_assert_msg(st != NULL, "failing writes never degraded the tier");
+    ck_assert_int_gt(injected("writes"), 0);
+    json_decref(st);
+    set_faults(""); /* healed; from here on no request but status */
+    st = harness_wait_status(h, pred_state, "ok", 5000);
+    ck_assert_msg(st != NULL, "the tier stayed degraded after the disk healed (no save came)");
+    json_decref(st);
+    st = harness_status(h);
+    ck_assert_ptr_nonnull(st);
+    dirty = harness_jint(st, "ram.dirty_bytes");
+    cap = harness_jint(st, "ram.capacity_bytes");
+    target = harness_jint(st, "ram.clean_target_bytes");
+    json_decref(st);
+    ck_assert_int_le(dirty, cap - target + (int64_t)CH);
+    printf("cleaner after a failed flush: tier ok again, dirty %lld of %lld bytes, no save\n",
+           (long long)dirty, (long long)cap);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *disk_io_suite(void)
 {
     Suite *su = suite_create("disk_io");
@@ -701,6 +744,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_hung_disk_spares_saves);
     tcase_add_test(tc, test_slow_disk_is_not_a_stall);
     tcase_add_test(tc, test_persist_retries_a_failed_flush);
+    tcase_add_test(tc, test_cleaner_resumes_after_a_failed_flush);
     suite_add_tcase(su, tc);
     return su;
 }
