@@ -957,6 +957,13 @@ bool disk_admits(const disk_t *d, uint64_t len)
     return d->flushing == NULL && !d->busy_wait;
 }
 
+bool disk_fits_unreclaimed(const disk_t *d, uint64_t len)
+{
+    uint64_t need = d->used + (d->fill != NULL ? d->fill->bound : 0) + worst_need(len);
+
+    return need <= d->capacity;
+}
+
 int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, uint64_t cookie,
                 uint64_t *seq)
 {

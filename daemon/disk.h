@@ -130,6 +130,9 @@ void disk_set_arena_page(disk_t *d, uint64_t page_bytes);
 
 /* Whether disk_append() of len bytes would be accepted now. */
 bool disk_admits(const disk_t *d, uint64_t len);
+/* Whether a record of len bytes, appended now, would fit beside everything the tier holds and
+ * the batch filling, with no segment reclaimed for it (the shutdown persist writes only so). */
+bool disk_fits_unreclaimed(const disk_t *d, uint64_t len);
 
 /* A finished read: rc 0 (dst holds the raw_len verified bytes), or rc < 0 (-EBADMSG checksum
  * or header mismatch, -EIO, -ECANCELED). A read that fails with EIO or a mismatch is done once

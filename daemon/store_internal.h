@@ -91,6 +91,7 @@ struct store {
     /* shutdown: the dirty chunks are written (the dirty FIFO is what is left to write) */
     uv_timer_t persist_timer; /* initialised when the disk tier is attached */
     uint64_t persist_deadline, persist_start, persisted, persist_appended, persist_dirty;
+    bool persist_full;       /* the persist stopped where the disk had no room left unreclaimed */
     uint64_t persist_errors; /* the disk's write errors when the persist began */
     uint64_t reclaim_seg;    /* the segment whose reclaim continues a slice per turn, or 0 */
     bool close_waiting;      /* store_close waits for jobs before persisting */

@@ -351,9 +351,9 @@ static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
             s->dk.evictions++;
             if (e->pins == 0)
                 store__drop(s, e);
-        } else {
+        } else if (!s->closing) {
             store__dirty_add(s, e); /* its RAM copy is the only one again */
-        }
+        } /* closing: not written again by the persist (store__persist_begin) */
     }
     *user = NULL;
     s->reclaim_seg = 0;
@@ -557,6 +557,24 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     s->clean_target = s->cfg->ram.clean_target_bytes;
     if (s->clean_target == 0 || s->clean_target > s->ram_cap)
         s->clean_target = s->ram_cap / 2;
+    {
+        /* Bounded by what the disk holds (0.2.7): every chunk the cleaner keeps clean in RAM has
+         * a disk copy, so a target above the disk's capacity (less a segment and a write
+         * batch: what a reclaim needs free) cannot be met. It was not bounded, and each write
+         * reclaimed the oldest segment, whose chunks were still in RAM and so dirty again, and the
+         * cleaner wrote them again, for ever (8 MiB of RAM over a 4 MiB disk: 20,758 demotions for
+         * 190 saves, the disk written all the time; bounded: 94 demotions, none refused). */
+        const config_t *cfg = s->cfg;
+        uint64_t slack = cfg->disk.segment_bytes + cfg->disk.write_buffer_bytes;
+        uint64_t room = cfg->disk.capacity_bytes > slack ? cfg->disk.capacity_bytes - slack : 0;
+        if (s->clean_target > room) {
+            log_warn("clean_target",
+                     "bytes=%" PRIu64 " bound=%" PRIu64
+                     " reason=\"the disk tier holds less than the cleaner would keep clean\"",
+                     s->clean_target, room);
+            s->clean_target = room;
+        }
+    }
     if (s->cfg->disk.prefetch_bytes > 0) {
         s->pf = calloc(STORE_PREFETCH_QUEUE, sizeof *s->pf);
         s->pf_seen = calloc(STORE_PREFETCH_QUEUE, sizeof *s->pf_seen);
@@ -655,6 +673,10 @@ static void persist_step(store_t *s)
             uv_timer_start(&s->persist_timer, persist_step_cb, 0, 0);
             return;
         }
+        if (s->journal != NULL && !disk_fits_unreclaimed(s->disk, e->len)) {
+            s->persist_full = true;
+            break; /* no room without a reclaim: the rest stays RAM-only (store__persist_begin) */
+        }
         rc = store__write_back(s, ns, e);
         if (rc == -EAGAIN && now < s->persist_deadline && persist_may_wait(s)) {
             uv_timer_start(
@@ -676,8 +698,9 @@ static void persist_step(store_t *s)
         return;
     }
     log_info("disk_persist",
-             "chunks=%" PRIu64 " dirty_bytes=%" PRIu64 " left_bytes=%" PRIu64 " ms=%" PRIu64,
-             s->persist_appended, s->persist_dirty, s->dirty_bytes, now - s->persist_start);
+             "chunks=%" PRIu64 " dirty_bytes=%" PRIu64 " left_bytes=%" PRIu64 " ms=%" PRIu64 "%s",
+             s->persist_appended, s->persist_dirty, s->dirty_bytes, now - s->persist_start,
+             s->persist_full ? " stopped=disk_full (the rest stays in the arena)" : "");
     s->close_handles = 3;
     uv_close((uv_handle_t *)&s->persist_timer, close_handle_cb);
     uv_close((uv_handle_t *)&s->clean_timer, close_handle_cb);
@@ -691,7 +714,18 @@ static void persist_step_cb(uv_timer_t *t)
 
 /* Shutdown, once nothing is in flight: the chunks that are only in RAM (the dirty FIFO) are
  * written to the disk tier first (bounded by STORE_PERSIST_MS), so that a clean restart finds
- * every chunk; then the tier drains. */
+ * every chunk; then the tier drains.
+ *
+ * Each chunk is written once (0.2.7): a chunk still in RAM whose disk copy a reclaim removes is
+ * not put back in the dirty FIFO while closing. It was, and with RAM larger than the disk the
+ * persist wrote the same chunks again and again until its deadline (75,000 writes of 200 chunks
+ * in 20 s, every disk-only chunk reclaimed, and a stop_timeout_ms below 20 s ended the stop as if
+ * the disk hung). And while the arena will be re-attached (a RAM journal is kept), only into the
+ * room the disk has (disk_fits_unreclaimed): making room would drop chunks only the disk holds to
+ * write copies of chunks the arena and its journal keep across a restart anyway. The chunks left
+ * are RAM-only: a restart re-attaches them, a reboot loses them rather than older ones. Without
+ * a journal (a memfd, ram.reattach false) RAM dies with the process, and the persist reclaims
+ * the oldest segments for the newer chunks, as before. */
 void store__persist_begin(store_t *s)
 {
     if (s->disk == NULL) {

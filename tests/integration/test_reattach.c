@@ -164,6 +164,60 @@ START_TEST(test_reattach_clean_stop)
 }
 END_TEST
 
+/* A disk tier smaller than RAM (0.2.7): the stop's persist wrote RAM chunks, the disk reclaimed
+ * its oldest segments for them, and a reclaimed chunk still in RAM went back to be written again,
+ * until the persist's 20 s deadline; every chunk only the disk held was gone after the restart.
+ * Now each chunk is written once, and only into the room the disk has while the arena will be
+ * re-attached: everything present before the stop is present after it, byte-exact. */
+START_TEST(test_reattach_disk_smaller_than_ram)
+{
+    enum { CHAINS = 12 };
+    persist_t p;
+    harness_opts_t o;
+    char extra[1024];
+    harness_t *h;
+    kvt_client_t *c;
+    size_t present[CHAINS + 1], before = 0, after = 0;
+
+    persist_init(&p, 8u << 20, 64u << 10, true);
+    snprintf(extra, sizeof extra,
+             "{\"ram\": {\"arena_path\": \"%s\", \"journal_path\": \"%s/arena.journal\"}, "
+             "\"disk\": {\"enabled\": true, \"dir\": \"%s/disk\", \"capacity_bytes\": "
+             "\"4MiB\", \"segment_bytes\": \"1MiB\", \"write_buffer_bytes\": \"1MiB\", "
+             "\"fsync\": \"none\"}}",
+             p.arena, p.dir, p.dir);
+    o = (harness_opts_t){.capacity_bytes = p.capacity,
+                         .max_chunk_bytes = p.chunk,
+                         .keep_arena = 1,
+                         .extra_json = extra};
+    h = harness_start(&o);
+    c = harness_client(h, "reattach", 1, 0, 0);
+    for (uint32_t seed = 1; seed <= CHAINS; seed++) { /* 12 MiB through 8 of RAM, 4 of disk */
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, p.chunk, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    for (uint32_t seed = 1; seed <= CHAINS; seed++)
+        before += present[seed] = harness_lookup_chain(c, seed, PER);
+    ck_assert_int_gt(harness_stat(h, "disk.chunks"), 0);
+    kvt_close(&c);
+    harness_stop(&h); /* within the harness's deadline, exit status 0 */
+
+    h = harness_start(&o);
+    expect_path(h, "reattach", "attached");
+    c = harness_client(h, "reattach", 1, 0, 0);
+    for (uint32_t seed = 1; seed <= CHAINS; seed++) {
+        size_t got = harness_load_chain(c, seed, PER, p.chunk, 0); /* asserts the bytes */
+        ck_assert_msg(got >= present[seed], "chain %u: %zu present before the stop, %zu after",
+                      seed, present[seed], got);
+        after += got;
+    }
+    printf("disk smaller than RAM: %zu chunks present before the stop, %zu after\n", before, after);
+    kvt_close(&c);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
 /* The saver: chains from 1 up, each reported on fd once its every chunk was STORED; runs until
  * its daemon is gone. A forked process: it reports by exit status, not by Check. */
 static void saver(const char *endpoint, const persist_t *p, int fd)
@@ -664,6 +718,7 @@ static Suite *reattach_suite(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_reattach_clean_stop);
+    tcase_add_test(tc, test_reattach_disk_smaller_than_ram);
     tcase_add_test(tc, test_reattach_sigkill_during_saves);
     tcase_add_test(tc, test_reattach_scribbled);
     tcase_add_test(tc, test_reattach_config_changes);
