@@ -81,10 +81,10 @@
  * whose payload fails is skipped (counted); a header that does not decode is stepped over a
  * block at a time to the next record that does (version 2 segments, recover_segment); a record
  * running past the end of the file (a torn tail after a crash), or damage that runs to the end,
- * ends the scan of that segment and the file is truncated after its last whole record. A file that cannot be opened or read is logged and left alone.
- * Recovery is synchronous; with a current index checkpoint (checkpoint.h) it reads only what
- * the checkpoint does not cover (the tails of its segments and the segments after it), else
- * every byte.
+ * ends the scan of that segment and the file is truncated after its last whole record. A file that
+ * cannot be opened or read is logged and left alone. Recovery is synchronous; with a current index
+ * checkpoint (checkpoint.h) it reads only what the checkpoint does not cover (the tails of its
+ * segments and the segments after it), else every byte.
  *
  * Threads: the loop thread owns everything here; a job's buffers belong to its worker between
  * uv_queue_work and the after-work callback. The lent arena bytes are read (and their padding
@@ -113,6 +113,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -227,8 +228,9 @@ struct disk {
     int lock_fd;
     codec_mode_t mode;
     config_fsync_t fsync;
-    bool direct; /* disk.direct_io, until a filesystem refused O_DIRECT */
-    uint64_t capacity;
+    bool direct;           /* disk.direct_io, until a filesystem refused O_DIRECT */
+    uint64_t capacity;     /* in force: disk.capacity_bytes, lowered while the filesystem is full */
+    uint64_t capacity_cfg; /* disk.capacity_bytes */
     uint64_t seg_bytes;
     uint64_t wb_bytes;
 
@@ -672,6 +674,49 @@ out:
     free(cal);
 }
 
+/*
+ * A full filesystem (0.2.7). disk.capacity_bytes is a bound, not a reservation: the filesystem
+ * may fill first (other files, a smaller disk than configured). A flush that fails with ENOSPC
+ * lowers the capacity in force to what the tier holds now (at least two segments), so that the
+ * next flush reclaims the oldest segment to make its room, as at capacity, instead of the tier
+ * staying degraded for as long as the filesystem is full of its own segments. After each flush
+ * that succeeds while it is lowered, statvfs(2) of the directory raises it again by the space the
+ * filesystem has free beyond two write batches, up to disk.capacity_bytes (log disk_capacity).
+ */
+static void capacity_lower(disk_t *d)
+{
+    uint64_t floor_ = 2 * d->seg_bytes, cap = d->used > floor_ ? d->used : floor_;
+
+    if (cap >= d->capacity)
+        return;
+    d->capacity = cap;
+    log_warn("disk_capacity",
+             "dir=%s error=\"%s\" capacity_bytes=%" PRIu64 " configured_bytes=%" PRIu64
+             " action=lowered",
+             d->dir, strerror(ENOSPC), d->capacity, d->capacity_cfg);
+}
+
+static void capacity_raise(disk_t *d)
+{
+    struct statvfs sv;
+    uint64_t avail, cap;
+
+    if (d->capacity >= d->capacity_cfg || statvfs(d->dir, &sv) != 0)
+        return;
+    avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    if (avail <= 2 * d->wb_bytes)
+        return;
+    cap = d->used + avail - 2 * d->wb_bytes;
+    if (cap > d->capacity_cfg)
+        cap = d->capacity_cfg;
+    if (cap <= d->capacity)
+        return;
+    d->capacity = cap;
+    log_info("disk_capacity",
+             "dir=%s capacity_bytes=%" PRIu64 " configured_bytes=%" PRIu64 " action=raised", d->dir,
+             d->capacity, d->capacity_cfg);
+}
+
 static void degrade(disk_t *d, int rc, const char *what)
 {
     uint64_t now = uv_now(d->loop);
@@ -791,9 +836,12 @@ static void flush_after(uv_work_t *req, int status)
             log_info("disk_resumed", "segment=%016" PRIx64, s->id);
         d->state = DISK_OK;
         fault_clear(d, false);
+        capacity_raise(d);
     } else {
         d->write_errors++;
         degrade(d, j->rc, "write");
+        if (j->rc == -ENOSPC)
+            capacity_lower(d);
         if (j->create && j->new_fd < 0 && s->size == 0) {
             /* the file was never created: forget the segment */
             for (size_t i = 0; i < d->nsegs; i++)
@@ -1861,7 +1909,7 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     d->arg = arg;
     d->lock_fd = -1;
     snprintf(d->dir, sizeof d->dir, "%s", cfg->disk.dir);
-    d->capacity = cfg->disk.capacity_bytes;
+    d->capacity = d->capacity_cfg = cfg->disk.capacity_bytes;
     d->seg_bytes = cfg->disk.segment_bytes;
     d->wb_bytes = cfg->disk.write_buffer_bytes;
     d->next_seq = 1;

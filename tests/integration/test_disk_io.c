@@ -728,6 +728,70 @@ START_TEST(test_cleaner_resumes_after_a_failed_flush)
 }
 END_TEST
 
+/* A filesystem that fills before disk.capacity_bytes (0.2.7; the preload's full=: 12 MiB under a
+ * 64 MiB capacity): the flush that gets ENOSPC lowers the capacity in force to what the tier
+ * holds, the next flush reclaims the oldest segment for its room, and the tier keeps writing
+ * instead of staying degraded for as long as the filesystem is full of its own segments; once
+ * the filesystem has room again, a flush raises the capacity back to the configured one. */
+START_TEST(test_full_filesystem_reclaims)
+{
+    char dir[96], words[64];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    const int64_t fs = 12 << 20;
+    int64_t errors, refused;
+    uint32_t seed, first;
+    size_t got = 0;
+
+    make_dir(dir, sizeof dir);
+    snprintf(words, sizeof words, "full=%lld", (long long)fs);
+    set_faults(words);
+    h = start(dir, "none");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    /* until the filesystem fills (12 MiB of segments and the tier's other files) */
+    for (seed = 1; harness_stat(h, "disk.write_errors") == 0; seed++) {
+        ck_assert_uint_le(seed, 40);
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    ck_assert_int_gt(injected("writes"), 0);
+    st = harness_wait_status(h, pred_state, "ok", 5000);
+    ck_assert_msg(st != NULL, "the tier stayed degraded on a full filesystem");
+    json_decref(st);
+    errors = harness_stat(h, "disk.write_errors");
+    refused = harness_stat(h, "disk.demotions_refused");
+    first = seed;
+    for (; seed < first + 24; seed++) { /* 24 MiB more: every flush now reclaims for its room */
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    st = harness_status(h);
+    ck_assert_str_eq(harness_jstr(st, "disk.state"), "ok");
+    ck_assert_int_eq(harness_jint(st, "disk.write_errors"), errors); /* no ENOSPC again */
+    ck_assert_int_le(harness_jint(st, "disk.capacity_bytes"), fs);
+    ck_assert_int_le(harness_jint(st, "disk.used_bytes"), fs);
+    ck_assert_int_gt(harness_jint(st, "disk.reclaimed_segments"), 0);
+    printf("full filesystem: capacity lowered to %lld of %lld, demotions refused %lld while "
+           "degraded, %lld after\n",
+           (long long)harness_jint(st, "disk.capacity_bytes"), 64ll << 20, (long long)refused,
+           (long long)(harness_jint(st, "disk.demotions_refused") - refused));
+    json_decref(st);
+    for (uint32_t k = seed - 8; k < seed - 4; k++) /* on disk only by now: byte-exact */
+        got += harness_load_chain(c, k, PER, CH, 0);
+    ck_assert_uint_eq(got, 4 * PER);
+    set_faults(""); /* room again: the next flushes raise the capacity */
+    for (first = seed; seed < first + 4; seed++) {
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    ck_assert_int_eq(harness_stat(h, "disk.capacity_bytes"), 64 << 20);
+    ck_assert_int_ge(harness_log_count(h, "event=disk_capacity"), 2);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *disk_io_suite(void)
 {
     Suite *su = suite_create("disk_io");
@@ -745,6 +809,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_slow_disk_is_not_a_stall);
     tcase_add_test(tc, test_persist_retries_a_failed_flush);
     tcase_add_test(tc, test_cleaner_resumes_after_a_failed_flush);
+    tcase_add_test(tc, test_full_filesystem_reclaims);
     suite_add_tcase(su, tc);
     return su;
 }

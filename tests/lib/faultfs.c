@@ -27,7 +27,10 @@
  *   fail-writes=N  the next N writes fail with EIO, then writes pass (counted from when the
  *                word appears; the same word again after a change of the file starts anew);
  *   fail-reads=N the same for reads (a transient read error);
- *   delay=MS     every read and write takes MS milliseconds longer (a slow device).
+ *   delay=MS     every read and write takes MS milliseconds longer (a slow device);
+ *   full=BYTES   a filesystem of BYTES (0.2.7): a pwrite/pwritev that would grow the regular
+ *                files directly in the directory past BYTES in all fails with ENOSPC, and
+ *                statvfs/fstatvfs of the directory report what is left of BYTES as free.
  * Each injected fault is counted; the counts are written to KVT_FAULTFS_CTL.count ("reads N
  * writes N syncs N stalls N") after each one, so a test can tell that its faults happened.
  *
@@ -45,7 +48,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -62,6 +67,7 @@ static off_t ctl_size = -1;
 static ino_t ctl_ino;
 static bool stall, eio_read, eio_write, eio_sync;
 static uint32_t flaky, delay_ms, fail_writes, fail_reads;
+static uint64_t full_bytes; /* full=: the filesystem's size, 0 unlimited */
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t n_reads, n_writes, n_syncs, n_stalls;
 
@@ -72,6 +78,7 @@ static ssize_t (*real_preadv)(int, const struct iovec *, int, off_t);
 static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
 static int (*real_fdatasync)(int);
 static int (*real_fsync)(int);
+static int (*real_statvfs)(const char *, struct statvfs *);
 
 static void init_once(void)
 {
@@ -84,6 +91,7 @@ static void init_once(void)
     real_pwritev = (ssize_t(*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "pwritev");
     real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    real_statvfs = (int (*)(const char *, struct statvfs *))dlsym(RTLD_NEXT, "statvfs");
     if (d != NULL && c != NULL && strlen(d) < sizeof dir && strlen(c) < sizeof ctl) {
         strcpy(dir, d);
         strcpy(ctl, c);
@@ -102,6 +110,7 @@ static void reload_locked(void)
     if (stat(ctl, &st) != 0) {
         stall = eio_read = eio_write = eio_sync = false;
         flaky = delay_ms = fail_writes = fail_reads = 0;
+        full_bytes = 0;
         ctl_size = -1;
         return;
     }
@@ -121,6 +130,7 @@ static void reload_locked(void)
     ctl_ino = st.st_ino;
     stall = eio_read = eio_write = eio_sync = false;
     flaky = delay_ms = fail_writes = fail_reads = 0;
+    full_bytes = 0;
     for (char *w = strtok_r(buf, " \t\r\n", &save); w != NULL;
          w = strtok_r(NULL, " \t\r\n", &save)) {
         if (strcmp(w, "stall") == 0)
@@ -139,6 +149,8 @@ static void reload_locked(void)
             fail_writes = (uint32_t)strtoul(w + 12, NULL, 10);
         else if (strncmp(w, "fail-reads=", 11) == 0)
             fail_reads = (uint32_t)strtoul(w + 11, NULL, 10);
+        else if (strncmp(w, "full=", 5) == 0)
+            full_bytes = strtoull(w + 5, NULL, 10);
     }
 }
 
@@ -241,6 +253,66 @@ static int decide(int fd, op_t op)
     return err;
 }
 
+/* The bytes of the regular files directly in the directory (full=). */
+static uint64_t dir_bytes(void)
+{
+    DIR *dp = opendir(dir);
+    struct dirent *de;
+    uint64_t sum = 0;
+
+    if (dp == NULL)
+        return 0;
+    while ((de = readdir(dp)) != NULL) {
+        struct stat st;
+        if (fstatat(dirfd(dp), de->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+            sum += (uint64_t)st.st_size;
+    }
+    closedir(dp);
+    return sum;
+}
+
+/* full=: ENOSPC for a write of len bytes at off into fd when it would grow the files past the
+ * filesystem's size, else 0. */
+static int space_for(int fd, off_t off, size_t len)
+{
+    struct stat st;
+    uint64_t limit, end = (uint64_t)off + len, grow;
+
+    pthread_once(&once, init_once);
+    pthread_mutex_lock(&mu);
+    reload_locked();
+    limit = full_bytes;
+    pthread_mutex_unlock(&mu);
+    if (limit == 0 || !watched(fd) || fstat(fd, &st) != 0)
+        return 0;
+    grow = end > (uint64_t)st.st_size ? end - (uint64_t)st.st_size : 0;
+    if (grow == 0 || dir_bytes() + grow <= limit)
+        return 0;
+    pthread_mutex_lock(&mu);
+    n_writes++;
+    write_counts_locked();
+    pthread_mutex_unlock(&mu);
+    return ENOSPC;
+}
+
+static size_t iov_len(const struct iovec *iov, int cnt)
+{
+    size_t n = 0;
+
+    for (int i = 0; i < cnt; i++)
+        n += iov[i].iov_len;
+    return n;
+}
+
+#define SPACE_OR_FAIL(fd, off, len)                                                                \
+    do {                                                                                           \
+        int s_ = space_for(fd, off, len);                                                          \
+        if (s_ != 0) {                                                                             \
+            errno = s_;                                                                            \
+            return -1;                                                                             \
+        }                                                                                          \
+    } while (0)
+
 #define FAIL_OR(call, op, fd)                                                                      \
     do {                                                                                           \
         int e_ = decide(fd, op);                                                                   \
@@ -283,11 +355,13 @@ ssize_t write(int fd, const void *buf, size_t n)
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
+    SPACE_OR_FAIL(fd, off, n);
     FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
+    SPACE_OR_FAIL(fd, off, n);
     FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd);
 }
 
@@ -303,11 +377,13 @@ ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off_t off)
 
 ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 {
+    SPACE_OR_FAIL(fd, off, iov_len(iov, cnt));
     FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd);
 }
 
 ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off_t off)
 {
+    SPACE_OR_FAIL(fd, off, iov_len(iov, cnt));
     FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd);
 }
 
@@ -319,4 +395,25 @@ int fdatasync(int fd)
 int fsync(int fd)
 {
     FAIL_OR(real_fsync(fd), OP_SYNC, fd);
+}
+
+/* full=: the directory's filesystem has what is left of full_bytes free. */
+int statvfs(const char *path, struct statvfs *out)
+{
+    int rc;
+    uint64_t limit;
+
+    pthread_once(&once, init_once);
+    rc = real_statvfs(path, out);
+    if (rc != 0 || dir_len == 0 || strncmp(path, dir, dir_len) != 0)
+        return rc;
+    pthread_mutex_lock(&mu);
+    reload_locked();
+    limit = full_bytes;
+    pthread_mutex_unlock(&mu);
+    if (limit > 0 && out->f_frsize > 0) {
+        uint64_t used = dir_bytes(), left = used < limit ? limit - used : 0;
+        out->f_bavail = out->f_bfree = (fsblkcnt_t)(left / out->f_frsize);
+    }
+    return rc;
 }
