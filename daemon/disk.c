@@ -677,7 +677,8 @@ out:
 /*
  * A full filesystem (0.2.7). disk.capacity_bytes is a bound, not a reservation: the filesystem
  * may fill first (other files, a smaller disk than configured). A flush that fails with ENOSPC
- * lowers the capacity in force to what the tier holds now (at least two segments), so that the
+ * lowers the capacity in force to what the tier holds now (at least two segments and a write
+ * batch), so that the
  * next flush reclaims the oldest segment to make its room, as at capacity, instead of the tier
  * staying degraded for as long as the filesystem is full of its own segments. After each flush
  * that succeeds while it is lowered, statvfs(2) of the directory raises it again by the space the
@@ -685,7 +686,9 @@ out:
  */
 static void capacity_lower(disk_t *d)
 {
-    uint64_t floor_ = 2 * d->seg_bytes, cap = d->used > floor_ ? d->used : floor_;
+    /* the floor lets a flush always make its room by reclaiming: the active segment and a
+     * whole batch fit (a lower capacity would make the flush wait for room no reclaim frees) */
+    uint64_t floor_ = 2 * d->seg_bytes + d->wb_bytes, cap = d->used > floor_ ? d->used : floor_;
 
     if (cap >= d->capacity)
         return;

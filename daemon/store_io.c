@@ -559,14 +559,16 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
         s->clean_target = s->ram_cap / 2;
     {
         /* Bounded by what the disk holds (0.2.7): every chunk the cleaner keeps clean in RAM has
-         * a disk copy, so a target above the disk's capacity (less a segment and a write
-         * batch: what a reclaim needs free) cannot be met. It was not bounded, and each write
-         * reclaimed the oldest segment, whose chunks were still in RAM and so dirty again, and the
-         * cleaner wrote them again, for ever (8 MiB of RAM over a 4 MiB disk: 20,758 demotions for
-         * 190 saves, the disk written all the time; bounded: 94 demotions, none refused). */
+         * a disk copy, so a target above what the disk holds (its capacity less a segment and
+         * a write batch, what a reclaim needs free, or at least half of it) cannot be met. It was
+         * not bounded, and each write reclaimed the oldest segment, whose chunks were still in RAM
+         * and so dirty again, and the cleaner wrote them again, for ever (8 MiB of RAM over a 4 MiB
+         * disk: 20,758 demotions for 190 saves, the disk written all the time; bounded: 94
+         * demotions, none refused). */
         const config_t *cfg = s->cfg;
-        uint64_t slack = cfg->disk.segment_bytes + cfg->disk.write_buffer_bytes;
-        uint64_t room = cfg->disk.capacity_bytes > slack ? cfg->disk.capacity_bytes - slack : 0;
+        uint64_t cap = cfg->disk.capacity_bytes,
+                 slack = cfg->disk.segment_bytes + cfg->disk.write_buffer_bytes;
+        uint64_t room = cap > slack && cap - slack > cap / 2 ? cap - slack : cap / 2;
         if (s->clean_target > room) {
             log_warn("clean_target",
                      "bytes=%" PRIu64 " bound=%" PRIu64
