@@ -127,6 +127,41 @@ static int raw_drain_all(const harness_t *h, void *s, int *busy)
     }
 }
 
+/* A raw SAVE_RESERVE (protocol 1) of hs[0..n) with lengths lens (n little-endian u64) in
+ * namespace ns; returns how many were reserved, and counts an EBUSY answer in *busy. */
+static int raw_reserve(void *s, uint32_t ns, uint64_t rid, const kvt_hash_t *hs, size_t n,
+                       const uint8_t *lens, int *busy)
+{
+    uint8_t head[128];
+    kvt_frame_t f[3] = {{head, 0}, {hs, n * KVT_HASH_BYTES}, {lens, n * 8}};
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    int reserved = 0;
+
+    f[0].len = harness_raw_head(head, KVT_MSG_SAVE_RESERVE, rid, ns, 0);
+    ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+    harness_raw_decode(&r, &m);
+    if (m.hdr.type == KVT_MSG_SAVE_RESERVE_OK)
+        for (size_t i = 0; i < n; i++)
+            reserved += m.u.chunks_ok.status[i] == KVT_CHUNK_WANTED;
+    else if (m.hdr.type == KVT_MSG_ERROR && m.u.error.code == KVT_WIRE_EBUSY && busy != NULL)
+        (*busy)++;
+    harness_raw_msg_close(&r);
+    return reserved;
+}
+
+/* Starts a daemon of opts o on an arena file of its own in /dev/shm (the shared-memory path),
+ * named by tag; its path in arena (the test unlinks it), the config text in extra. */
+static harness_t *start_on_arena(harness_opts_t *o, const char *tag, char *arena, size_t acap,
+                                 char *extra, size_t ecap)
+{
+    snprintf(arena, acap, "/dev/shm/kvt-hostile%s-%d.arena", tag, (int)getpid());
+    snprintf(extra, ecap, "{\"ram\": {\"arena_path\": \"%s\", \"prefault\": false}}", arena);
+    o->extra_json = extra;
+    return harness_start(o);
+}
+
 /* Integer at path of a status object, or -1 when missing (main's daemon lacks some keys). */
 static int64_t jint_or(json_t *st, const char *path)
 {
@@ -751,40 +786,21 @@ START_TEST(test_reserve_starvation)
     harness_t *h;
     kvt_client_t *good;
     void *ctx, *s;
-    uint8_t head[128], lens[HOG * 8];
+    uint8_t lens[HOG * 8];
     kvt_hash_t hs[HOG];
-    kvt_frame_t f[3];
-    harness_raw_msg_t r;
-    kvt_msg_t m;
     uint32_t ns;
     size_t stored = 0, survived = 0;
     int reserved = 0;
     json_t *st;
 
-    snprintf(arena, sizeof arena, "/dev/shm/kvt-hostile-%d.arena", (int)getpid());
-    snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\", \"prefault\": false}}",
-             arena);
-    o.extra_json = extra;
-    h = harness_start(&o);
+    h = start_on_arena(&o, "", arena, sizeof arena, extra, sizeof extra);
     ctx = zmq_ctx_new();
     s = harness_raw_open(ctx, h->endpoint, 5000);
     ns = harness_raw_hello(s, "reserver", 0x4e5e, 0, 1, 1);
     harness_chain(600, hs, HOG);
     for (int i = 0; i < HOG; i++)
         kvt_put_u64(lens + 8 * i, len);
-    f[0].data = head;
-    f[0].len = harness_raw_head(head, KVT_MSG_SAVE_RESERVE, 2, ns, 0);
-    f[1].data = hs;
-    f[1].len = sizeof hs;
-    f[2].data = lens;
-    f[2].len = sizeof lens;
-    ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
-    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
-    harness_raw_decode(&r, &m);
-    if (m.hdr.type == KVT_MSG_SAVE_RESERVE_OK)
-        for (int i = 0; i < HOG; i++)
-            reserved += m.u.chunks_ok.status[i] == KVT_CHUNK_WANTED;
-    harness_raw_msg_close(&r);
+    reserved = raw_reserve(s, ns, 2, hs, HOG, lens, NULL);
 
     good = harness_client(h, "starved", 1, 0, 0);
     for (uint32_t k = 0; k < OTHERS / 8; k++)
@@ -819,21 +835,14 @@ START_TEST(test_reserve_starvation_tiny)
     harness_t *h;
     kvt_client_t *good;
     void *ctx, *s;
-    uint8_t head[128], lens[PER * 8];
+    uint8_t lens[PER * 8];
     kvt_hash_t hs[PER];
-    kvt_frame_t f[3];
-    harness_raw_msg_t r;
-    kvt_msg_t m;
     uint32_t ns;
     size_t stored = 0, survived = 0;
     int reserved = 0, busy = 0;
     json_t *st;
 
-    snprintf(arena, sizeof arena, "/dev/shm/kvt-hostile-tiny-%d.arena", (int)getpid());
-    snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\", \"prefault\": false}}",
-             arena);
-    o.extra_json = extra;
-    h = harness_start(&o);
+    h = start_on_arena(&o, "-tiny", arena, sizeof arena, extra, sizeof extra);
     ctx = zmq_ctx_new();
     s = harness_raw_open(ctx, h->endpoint, 5000);
     ns = harness_raw_hello(s, "tiny-reserver", 0x71e1, 0, 1, 1);
@@ -841,21 +850,7 @@ START_TEST(test_reserve_starvation_tiny)
         kvt_put_u64(lens + 8 * i, 1);
     for (int k = 0; k < ROUNDS; k++) {
         harness_chain(800 + (uint32_t)k, hs, PER);
-        f[0].data = head;
-        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_RESERVE, 2 + (uint64_t)k, ns, 0);
-        f[1].data = hs;
-        f[1].len = sizeof hs;
-        f[2].data = lens;
-        f[2].len = sizeof lens;
-        ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
-        ck_assert_int_eq(harness_raw_recv(s, &r), 0);
-        harness_raw_decode(&r, &m);
-        if (m.hdr.type == KVT_MSG_SAVE_RESERVE_OK)
-            for (int i = 0; i < PER; i++)
-                reserved += m.u.chunks_ok.status[i] == KVT_CHUNK_WANTED;
-        else if (m.hdr.type == KVT_MSG_ERROR && m.u.error.code == KVT_WIRE_EBUSY)
-            busy++;
-        harness_raw_msg_close(&r);
+        reserved += raw_reserve(s, ns, 2 + (uint64_t)k, hs, PER, lens, &busy);
     }
     st = harness_status(h);
     printf("tiny reserve hog: %d reservations of 1 byte, %d requests refused; ram.reserved_bytes "
