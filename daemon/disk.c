@@ -78,13 +78,15 @@
  * Recovery (disk_open, before the loop serves): segments are scanned oldest first, record by
  * record, each fully read and verified (a version 2 header against its own checksum, its raw
  * bytes against csum; a version 1 record against its checksum, and its csum computed). A record
- * whose payload fails is skipped (counted); a header that does not decode is stepped over a
- * block at a time to the next record that does (version 2 segments, recover_segment); a record
- * running past the end of the file (a torn tail after a crash), or damage that runs to the end,
- * ends the scan of that segment and the file is truncated after its last whole record. A file that
- * cannot be opened or read is logged and left alone. Recovery is synchronous; with a current index
- * checkpoint (checkpoint.h) it reads only what the checkpoint does not cover (the tails of its
- * segments and the segments after it), else every byte.
+ * whose payload fails is skipped (counted); a header that does not decode, or a record running
+ * past the end of the file (a torn tail after a crash), ends the scan of that segment and the
+ * file is truncated there (not stepped over to the next header that decodes: a raw payload holds
+ * client bytes, and a v2 header's checksum is not keyed, so a chunk could carry a record that a
+ * resync would take for the tier's; that needs a record format that ties a header to its tier
+ * and segment). A file that cannot be opened or read is logged and left alone.
+ * Recovery is synchronous; with a current index checkpoint (checkpoint.h) it reads only what
+ * the checkpoint does not cover (the tails of its segments and the segments after it), else
+ * every byte.
  *
  * Threads: the loop thread owns everything here; a job's buffers belong to its worker between
  * uv_queue_work and the after-work callback. The lent arena bytes are read (and their padding
@@ -1441,20 +1443,12 @@ static int recover_verify(const uint8_t *hdr, size_t hl, record_meta_t *m, recov
     return record_csum(raw, m->raw_len) == m->csum;
 }
 
-/* Scans one segment from offset from (0, or the end a checkpoint covers); returns where its
- * last whole record ends (what follows is a torn tail), or -1 when unreadable.
- *
- * A header that does not decode (a flipped byte, a block overwritten) in a segment of version 2
- * records, which all start on RECORD_BLOCK boundaries, is stepped over a block at a time until a
- * header decodes again (0.2.7, log disk_recovery_resync, recovery.skipped_bytes): the records
- * after a damaged one are kept. Until 0.2.6 the scan ended there and the file was truncated,
- * and one flipped header byte cost every record after it. A header that decodes is checked
- * against its own checksum, so a block that only looks like one is not taken. Version 1
- * records are not aligned: their scan still ends at the first bad header. */
+/* Scans one segment from offset from (0, or the end a checkpoint covers); returns the length of
+ * its valid prefix, or -1 when unreadable. */
 static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t from, uint64_t size, recover_bufs_t *b)
 {
     uint8_t hdr[RECORD_HEADER_MAX];
-    uint64_t off = from, end = from, bad = UINT64_MAX; /* bad: where a damaged run began */
+    uint64_t off = from;
 
     while (off < size) {
         size_t avail = size - off < sizeof hdr ? (size_t)(size - off) : sizeof hdr, hl;
@@ -1468,28 +1462,14 @@ static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t from, uint64_t size
         rc = record_decode_header(hdr, (size_t)n, &m, &hl);
         if (rc == RECORD_OK && s->version != 0 && m.version != s->version)
             rc = RECORD_EVERSION; /* segments never mix versions */
-        if (rc == RECORD_OK && bad != UINT64_MAX && m.version != RECORD_VERSION)
-            rc = RECORD_EVERSION; /* after damage, only an aligned record resumes the scan */
         if (rc != RECORD_OK) {
-            if (rc == RECORD_NEED_MORE || s->version == RECORD_VERSION_V1)
-                break;
-            if (bad == UINT64_MAX) {
-                bad = off;
+            if (rc != RECORD_NEED_MORE) {
                 d->rec.bad_headers++;
                 log_warn("disk_recovery_bad_header",
-                         "segment=%016" PRIx64 " offset=%" PRIu64 " error=\"%s\" action=resync",
-                         s->id, off, record_strerror(rc));
+                         "segment=%016" PRIx64 " offset=%" PRIu64 " error=\"%s\"", s->id, off,
+                         record_strerror(rc));
             }
-            off = (off / RECORD_BLOCK + 1) * RECORD_BLOCK;
-            continue;
-        }
-        if (bad != UINT64_MAX) {
-            d->rec.skipped_bytes += off - bad;
-            log_info("disk_recovery_resync",
-                     "segment=%016" PRIx64 " from=%" PRIu64 " to=%" PRIu64
-                     " skipped_bytes=%" PRIu64,
-                     s->id, bad, off, off - bad);
-            bad = UINT64_MAX;
+            break;
         }
         s->version = (uint8_t)m.version;
         total = record_span(&m);
@@ -1523,9 +1503,8 @@ static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t from, uint64_t size
             d->rec.records_v1 += m.version == RECORD_VERSION_V1;
         }
         off += total;
-        end = off;
     }
-    return (int64_t)end;
+    return (int64_t)off;
 }
 
 /* A scanned segment of version 2 records is read with O_DIRECT from now on (disk.direct_io);

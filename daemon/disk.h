@@ -209,7 +209,6 @@ typedef struct {
     uint64_t checksum_drops; /* records dropped for a failed checksum */
     uint64_t bad_headers;    /* scans ended by a header that does not decode */
     uint64_t torn_bytes;     /* bytes truncated off segment tails */
-    uint64_t skipped_bytes;  /* damaged bytes stepped over inside segments (0.2.7) */
     uint64_t bad_files;      /* files that could not be opened or read */
 
     /* the index checkpoint (checkpoint.h) */

@@ -549,11 +549,7 @@ static const stats_field_t recovery_fields[] = {
     NUM(D, "checksum_drops", T_U64, disk.tier.recovery.checksum_drops, GAUGE, NULL,
         "Records dropped at start for a failed checksum."),
     NUM(D, "bad_headers", T_U64, disk.tier.recovery.bad_headers, GAUGE, NULL,
-        "Damaged runs the last recovery met in segments (a header that does not decode; "
-        "0.2.7: the scan resumes at the next record after it)."),
-    NUM(D, "skipped_bytes", T_U64, disk.tier.recovery.skipped_bytes, GAUGE, "bytes",
-        "Damaged bytes the last recovery stepped over inside segments, keeping the records "
-        "after them."),
+        "Segment scans ended by a header that does not decode."),
     NUM(D, "torn_bytes", T_U64, disk.tier.recovery.torn_bytes, GAUGE, "bytes",
         "Bytes truncated off segment tails at start."),
     NUM(D, "bad_files", T_U64, disk.tier.recovery.bad_files, GAUGE, NULL,

@@ -383,48 +383,6 @@ START_TEST(test_recovery)
 }
 END_TEST
 
-/* A flipped byte in a record's header (0.2.7): recovery steps over the damaged record a block at
- * a time and keeps the records after it in the same segment (the scan ended there and the file
- * was truncated, losing them all). */
-START_TEST(test_recovery_resyncs_after_a_bad_header)
-{
-    uv_loop_t loop;
-    config_t cfg;
-    disk_t *d;
-    char path[128];
-    disk_stats_t st;
-    int fd, k = -1;
-
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    cfg_for(&cfg);
-    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
-    for (int i = 0; i < 6; i++)
-        append(&loop, d, i);
-    close_disk(&loop, &d);
-    for (int i = 0; i + 1 < 6 && k < 0; i++)
-        if (F.loc[i].seg == F.loc[i + 1].seg)
-            k = i; /* a record with another after it in its segment */
-    ck_assert_int_ge(k, 0);
-    snprintf(path, sizeof path, "%s/%016llx.seg", dir, (unsigned long long)F.loc[k].seg);
-    fd = open(path, O_RDWR);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(pwrite(fd, "\x5a", 1, (off_t)F.loc[k].off + 9), 1);
-    close(fd);
-
-    memset(&F, 0, sizeof F);
-    ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
-    ck_assert_int_eq(F.recovered, 5);
-    ck_assert(!F.live[k] && F.live[k + 1]);
-    disk_stats(d, &st);
-    ck_assert_int_eq(st.recovery.bad_headers, 1);
-    ck_assert_uint_gt(st.recovery.skipped_bytes, 0);
-    ck_assert_int_eq(st.recovery.torn_bytes, 0);
-    ck_assert_int_eq(read_chunk(&loop, d, k + 1), 0); /* byte-exact */
-    close_disk(&loop, &d);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-}
-END_TEST
-
 START_TEST(test_read_detects_corruption)
 {
     uv_loop_t loop;
@@ -675,7 +633,6 @@ static Suite *disk_suite(void)
         tcase_add_checked_fixture(tc, modes[i].setup, teardown);
         tcase_add_test(tc, test_reclaim_accounting);
         tcase_add_test(tc, test_recovery);
-        tcase_add_test(tc, test_recovery_resyncs_after_a_bad_header);
         tcase_add_test(tc, test_read_detects_corruption);
         tcase_add_test(tc, test_changed_bytes_not_written);
         tcase_add_test(tc, test_compressed_round_trip);
