@@ -1011,6 +1011,11 @@ bool disk_admits(const disk_t *d, uint64_t len)
     return d->flushing == NULL && !d->busy_wait;
 }
 
+uint64_t disk_capacity(const disk_t *d)
+{
+    return d->capacity;
+}
+
 bool disk_fits_unreclaimed(const disk_t *d, uint64_t len)
 {
     uint64_t need = d->used + (d->fill != NULL ? d->fill->bound : 0) + worst_need(len);

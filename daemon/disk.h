@@ -128,6 +128,8 @@ int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, u
  */
 void disk_set_arena_page(disk_t *d, uint64_t page_bytes);
 
+/* The capacity in force: disk.capacity_bytes, lowered while the filesystem is full (disk.c). */
+uint64_t disk_capacity(const disk_t *d);
 /* Whether disk_append() of len bytes would be accepted now. */
 bool disk_admits(const disk_t *d, uint64_t len);
 /* Whether a record of len bytes, appended now, would fit beside everything the tier holds and

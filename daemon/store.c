@@ -1357,7 +1357,7 @@ void store_ram_stats(const store_t *s, uint64_t now_ms, store_ram_stats_t *out)
                                .dirty_bytes = s->dirty_bytes,
                                .ingest_bytes = s->ingest_bytes,
                                .promoting_bytes = s->promo_bytes,
-                               .clean_target_bytes = s->clean_target,
+                               .clean_target_bytes = store__clean_target(s),
                                .verifies = s->verifies,
                                .verify_drops = s->verify_drops,
                                .arena_gen = ram_gen(s->ram),

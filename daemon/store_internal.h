@@ -216,6 +216,8 @@ void store__job_done(store_t *s);
  * (before its ram_free); store__journal_flush: what is gathered reaches the file (before a save
  * is answered, and before an extent given up can be handed out again). No-ops without a
  * journal. */
+/* The cleaner's target in force: clean_target bounded by what the disk holds now (store_io.c). */
+uint64_t store__clean_target(const store_t *s);
 void store__journal_add(store_t *s, const ns_t *ns, const index_entry_t *e);
 void store__journal_del(store_t *s, const index_entry_t *e);
 void store__journal_flush(store_t *s);

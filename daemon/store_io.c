@@ -117,21 +117,41 @@ static void clean_timer_cb(uv_timer_t *t)
     store__clean_ahead(s);
 }
 
+/* Bounded by what the disk holds (0.2.7): every chunk the cleaner keeps clean in RAM has a disk
+ * copy, so a target above what the disk holds now (its capacity in force, lowered while the
+ * filesystem is full, less a segment and a write batch, what a reclaim needs free; or half of it,
+ * when that is more) cannot be met. It was not bounded, and each write reclaimed the oldest
+ * segment, whose chunks were still in RAM and so dirty again, and the cleaner wrote them again,
+ * for ever (8 MiB of RAM over a 4 MiB disk: 20,758 demotions for 190 saves, the disk written all
+ * the time; bounded: 94 demotions, none refused). */
+uint64_t store__clean_target(const store_t *s)
+{
+    uint64_t cap, slack, room;
+
+    if (s->disk == NULL)
+        return s->clean_target;
+    cap = disk_capacity(s->disk);
+    slack = s->cfg->disk.segment_bytes + s->cfg->disk.write_buffer_bytes;
+    room = cap > slack && cap - slack > cap / 2 ? cap - slack : cap / 2;
+    return s->clean_target < room ? s->clean_target : room;
+}
+
 void store__clean_ahead(store_t *s)
 {
-    uint64_t cap;
+    uint64_t cap, target;
     int rc;
 
     if (s->disk == NULL || s->closing || s->clean_target == 0)
         return;
     cap = s->ram_cap;
+    target = store__clean_target(s);
     for (unsigned budget = STORE_CLEAN_BUDGET;; budget--) {
         index_entry_t *e = s->dirty_head;
         const ns_t *ns;
 
         /* the extents disk reads land in are neither free nor clean either: while read-aheads
          * and promotions hold them, the cleaner writes that much more (the saves' room) */
-        if (e == NULL || s->dirty_bytes + s->promo_bytes + s->clean_target <= cap)
+        if (e == NULL || s->dirty_bytes + s->promo_bytes + target <= cap)
             return;
         if (budget == 0)
             break;
@@ -557,26 +577,11 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     s->clean_target = s->cfg->ram.clean_target_bytes;
     if (s->clean_target == 0 || s->clean_target > s->ram_cap)
         s->clean_target = s->ram_cap / 2;
-    {
-        /* Bounded by what the disk holds (0.2.7): every chunk the cleaner keeps clean in RAM has
-         * a disk copy, so a target above what the disk holds (its capacity less a segment and
-         * a write batch, what a reclaim needs free, or at least half of it) cannot be met. It was
-         * not bounded, and each write reclaimed the oldest segment, whose chunks were still in RAM
-         * and so dirty again, and the cleaner wrote them again, for ever (8 MiB of RAM over a 4 MiB
-         * disk: 20,758 demotions for 190 saves, the disk written all the time; bounded: 94
-         * demotions, none refused). */
-        const config_t *cfg = s->cfg;
-        uint64_t cap = cfg->disk.capacity_bytes,
-                 slack = cfg->disk.segment_bytes + cfg->disk.write_buffer_bytes;
-        uint64_t room = cap > slack && cap - slack > cap / 2 ? cap - slack : cap / 2;
-        if (s->clean_target > room) {
-            log_warn("clean_target",
-                     "bytes=%" PRIu64 " bound=%" PRIu64
-                     " reason=\"the disk tier holds less than the cleaner would keep clean\"",
-                     s->clean_target, room);
-            s->clean_target = room;
-        }
-    }
+    if (store__clean_target(s) < s->clean_target)
+        log_warn("clean_target",
+                 "bytes=%" PRIu64 " bound=%" PRIu64
+                 " reason=\"the disk tier holds less than the cleaner would keep clean\"",
+                 s->clean_target, store__clean_target(s));
     if (s->cfg->disk.prefetch_bytes > 0) {
         s->pf = calloc(STORE_PREFETCH_QUEUE, sizeof *s->pf);
         s->pf_seen = calloc(STORE_PREFETCH_QUEUE, sizeof *s->pf_seen);
@@ -1224,7 +1229,7 @@ static bool prefetch_room(const store_t *s, uint64_t foot)
     uint64_t held =
         s->dirty_bytes + s->promo_bytes + s->ingest_bytes + s->pinned_foot + s->resv_foot;
 
-    return held + foot + s->clean_target / 2 <= s->ram_cap;
+    return held + foot + store__clean_target(s) / 2 <= s->ram_cap;
 }
 
 void store__prefetch_pump(store_t *s)

@@ -72,25 +72,13 @@ static long injected(const char *kind)
     return p != NULL ? strtol(p + strlen(kind), NULL, 10) : 0;
 }
 
-/* A daemon on dir with the faulty disk preloaded (fsync: "none" or "record"; wbuf: the write
- * buffer; stall_ms: disk.read_stall_ms). */
-/* The daemon on the faulty disk; more: further top-level members of the config ("" or
- * ", \"ram\": {...}"), and keep_arena for a file arena a test restarts on. */
-static harness_t *start_more(const char *dir, const char *fsync, const char *wbuf,
-                             unsigned stall_ms, const char *more, int keep_arena)
+/* harness_start(o) with the faulty disk preloaded for dir. */
+static harness_t *start_preloaded(harness_opts_t *o, const char *dir)
 {
-    char extra[1024], asan[512];
+    char asan[512];
     const char *prev = getenv("ASAN_OPTIONS");
-    harness_opts_t o = {
-        .capacity_bytes = 4u << 20, .max_chunk_bytes = 256u << 10, .keep_arena = keep_arena};
     harness_t *h;
 
-    snprintf(extra, sizeof extra,
-             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
-             "\"segment_bytes\": \"2MiB\", \"write_buffer_bytes\": \"%s\", \"fsync\": \"%s\", "
-             "\"read_stall_ms\": %u}%s}",
-             dir, wbuf, fsync, stall_ms, more);
-    o.extra_json = extra;
     /* a sanitized daemon: its runtime must come first, unless told not to check */
     snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", prev != NULL ? prev : "",
              prev != NULL && prev[0] != '\0' ? ":" : "");
@@ -98,7 +86,7 @@ static harness_t *start_more(const char *dir, const char *fsync, const char *wbu
     ck_assert_int_eq(setenv("KVT_FAULTFS_DIR", dir, 1), 0);
     ck_assert_int_eq(setenv("KVT_FAULTFS_CTL", ctl, 1), 0);
     ck_assert_int_eq(setenv("ASAN_OPTIONS", asan, 1), 0);
-    h = harness_start(&o);
+    h = harness_start(o);
     unsetenv("LD_PRELOAD");
     unsetenv("KVT_FAULTFS_DIR");
     unsetenv("KVT_FAULTFS_CTL");
@@ -107,6 +95,25 @@ static harness_t *start_more(const char *dir, const char *fsync, const char *wbu
     else
         unsetenv("ASAN_OPTIONS");
     return h;
+}
+
+/* A daemon on dir with the faulty disk preloaded (fsync: "none" or "record"; wbuf: the write
+ * buffer; stall_ms: disk.read_stall_ms); more: further top-level members of the config ("" or
+ * ", \"ram\": {...}"), and keep_arena for a file arena a test restarts on. */
+static harness_t *start_more(const char *dir, const char *fsync, const char *wbuf,
+                             unsigned stall_ms, const char *more, int keep_arena)
+{
+    static char extra[1024];
+    harness_opts_t o = {
+        .capacity_bytes = 4u << 20, .max_chunk_bytes = 256u << 10, .keep_arena = keep_arena};
+
+    snprintf(extra, sizeof extra,
+             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
+             "\"segment_bytes\": \"2MiB\", \"write_buffer_bytes\": \"%s\", \"fsync\": \"%s\", "
+             "\"read_stall_ms\": %u}%s}",
+             dir, wbuf, fsync, stall_ms, more);
+    o.extra_json = extra;
+    return start_preloaded(&o, dir);
 }
 
 static harness_t *start_with(const char *dir, const char *fsync, const char *wbuf,
@@ -792,6 +799,52 @@ START_TEST(test_full_filesystem_reclaims)
 }
 END_TEST
 
+/* A full filesystem smaller than the cleaner's target (the review of 0.2.7): 16 MiB of RAM
+ * (target 8 MiB) over a 64 MiB capacity on an 8 MiB filesystem. Once ENOSPC lowered the
+ * capacity, a target bounded only by the configured capacity made the cleaner rewrite the chunks
+ * its own writes reclaimed, without a save: 13,681 records in 3 idle seconds. The target in force
+ * follows the capacity in force. */
+START_TEST(test_full_filesystem_no_churn)
+{
+    char dir[96], extra[512];
+    harness_opts_t o = {.capacity_bytes = 16u << 20, .max_chunk_bytes = 256u << 10};
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    int64_t before, after;
+
+    make_dir(dir, sizeof dir);
+    set_faults("full=8388608");
+    snprintf(extra, sizeof extra,
+             "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
+             "\"segment_bytes\": \"1MiB\", \"write_buffer_bytes\": \"1MiB\", \"fsync\": "
+             "\"none\"}}",
+             dir);
+    o.extra_json = extra;
+    h = start_preloaded(&o, dir);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    for (uint32_t seed = 1; seed <= 24; seed++) { /* 24 MiB through 16 MiB of RAM */
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    ck_assert_int_gt(harness_stat(h, "disk.write_errors"), 0);
+    ck_assert_int_le(harness_stat(h, "disk.capacity_bytes"), 8 << 20);
+    st = harness_wait_status(h, pred_state, "ok", 5000);
+    ck_assert_msg(st != NULL, "the tier stayed degraded on a full filesystem");
+    json_decref(st);
+    before = harness_stat(h, "disk.records_written");
+    usleep(1000 * 1000); /* no saves, no loads */
+    after = harness_stat(h, "disk.records_written");
+    printf("full filesystem under the cleaner's target: %lld records written in an idle second, "
+           "clean target %lld\n",
+           (long long)(after - before), (long long)harness_stat(h, "ram.clean_target_bytes"));
+    ck_assert_int_le(after - before, PER); /* what was dirty then, at most: no loop */
+    ck_assert_int_le(harness_stat(h, "ram.clean_target_bytes"), 8 << 20);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *disk_io_suite(void)
 {
     Suite *su = suite_create("disk_io");
@@ -810,6 +863,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_persist_retries_a_failed_flush);
     tcase_add_test(tc, test_cleaner_resumes_after_a_failed_flush);
     tcase_add_test(tc, test_full_filesystem_reclaims);
+    tcase_add_test(tc, test_full_filesystem_no_churn);
     suite_add_tcase(su, tc);
     return su;
 }
