@@ -103,6 +103,7 @@ struct gates {
     uint64_t served, lookup_tokens, est_served, regret, written, declined, offered;
     uint64_t token_tallies, orphans_declined;
     uint64_t reuse_tokens; /* prompt tokens answered lookups found reused (in HBM or the tier) */
+    uint64_t window_on;    /* 1 once offers age the value window (sticky; window_started) */
     ghost_t *ghost;
 
     /* lookup skip */
@@ -390,10 +391,19 @@ static bool window_moves(const gates_t *g)
     return reuse_seen(g) || (wait > 0 && g->lookups > 0 && g->offered >= wait);
 }
 
+/* Whether the window has started: sticky (window_on, kept across restarts with the state), so
+ * that a reload that raises reuse_wait_tokens or sets it to 0 does not stop a window that
+ * started, and a window that starts late (the first lookup with prompt info came after the wait,
+ * or a reload lowered it) is aged by everything offered until then, once. */
+static bool window_started(const gates_t *g)
+{
+    return g->window_on != 0;
+}
+
 bool gates_admit_op(gates_t *g, const gates_op_t *op)
 {
     uint64_t wanted = 0, fresh = 0, ct = op->chunk_tokens;
-    bool orphan = false, admit, moving;
+    bool orphan = false, admit, started;
 
     for (size_t i = 0; i < op->n; i++) {
         uint64_t fp;
@@ -419,12 +429,15 @@ bool gates_admit_op(gates_t *g, const gates_op_t *op)
         g->written += wanted * ct;
     else
         g->declined += wanted * ct;
-    moving = window_moves(g);
+    started = window_started(g);
     g->offered += fresh * ct;
-    if (reuse_seen(g) || moving)
+    if (started || reuse_seen(g)) {
         value_offer(g, fresh * ct);
-    else if (window_moves(g))
+        g->window_on = 1;
+    } else if (window_moves(g)) {
         value_offer(g, g->offered); /* started without reuse: as if it had moved from the start */
+        g->window_on = 1;
+    }
     return admit;
 }
 

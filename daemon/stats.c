@@ -302,6 +302,7 @@ static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
             d->page.next = offset + (uint32_t)d->nnamespaces;
     }
     d->page.shown = (uint32_t)d->nnamespaces;
+    d->page.total = seen; /* what the pages list (0.2.7): namespaces_declared counts them all */
     qsort(d->ns_metrics, d->nns_metrics, sizeof *d->ns_metrics, ns_by_bytes);
     if (d->nns_metrics > STATS_METRICS_NS_MAX)
         d->nns_metrics = STATS_METRICS_NS_MAX;

@@ -534,13 +534,15 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
     }
 }
 
+_Static_assert(KVT_HDR_BYTES == 24, "kvt_decode_why names the common head's size");
+
 const char *kvt_decode_why(const kvt_frame_t *frames, size_t nframes)
 {
     const uint8_t *b;
     int v;
 
     if (nframes == 0 || frames[0].len < KVT_HDR_BYTES)
-        return "a head shorter than 32 bytes";
+        return "a head shorter than 24 bytes"; /* KVT_HDR_BYTES */
     b = frames[0].data;
     if (kvt_get_u32(b) != KVT_PROTO_MAGIC)
         return "not the kvtier magic";

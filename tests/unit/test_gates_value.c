@@ -338,6 +338,36 @@ START_TEST(test_v7_no_reuse_at_all)
 }
 END_TEST
 
+/* V7 continued (the review of 0.2.7): the window starts once, and stays started. Lookups with
+ * prompt info arrive only after 48000 tokens were offered (past the wait of 40000): the next
+ * operation starts the window, aged by all 52000 tokens offered by then. A reload that sets
+ * reuse_wait_tokens to 0 afterwards does not stop it: every later offer ages it, as the
+ * reference's. */
+START_TEST(test_v7_window_starts_once)
+{
+    gates_cfg_t c = cfg_s();
+    kvt_wire_hash_t h = chunk(997, 0, 0);
+    ref_t r = ref_new(0.05, 0.02, 100000, 50000);
+    gates_state_t st;
+    gates_t *g;
+
+    c.admission.reuse_wait_tokens = 40000;
+    g = new_gates(&c);
+    for (uint32_t k = 0; k < 12; k++) /* no lookup with prompt info yet: no evidence */
+        ck_assert_int_eq(save_op(g, 8, k, 4, NULL), 1);
+    (void)gates_lookup_observe(g, 0, 0);
+    gates_lookup_value(g, &h, 1, 0, 8000, 0, CT, NULL, NULL);
+    ck_assert_int_eq(save_op(g, 8, 12, 4, NULL), ref_op(&r, 52000));
+    c.admission.reuse_wait_tokens = 0; /* a reload */
+    gates_set_cfg(g, &c);
+    for (uint32_t k = 13; k < 60; k++)
+        ck_assert_int_eq(save_op(g, 8, k, 4, NULL), ref_op(&r, 4000));
+    st = state_of(g);
+    ck_assert(st.density == ref_density(&r));
+    gates_destroy(&g);
+}
+END_TEST
+
 /* V3, steady useful with rare large hits: 200 operations of 4 new chunks, a 20000-token load
  * tallied before operations 10, 35, 60, ... (20000 served per 100000 offered: density 0.2, four
  * times the cost): every operation is admitted, the density never below 0.0730 (just before the
@@ -793,6 +823,7 @@ static Suite *gates_value_suite(void)
     tcase_add_test(tc, test_v4_useless_to_useful);
     tcase_add_test(tc, test_v5_ghost_pressure);
     tcase_add_test(tc, test_v7_no_reuse_at_all);
+    tcase_add_test(tc, test_v7_window_starts_once);
     tcase_add_test(tc, test_orphans);
     tcase_add_test(tc, test_lookup_value);
     tcase_add_test(tc, test_regret_walk);
