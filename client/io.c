@@ -54,6 +54,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -569,6 +570,14 @@ static void recv_replies(kvt_client_t *c)
         wire_remove(c, (size_t)w);
         if (r == NULL)
             continue; /* a RELEASE, or a request that timed out */
+        if (dec == 0 && rep.hdr.version != KVT_PROTO_VERSION && rep.hdr.type != KVT_MSG_ERROR) {
+            /* every request of this library is protocol 2: an answer in another version lacks
+             * what the session relies on (a protocol 1 LOAD_OK has no checksums frame: its HITs
+             * would be delivered unverified). An ERROR of any version keeps its code. */
+            snprintf(r->err, sizeof r->err, "the daemon answered %s in protocol %u, not %d",
+                     kvt_msg_type_name(rep.hdr.type), rep.hdr.version, KVT_PROTO_VERSION);
+            dec = KVT_WIRE_EVERSION;
+        }
         if (dec != 0) {
             int code = dec == KVT_WIRE_EVERSION ? KVT_EVERSION : KVT_EPROTO;
             if (r->kind == RK_HELLO)

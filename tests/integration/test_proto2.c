@@ -247,6 +247,106 @@ START_TEST(test_client_against_protocol1_daemon)
 }
 END_TEST
 
+/* A ROUTER that answers HELLO like a protocol 2 daemon offering CHECKSUMS, then every LOAD with
+ * a protocol 1 LOAD_OK: a HIT whose payload carries no checksum (hello_v1: HELLO_OK itself in
+ * protocol 1). */
+typedef struct {
+    void *ctx;
+    char endpoint[160];
+    int hello_v1;
+} downgrade_t;
+
+static void *downgrade_main(void *arg)
+{
+    downgrade_t *d = arg;
+    void *s = zmq_socket(d->ctx, ZMQ_ROUTER);
+    int tmo = 3000;
+    static uint8_t payload[4096];
+
+    memset(payload, 0xee, sizeof payload);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    if (zmq_bind(s, d->endpoint) != 0)
+        return NULL;
+    for (int k = 0; k < 4; k++) {
+        uint8_t id[256], f[8][512], head[KVT_HDR_BYTES + 96];
+        int idl = zmq_recv(s, id, sizeof id, 0), nf = 0, more = 1;
+        kvt_msg_t m;
+        size_t hl;
+
+        if (idl < 0)
+            break;
+        while (more && nf < 8) {
+            size_t sz = sizeof more;
+            zmq_recv(s, f[nf++], sizeof f[0], 0);
+            zmq_getsockopt(s, ZMQ_RCVMORE, &more, &sz);
+        }
+        memset(&m, 0, sizeof m);
+        m.hdr.req_id = kvt_get_u64(f[0] + 8);
+        m.hdr.ns_id = 7;
+        if (f[0][5] == KVT_MSG_HELLO) {
+            m.hdr.version = d->hello_v1 ? 1 : 2;
+            m.hdr.type = KVT_MSG_HELLO_OK;
+            m.u.hello_ok = (kvt_hello_ok_t){.ns_id = 7,
+                                            .lease_ms = 1000,
+                                            .max_chunk_bytes = 1 << 20,
+                                            .max_chunks = 64,
+                                            .features = KVT_FEAT_CHECKSUMS,
+                                            .max_in_flight = 4};
+            hl = kvt_head_encode(head, sizeof head, &m);
+            zmq_send(s, id, (size_t)idl, ZMQ_SNDMORE);
+            zmq_send(s, head, hl, 0);
+        } else if (f[0][5] == KVT_MSG_LOAD) {
+            static const uint8_t hit = KVT_CHUNK_HIT;
+            m.hdr.version = 1;
+            m.hdr.type = KVT_MSG_LOAD_OK;
+            hl = kvt_head_encode(head, sizeof head, &m);
+            zmq_send(s, id, (size_t)idl, ZMQ_SNDMORE);
+            zmq_send(s, head, hl, ZMQ_SNDMORE);
+            zmq_send(s, &hit, 1, ZMQ_SNDMORE);
+            zmq_send(s, payload, sizeof payload, 0);
+        }
+    }
+    zmq_close(s);
+    return NULL;
+}
+
+/* The session is protocol 2 with CHECKSUMS: a reply in protocol 1 (which has no checksums
+ * frame) is refused, never a verified-looking HIT of unverified bytes; a HELLO_OK in protocol 1
+ * fails the connect like a protocol 1 daemon. */
+START_TEST(test_reply_in_protocol1_refused)
+{
+    for (int v1 = 0; v1 < 2; v1++) {
+        downgrade_t d = {.ctx = zmq_ctx_new(), .hello_v1 = v1};
+        kvt_ns_desc_t ns = harness_ns_desc("downgrade", 1, 0, 1);
+        kvt_connect_opts_t o = {.timeout_ms = 2000, .data_path = KVT_DATA_PATH_FRAMES};
+        kvt_client_t *c = NULL;
+        kvt_hash_t h = {{1}};
+        static uint8_t buf[4096];
+        void *bp = buf;
+        size_t cap = sizeof buf, len = 0, nhit = 0;
+        pthread_t t;
+        int rc;
+
+        snprintf(d.endpoint, sizeof d.endpoint, "ipc://%s/down%d.zmq", check_scratch_dir(), v1);
+        ck_assert_int_eq(pthread_create(&t, NULL, downgrade_main, &d), 0);
+        rc = kvt_connect(d.endpoint, &ns, 0, &o, &c);
+        if (v1) {
+            ck_assert_int_eq(rc, KVT_EVERSION);
+            ck_assert_ptr_null(c);
+        } else {
+            ck_assert_int_eq(rc, 0);
+            rc = kvt_load(c, &h, 1, &bp, &cap, &len, &nhit);
+            ck_assert_int_eq(rc, KVT_EVERSION);
+            ck_assert_msg(strstr(kvt_last_error(c), "protocol 1") != NULL, "error text '%s'",
+                          kvt_last_error(c));
+            kvt_close(&c);
+        }
+        pthread_join(t, NULL);
+        zmq_ctx_term(d.ctx);
+    }
+}
+END_TEST
+
 static Suite *proto2_suite(void)
 {
     Suite *s = suite_create("proto2");
@@ -257,6 +357,7 @@ static Suite *proto2_suite(void)
     tcase_add_test(t, test_load_ok_both_versions);
     tcase_add_test(t, test_tally_and_errors_v2);
     tcase_add_test(t, test_client_against_protocol1_daemon);
+    tcase_add_test(t, test_reply_in_protocol1_refused);
     suite_add_tcase(s, t);
     return s;
 }
