@@ -179,3 +179,38 @@ def test_frames_path_and_all_ranks(daemon):
         with pytest.raises(kvtier.KvtierError) as e:
             c0.pin(hashes)
         assert e.value.code == kvtier.EUNSUPP
+
+
+def test_done_callbacks_run_outside_the_lock(daemon):
+    """A done-callback may submit the next request and wait for it (a chained lookup, then a
+    load), and one that raises neither hangs the other waiters nor reaches result(): callbacks
+    used to run under the client's lock, so a submit from one deadlocked every thread."""
+    import threading
+
+    with kvtier.Client(daemon.endpoint, NS, timeout_ms=2000) as c:
+        h = kvtier.hash_key(b"cb-chain")
+        data = chunk(7)
+        assert c.save([h], [data]) == [kvtier.SAVE_STORED]
+        got = {}
+
+        def chained(f):
+            buf = bytearray(len(data))
+            got["load"] = c.submit_load([h], [buf]).result(5)
+            got["buf"] = bytes(buf)
+
+        def raising(f):
+            raise RuntimeError("a callback's own error")
+
+        first = c.submit_lookup([h])
+        first.add_done_callback(raising)
+        first.add_done_callback(chained)
+        other = c.submit_lookup([h])
+        t = threading.Thread(target=other.result, args=(5,), daemon=True)
+        t.start()
+        assert first.result(5).hit == 1
+        t.join(5)
+        assert not t.is_alive(), "a waiter hung behind a callback"
+        assert got["load"].nhit == 1 and got["buf"] == data
+        late = []
+        first.add_done_callback(late.append)  # already done: runs at once
+        assert late == [first]

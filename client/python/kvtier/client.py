@@ -375,18 +375,35 @@ class Future:
         return self._exc
 
     def add_done_callback(self, fn) -> None:
-        """fn(future) runs on the thread that takes the completion (at once if done)."""
-        if self._done:
-            fn(self)
-        else:
-            self._callbacks.append(fn)
+        """fn(future) runs on the thread that takes the completion (at once if done), outside
+        the client's lock: it may submit, wait for other futures or take completions. An
+        exception it raises is logged and does not reach the thread taking completions."""
+        with self._client._lock:
+            if not self._done:
+                self._callbacks.append(fn)
+                return
+        _run_callback(fn, self)
 
     def _finish(self, value: Any, exc: Optional[BaseException]) -> None:
+        """Resolves the future (with the client's lock held); its callbacks are run by
+        _run_callbacks once the lock is released."""
         self._value, self._exc, self._done = value, exc, True
         self._keep = None
-        for fn in self._callbacks:
-            fn(self)
-        self._callbacks = []
+
+    def _run_callbacks(self) -> None:
+        with self._client._lock:
+            fns, self._callbacks = self._callbacks, []
+        for fn in fns:
+            _run_callback(fn, self)
+
+
+def _run_callback(fn, fut: "Future") -> None:
+    try:
+        fn(fut)
+    except Exception:  # as concurrent.futures does: a callback's error is the callback's
+        import logging
+
+        logging.getLogger("kvtier").exception("exception in a Future callback")
 
 
 class _Held:
@@ -589,9 +606,12 @@ class Client:
         lib.kvt_shutdown(self._c)
         self.poll_completions()
         with self._lock:
-            for fut in list(self._pending.values()):
+            left = list(self._pending.values())
+            for fut in left:
                 fut._finish(None, _error(ECLOSED, call="close"))
             self._pending.clear()
+        for fut in left:
+            fut._run_callbacks()
         c = c_void_p(self._c)
         self._c = None
         lib.kvt_close(byref(c))
@@ -878,7 +898,10 @@ class Client:
             if rc < 0:
                 raise self._fail(rc, "kvt_poll")
         with self._lock:
-            return self._drain_locked()
+            done = self._drain_locked()
+        for fut in done:
+            fut._run_callbacks()
+        return done
 
     def completions(self, timeout: Optional[float] = None) -> Iterator[Future]:
         """Yields futures as they complete until none is pending (or timeout seconds pass
@@ -949,8 +972,11 @@ class Client:
 
     def _wait_for(self, fut: Future, timeout: Optional[float]) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            while not fut._done:
+        while True:
+            done: list[Future] = []
+            with self._lock:
+                if fut._done:
+                    return
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("the request has not completed yet")
@@ -967,8 +993,13 @@ class Client:
                 finally:
                     self._lock.acquire()
                     self._polling = False
-                self._drain_locked()
-                self._cond.notify_all()
+                try:
+                    done = self._drain_locked()
+                finally:
+                    self._cond.notify_all()
+            # callbacks outside the lock: one that submits or waits must not deadlock
+            for f in done:
+                f._run_callbacks()
 
 
 _OP_CALLS = {
