@@ -18,6 +18,15 @@
  * checksum fails), never a wrong chunk - the store accepts only chunks its private journal
  * vouches for, byte for byte (journal.h).
  *
+ * A cold start over an existing file (0.2.7) makes a new file and renames it over the old one
+ * instead of truncating the old one: clients of the previous run may still map it (a pin whose
+ * hold has not ended, a reservation being filled, the library's copy threads), and truncating a
+ * mapped file makes their next access a SIGBUS (shrunk) or zeros (regrown), in the engine's
+ * process. The old inode lives on, unlinked, while they map it; they map the new file at their
+ * next request (a new generation). Until then its pages are counted against the clients, not the
+ * daemon. A daemon that opened the path takes its lock and then checks that the path still names
+ * the file it locked (a cold start may have replaced it meanwhile), else opens it again.
+ *
  * Threads: loop thread only.
  */
 #include "ram.h"
@@ -192,6 +201,76 @@ static uint64_t thp_page_of(unsigned long fs_type, const struct stat *st, bool m
     return pmd > 4096 ? (uint64_t)pmd : 0;
 }
 
+/* Opens (creates) path and takes its lock, then checks that path still names the file locked:
+ * a cold start of another daemon may have renamed a new file over it after this open (it then
+ * holds the new file's lock). 0 and *fd, or -EBUSY (a live daemon holds it), or -errno. */
+static int open_locked(const char *path, int *fd)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        struct stat a, b;
+        int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+        if (f < 0)
+            return -errno;
+        /* A live daemon holds the lock on its arena: never touch another daemon's arena. */
+        if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+            int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+            close(f);
+            return rc;
+        }
+        if (fstat(f, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            *fd = f;
+            return 0;
+        }
+        close(f); /* replaced meanwhile: the file at path now is the one to lock */
+    }
+    return -EBUSY;
+}
+
+/* The arena file's mode and group (ram.arena_group). 0 or -errno. */
+static int file_modes(int fd, const ram_opts_t *o)
+{
+    if (fchmod(fd, 0660) != 0)
+        return -errno;
+    if (o->group != NULL && o->group[0] != '\0') {
+        struct group *gr = getgrnam(o->group);
+        if (gr == NULL)
+            return -ENOENT;
+        if (fchown(fd, (uid_t)-1, gr->gr_gid) != 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/* A cold start over a file with bytes in it: a new file of r->map_bytes, locked, renamed over
+ * r->path; the old one is closed (its lock dropped with it), and stays for whoever maps it.
+ * 0, or -errno with r->fd still the old file. */
+static int replace_file(ram_t *r, const ram_opts_t *o)
+{
+    char tmp[sizeof r->path + 32];
+    int fd, rc;
+
+    if (snprintf(tmp, sizeof tmp, "%s.new.%d", r->path, (int)getpid()) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    (void)unlink(tmp); /* a leftover of a run that died here */
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+    if (fd < 0)
+        return -errno;
+    rc = flock(fd, LOCK_EX | LOCK_NB) != 0 ? -errno : file_modes(fd, o);
+    if (rc == 0 && ftruncate(fd, (off_t)r->map_bytes) != 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, r->path) != 0)
+        rc = -errno;
+    if (rc != 0) {
+        close(fd);
+        (void)unlink(tmp);
+        return rc;
+    }
+    close(r->fd);
+    r->fd = fd;
+    return 0;
+}
+
 int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
 {
     const char *path = o->path != NULL ? o->path : "";
@@ -216,35 +295,16 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
     }
     r->capacity = alloc_capacity(r->alloc);
     r->map_bytes = RAM_HDR_BYTES + r->capacity;
-    if (r->path[0] == '\0')
+    if (r->path[0] == '\0') {
         r->fd = memfd_create("kvtier-arena", MFD_CLOEXEC);
-    else
-        r->fd = open(r->path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
-    if (r->fd < 0) {
-        rc = -errno;
-        goto fail_open;
+        rc = r->fd < 0 ? -errno : 0;
+    } else {
+        rc = open_locked(r->path, &r->fd);
     }
-    /* A live daemon holds the lock on its arena: never truncate another daemon's arena. */
-    if (r->path[0] != '\0' && flock(r->fd, LOCK_EX | LOCK_NB) != 0) {
-        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-        close(r->fd);
+    if (rc != 0)
         goto fail_open;
-    }
-    if (r->path[0] != '\0' && fchmod(r->fd, 0660) != 0) {
-        rc = -errno;
+    if (r->path[0] != '\0' && (rc = file_modes(r->fd, o)) != 0)
         goto fail_size;
-    }
-    if (r->path[0] != '\0' && o->group != NULL && o->group[0] != '\0') {
-        struct group *gr = getgrnam(o->group);
-        if (gr == NULL) {
-            rc = -ENOENT;
-            goto fail_size;
-        }
-        if (fchown(r->fd, (uid_t)-1, gr->gr_gid) != 0) {
-            rc = -errno;
-            goto fail_size;
-        }
-    }
     if (fstat(r->fd, &st) != 0) {
         rc = -errno;
         goto fail_size;
@@ -265,9 +325,14 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
         reason = o->reattach ? judged : RAM_COLD_DISABLED;
     }
     if (reason != RAM_ATTACHED) {
-        /* Drop whatever a previous run left, then size the (sparse) arena. */
+        /* Drop whatever a previous run left, then size the (sparse) arena: a file with bytes
+         * in it is replaced, never truncated (header comment), a new one sized. */
         r->arena_id = random_id();
-        if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)r->map_bytes) != 0) {
+        if (r->path[0] != '\0' && st.st_size > 0) {
+            rc = replace_file(r, o);
+            if (rc != 0)
+                goto fail_size;
+        } else if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)r->map_bytes) != 0) {
             rc = -errno;
             goto fail_size;
         }

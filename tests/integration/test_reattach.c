@@ -218,6 +218,42 @@ START_TEST(test_reattach_disk_smaller_than_ram)
 }
 END_TEST
 
+/* A cold start over the arena of a daemon that died while a client held a pin (0.2.7): the file
+ * is replaced, not truncated. Truncated, the pinned pointer read zeros (a regrown file) or raised
+ * SIGBUS in the client (a shrunk one). ram.reattach false: every start is cold. */
+START_TEST(test_cold_start_keeps_mapped_arena)
+{
+    persist_t p;
+    harness_t *h;
+    kvt_client_t *c;
+    kvt_completion_t *pin = NULL;
+    kvt_hash_t hs[4];
+    struct stat before, after;
+
+    persist_init(&p, 4u << 20, 64u << 10, false);
+    h = persist_start(&p, p.capacity, ", \"reattach\": false");
+    c = harness_client_with(h, "reattach", 1, 0, 16, KVT_DATA_PATH_SHM);
+    ck_assert_uint_eq(harness_save_chain(c, 41, 4, p.chunk, 0), 4);
+    harness_chain(41, hs, 4);
+    ck_assert_int_eq(kvt_pin(c, hs, 4, &pin), 0);
+    ck_assert_uint_eq(pin->nhit, 4);
+    ck_assert_int_eq(stat(p.arena, &before), 0);
+    harness_kill9(h);
+    harness_restart(h); /* cold: a new file at the path */
+    expect_path(h, "cold", "disabled");
+    for (size_t i = 0; i < 4; i++) /* the old mapping still holds the pinned bytes */
+        ck_assert_int_eq(harness_check_fill(pin->ptrs[i], p.chunk, 0, (uint64_t)41 << 32 | i), 1);
+    ck_assert_int_eq(stat(p.arena, &after), 0);
+    ck_assert(before.st_ino != after.st_ino);
+    kvt_completion_free(c, pin);
+    ck_assert_uint_eq(harness_save_chain(c, 42, 4, p.chunk, 0), 4); /* the new arena serves */
+    ck_assert_uint_eq(harness_load_chain(c, 42, 4, p.chunk, 0), 4);
+    kvt_close(&c);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
 /* The saver: chains from 1 up, each reported on fd once its every chunk was STORED; runs until
  * its daemon is gone. A forked process: it reports by exit status, not by Check. */
 static void saver(const char *endpoint, const persist_t *p, int fd)
@@ -719,6 +755,7 @@ static Suite *reattach_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_reattach_clean_stop);
     tcase_add_test(tc, test_reattach_disk_smaller_than_ram);
+    tcase_add_test(tc, test_cold_start_keeps_mapped_arena);
     tcase_add_test(tc, test_reattach_sigkill_during_saves);
     tcase_add_test(tc, test_reattach_scribbled);
     tcase_add_test(tc, test_reattach_config_changes);
