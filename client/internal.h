@@ -283,9 +283,10 @@ void kvt__copier_drain(kvt_client_t *c);
 void kvt__copier_stop(kvt_client_t *c);
 
 /* --- shm.c --- */
-/* Maps the arena file at path (arena_bytes, from ARENA_OK). 0, KVT_ESYS or KVT_ENOMEM. */
+/* Maps the arena file at path (arena_bytes, from ARENA_OK). 0, KVT_ESYS or KVT_ENOMEM; on
+ * failure err (errcap bytes) says why, with the path (0.2.7: it said nothing). */
 int kvt__map_open(const char *path, uint64_t arena_bytes, bool prefaulted, uint32_t gen,
-                  uint32_t hold_ms, arena_map_t **out);
+                  uint32_t hold_ms, arena_map_t **out, char *err, size_t errcap);
 /* Whether path names the file m maps (same device and inode) of arena_bytes. */
 bool kvt__map_same(const arena_map_t *m, const char *path, uint64_t arena_bytes, uint32_t gen);
 arena_map_t *kvt__map_ref(arena_map_t *m);

@@ -65,7 +65,7 @@ static void set_error(req_t *r, const kvt_error_t *e)
     r->err[n] = '\0';
 }
 
-static int map_arena(kvt_client_t *c, const kvt_msg_t *rep)
+static int map_arena(kvt_client_t *c, const kvt_msg_t *rep, char *err, size_t errcap)
 {
     const kvt_arena_ok_t *a = &rep->u.arena_ok;
     char path[KVT_PATH_MAX + 1];
@@ -79,7 +79,7 @@ static int map_arena(kvt_client_t *c, const kvt_msg_t *rep)
     if (kvt__map_same(c->map, path, a->arena_bytes, a->arena_gen))
         return 0;
     rc = kvt__map_open(path, a->arena_bytes, (rep->hdr.flags & KVT_ARENA_PREFAULTED) != 0,
-                       a->arena_gen, a->hold_ms, &m);
+                       a->arena_gen, a->hold_ms, &m, err, errcap);
     if (rc != 0)
         return rc;
     pthread_mutex_lock(&c->mu);
@@ -130,7 +130,9 @@ static void on_hello(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
         pthread_mutex_lock(&c->mu);
         c->info.lease_ms = h->lease_ms;
         c->info.max_chunk_bytes = h->max_chunk_bytes;
-        c->info.max_chunks = h->max_chunks;
+        /* what a reply can carry (KVT_RX_FRAMES_MAX): a daemon announcing more (kvtierd caps
+         * server.max_chunks_per_request at 65536) would make larger requests time out */
+        c->info.max_chunks = h->max_chunks < 65536 ? h->max_chunks : 65536;
         c->info.daemon_version = h->daemon_version;
         c->info.features = h->features;
         c->info.max_in_flight = win;
@@ -143,7 +145,8 @@ static void on_hello(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
         kvt__recovery_end(c, r, 0);
         return;
     }
-    r->arena_rc = rep->hdr.type == KVT_MSG_ARENA_OK ? map_arena(c, rep) : KVT_EPROTO;
+    r->arena_rc =
+        rep->hdr.type == KVT_MSG_ARENA_OK ? map_arena(c, rep, r->err, sizeof r->err) : KVT_EPROTO;
     kvt__recovery_end(c, r, r->arena_rc != 0 && !r->arena_optional ? r->arena_rc : 0);
 }
 

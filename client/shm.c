@@ -19,7 +19,10 @@
 #include "internal.h"
 #include "kvt_csum.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,7 +30,7 @@
 #include <unistd.h>
 
 int kvt__map_open(const char *path, uint64_t arena_bytes, bool prefaulted, uint32_t gen,
-                  uint32_t hold_ms, arena_map_t **out)
+                  uint32_t hold_ms, arena_map_t **out, char *err, size_t errcap)
 {
     long page = sysconf(_SC_PAGESIZE);
     arena_map_t *m;
@@ -40,10 +43,18 @@ int kvt__map_open(const char *path, uint64_t arena_bytes, bool prefaulted, uint3
     m = calloc(1, sizeof *m);
     if (m == NULL)
         return KVT_ENOMEM;
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        snprintf(err, errcap, "arena %s: open: %s", path, strerror(errno));
         goto fail;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < arena_bytes) {
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < arena_bytes) {
+        /* a FIFO, a device or a directory is no arena (a daemon could name any file) */
+        if (!S_ISREG(st.st_mode))
+            snprintf(err, errcap, "arena %s: not a regular file", path);
+        else
+            snprintf(err, errcap, "arena %s: %" PRIu64 " bytes, the daemon said %" PRIu64, path,
+                     (uint64_t)st.st_size, arena_bytes);
         close(fd);
         goto fail;
     }
@@ -54,6 +65,9 @@ int kvt__map_open(const char *path, uint64_t arena_bytes, bool prefaulted, uint3
      * 4 KiB. (On a sparse arena it would allocate the whole capacity: not done then.) */
     p = mmap(NULL, m->map_bytes, PROT_READ | PROT_WRITE,
              MAP_SHARED | (prefaulted ? MAP_POPULATE : 0), fd, 0);
+    if (p == MAP_FAILED)
+        snprintf(err, errcap, "arena %s: mmap of %zu bytes: %s", path, m->map_bytes,
+                 strerror(errno));
     close(fd);
     if (p == MAP_FAILED)
         goto fail;

@@ -225,6 +225,31 @@ START_TEST(test_auto_falls_back_to_frames)
 }
 END_TEST
 
+/* An arena the client cannot map says why (0.2.7: KVT_ESYS and no text): the daemon's arena file
+ * removed under it (as an operator's cleanup of /dev/shm would), a shared-memory connect fails
+ * naming the path and the error; auto falls back to frames. */
+START_TEST(test_unmappable_arena_says_why)
+{
+    harness_t *h = start_shm(4 * MIB, 64 * KIB);
+    kvt_ns_desc_t d = harness_ns_desc("shm-model", 1, 0, 32);
+    kvt_connect_opts_t o = {.timeout_ms = 5000, .data_path = KVT_DATA_PATH_SHM};
+    kvt_client_t *x = NULL, *c;
+    char path[256];
+
+    ck_assert_int_eq(sscanf(arena_json, "{\"ram\": {\"arena_path\": \"%255[^\"]", path), 1);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(kvt_connect(h->endpoint, &d, 0, &o, &x), KVT_ESYS);
+    ck_assert_ptr_null(x);
+    ck_assert_msg(strstr(kvt_last_error(NULL), path) != NULL &&
+                      strstr(kvt_last_error(NULL), "No such file") != NULL,
+                  "last error: '%s'", kvt_last_error(NULL));
+    c = connect_path(h, NULL, 1, 0, KVT_DATA_PATH_AUTO);
+    ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_FRAMES);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 START_TEST(test_tcp_endpoint_uses_frames)
 {
     char extra[256], ep[64];
@@ -794,6 +819,7 @@ static Suite *shm_suite(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, test_both_paths_four_ranks_concurrently);
     tcase_add_test(t, test_cross_path_and_exists);
+    tcase_add_test(t, test_unmappable_arena_says_why);
     tcase_add_test(t, test_auto_falls_back_to_frames);
     tcase_add_test(t, test_tcp_endpoint_uses_frames);
     tcase_add_test(t, test_commit_client_checksums);
