@@ -34,12 +34,16 @@
  */
 #include "config.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -54,6 +58,9 @@
 #define CONFIG_KEY_PATH_MAX 320
 #define CONFIG_SHOWN_MAX (sizeof "namespaces." + 256 + 1)
 #define CONFIG_SUN_PATH_MAX 108 /* sizeof(struct sockaddr_un.sun_path) on Linux */
+/* The largest configuration file read: every key with 64 namespace overrides of every gate key,
+ * indented, is about 60 KiB; a reload reads and parses on the loop, so this bounds that time. */
+#define CONFIG_FILE_MAX (1 << 20)
 
 typedef enum {
     KEY_STRING,
@@ -674,11 +681,83 @@ static int config_load_json(json_t *root, const json_error_t *jerr, config_t *cf
     return rc;
 }
 
+/* Reads the file at path (a regular file of at most CONFIG_FILE_MAX bytes) into a new buffer.
+ * The open does not block (O_NONBLOCK): a reload runs on the loop, and a FIFO or a device left
+ * at the path must be an error, not a loop that waits for a writer or reads /dev/zero. */
+static char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
+{
+    struct stat st;
+    size_t n = 0;
+    char *buf;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+    if (fd < 0) {
+        errf(err, errlen, "%s: unable to open %s: %s", path, path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0) {
+        errf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        errf(err, errlen, "%s: not a regular file (%s)", path,
+             S_ISDIR(st.st_mode)    ? "a directory"
+             : S_ISFIFO(st.st_mode) ? "a FIFO"
+             : S_ISCHR(st.st_mode)  ? "a character device"
+                                    : "a special file");
+        close(fd);
+        return NULL;
+    }
+    if (st.st_size > CONFIG_FILE_MAX) {
+        errf(err, errlen, "%s: %lld bytes, more than the %d a configuration may have", path,
+             (long long)st.st_size, CONFIG_FILE_MAX);
+        close(fd);
+        return NULL;
+    }
+    buf = malloc(CONFIG_FILE_MAX + 1);
+    if (buf == NULL) {
+        errf(err, errlen, "%s: out of memory", path);
+        close(fd);
+        return NULL;
+    }
+    for (;;) { /* up to one byte more than the bound: the file may have grown since fstat */
+        ssize_t r = read(fd, buf + n, CONFIG_FILE_MAX + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            errf(err, errlen, "%s: %s", path, strerror(errno));
+            free(buf);
+            close(fd);
+            return NULL;
+        }
+        if (r == 0 || (n += (size_t)r) > CONFIG_FILE_MAX)
+            break;
+    }
+    close(fd);
+    if (n > CONFIG_FILE_MAX) {
+        errf(err, errlen, "%s: more than the %d bytes a configuration may have", path,
+             CONFIG_FILE_MAX);
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
 int config_load(const char *path, config_t *cfg, char *err, size_t errlen)
 {
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root;
+    size_t len = 0;
+    char *buf = config_read_file(path, &len, err, errlen);
 
+    if (buf == NULL)
+        return -1;
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (root == NULL) /* jansson names the buffer "<buffer>": name the file */
+        snprintf(jerr.source, sizeof jerr.source, "%s", path);
     return config_load_json(root, &jerr, cfg, err, errlen);
 }
 

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check_main.h"
 
@@ -219,6 +221,59 @@ START_TEST(test_load_missing_file)
 
     ck_assert_int_eq(config_load(CONFIGS_DIR "/no-such-file.json", &cfg, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "no-such-file.json") != NULL, "%s", err);
+}
+END_TEST
+
+/* The file itself: a path that is not a regular file, or too large, is refused at once with the
+ * reason (a FIFO used to block the load, on the loop at a SIGHUP, until a writer came; a directory
+ * said "'[' or '{' expected near end of file"), and a syntax error names the file. */
+START_TEST(test_load_not_a_config_file)
+{
+    char dir[] = "/tmp/kvt-config-XXXXXX", path[600], err[512];
+    config_t cfg;
+    FILE *f;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+
+    ck_assert_int_eq(config_load(dir, &cfg, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "not a regular file (a directory)") != NULL, "%s", err);
+
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    alarm(5); /* without the fix the load waits for a writer for ever */
+    ck_assert_int_eq(config_load(path, &cfg, err, sizeof err), -1);
+    alarm(0);
+    ck_assert_msg(strstr(err, "not a regular file (a FIFO)") != NULL, "%s", err);
+    unlink(path);
+
+    ck_assert_int_eq(config_load("/dev/zero", &cfg, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "/dev/zero: not a regular file (a character device)") != NULL, "%s",
+                  err);
+
+    snprintf(path, sizeof path, "%s/big.json", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"x\": \"", f);
+    for (int i = 0; i < (1 << 20); i++)
+        fputc('a', f);
+    fputs("\"}", f);
+    fclose(f);
+    ck_assert_int_eq(config_load(path, &cfg, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "bytes, more than the 1048576 a configuration may have") != NULL,
+                  "%s", err);
+    unlink(path);
+
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\n  \"ram\": {\"lease_ms\": 18446744073709551616}\n}\n", f);
+    fclose(f);
+    ck_assert_int_eq(config_load(path, &cfg, err, sizeof err), -1);
+    snprintf(path + strlen(path), sizeof path - strlen(path), ":2:");
+    ck_assert_msg(strncmp(err, path, strlen(path)) == 0, "%s (expected %s...)", err, path);
+    path[strlen(path) - 3] = '\0';
+    unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -785,6 +840,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_namespace_overrides);
     tcase_add_test(tc, test_namespace_errors);
     tcase_add_test(tc, test_parse_size);
+    tcase_add_test(tc, test_load_not_a_config_file);
     tcase_add_test(tc, test_dump_round_trip);
     tcase_add_test(tc, test_live_flags);
     tcase_add_test(tc, test_merge_live);
