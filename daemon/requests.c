@@ -127,9 +127,10 @@ static void do_hello(server_t *sv, const server_req_t *r)
         session_refused(sv->sessions, s, SESSION_BOUND_MAX_NAMESPACES);
         server__reply_error(sv, r, KVT_WIRE_EBUSY,
                             "hello: namespace table full: server.max_namespaces (%u) namespaces "
-                            "are declared by connected clients; raise it, or stop the clients "
-                            "holding them (kvtierctl status lists them)",
-                            ns_max(sv->nst));
+                            "are declared by sessions (a client that closed keeps its session "
+                            "until server.client_idle_ms, %u ms, passes); raise the bound, or "
+                            "stop the clients holding them (kvtierctl status lists them)",
+                            ns_max(sv->nst), (unsigned)sv->cfg->server.client_idle_ms);
         return;
     }
     if (rc != 0) {
