@@ -51,6 +51,18 @@ int log_enabled(log_level_t level)
     return level >= log_get_level();
 }
 
+const char *log_quote(char *buf, size_t cap, const char *s)
+{
+    size_t i = 0;
+
+    if (cap == 0)
+        return buf;
+    for (; s != NULL && s[i] != '\0' && i + 1 < cap; i++)
+        buf[i] = s[i] == '"' ? '\'' : s[i] == '\\' ? '/' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
 void log_write(log_level_t level, const char *event, const char *fmt, ...)
 {
     char line[1024];
@@ -74,6 +86,15 @@ void log_write(log_level_t level, const char *event, const char *fmt, ...)
     va_end(ap);
     if (k < 0)
         k = 0;
+    {
+        /* One event, one line (0.2.7): values may come from clients (a namespace's model name
+         * holds any byte but NUL), and a newline in one forged a line of its own. Control bytes
+         * of the rest become '?'. */
+        size_t end = (size_t)k >= sizeof line - n ? sizeof line - 1 : n + (size_t)k;
+        for (size_t i = n; i < end; i++)
+            if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+                line[i] = '?';
+    }
     if ((size_t)k >= sizeof line - n - 1) {
         n = sizeof line - 5;
         line[n++] = '.';

@@ -2,7 +2,9 @@
  * log.h - one-line, key=value event logging to stderr, and the log levels.
  *
  * Every line reads "ts=<RFC 3339 UTC> level=<level> event=<name> key=value ...". Callers pass
- * the event name and the key=value rest as a printf format. Lines are written with one write(2)
+ * the event name and the key=value rest as a printf format. Control bytes in the rest become '?'
+ * (values may come from clients: a newline must not make a line of its own); a value that may
+ * hold spaces or quotes is written quoted through log_quote(). Lines are written with one write(2)
  * so that concurrent writers (the thread pool, later) never interleave within a line.
  *
  * The level type and its words ("debug", "info", "warn", "error") live here, at the bottom of
@@ -14,6 +16,8 @@
  */
 #ifndef KVT_LOG_H
 #define KVT_LOG_H
+
+#include <stddef.h>
 
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
 
@@ -32,6 +36,10 @@ int log_enabled(log_level_t level);
 
 void log_write(log_level_t level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* s as the inside of a quoted value, into buf (cap bytes, truncated): '"' becomes '\'' and '\\'
+ * becomes '/', so that key="..." stays one value. Returns buf. */
+const char *log_quote(char *buf, size_t cap, const char *s);
 
 #define log_debug(ev, ...) log_write(LOG_DEBUG, ev, __VA_ARGS__)
 #define log_info(ev, ...) log_write(LOG_INFO, ev, __VA_ARGS__)

@@ -36,7 +36,11 @@ int reload_config(const char *path, config_t *cfg, server_t *sv)
             snprintf(err, sizeof err, "out of memory");
         st->reload_errors++;
         snprintf(st->last_error, sizeof st->last_error, "%s", err);
-        log_error("reload_failed", "path=%s error=\"%s\" action=kept_running_config", path, err);
+        {
+            char q[sizeof err];
+            log_error("reload_failed", "path=%s error=\"%s\" action=kept_running_config", path,
+                      log_quote(q, sizeof q, err)); /* its text quotes the bad value */
+        }
         free(next);
         return -1;
     }

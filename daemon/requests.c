@@ -141,9 +141,11 @@ static void do_hello(server_t *sv, const server_req_t *r)
         server__reply_error(sv, r, KVT_WIRE_EBUSY, "hello: too many namespaces");
         return;
     }
-    if (ns->chunks == 0 && ns->bytes == 0)
-        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u", model, h->layout_fp,
-                  ns->id, h->world, h->rank);
+    if (ns->chunks == 0 && ns->bytes == 0 && log_enabled(LOG_DEBUG)) {
+        char q[2 * KVT_MODEL_MAX];
+        log_debug("hello", "ns=\"%s\" fp=%016" PRIx64 " id=%u world=%u rank=%u",
+                  log_quote(q, sizeof q, model), h->layout_fp, ns->id, h->world, h->rank);
+    }
     m.u.hello_ok.ns_id = ns->id;
     m.u.hello_ok.lease_ms = sv->cfg->ram.lease_ms;
     m.u.hello_ok.max_chunk_bytes = sv->cfg->ram.max_chunk_bytes;
@@ -173,9 +175,12 @@ static void log_admission_report(const ns_t *ns)
 {
     gates_state_t st;
 
+    char q[2 * KVT_MODEL_MAX];
+
     gates_state(ns->gates, &st);
-    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64 " skipped=%" PRIu64,
-             ns->model, st.probes, st.payoff, st.saved, st.skipped);
+    log_info("admission",
+             "ns=\"%s\" probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64 " skipped=%" PRIu64,
+             log_quote(q, sizeof q, ns->model), st.probes, st.payoff, st.saved, st.skipped);
 }
 
 /* The store's answer to "is this chunk stored" for the value policy's walk through the ghost

@@ -869,6 +869,7 @@ int server_drop_ns(server_t *sv, const char *model, const char *revision, server
         ns_t *ns = ns_at(sv->nst, slot);
         uint32_t id;
         store_drop_t d;
+        char qm[2 * KVT_MODEL_MAX], qr[2 * KVT_REVISION_MAX];
 
         if (ns == NULL || strcmp(ns->model, model) != 0 ||
             (revision != NULL && strcmp(ns->revision, revision) != 0))
@@ -882,13 +883,13 @@ int server_drop_ns(server_t *sv, const char *model, const char *revision, server
         log_info("drop",
                  "ns=\"%s\" revision=\"%s\" id=%u chunks=%" PRIu64 " bytes=%" PRIu64
                  " ram_chunks=%" PRIu64 " disk_chunks=%" PRIu64 " pinned=%" PRIu64,
-                 ns->model, ns->revision, id, d.chunks, d.bytes, d.ram_chunks, d.disk_chunks,
-                 d.pinned);
+                 log_quote(qm, sizeof qm, ns->model), log_quote(qr, sizeof qr, ns->revision), id,
+                 d.chunks, d.bytes, d.ram_chunks, d.disk_chunks, d.pinned);
         if (d.tombstone_error != 0)
             log_warn("drops_write_failed",
                      "ns=\"%s\" error=\"%s\" (a restart may bring the disk "
                      "copies back)",
-                     ns->model, strerror(-d.tombstone_error));
+                     qm, strerror(-d.tombstone_error));
         if ((size_t)matched < max)
             out[matched] = (server_drop_t){.ns_id = id, .dropped = d};
         matched++;

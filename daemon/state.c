@@ -281,7 +281,9 @@ static int load_ns_cb(void *arg, uint32_t index, const state_ns_t *s)
         return 0; /* not declarable any more (conflict, table full): its state goes */
     rc = gates_import(ns->gates, s->blob, s->blob_len);
     if (rc < 0) {
-        log_warn("state_load_ns", "model=%s error=\"%s\" action=priors", model, strerror(-rc));
+        char q[2 * KVT_MODEL_MAX];
+        log_warn("state_load_ns", "model=\"%s\" error=\"%s\" action=priors",
+                 log_quote(q, sizeof q, model), strerror(-rc));
         return 0;
     }
     c->ghost_reset += rc == 1;

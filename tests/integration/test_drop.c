@@ -171,6 +171,37 @@ static harness_t *start(const char *dir)
     return harness_start(&o);
 }
 
+/* A model name is any bytes but NUL (0.2.7): one holding a newline and quotes, dropped by an
+ * operator, logs one line, its value quoted; it made a forged log line of its own before. */
+START_TEST(test_drop_logs_a_hostile_name_on_one_line)
+{
+    harness_t *h = harness_start(NULL);
+    peer_t p;
+    json_t *doc;
+    char line[2048];
+    FILE *f;
+    int code, forged = 0, drops = 0;
+
+    peer_open(&p, h);
+    ck_assert_uint_gt(declare(&p, "inj\nts=fake level=error event=injected \"q\"", "r1"), 0);
+    doc = drop(h, "ns=inj%0Ats%3Dfake%20level%3Derror%20event%3Dinjected%20%22q%22", &code);
+    ck_assert_int_eq(code, 200);
+    json_decref(doc);
+    f = fopen(h->log_path, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f) != NULL) {
+        forged += strncmp(line, "ts=fake", 7) == 0;
+        drops += strstr(line, "event=drop ") != NULL &&
+                 strstr(line, "ns=\"inj?ts=fake level=error event=injected 'q'\"") != NULL;
+    }
+    fclose(f);
+    ck_assert_int_eq(forged, 0);
+    ck_assert_int_eq(drops, 1);
+    peer_close(&p);
+    harness_stop(&h);
+}
+END_TEST
+
 START_TEST(test_drop_namespace_ram_disk_revision_restart)
 {
     char dir[128];
@@ -345,6 +376,7 @@ static Suite *drop_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_drop_namespace_ram_disk_revision_restart);
+    tcase_add_test(tc, test_drop_logs_a_hostile_name_on_one_line);
     tcase_add_test(tc, test_drop_pinned_clean_chunk_then_stop);
     suite_add_tcase(su, tc);
     return su;
