@@ -48,7 +48,12 @@ int kvt__map_open(const char *path, uint64_t arena_bytes, bool prefaulted, uint3
         snprintf(err, errcap, "arena %s: open: %s", path, strerror(errno));
         goto fail;
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < arena_bytes) {
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errcap, "arena %s: fstat: %s", path, strerror(errno));
+        close(fd);
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < arena_bytes) {
         /* a FIFO, a device or a directory is no arena (a daemon could name any file) */
         if (!S_ISREG(st.st_mode))
             snprintf(err, errcap, "arena %s: not a regular file", path);

@@ -59,16 +59,17 @@ void admission_destroy(admission_t **pa)
 static void log_value_report(const ns_t *ns)
 {
     gates_state_t st;
+    char q[2 * KVT_MODEL_MAX];
 
     gates_state(ns->gates, &st);
     log_info("admission_value",
-             "ns=%s policy=%s density=%.6f share=%.6f served=%" PRIu64 " regret=%" PRIu64
+             "ns=\"%s\" policy=%s density=%.6f share=%.6f served=%" PRIu64 " regret=%" PRIu64
              " written=%" PRIu64 " declined=%" PRIu64 " ghosts=%" PRIu64 " saved=%" PRIu64
              " skipped=%" PRIu64 " atom_would_decline=%" PRIu64 " value_would_decline=%" PRIu64,
-             ns->model, gates_policy_words[st.policy], st.density, st.value_share,
-             st.token_tallies > 0 ? st.served_tokens : st.estimated_served_tokens, st.regret_tokens,
-             st.written_tokens, st.declined_tokens, st.ghost.entries, st.saved, st.skipped,
-             st.atom_would_decline, st.value_would_decline);
+             log_quote(q, sizeof q, ns->model), gates_policy_words[st.policy], st.density,
+             st.value_share, st.token_tallies > 0 ? st.served_tokens : st.estimated_served_tokens,
+             st.regret_tokens, st.written_tokens, st.declined_tokens, st.ghost.entries, st.saved,
+             st.skipped, st.atom_would_decline, st.value_would_decline);
 }
 
 /* The decision of the operation, taken once and remembered for every rank. */

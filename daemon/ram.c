@@ -25,7 +25,10 @@
  * process. The old inode lives on, unlinked, while they map it; they map the new file at their
  * next request (a new generation). Until then its pages are counted against the clients, not the
  * daemon. A daemon that opened the path takes its lock and then checks that the path still names
- * the file it locked (a cold start may have replaced it meanwhile), else opens it again.
+ * the file it locked (a cold start may have replaced it meanwhile), else opens it again. When no
+ * new file can be made (no room for two arenas in /dev/shm while clients map the old one, a
+ * directory the daemon may not write, as a root-owned hugetlbfs mount with the file pre-made),
+ * the old one is truncated in place as before, with a warning: the daemon starts either way.
  *
  * Threads: loop thread only.
  */
@@ -38,6 +41,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +83,7 @@ struct ram {
     bool keep;
     uint64_t huge_page; /* the file is on hugetlbfs: its page size (the mapping is whole pages) */
     uint64_t thp_page;  /* the file is on a tmpfs that allocates huge pages: their size */
+    int replace_error;  /* a cold start truncated the old file in place: why no new one was made */
     bool tmpfs;         /* a file (not a memfd) on a tmpfs */
     char path[256];
 };
@@ -242,24 +248,42 @@ static int file_modes(int fd, const ram_opts_t *o)
     return 0;
 }
 
-/* A cold start over a file with bytes in it: a new file of r->map_bytes, locked, renamed over
- * r->path; the old one is closed (its lock dropped with it), and stays for whoever maps it.
- * 0, or -errno with r->fd still the old file. */
-static int replace_file(ram_t *r, const ram_opts_t *o)
+/* A cold start over a file with bytes in it: a new file of r->map_bytes (allocated when
+ * prefault), locked, with the old one's group unless ram.arena_group names one, renamed over the
+ * file the path names (through symlinks: the new file is made beside the target, on its
+ * filesystem); the old one is closed (its lock dropped with it) and stays for whoever maps it.
+ * 0 with r->fd the new file, or -errno with r->fd still the old one, nothing left behind. */
+static int replace_file(ram_t *r, const ram_opts_t *o, const struct stat *old)
 {
-    char tmp[sizeof r->path + 32];
-    int fd, rc;
+    char target[PATH_MAX], tmp[PATH_MAX + 32];
+    uint64_t suffix;
+    int fd = -1, rc;
 
-    if (snprintf(tmp, sizeof tmp, "%s.new.%d", r->path, (int)getpid()) >= (int)sizeof tmp)
-        return -ENAMETOOLONG;
-    (void)unlink(tmp); /* a leftover of a run that died here */
-    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
-    if (fd < 0)
+    if (realpath(r->path, target) == NULL)
         return -errno;
+    for (int tries = 0; fd < 0 && tries < 8; tries++) {
+        /* a random name: another user of /dev/shm cannot plant it ahead (O_EXCL never follows
+         * a link) */
+        if (getrandom(&suffix, sizeof suffix, GRND_NONBLOCK) != (ssize_t)sizeof suffix)
+            suffix =
+                (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() ^ (uint64_t)tries;
+        if (snprintf(tmp, sizeof tmp, "%s.%016" PRIx64 ".new", target, suffix) >= (int)sizeof tmp)
+            return -ENAMETOOLONG;
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+        if (fd < 0 && errno != EEXIST)
+            return -errno;
+    }
+    if (fd < 0)
+        return -EEXIST;
     rc = flock(fd, LOCK_EX | LOCK_NB) != 0 ? -errno : file_modes(fd, o);
+    if (rc == 0 && (o->group == NULL || o->group[0] == '\0') &&
+        fchown(fd, (uid_t)-1, old->st_gid) != 0)
+        rc = -errno; /* the group an operator gave the file carries over */
     if (rc == 0 && ftruncate(fd, (off_t)r->map_bytes) != 0)
         rc = -errno;
-    if (rc == 0 && rename(tmp, r->path) != 0)
+    if (rc == 0 && o->prefault && fallocate(fd, 0, 0, (off_t)r->map_bytes) != 0)
+        rc = -errno; /* no room for a second arena while the old one is mapped */
+    if (rc == 0 && rename(tmp, target) != 0)
         rc = -errno;
     if (rc != 0) {
         close(fd);
@@ -328,11 +352,13 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
         /* Drop whatever a previous run left, then size the (sparse) arena: a file with bytes
          * in it is replaced, never truncated (header comment), a new one sized. */
         r->arena_id = random_id();
-        if (r->path[0] != '\0' && st.st_size > 0) {
-            rc = replace_file(r, o);
-            if (rc != 0)
-                goto fail_size;
-        } else if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)r->map_bytes) != 0) {
+        rc = r->path[0] != '\0' && st.st_size > 0 ? replace_file(r, o, &st) : -ENOENT;
+        if (rc != 0 && rc != -ENOENT)
+            /* no new file could be made (no room for two arenas while clients map the old
+             * one, a directory the daemon cannot write, a long name): the old one is
+             * truncated, as before 0.2.7, rather than not starting (ram_replace_error) */
+            r->replace_error = rc;
+        if (rc != 0 && (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)r->map_bytes) != 0)) {
             rc = -errno;
             goto fail_size;
         }
@@ -355,10 +381,11 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
     return 0;
 
 fail_size:
-    close(r->fd);
-    /* a file kept for a re-attach is left as it was found (only a cold start changed it) */
+    /* a file kept for a re-attach is left as it was found (only a cold start changed it);
+     * unlinked while the lock is held */
     if (r->path[0] != '\0' && reason != RAM_ATTACHED)
         unlink(r->path);
+    close(r->fd);
 fail_open:
     alloc_destroy(&r->alloc);
 fail_alloc:
@@ -384,9 +411,9 @@ void ram_destroy(ram_t **pr)
     if (r == NULL)
         return;
     munmap(r->base, r->map_bytes);
-    close(r->fd);
     if (r->path[0] != '\0' && !r->keep)
-        unlink(r->path);
+        unlink(r->path); /* while the lock is held: no other daemon can have locked it since */
+    close(r->fd);
     alloc_destroy(&r->alloc);
     free(r);
     *pr = NULL;
@@ -427,6 +454,11 @@ void *ram_ptr(const ram_t *r, uint64_t off)
 int ram_fd(const ram_t *r)
 {
     return r->fd;
+}
+
+int ram_replace_error(const ram_t *r)
+{
+    return r->replace_error;
 }
 
 uint64_t ram_capacity(const ram_t *r)

@@ -99,6 +99,9 @@ bool ram_extent_ok(const ram_t *r, uint64_t off, uint64_t len);
 
 void *ram_ptr(const ram_t *r, uint64_t off);
 
+/* After a cold start over an existing file: 0 when a new file replaced it (or none was there),
+ * else why none could be made (a negative errno) and the old file was truncated in place. */
+int ram_replace_error(const ram_t *r);
 uint64_t ram_capacity(const ram_t *r);   /* bytes of the chunk area (whole units) */
 uint64_t ram_file_bytes(const ram_t *r); /* the file's size: header page + chunk area (rounded
                                             up to whole huge pages on hugetlbfs) */

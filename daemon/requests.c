@@ -66,9 +66,13 @@ static int hello_declare(server_t *sv, const ns_ident_t *id, const char *model, 
         return rc;
     if (store_evict_ns(sv->store, victim, &d) != 0)
         return -ENOSPC;
-    log_info("namespace_evicted",
-             "ns=\"%s\" id=%u chunks=%" PRIu64 " pinned=%" PRIu64 " for=\"%s\"", victim->model,
-             victim->id, d.chunks, d.pinned, model);
+    {
+        char qv[2 * KVT_MODEL_MAX], qm[2 * KVT_MODEL_MAX];
+        log_info("namespace_evicted",
+                 "ns=\"%s\" id=%u chunks=%" PRIu64 " pinned=%" PRIu64 " for=\"%s\"",
+                 log_quote(qv, sizeof qv, victim->model), victim->id, d.chunks, d.pinned,
+                 log_quote(qm, sizeof qm, model));
+    }
     sv->counters.namespaces_evicted++;
     ns_remove(sv->nst, victim);
     return ns_declare(sv->nst, id, config_gates_for(sv->cfg, model), out);
@@ -162,13 +166,14 @@ static void do_hello(server_t *sv, const server_req_t *r)
 static void log_skip_report(const ns_t *ns)
 {
     gates_state_t st;
+    char q[2 * KVT_MODEL_MAX];
 
     gates_state(ns->gates, &st);
     log_info("lookup_skip",
-             "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
+             "ns=\"%s\" lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
              " forced_probes=%" PRIu64 " would_skip=%" PRIu64,
-             ns->model, st.lookups, st.act_ema, st.load_bearing, st.skips, st.forced_probes,
-             st.would_skip);
+             log_quote(q, sizeof q, ns->model), st.lookups, st.act_ema, st.load_bearing, st.skips,
+             st.forced_probes, st.would_skip);
 }
 
 static void log_admission_report(const ns_t *ns)

@@ -92,6 +92,11 @@ int store_new(const config_t *cfg, ns_table_t *nst, store_t **out)
         &s->ram, &s->ram_why);
     if (rc != 0)
         goto fail_ram;
+    if (ram_replace_error(s->ram) != 0)
+        log_warn("ram_arena",
+                 "path=%s error=\"%s\" action=truncate_in_place (no new arena file could be "
+                 "made: clients still mapping the previous arena may read zeros or fault)",
+                 ram_path(s->ram), strerror(-ram_replace_error(s->ram)));
     /* with ram.reattach the file outlives the daemon, whichever way it stops */
     if (cfg->ram.reattach)
         ram_keep(s->ram);

@@ -254,6 +254,50 @@ START_TEST(test_cold_start_keeps_mapped_arena)
 }
 END_TEST
 
+/* The replacing cold start through a symlink (the review of 0.2.7): ram.arena_path may name a
+ * link; the new file goes beside the link's target, the link stays a link, and the group an
+ * operator gave the arena file carries over (no ram.arena_group). */
+START_TEST(test_cold_start_through_a_symlink)
+{
+    persist_t p;
+    harness_t *h;
+    kvt_client_t *c;
+    char link[300], target[128], extra[1024];
+    harness_opts_t o;
+    struct stat before, after, l;
+
+    persist_init(&p, 4u << 20, 64u << 10, false);
+    snprintf(target, sizeof target, "%s", p.arena);
+    snprintf(link, sizeof link, "%s/arena-link", p.dir);
+    ck_assert_int_eq(symlink(target, link), 0);
+    snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\", \"reattach\": false}}", link);
+    o = (harness_opts_t){.capacity_bytes = p.capacity,
+                         .max_chunk_bytes = p.chunk,
+                         .keep_arena = 1,
+                         .extra_json = extra};
+    h = harness_start(&o);
+    c = harness_client_with(h, "reattach", 1, 0, 16, KVT_DATA_PATH_SHM);
+    ck_assert_uint_eq(harness_save_chain(c, 43, 4, p.chunk, 0), 4);
+    if (geteuid() == 0) /* an operator's group for the arena (the suite runs as root) */
+        ck_assert_int_eq(chown(target, (uid_t)-1, 1), 0);
+    ck_assert_int_eq(stat(target, &before), 0);
+    harness_kill9(h);
+    harness_restart(h);
+    ck_assert_int_eq(lstat(link, &l), 0);
+    ck_assert(S_ISLNK(l.st_mode));
+    ck_assert_int_eq(stat(target, &after), 0);
+    ck_assert(after.st_ino != before.st_ino);
+    if (geteuid() == 0)
+        ck_assert_uint_eq(after.st_gid, 1);
+    ck_assert_uint_eq(harness_save_chain(c, 44, 4, p.chunk, 0), 4);
+    ck_assert_uint_eq(harness_load_chain(c, 44, 4, p.chunk, 0), 4);
+    ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
+    kvt_close(&c);
+    harness_stop(&h);
+    persist_done(&p);
+}
+END_TEST
+
 /* The saver: chains from 1 up, each reported on fd once its every chunk was STORED; runs until
  * its daemon is gone. A forked process: it reports by exit status, not by Check. */
 static void saver(const char *endpoint, const persist_t *p, int fd)
@@ -756,6 +800,7 @@ static Suite *reattach_suite(void)
     tcase_add_test(tc, test_reattach_clean_stop);
     tcase_add_test(tc, test_reattach_disk_smaller_than_ram);
     tcase_add_test(tc, test_cold_start_keeps_mapped_arena);
+    tcase_add_test(tc, test_cold_start_through_a_symlink);
     tcase_add_test(tc, test_reattach_sigkill_during_saves);
     tcase_add_test(tc, test_reattach_scribbled);
     tcase_add_test(tc, test_reattach_config_changes);

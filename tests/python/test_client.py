@@ -214,3 +214,50 @@ def test_done_callbacks_run_outside_the_lock(daemon):
         late = []
         first.add_done_callback(late.append)  # already done: runs at once
         assert late == [first]
+
+
+def test_callbacks_survive_an_interrupt_and_close_waits_for_them(daemon):
+    """The review of 0.2.7: a KeyboardInterrupt raised by one callback lost the callbacks of the
+    other futures of the same drain, and close() freed the client while another thread's
+    callback still used what the client lent (it no longer waited for callbacks once they ran
+    outside the lock). Now the others run and the interrupt is raised after them, and close()
+    returns only once other threads' callbacks returned."""
+    import threading
+    import time
+
+    c = kvtier.Client(daemon.endpoint, NS, timeout_ms=2000)
+    h = kvtier.hash_key(b"cb-interrupt")
+    assert c.save([h], [chunk(8)]) == [kvtier.SAVE_STORED]
+    ran = []
+
+    def interrupt(f):
+        raise KeyboardInterrupt
+
+    first, second = c.submit_lookup([h]), c.submit_lookup([h])
+    first.add_done_callback(interrupt)
+    second.add_done_callback(lambda f: ran.append("second"))
+    deadline = time.monotonic() + 5
+    while len(ran) == 0 and time.monotonic() < deadline:
+        try:
+            c.poll_completions(timeout=0.05)
+        except KeyboardInterrupt:
+            ran.append("interrupt")
+    assert "second" in ran and "interrupt" in ran
+
+    entered, leave, order = threading.Event(), threading.Event(), []
+
+    def slow(f):
+        entered.set()
+        leave.wait(5)
+        order.append("callback returned")
+
+    third = c.submit_lookup([h])
+    third.add_done_callback(slow)
+    t = threading.Thread(target=third.result, args=(5,), daemon=True)
+    t.start()
+    assert entered.wait(5)
+    threading.Timer(0.3, leave.set).start()
+    c.close()
+    order.append("closed")
+    t.join(5)
+    assert order == ["callback returned", "closed"]

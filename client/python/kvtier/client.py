@@ -581,6 +581,7 @@ class Client:
         self._lock = threading.Lock()  # the pending table and completion taking
         self._cond = threading.Condition(self._lock)
         self._polling = False
+        self._dispatching: dict[int, int] = {}  # threads running callbacks -> depth (close waits)
         self._pending: dict[int, Future] = {}
         self._early: dict[int, Any] = {}  # completions taken before their submit returned
 
@@ -610,8 +611,13 @@ class Client:
             for fut in left:
                 fut._finish(None, _error(ECLOSED, call="close"))
             self._pending.clear()
-        for fut in left:
-            fut._run_callbacks()
+        self._dispatch(left)
+        with self._lock:
+            # callbacks other threads are running may still use what the client lent them
+            # (a Pin's bytes): the client is freed once they returned
+            me = threading.get_ident()
+            while any(n for t, n in self._dispatching.items() if t != me):
+                self._cond.wait(1.0)
         c = c_void_p(self._c)
         self._c = None
         lib.kvt_close(byref(c))
@@ -899,8 +905,7 @@ class Client:
                 raise self._fail(rc, "kvt_poll")
         with self._lock:
             done = self._drain_locked()
-        for fut in done:
-            fut._run_callbacks()
+        self._dispatch(done)
         return done
 
     def completions(self, timeout: Optional[float] = None) -> Iterator[Future]:
@@ -932,7 +937,10 @@ class Client:
         comp = POINTER(_lib.KvtCompletion)()
         while self._c is not None and lib.kvt_next_completion(self._c, byref(comp)) == 1:
             fut = self._pending.pop(comp.contents.handle, None)
-            value, exc, keep_comp = self._convert(fut, comp)
+            try:
+                value, exc, keep_comp = self._convert(fut, comp)
+            except Exception as e:  # the future gets it, the others of this drain still finish
+                value, exc, keep_comp = None, e, False
             if not keep_comp:
                 lib.kvt_completion_free(self._c, comp)
             comp = POINTER(_lib.KvtCompletion)()
@@ -998,8 +1006,35 @@ class Client:
                 finally:
                     self._cond.notify_all()
             # callbacks outside the lock: one that submits or waits must not deadlock
-            for f in done:
-                f._run_callbacks()
+            self._dispatch(done)
+
+    def _dispatch(self, futs: list) -> None:
+        """Runs the callbacks of futs (outside the lock), every one of them even when one raises
+        what is not an Exception (KeyboardInterrupt: re-raised after the others ran); close()
+        waits until other threads' dispatches returned."""
+        if not futs:
+            return
+        me = threading.get_ident()
+        with self._lock:
+            self._dispatching[me] = self._dispatching.get(me, 0) + 1
+        first: Optional[BaseException] = None
+        try:
+            for f in futs:
+                try:
+                    f._run_callbacks()
+                except BaseException as e:
+                    if first is None:
+                        first = e
+        finally:
+            with self._lock:
+                n = self._dispatching[me] - 1
+                if n:
+                    self._dispatching[me] = n
+                else:
+                    del self._dispatching[me]
+                self._cond.notify_all()
+        if first is not None:
+            raise first
 
 
 _OP_CALLS = {
