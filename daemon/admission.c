@@ -63,10 +63,10 @@ static void log_value_report(const ns_t *ns)
 
     gates_state(ns->gates, &st);
     log_info("admission_value",
-             "ns=\"%s\" policy=%s density=%.6f share=%.6f served=%" PRIu64 " regret=%" PRIu64
+             "ns=%s policy=%s density=%.6f share=%.6f served=%" PRIu64 " regret=%" PRIu64
              " written=%" PRIu64 " declined=%" PRIu64 " ghosts=%" PRIu64 " saved=%" PRIu64
              " skipped=%" PRIu64 " atom_would_decline=%" PRIu64 " value_would_decline=%" PRIu64,
-             log_quote(q, sizeof q, ns->model), gates_policy_words[st.policy], st.density,
+             log_value(q, sizeof q, ns->model), gates_policy_words[st.policy], st.density,
              st.value_share, st.token_tallies > 0 ? st.served_tokens : st.estimated_served_tokens,
              st.regret_tokens, st.written_tokens, st.declined_tokens, st.ghost.entries, st.saved,
              st.skipped, st.atom_would_decline, st.value_would_decline);

@@ -9,6 +9,8 @@
  */
 #include "log.h"
 
+#include <stdbool.h>
+
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -60,6 +62,22 @@ const char *log_quote(char *buf, size_t cap, const char *s)
     for (; s != NULL && s[i] != '\0' && i + 1 < cap; i++)
         buf[i] = s[i] == '"' ? '\'' : s[i] == '\\' ? '/' : s[i];
     buf[i] = '\0';
+    return buf;
+}
+
+const char *log_value(char *buf, size_t cap, const char *s)
+{
+    bool plain = s != NULL && s[0] != '\0';
+
+    for (const char *p = s; plain && *p != '\0'; p++)
+        plain = *p != ' ' && *p != '=' && *p != '"' && (unsigned char)*p >= 0x20 && *p != 0x7f;
+    if (cap < 3)
+        return log_quote(buf, cap, s);
+    if (plain)
+        return log_quote(buf, cap, s); /* nothing to change: a copy */
+    buf[0] = '"';
+    log_quote(buf + 1, cap - 2, s);
+    strcat(buf, "\"");
     return buf;
 }
 

@@ -40,6 +40,9 @@ void log_write(log_level_t level, const char *event, const char *fmt, ...)
 /* s as the inside of a quoted value, into buf (cap bytes, truncated): '"' becomes '\'' and '\\'
  * becomes '/', so that key="..." stays one value. Returns buf. */
 const char *log_quote(char *buf, size_t cap, const char *s);
+/* s as an unquoted key=value value when it holds no space, '=', '"' or control byte (so names
+ * log as they always did), else quoted as log_quote does, with the quotes. Returns buf. */
+const char *log_value(char *buf, size_t cap, const char *s);
 
 #define log_debug(ev, ...) log_write(LOG_DEBUG, ev, __VA_ARGS__)
 #define log_info(ev, ...) log_write(LOG_INFO, ev, __VA_ARGS__)

@@ -147,8 +147,8 @@ static void do_hello(server_t *sv, const server_req_t *r)
     }
     if (ns->chunks == 0 && ns->bytes == 0 && log_enabled(LOG_DEBUG)) {
         char q[2 * KVT_MODEL_MAX];
-        log_debug("hello", "ns=\"%s\" fp=%016" PRIx64 " id=%u world=%u rank=%u",
-                  log_quote(q, sizeof q, model), h->layout_fp, ns->id, h->world, h->rank);
+        log_debug("hello", "ns=%s fp=%016" PRIx64 " id=%u world=%u rank=%u",
+                  log_value(q, sizeof q, model), h->layout_fp, ns->id, h->world, h->rank);
     }
     m.u.hello_ok.ns_id = ns->id;
     m.u.hello_ok.lease_ms = sv->cfg->ram.lease_ms;
@@ -170,9 +170,9 @@ static void log_skip_report(const ns_t *ns)
 
     gates_state(ns->gates, &st);
     log_info("lookup_skip",
-             "ns=\"%s\" lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
+             "ns=%s lookups=%" PRIu64 " act_ema=%.6f load_bearing=%d skips=%" PRIu64
              " forced_probes=%" PRIu64 " would_skip=%" PRIu64,
-             log_quote(q, sizeof q, ns->model), st.lookups, st.act_ema, st.load_bearing, st.skips,
+             log_value(q, sizeof q, ns->model), st.lookups, st.act_ema, st.load_bearing, st.skips,
              st.forced_probes, st.would_skip);
 }
 
@@ -183,9 +183,8 @@ static void log_admission_report(const ns_t *ns)
     char q[2 * KVT_MODEL_MAX];
 
     gates_state(ns->gates, &st);
-    log_info("admission",
-             "ns=\"%s\" probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64 " skipped=%" PRIu64,
-             log_quote(q, sizeof q, ns->model), st.probes, st.payoff, st.saved, st.skipped);
+    log_info("admission", "ns=%s probes=%" PRIu64 " payoff=%.6f saved=%" PRIu64 " skipped=%" PRIu64,
+             log_value(q, sizeof q, ns->model), st.probes, st.payoff, st.saved, st.skipped);
 }
 
 /* The store's answer to "is this chunk stored" for the value policy's walk through the ghost

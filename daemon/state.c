@@ -282,8 +282,8 @@ static int load_ns_cb(void *arg, uint32_t index, const state_ns_t *s)
     rc = gates_import(ns->gates, s->blob, s->blob_len);
     if (rc < 0) {
         char q[2 * KVT_MODEL_MAX];
-        log_warn("state_load_ns", "model=\"%s\" error=\"%s\" action=priors",
-                 log_quote(q, sizeof q, model), strerror(-rc));
+        log_warn("state_load_ns", "model=%s error=\"%s\" action=priors",
+                 log_value(q, sizeof q, model), strerror(-rc));
         return 0;
     }
     c->ghost_reset += rc == 1;
