@@ -255,26 +255,31 @@ static int file_modes(int fd, const ram_opts_t *o)
  * 0 with r->fd the new file, or -errno with r->fd still the old one, nothing left behind. */
 static int replace_file(ram_t *r, const ram_opts_t *o, const struct stat *old)
 {
-    char target[PATH_MAX], tmp[PATH_MAX + 32];
+    char target[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 32], proc[64];
+    struct stat now;
     uint64_t suffix;
-    int fd = -1, rc;
+    char *slash;
+    int fd, rc;
 
     if (realpath(r->path, target) == NULL)
         return -errno;
-    for (int tries = 0; fd < 0 && tries < 8; tries++) {
-        /* a random name: another user of /dev/shm cannot plant it ahead (O_EXCL never follows
-         * a link) */
-        if (getrandom(&suffix, sizeof suffix, GRND_NONBLOCK) != (ssize_t)sizeof suffix)
-            suffix =
-                (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() ^ (uint64_t)tries;
-        if (snprintf(tmp, sizeof tmp, "%s.%016" PRIx64 ".new", target, suffix) >= (int)sizeof tmp)
-            return -ENAMETOOLONG;
-        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
-        if (fd < 0 && errno != EEXIST)
-            return -errno;
-    }
+    /* the file the path names now must be the one this daemon locked (a link re-pointed since
+     * would make the rename replace a file it never locked) */
+    if (stat(target, &now) != 0)
+        return -errno;
+    if (now.st_dev != old->st_dev || now.st_ino != old->st_ino)
+        return -ESTALE;
+    snprintf(dir, sizeof dir, "%s", target);
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return -EINVAL;
+    *slash = slash == dir ? (slash[1] = '\0', '/') : '\0';
+    /* An unnamed file until it is complete (O_TMPFILE): a daemon killed while it allocates a
+     * large arena leaves nothing behind. It gets a random name (another user of /dev/shm
+     * cannot plant it: linkat does not replace) just before the rename. */
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0660);
     if (fd < 0)
-        return -EEXIST;
+        return -errno; /* no O_TMPFILE here (an old kernel, some filesystems): in place */
     rc = flock(fd, LOCK_EX | LOCK_NB) != 0 ? -errno : file_modes(fd, o);
     if (rc == 0 && (o->group == NULL || o->group[0] == '\0') &&
         fchown(fd, (uid_t)-1, old->st_gid) != 0)
@@ -283,16 +288,43 @@ static int replace_file(ram_t *r, const ram_opts_t *o, const struct stat *old)
         rc = -errno;
     if (rc == 0 && o->prefault && fallocate(fd, 0, 0, (off_t)r->map_bytes) != 0)
         rc = -errno; /* no room for a second arena while the old one is mapped */
-    if (rc == 0 && rename(tmp, target) != 0)
+    tmp[0] = '\0';
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    for (int tries = 0; rc == 0 && tmp[0] == '\0' && tries < 8; tries++) {
+        if (getrandom(&suffix, sizeof suffix, GRND_NONBLOCK) != (ssize_t)sizeof suffix)
+            suffix =
+                (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() ^ (uint64_t)tries;
+        if (snprintf(tmp, sizeof tmp, "%s.%016" PRIx64 ".new", target, suffix) >= (int)sizeof tmp)
+            rc = -ENAMETOOLONG;
+        else if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0)
+            rc = errno == EEXIST ? (tmp[0] = '\0', 0) : -errno;
+    }
+    if (rc == 0 && tmp[0] == '\0')
+        rc = -EEXIST;
+    if (rc == 0 && rename(tmp, target) != 0) {
         rc = -errno;
+        (void)unlink(tmp);
+    }
     if (rc != 0) {
         close(fd);
-        (void)unlink(tmp);
         return rc;
     }
     close(r->fd);
     r->fd = fd;
     return 0;
+}
+
+/* Removes the arena file this daemon holds (r->fd), through a symlink if the path is one: the
+ * link stays, the file it names goes, only if it is still this one. Called with the lock held. */
+static void unlink_arena(const ram_t *r)
+{
+    char target[PATH_MAX];
+    struct stat a, b;
+
+    if (realpath(r->path, target) == NULL || fstat(r->fd, &a) != 0 || stat(target, &b) != 0 ||
+        a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return; /* gone already, or replaced: not ours */
+    (void)unlink(target);
 }
 
 int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
@@ -352,13 +384,15 @@ int ram_open(const ram_opts_t *o, ram_t **out, ram_cold_reason_t *why)
         /* Drop whatever a previous run left, then size the (sparse) arena: a file with bytes
          * in it is replaced, never truncated (header comment), a new one sized. */
         r->arena_id = random_id();
-        rc = r->path[0] != '\0' && st.st_size > 0 ? replace_file(r, o, &st) : -ENOENT;
-        if (rc != 0 && rc != -ENOENT)
+        bool replace = r->path[0] != '\0' && st.st_size > 0;
+        rc = replace ? replace_file(r, o, &st) : 0;
+        if (rc != 0)
             /* no new file could be made (no room for two arenas while clients map the old
              * one, a directory the daemon cannot write, a long name): the old one is
              * truncated, as before 0.2.7, rather than not starting (ram_replace_error) */
             r->replace_error = rc;
-        if (rc != 0 && (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)r->map_bytes) != 0)) {
+        if ((!replace || rc != 0) &&
+            (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, (off_t)r->map_bytes) != 0)) {
             rc = -errno;
             goto fail_size;
         }
@@ -384,7 +418,7 @@ fail_size:
     /* a file kept for a re-attach is left as it was found (only a cold start changed it);
      * unlinked while the lock is held */
     if (r->path[0] != '\0' && reason != RAM_ATTACHED)
-        unlink(r->path);
+        unlink_arena(r);
     close(r->fd);
 fail_open:
     alloc_destroy(&r->alloc);
@@ -412,7 +446,7 @@ void ram_destroy(ram_t **pr)
         return;
     munmap(r->base, r->map_bytes);
     if (r->path[0] != '\0' && !r->keep)
-        unlink(r->path); /* while the lock is held: no other daemon can have locked it since */
+        unlink_arena(r); /* while the lock is held: no other daemon can have locked it since */
     close(r->fd);
     alloc_destroy(&r->alloc);
     free(r);

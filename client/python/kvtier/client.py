@@ -393,8 +393,15 @@ class Future:
     def _run_callbacks(self) -> None:
         with self._client._lock:
             fns, self._callbacks = self._callbacks, []
-        for fn in fns:
-            _run_callback(fn, self)
+        first: Optional[BaseException] = None
+        for fn in fns:  # every one, even when one raises KeyboardInterrupt (re-raised after)
+            try:
+                _run_callback(fn, self)
+            except BaseException as e:
+                if first is None:
+                    first = e
+        if first is not None:
+            raise first
 
 
 def _run_callback(fn, fut: "Future") -> None:
@@ -407,7 +414,13 @@ def _run_callback(fn, fut: "Future") -> None:
 
 
 class _Held:
-    """A completion the library lent us (reservation or pin), freed exactly once."""
+    """A completion the library lent us (reservation or pin), freed exactly once. A subclass
+    whose __init__ fails gives it up (_disown): the drain that made it frees it then."""
+
+    _comp = None
+
+    def _disown(self) -> None:
+        self._comp = None
 
     def __init__(self, client: "Client", comp: "POINTER[_lib.KvtCompletion]"):
         self._client = client
@@ -431,6 +444,13 @@ class Reservation(_Held):
 
     def __init__(self, client: "Client", comp, lens: Sequence[int]):
         super().__init__(client, comp)
+        try:
+            self._init_views(comp, lens)
+        except BaseException:
+            self._disown()
+            raise
+
+    def _init_views(self, comp, lens: Sequence[int]) -> None:
         c = comp.contents
         self.n = c.n
         self.outcomes = [c.outcomes[i] for i in range(c.n)]
@@ -482,7 +502,11 @@ class Pin(_Held):
 
     def __init__(self, client: "Client", comp):
         super().__init__(client, comp)
-        self._fill()
+        try:
+            self._fill()
+        except BaseException:
+            self._disown()
+            raise
 
     def _fill(self) -> None:
         c = self._comp.contents
@@ -582,6 +606,7 @@ class Client:
         self._cond = threading.Condition(self._lock)
         self._polling = False
         self._dispatching: dict[int, int] = {}  # threads running callbacks -> depth (close waits)
+        self._closing = False
         self._pending: dict[int, Future] = {}
         self._early: dict[int, Any] = {}  # completions taken before their submit returned
 
@@ -602,8 +627,10 @@ class Client:
     def close(self) -> None:
         """Shuts down, resolves every pending future (ECLOSED), and frees the client. Pins and
         reservations still held become invalid."""
-        if self._c is None:
-            return
+        with self._lock:
+            if self._c is None or self._closing:
+                return  # closed, or another thread (maybe a callback) is closing it
+            self._closing = True
         lib.kvt_shutdown(self._c)
         self.poll_completions()
         with self._lock:
@@ -611,13 +638,19 @@ class Client:
             for fut in left:
                 fut._finish(None, _error(ECLOSED, call="close"))
             self._pending.clear()
+            self._enter_dispatch(left)
         self._dispatch(left)
         with self._lock:
             # callbacks other threads are running may still use what the client lent them
-            # (a Pin's bytes): the client is freed once they returned
+            # (a Pin's bytes): the client is freed once they returned, or after 5 s (a callback
+            # that never returns must not hold close() for ever)
             me = threading.get_ident()
+            deadline = time.monotonic() + 5.0
             while any(n for t, n in self._dispatching.items() if t != me):
-                self._cond.wait(1.0)
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    break
+                self._cond.wait(min(1.0, left_s))
         c = c_void_p(self._c)
         self._c = None
         lib.kvt_close(byref(c))
@@ -905,6 +938,7 @@ class Client:
                 raise self._fail(rc, "kvt_poll")
         with self._lock:
             done = self._drain_locked()
+            self._enter_dispatch(done)
         self._dispatch(done)
         return done
 
@@ -1003,20 +1037,26 @@ class Client:
                     self._polling = False
                 try:
                     done = self._drain_locked()
+                    self._enter_dispatch(done)
                 finally:
                     self._cond.notify_all()
             # callbacks outside the lock: one that submits or waits must not deadlock
             self._dispatch(done)
 
+    def _enter_dispatch(self, futs: list) -> None:
+        """With the lock held, in the region that took futs: this thread dispatches from now
+        on (close() waits for it), so no close() can slip in before the callbacks run."""
+        if futs:
+            me = threading.get_ident()
+            self._dispatching[me] = self._dispatching.get(me, 0) + 1
+
     def _dispatch(self, futs: list) -> None:
-        """Runs the callbacks of futs (outside the lock), every one of them even when one raises
-        what is not an Exception (KeyboardInterrupt: re-raised after the others ran); close()
-        waits until other threads' dispatches returned."""
+        """Runs the callbacks of futs (outside the lock; _enter_dispatch was called for them),
+        every one of them even when one raises what is not an Exception (KeyboardInterrupt:
+        re-raised after the others ran), then leaves the dispatch."""
         if not futs:
             return
         me = threading.get_ident()
-        with self._lock:
-            self._dispatching[me] = self._dispatching.get(me, 0) + 1
         first: Optional[BaseException] = None
         try:
             for f in futs:
@@ -1026,13 +1066,19 @@ class Client:
                     if first is None:
                         first = e
         finally:
-            with self._lock:
-                n = self._dispatching[me] - 1
-                if n:
-                    self._dispatching[me] = n
-                else:
-                    del self._dispatching[me]
-                self._cond.notify_all()
+            while True:  # the leave must happen: an interrupt in the acquire tries again
+                try:
+                    with self._lock:
+                        n = self._dispatching.get(me, 1) - 1
+                        if n > 0:
+                            self._dispatching[me] = n
+                        else:
+                            self._dispatching.pop(me, None)
+                        self._cond.notify_all()
+                    break
+                except BaseException as e:
+                    if first is None:
+                        first = e
         if first is not None:
             raise first
 
