@@ -141,10 +141,17 @@ static char *drops_render(const drops_t *d, size_t *lenp)
     return buf;
 }
 
-/* Calls back, in order, the waiters whose version a write of version ver covers, with rc. */
+static bool any_pending(const drops_t *d);
+
+/* Calls back, in order, the waiters whose version a write of version ver covers, with rc; while
+ * a tombstone is pending (0.2.7) a successful write wakes none: what it wrote would still let a
+ * crash bring back the records of the write buffer at the drop (see drops.h, Limits), and its
+ * settle writes again. */
 static void wake(drops_t *d, uint64_t ver, int rc)
 {
     d->done_ver = ver;
+    if (rc == 0 && any_pending(d))
+        return;
     while (d->waiters != NULL && d->waiters->ver <= ver) {
         waiter_t *w = d->waiters;
         d->waiters = w->next;
@@ -236,7 +243,7 @@ int drops_when_written(drops_t *d, drops_written_cb cb, void *arg)
 {
     waiter_t *w, **at;
 
-    if (d->done_ver == d->ver)
+    if (d->done_ver == d->ver && !any_pending(d))
         return 1;
     if (d->nwaiters >= DROPS_WAITERS_MAX)
         return -EBUSY;
@@ -382,6 +389,11 @@ int drops_add(drops_t *d, const char *model, const char *revision, uint64_t fing
     }
     rc = tomb_push(d, &t);
     return rc != 0 ? rc : drops_write(d);
+}
+
+static bool any_pending(const drops_t *d)
+{
+    return drops_pending(d);
 }
 
 bool drops_pending(const drops_t *d)

@@ -64,8 +64,11 @@ void drops_attach(drops_t *d, uv_loop_t *loop);
  * waiting then get -ECANCELED. */
 void drops_destroy(drops_t **d);
 
-/* cb(arg, rc) once the file holds the set as it is now (rc 0) or the write of it failed (a
- * negative errno). Returns 0 (registered: cb comes later, on the loop), 1 when the file already
+/* cb(arg, rc) once the file holds the set as it is now with every tombstone settled (rc 0: a
+ * crash from then on brings nothing of the dropped namespaces back; 0.2.7, it was called once
+ * the pending tombstone was written, and records of the write buffer at the drop could come
+ * back), or a write failed (a negative errno). A disk that hangs holds it (the flush that
+ * settles never commits). Returns 0 (registered: cb comes later, on the loop), 1 when the file already
  * holds it or its last write failed (nothing to wait for; cb is not called), -EBUSY with
  * DROPS_WAITERS_MAX waiting, or -ENOMEM. */
 typedef void (*drops_written_cb)(void *arg, int rc);
