@@ -838,7 +838,7 @@ START_TEST(test_full_filesystem_no_churn)
     printf("full filesystem under the cleaner's target: %lld records written in an idle second, "
            "clean target %lld\n",
            (long long)(after - before), (long long)harness_stat(h, "ram.clean_target_bytes"));
-    ck_assert_int_le(after - before, PER); /* what was dirty then, at most: no loop */
+    ck_assert_int_le(after - before, 4 * PER); /* what was left to clean, at most: no loop */
     ck_assert_int_le(harness_stat(h, "ram.clean_target_bytes"), 8 << 20);
     kvt_close(&c);
     harness_stop(&h);
