@@ -680,11 +680,11 @@ out:
  * A full filesystem (0.2.7). disk.capacity_bytes is a bound, not a reservation: the filesystem
  * may fill first (other files, a smaller disk than configured). A flush that fails with ENOSPC
  * lowers the capacity in force to what the tier holds now (at least two segments and a write
- * batch), so that the
- * next flush reclaims the oldest segment to make its room, as at capacity, instead of the tier
- * staying degraded for as long as the filesystem is full of its own segments. After each flush
- * that succeeds while it is lowered, statvfs(2) of the directory raises it again by the space the
- * filesystem has free beyond two write batches, up to disk.capacity_bytes (log disk_capacity).
+ * batch), so that the next flush reclaims the oldest segment to make its room, as at capacity,
+ * instead of the tier staying degraded for as long as the filesystem is full of its own segments.
+ * After each flush that succeeds while it is lowered, statvfs(2) of the directory raises it again
+ * by the space the filesystem has free beyond two write batches, up to disk.capacity_bytes (log
+ * disk_capacity).
  */
 static void capacity_lower(disk_t *d)
 {

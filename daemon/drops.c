@@ -141,8 +141,6 @@ static char *drops_render(const drops_t *d, size_t *lenp)
     return buf;
 }
 
-static bool any_pending(const drops_t *d);
-
 /* Calls back, in order, the waiters whose version a write of version ver covers, with rc; while
  * a tombstone is pending (0.2.7) a successful write wakes none: what it wrote would still let a
  * crash bring back the records of the write buffer at the drop (see drops.h, Limits), and its
@@ -150,7 +148,7 @@ static bool any_pending(const drops_t *d);
 static void wake(drops_t *d, uint64_t ver, int rc)
 {
     d->done_ver = ver;
-    if (rc == 0 && any_pending(d))
+    if (rc == 0 && drops_pending(d))
         return;
     while (d->waiters != NULL && d->waiters->ver <= ver) {
         waiter_t *w = d->waiters;
@@ -243,7 +241,7 @@ int drops_when_written(drops_t *d, drops_written_cb cb, void *arg)
 {
     waiter_t *w, **at;
 
-    if (d->done_ver == d->ver && !any_pending(d))
+    if (d->done_ver == d->ver && !drops_pending(d))
         return 1;
     if (d->nwaiters >= DROPS_WAITERS_MAX)
         return -EBUSY;
@@ -389,11 +387,6 @@ int drops_add(drops_t *d, const char *model, const char *revision, uint64_t fing
     }
     rc = tomb_push(d, &t);
     return rc != 0 ? rc : drops_write(d);
-}
-
-static bool any_pending(const drops_t *d)
-{
-    return drops_pending(d);
 }
 
 bool drops_pending(const drops_t *d)

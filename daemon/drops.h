@@ -68,8 +68,8 @@ void drops_destroy(drops_t **d);
  * crash from then on brings nothing of the dropped namespaces back; 0.2.7, it was called once
  * the pending tombstone was written, and records of the write buffer at the drop could come
  * back), or a write failed (a negative errno). A disk that hangs holds it (the flush that
- * settles never commits). Returns 0 (registered: cb comes later, on the loop), 1 when the file already
- * holds it or its last write failed (nothing to wait for; cb is not called), -EBUSY with
+ * settles never commits). Returns 0 (registered: cb comes later, on the loop), 1 when the file
+ * already holds it or its last write failed (nothing to wait for; cb is not called), -EBUSY with
  * DROPS_WAITERS_MAX waiting, or -ENOMEM. */
 typedef void (*drops_written_cb)(void *arg, int rc);
 int drops_when_written(drops_t *d, drops_written_cb cb, void *arg);

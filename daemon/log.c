@@ -9,10 +9,9 @@
  */
 #include "log.h"
 
-#include <stdbool.h>
-
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -71,9 +70,7 @@ const char *log_value(char *buf, size_t cap, const char *s)
 
     for (const char *p = s; plain && *p != '\0'; p++)
         plain = *p != ' ' && *p != '=' && *p != '"' && (unsigned char)*p >= 0x20 && *p != 0x7f;
-    if (cap < 3)
-        return log_quote(buf, cap, s);
-    if (plain)
+    if (plain || cap < 3)
         return log_quote(buf, cap, s); /* nothing to change: a copy */
     buf[0] = '"';
     log_quote(buf + 1, cap - 2, s);

@@ -257,7 +257,6 @@ static int replace_file(ram_t *r, const ram_opts_t *o, const struct stat *old)
 {
     char target[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 32], proc[64];
     struct stat now;
-    uint64_t suffix;
     char *slash;
     int fd, rc;
 
@@ -270,10 +269,10 @@ static int replace_file(ram_t *r, const ram_opts_t *o, const struct stat *old)
     if (now.st_dev != old->st_dev || now.st_ino != old->st_ino)
         return -ESTALE;
     snprintf(dir, sizeof dir, "%s", target);
-    slash = strrchr(dir, '/');
+    slash = strrchr(dir, '/'); /* realpath's answer is absolute: there is one */
     if (slash == NULL)
         return -EINVAL;
-    *slash = slash == dir ? (slash[1] = '\0', '/') : '\0';
+    slash[slash == dir] = '\0'; /* "/a/b.arena" -> "/a"; "/b.arena" -> "/" */
     /* An unnamed file until it is complete (O_TMPFILE): a daemon killed while it allocates a
      * large arena leaves nothing behind. It gets a random name (another user of /dev/shm
      * cannot plant it: linkat does not replace) just before the rename. */
@@ -291,10 +290,8 @@ static int replace_file(ram_t *r, const ram_opts_t *o, const struct stat *old)
     tmp[0] = '\0';
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
     for (int tries = 0; rc == 0 && tmp[0] == '\0' && tries < 8; tries++) {
-        if (getrandom(&suffix, sizeof suffix, GRND_NONBLOCK) != (ssize_t)sizeof suffix)
-            suffix =
-                (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() ^ (uint64_t)tries;
-        if (snprintf(tmp, sizeof tmp, "%s.%016" PRIx64 ".new", target, suffix) >= (int)sizeof tmp)
+        if (snprintf(tmp, sizeof tmp, "%s.%016" PRIx64 ".new", target, random_id()) >=
+            (int)sizeof tmp)
             rc = -ENAMETOOLONG;
         else if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0)
             rc = errno == EEXIST ? (tmp[0] = '\0', 0) : -errno;

@@ -632,6 +632,16 @@ static uint32_t hold_hash(const sessions_t *t, hold_kind_t kind, uint32_t ns, ui
     return (uint32_t)XXH3_64bits_withSeed(key, sizeof key, t->id_key);
 }
 
+/* Puts hold position + 1 (val) in the first free slot of its probe run from home hh. */
+static void slot_put(uint32_t *slots, uint32_t nslots, uint32_t hh, uint32_t val)
+{
+    uint32_t j = hh & (nslots - 1);
+
+    while (slots[j] != 0)
+        j = (j + 1) & (nslots - 1);
+    slots[j] = val;
+}
+
 /* Room in the index for one more hold (rebuilt twice as large when it would pass half full):
  * 0 or -ENOMEM (the index unchanged). */
 static int index_reserve(session_t *s)
@@ -648,12 +658,8 @@ static int index_reserve(session_t *s)
     slots = calloc(n, sizeof *slots);
     if (slots == NULL)
         return -ENOMEM;
-    for (size_t i = 0; i < s->nholds; i++) {
-        uint32_t j = s->holds[i].hh & (n - 1);
-        while (slots[j] != 0)
-            j = (j + 1) & (n - 1);
-        slots[j] = (uint32_t)i + 1;
-    }
+    for (size_t i = 0; i < s->nholds; i++)
+        slot_put(slots, n, s->holds[i].hh, (uint32_t)i + 1);
     free(s->slots);
     s->slots = slots;
     s->nslots = n;
@@ -684,7 +690,6 @@ static long hold_find(const sessions_t *t, const session_t *s, hold_kind_t kind,
 static hold_t *hold_add(sessions_t *t, session_t *s, hold_kind_t kind, uint32_t ns, uint16_t rank,
                         const kvt_wire_hash_t *h, store_chunk_t *chunk, uint64_t deadline_ms)
 {
-    uint32_t j, mask;
     hold_t *x;
 
     if (index_reserve(s) != 0 || ARRAY_RESERVE(s->holds, s->nholds, s->cap, 16) != 0)
@@ -697,10 +702,7 @@ static hold_t *hold_add(sessions_t *t, session_t *s, hold_kind_t kind, uint32_t 
                   .deadline_ms = deadline_ms,
                   .hh = hold_hash(t, kind, ns, rank, h)};
     memcpy(x->hash.b, h->b, KVT_HASH_BYTES);
-    mask = s->nslots - 1;
-    for (j = x->hh & mask; s->slots[j] != 0; j = (j + 1) & mask)
-        ;
-    s->slots[j] = (uint32_t)++s->nholds;
+    slot_put(s->slots, s->nslots, x->hh, (uint32_t)++s->nholds);
     if (chunk != NULL)
         store_pin(t->store, chunk);
     return x;
@@ -711,14 +713,16 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                     uint64_t deadline_ms)
 {
     hold_t *x = hold_add(t, s, HOLD_RESERVE, ns, rank, h, keep, deadline_ms);
+    uint64_t foot;
 
     if (x == NULL)
         return -ENOMEM;
     x->off = off;
     x->len = len;
     /* charged what it holds of the arena, not its length (contract C3) */
-    s->use.reserved_bytes += store_footprint(t->store, len);
-    t->use.reserved_bytes += store_footprint(t->store, len);
+    foot = store_footprint(t->store, len);
+    s->use.reserved_bytes += foot;
+    t->use.reserved_bytes += foot;
     return 0;
 }
 
@@ -726,6 +730,7 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
                              const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len)
 {
     long i = hold_find(t, s, HOLD_RESERVE, ns, rank, h);
+    uint64_t foot;
     hold_t *x;
 
     if (i < 0)
@@ -735,8 +740,9 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     *len = x->len;
     if (x->chunk != NULL)
         store_unpin(t->store, x->chunk);
-    s->use.reserved_bytes -= store_footprint(t->store, x->len);
-    t->use.reserved_bytes -= store_footprint(t->store, x->len);
+    foot = store_footprint(t->store, x->len);
+    s->use.reserved_bytes -= foot;
+    t->use.reserved_bytes -= foot;
     hold_remove(s, (size_t)i);
     return 0;
 }

@@ -145,6 +145,16 @@ static void show_reuse(gates_t *g)
     gates_lookup_value(g, &h, 1, 0, 8000, 4000, CT, NULL, NULL);
 }
 
+/* A lookup with prompt info (8000 tokens) in which nothing was reused, in HBM or the tier: the
+ * evidence reuse_wait_tokens counts on (V7). */
+static void show_no_reuse(gates_t *g)
+{
+    kvt_wire_hash_t h = chunk(998, 0, 0);
+
+    (void)gates_lookup_observe(g, 0, 0);
+    gates_lookup_value(g, &h, 1, 0, 8000, 0, CT, NULL, NULL);
+}
+
 static void tally_served(gates_t *g, uint64_t paid, uint64_t served_total)
 {
     gates_tally_t t = {.engine_id = 1,
@@ -297,7 +307,6 @@ END_TEST
 START_TEST(test_v7_no_reuse_at_all)
 {
     gates_cfg_t c = cfg_s();
-    kvt_wire_hash_t h = chunk(998, 0, 0);
     ref_t r = ref_new(0.05, 0.02, 100000, 50000);
     gates_state_t st;
     uint32_t admitted = 0;
@@ -305,8 +314,7 @@ START_TEST(test_v7_no_reuse_at_all)
 
     c.admission.reuse_wait_tokens = 40000;
     g = new_gates(&c);
-    (void)gates_lookup_observe(g, 0, 0);
-    gates_lookup_value(g, &h, 1, 0, 8000, 0, CT, NULL, NULL);
+    show_no_reuse(g);
     for (uint32_t k = 0; k < 100; k++) {
         int a = save_op(g, 7, k, 4, NULL);
         if (k < 9)
@@ -326,8 +334,7 @@ START_TEST(test_v7_no_reuse_at_all)
         c.admission.reuse_wait_tokens = variant == 0 ? 0 : 40000;
         g = new_gates(&c);
         if (variant == 0) {
-            (void)gates_lookup_observe(g, 0, 0);
-            gates_lookup_value(g, &h, 1, 0, 8000, 0, CT, NULL, NULL);
+            show_no_reuse(g);
         }
         for (uint32_t k = 0; k < 100; k++)
             ck_assert_int_eq(save_op(g, 7, k, 4, NULL), 1);
@@ -346,7 +353,6 @@ END_TEST
 START_TEST(test_v7_window_starts_once)
 {
     gates_cfg_t c = cfg_s();
-    kvt_wire_hash_t h = chunk(997, 0, 0);
     ref_t r = ref_new(0.05, 0.02, 100000, 50000);
     gates_state_t st;
     gates_t *g;
@@ -355,8 +361,7 @@ START_TEST(test_v7_window_starts_once)
     g = new_gates(&c);
     for (uint32_t k = 0; k < 12; k++) /* no lookup with prompt info yet: no evidence */
         ck_assert_int_eq(save_op(g, 8, k, 4, NULL), 1);
-    (void)gates_lookup_observe(g, 0, 0);
-    gates_lookup_value(g, &h, 1, 0, 8000, 0, CT, NULL, NULL);
+    show_no_reuse(g);
     ck_assert_int_eq(save_op(g, 8, 12, 4, NULL), ref_op(&r, 52000));
     c.admission.reuse_wait_tokens = 0; /* a reload */
     gates_set_cfg(g, &c);

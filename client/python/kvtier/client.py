@@ -393,15 +393,21 @@ class Future:
     def _run_callbacks(self) -> None:
         with self._client._lock:
             fns, self._callbacks = self._callbacks, []
-        first: Optional[BaseException] = None
-        for fn in fns:  # every one, even when one raises KeyboardInterrupt (re-raised after)
-            try:
-                _run_callback(fn, self)
-            except BaseException as e:
-                if first is None:
-                    first = e
-        if first is not None:
-            raise first
+        _each(fns, lambda fn: _run_callback(fn, self))
+
+
+def _each(items, call) -> None:
+    """call(x) for every x, even when one raises what is not an Exception (KeyboardInterrupt:
+    the first one is re-raised once all ran)."""
+    first: Optional[BaseException] = None
+    for x in items:
+        try:
+            call(x)
+        except BaseException as e:
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
 
 
 def _run_callback(fn, fut: "Future") -> None:
@@ -1057,14 +1063,9 @@ class Client:
         if not futs:
             return
         me = threading.get_ident()
-        first: Optional[BaseException] = None
+        late: Optional[BaseException] = None
         try:
-            for f in futs:
-                try:
-                    f._run_callbacks()
-                except BaseException as e:
-                    if first is None:
-                        first = e
+            _each(futs, Future._run_callbacks)
         finally:
             while True:  # the leave must happen: an interrupt in the acquire tries again
                 try:
@@ -1077,10 +1078,9 @@ class Client:
                         self._cond.notify_all()
                     break
                 except BaseException as e:
-                    if first is None:
-                        first = e
-        if first is not None:
-            raise first
+                    late = late or e
+        if late is not None:
+            raise late
 
 
 _OP_CALLS = {
