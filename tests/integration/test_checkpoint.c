@@ -96,16 +96,29 @@ START_TEST(test_checkpoint_clean_restart)
     char dir[256];
     harness_t *h;
 
+    int64_t on_disk, refused, records, scanned;
+
     make_dir(dir, sizeof dir);
     h = start(dir, 0);
     save(h, 1, 6); /* 6 MiB: several segments */
     wait_clean(h);
+    on_disk = harness_stat(h, "disk.chunks");
+    refused = harness_stat(h, "disk.demotions_refused");
+    ck_assert_msg(on_disk == 6 * PER, "before the stop: %lld of %u chunks on disk, %lld refused",
+                  (long long)on_disk, 6 * PER, (long long)refused);
     harness_stop(&h);
 
     h = start(dir, 0);
     ck_assert_str_eq(recovery_str(h, "path"), "checkpoint");
-    ck_assert_int_eq(harness_stat(h, "disk.recovery.checkpoint_records"), 6 * PER);
-    ck_assert_int_eq(harness_stat(h, "disk.recovery.scanned_bytes"), 0);
+    /* this test failed twice under CI's parallel load (94 and 95 records; never reproduced in 70
+     * runs beside the whole suite, plain and ASan): the message says what the restart found */
+    records = harness_stat(h, "disk.recovery.checkpoint_records");
+    scanned = harness_stat(h, "disk.recovery.scanned_bytes");
+    ck_assert_msg(records == 6 * PER && scanned == 0,
+                  "restart: %lld checkpoint records of %u, %lld bytes scanned, %lld chunks "
+                  "indexed",
+                  (long long)records, 6 * PER, (long long)scanned,
+                  (long long)harness_stat(h, "ram.index_chunks"));
     ck_assert_int_eq(harness_stat(h, "ram.index_chunks"), 6 * PER);
     ck_assert_uint_eq(load(h, 1, 6), 6 * PER);
     ck_assert_int_gt(harness_stat(h, "disk.hits"), 0);
