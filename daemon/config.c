@@ -193,6 +193,7 @@ static const config_key_t config_keys[] = {
     ROW_U32("disk.max_reads_queued", disk.max_reads_queued, 1, 1048576, 16384),
     ROW_SIZE("disk.prefetch_bytes", disk.prefetch_bytes, 0, 64 * GIB, 64 * MIB),
     ROW_SIZE("disk.prefetch_depth_bytes", disk.prefetch_depth_bytes, 4 * KIB, 64 * GIB, 4 * MIB),
+    ROW_SIZE("disk.read_io_bytes", disk.read_io_bytes, 0, 64 * GIB, 2 * MIB),
     ROW_U32("disk.read_stall_ms", disk.read_stall_ms, 0, 600000, 2000, .live = true),
     ROW_SIZE("disk.write_buffer_bytes", disk.write_buffer_bytes, 64 * KIB, 4 * GIB, 80 * MIB),
     ROW_BOOL("disk.direct_io", disk.direct_io, true),

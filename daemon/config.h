@@ -117,6 +117,9 @@ typedef struct {
                                           off; store.h, "Read-ahead") */
         uint64_t prefetch_depth_bytes; /* read-aheads start while reads landing in the arena
                                           hold less (4 MiB) */
+        uint64_t read_io_bytes;        /* a read's system calls start when they fit in this
+                                          with those in progress, or none is (0: no gate;
+                                          disk.c, "The I/O gate") (2 MiB) */
         uint32_t read_stall_ms;        /* reads in flight, none finished for this long: the
                                           loads waiting are answered (2000; 0: never) */
         uint64_t write_buffer_bytes;   /* the budget of one of the two write batches */

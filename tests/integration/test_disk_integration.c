@@ -371,6 +371,64 @@ START_TEST(test_chain_read_ahead_slides)
 }
 END_TEST
 
+/* The chain read-ahead's window grows once the client walks the chain (0.2.8): a load's own read
+ * looks disk.prefetch_depth_bytes ahead (two chunks here), a load of a chunk that read-ahead
+ * brought in four times as far (eight). Before 0.2.8 the second load read two ahead too: 4
+ * records after it, not 10. With disk.read_io_bytes 4 KiB every read's I/O goes alone through the
+ * gate (disk.c, "The I/O gate"), in the order the reads were started: then a batch load of the
+ * other three disk-only chains, 48 reads at once, must come back whole and byte-exact (a ticket
+ * the gate lost would hold every later read, and the loads would time out). */
+START_TEST(test_chain_read_ahead_window_grows)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    int64_t records;
+    kvt_hash_t hs[3 * PER];
+    void *bufs[3 * PER];
+    size_t caps[3 * PER], lens[3 * PER], nhit = 0;
+
+    disk_dir(dir, sizeof dir);
+    h = start_with(dir, "32MiB", "segment", "16MiB",
+                   ", \"prefetch_depth_bytes\": \"128KiB\", \"read_io_bytes\": \"4KiB\"");
+    c = client(h);
+    save_eight_chains(h, c); /* chains 1-4 end up only on disk */
+    records = harness_stat(h, "disk.records_read");
+    ck_assert_int_eq(load_one(c, 1, 0), 1);
+    st = harness_wait_status(h, pred_reads_idle, NULL, HARNESS_DEADLINE_MS);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_int_eq(harness_jint(st, "disk.records_read") - records, 1 + 2);
+    json_decref(st);
+    ck_assert_int_eq(load_one(c, 1, 1), 1); /* read ahead: the client walks the chain */
+    st = harness_wait_status(h, pred_reads_idle, NULL, HARNESS_DEADLINE_MS);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_int_eq(harness_jint(st, "disk.records_read") - records, 1 + 1 + 8);
+    json_decref(st);
+    for (uint32_t i = 2; i < PER; i++)
+        ck_assert_int_eq(load_one(c, 1, i), 1);
+
+    for (uint32_t k = 0; k < 3; k++)
+        harness_chain(2 + k, &hs[k * PER], PER);
+    for (size_t i = 0; i < 3 * PER; i++) {
+        caps[i] = CH;
+        bufs[i] = malloc(CH);
+        ck_assert_ptr_nonnull(bufs[i]);
+    }
+    ck_assert_int_eq(kvt_load(c, hs, 3 * PER, bufs, caps, lens, &nhit), 0);
+    ck_assert_uint_eq(nhit, 3 * PER);
+    for (size_t i = 0; i < 3 * PER; i++) {
+        ck_assert_msg(lens[i] == CH && harness_check_fill(bufs[i], CH, 0,
+                                                          (uint64_t)(2 + i / PER) * 1000 + i % PER),
+                      "chain %zu chunk %zu loaded with other bytes", 2 + i / PER, i % PER);
+        free(bufs[i]);
+    }
+    ck_assert_int_eq(harness_stat(h, "disk.checksum_drops"), 0);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 /* What a lookup reads ahead is what it answered (store.c: "no rank loads past it"), and loading
  * it does not slide a chain's window past that: a lookup of the first half of a disk-only chain,
  * then the load of that half, reads that half only. */
@@ -684,6 +742,7 @@ static Suite *disk_integration_suite(void)
     tcase_add_test(tc, test_demote_and_read_back);
     tcase_add_test(tc, test_lookup_reads_ahead_for_the_load);
     tcase_add_test(tc, test_chain_read_ahead_slides);
+    tcase_add_test(tc, test_chain_read_ahead_window_grows);
     tcase_add_test(tc, test_lookup_read_ahead_stays_in_its_prefix);
     tcase_add_test(tc, test_restart_finds_disk_chunks);
     tcase_add_test(tc, test_kill9_during_saves);
