@@ -597,7 +597,15 @@ static int drop_segments(const char *dir, dropped_t *out)
  * pass right after the first): the device's best here, since a request costs more the more
  * physically discontiguous pieces its memory has (512 for 2 MiB of 4 KiB pages, one in a huge
  * page; daemon/stage.h). kvtierd stages its reads through such memory (disk.staging), so this
- * is the baseline its restores are held to; the 4 KiB one above stays for comparison. */
+ * is the baseline its restores are held to; the 4 KiB one above stays for comparison.
+ *
+ * huge 2 (0.2.8): the same, and each piece then copied into a buffer of 4 KiB pages (as the
+ * arena's, on /dev/shm), timed together: the device plus the one copy any consumer of a staged
+ * read pays. On a virtual disk the "device" is the host copying from its cache into the guest, so
+ * a copy in the guest competes with it for memory bandwidth (0.2.8 README, "Reads one at a
+ * time": 2.09 against 2.99 GB/s); a kvtier restore through staging pays such a copy and the
+ * client's, so this is what it can be held to on such a machine, shown beside the device's best,
+ * which stays the figure the restores are compared with first. */
 #define SEG_HUGE (2u << 20)
 
 static int seg_name_cmp(const void *a, const void *b)
@@ -611,7 +619,7 @@ static void raw_read_segments(const bench_t *b, const char *dir, int huge, doubl
     size_t chunk = b->o.chunk_bytes, n = 0, cap = 0;
     size_t map_len = (chunk + SEG_HUGE - 1) / SEG_HUGE * SEG_HUGE + SEG_HUGE;
     char **names = NULL;
-    void *buf = NULL, *map = MAP_FAILED;
+    void *buf = NULL, *map = MAP_FAILED, *copy = NULL;
     DIR *d = opendir(dir);
     struct dirent *e;
     double t = 0;
@@ -626,8 +634,13 @@ static void raw_read_segments(const bench_t *b, const char *dir, int huge, doubl
             memset(buf, 0, chunk);
         }
     }
+    if (huge == 2 && buf != NULL && posix_memalign(&copy, 4096, chunk) == 0)
+        memset(copy, 0, chunk); /* resident before the timing, as the arena is (ram.prefault) */
     if (d == NULL || chunk % 4096 != 0 ||
-        (huge ? buf == NULL : posix_memalign(&buf, 4096, chunk) != 0)) {
+        (huge ? buf == NULL || (huge == 2 && copy == NULL)
+              : posix_memalign(&buf, 4096, chunk) != 0)) {
+        if (map != MAP_FAILED)
+            munmap(map, map_len);
         if (d != NULL)
             closedir(d);
         return;
@@ -652,6 +665,8 @@ static void raw_read_segments(const bench_t *b, const char *dir, int huge, doubl
             ssize_t k = pread(fd, buf, chunk, off);
             if (k <= 0)
                 break;
+            if (copy != NULL)
+                memcpy(copy, buf, (size_t)k);
             t += (double)(now_ns() - t0) / 1e9;
             *bytes += (uint64_t)k;
             off += k;
@@ -665,6 +680,7 @@ static void raw_read_segments(const bench_t *b, const char *dir, int huge, doubl
         munmap(map, map_len);
     else
         free(buf);
+    free(copy);
     closedir(d);
     if (*bytes > 0)
         *secs = t;
@@ -955,6 +971,8 @@ typedef struct {
     uint64_t seg_bytes;
     double seg_huge_s; /* the same into a huge-page buffer; < 0: not measured */
     uint64_t seg_huge_bytes;
+    double seg_copy_s; /* the same, each piece then copied into 4 KiB pages; < 0: not measured */
+    uint64_t seg_copy_bytes;
     int shm_half;  /* the second half went through the shared-memory path */
     uint32_t half; /* chunks per rank in the frames half */
     const char *fs;
@@ -1024,6 +1042,7 @@ int bench_disk_steps(bench_t *b)
     }
     raw_read_segments(b, d->s1.dir, 0, &d->seg_s, &d->seg_bytes);
     raw_read_segments(b, d->s1.dir, 1, &d->seg_huge_s, &d->seg_huge_bytes);
+    raw_read_segments(b, d->s1.dir, 2, &d->seg_copy_s, &d->seg_copy_bytes);
     if (measure_codec(b, 1, &d->shuf) || measure_codec(b, 0, &d->lz4))
         return EXIT_FAIL;
     return EXIT_OK;
@@ -1211,6 +1230,18 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
         if (d->shm_half)
             json_object_set_new(json_object_get(disk, "read_shm"), "ratio_vs_segments_direct_huge",
                                 real_or_null(ratio(f->r_disk_shm, sh)));
+    }
+    {
+        double sc = d->seg_copy_s > 0 ? gbps(d->seg_copy_bytes, d->seg_copy_s) : NAN;
+        json_object_set_new(raw, "read_direct_segments_huge_copy",
+                            d->seg_copy_s > 0 ? gbps_json(sc, d->seg_copy_bytes, d->seg_copy_s)
+                                              : json_pack("{s:n}", "gbps"));
+        json_object_set_new(read, "ratio_vs_segments_direct_huge_copy",
+                            real_or_null(ratio(f->r_disk, sc)));
+        if (d->shm_half)
+            json_object_set_new(json_object_get(disk, "read_shm"),
+                                "ratio_vs_segments_direct_huge_copy",
+                                real_or_null(ratio(f->r_disk_shm, sc)));
     }
     json_object_set_new(raw, "write_direct",
                         d->raw.direct_w_s > 0
@@ -1428,6 +1459,11 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("%-34s %8.3f %10.1f %9.3f  (the same into a 2 MiB huge page: the device's best)\n",
                "raw pread O_DIRECT, segments huge", gbps(d->seg_huge_bytes, d->seg_huge_s),
                (double)d->seg_huge_bytes / mib, d->seg_huge_s);
+    if (d->seg_copy_s > 0)
+        printf(
+            "%-34s %8.3f %10.1f %9.3f  (and each piece copied into 4 KiB pages, timed with it)\n",
+            "raw pread O_DIRECT, huge + copy", gbps(d->seg_copy_bytes, d->seg_copy_s),
+            (double)d->seg_copy_bytes / mib, d->seg_copy_s);
     printf("ratio kvtier/raw: write %.3f (with fdatasync), %.3f (pwrite alone); read frames %.3f "
            "(after DONTNEED), %.3f (O_DIRECT), %.3f (page cache)",
            ratio(f.w_raw, f.raw_w_gbps), ratio(f.w_raw, f.raw_pw_gbps),
@@ -1448,6 +1484,12 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("; into huge pages: frames %.3f", ratio(f.r_disk, sh));
         if (d->shm_half)
             printf(", shm %.3f", ratio(f.r_disk_shm, sh));
+    }
+    if (d->seg_copy_s > 0) {
+        double sc = gbps(d->seg_copy_bytes, d->seg_copy_s);
+        printf("; huge + copy: frames %.3f", ratio(f.r_disk, sc));
+        if (d->shm_half)
+            printf(", shm %.3f", ratio(f.r_disk_shm, sc));
     }
     printf("\n");
     if (!isnan(f.w_refusing))
