@@ -118,6 +118,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DISK_BLOCK RECORD_BLOCK
@@ -216,7 +217,10 @@ struct read_job {
     uint64_t stage_len;
     bool retried;    /* the first attempt failed (EIO or a mismatch) and the read was done again */
     uint64_t ticket; /* its place in the I/O gate's order (read_start) */
-    bool in_io;      /* it passed the gate and has not left it */
+    bool in_io;      /* it passed the gate and has not left it (linked in io_head) */
+    uint64_t io_t0;  /* when it passed (CLOCK_MONOTONIC ns) */
+    uint64_t io_len; /* the bytes it counts for in the gate */
+    read_job_t *io_prev, *io_next;
     disk_read_cb cb;
     void *arg;
     int rc;
@@ -264,15 +268,15 @@ struct disk {
     read_job_t *qhead, *qtail;
     uint32_t reads_running;
     /* The reads' I/O gate (read_io_enter): workers take it in the order the loop started their
-     * jobs (tickets), and a read's system calls start only while those of the reads in I/O
-     * hold fewer than disk.read_io_bytes (one read at least). */
+     * jobs (tickets), and a read's system calls start when they fit in disk.read_io_bytes with
+     * those of the reads in I/O (not counting one in I/O for over DISK_IO_GATE_MS), or none is. */
     pthread_mutex_t io_mu;
     pthread_cond_t io_cv;
     bool io_gate;       /* disk.read_io_bytes > 0, and the mutex and condition were made */
     uint64_t io_budget; /* disk.read_io_bytes */
     uint64_t io_issued; /* tickets handed out (loop) */
-    uint64_t io_next;   /* the next ticket to enter (under io_mu) */
-    uint64_t io_bytes;  /* bytes of the reads in I/O (under io_mu) */
+    uint64_t io_turn;   /* the next ticket to enter (under io_mu) */
+    read_job_t *io_head, *io_tail; /* the jobs in I/O, oldest first (under io_mu) */
     _Atomic uint64_t read_done_ms; /* set by the read workers: when a read last finished */
     uint32_t reads_queued;
 
@@ -1083,25 +1087,77 @@ int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, u
  * GB/s together) where one alone took 0.7-1.0 ms; a 2 MiB read is split into many device
  * requests by the block layer already, so one keeps the device's queue busy. So a job waits,
  * before its system calls, until it is the oldest job not yet in I/O (its ticket: the order the
- * loop started them, which is the order loads and read-aheads asked) and the reads in I/O hold
- * fewer than read_io_bytes, or none is in I/O; it leaves as soon as its system calls return, so
- * its copy into the arena, its checksum and its decoding overlap the next read's I/O. Small
- * reads (64 KiB chunks) still go many at once, up to max_reads_in_flight. Every job passes
- * the gate once, at the start of its work (read_work), whatever happens after: a ticket never
- * taken would hold every later read. A retry after a failed read does not wait (rare).
+ * loop started them, which is the order loads and read-aheads asked) and its bytes fit in
+ * read_io_bytes with those of the reads in I/O, or none is in I/O; it leaves as soon as its
+ * system calls return, so its copy into the arena, its checksum and its decoding overlap the next
+ * read's I/O. Small reads (64 KiB chunks) still go many at once, up to max_reads_in_flight.
+ *
+ * A read in I/O for longer than DISK_IO_GATE_MS no longer counts (a device retrying a bad
+ * sector, a network filesystem that stopped answering for one file): the reads behind it enter
+ * beside it, as they did before 0.2.8, so one stuck read holds nobody but its own load, and the
+ * other reads go on finishing (the stall rule, disk.read_stall_ms, sees progress). A healthy read
+ * of a chunk of up to 16 MiB takes a few ms; a device that slow for every read only loses the
+ * gate's ordering, not its reads. Every job passes the gate once, at the start of its work
+ * (read_work), whatever happens after: a ticket never taken would hold every later read (no read
+ * job is ever handed to uv_cancel: one would have to give its ticket back). A retry after a failed
+ * read does not wait (rare).
  */
+#define DISK_IO_GATE_MS 50u
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The bytes of the reads in I/O that still count at now, and in *until when the first of them
+ * stops counting (UINT64_MAX: none counts). mu held. */
+static uint64_t io_counted(const disk_t *d, uint64_t now, uint64_t *until)
+{
+    uint64_t n = 0, limit = (uint64_t)DISK_IO_GATE_MS * 1000000u;
+
+    *until = UINT64_MAX;
+    for (const read_job_t *q = d->io_head; q != NULL; q = q->io_next)
+        if (now - q->io_t0 < limit) {
+            n += q->io_len;
+            if (q->io_t0 + limit < *until)
+                *until = q->io_t0 + limit;
+        }
+    return n;
+}
+
 static void read_io_enter(read_job_t *j)
 {
     disk_t *d = j->d;
-    uint64_t len = j->loc.hdr_len + j->loc.stored;
 
     if (!d->io_gate || j->retried)
         return; /* the first attempt took the ticket */
+    j->io_len = j->loc.hdr_len + j->loc.stored;
     pthread_mutex_lock(&d->io_mu);
-    while (j->ticket != d->io_next || (d->io_bytes > 0 && d->io_bytes + len > d->io_budget))
-        pthread_cond_wait(&d->io_cv, &d->io_mu);
-    d->io_next++;
-    d->io_bytes += len;
+    for (;;) {
+        uint64_t until, busy = io_counted(d, mono_ns(), &until);
+        struct timespec ts;
+        if (j->ticket == d->io_turn && (busy == 0 || busy + j->io_len <= d->io_budget))
+            break;
+        if (j->ticket != d->io_turn || until == UINT64_MAX) {
+            pthread_cond_wait(&d->io_cv, &d->io_mu);
+            continue;
+        }
+        ts.tv_sec = (time_t)(until / 1000000000u);
+        ts.tv_nsec = (long)(until % 1000000000u);
+        (void)pthread_cond_timedwait(&d->io_cv, &d->io_mu, &ts);
+    }
+    d->io_turn++;
+    j->io_t0 = mono_ns();
+    j->io_prev = d->io_tail;
+    j->io_next = NULL;
+    if (d->io_tail != NULL)
+        d->io_tail->io_next = j;
+    else
+        d->io_head = j;
+    d->io_tail = j;
     j->in_io = true;
     pthread_cond_broadcast(&d->io_cv); /* the next ticket may enter beside it */
     pthread_mutex_unlock(&d->io_mu);
@@ -1117,7 +1173,14 @@ static void read_io_leave(read_job_t *j)
         return;
     j->in_io = false;
     pthread_mutex_lock(&d->io_mu);
-    d->io_bytes -= j->loc.hdr_len + j->loc.stored;
+    if (j->io_prev != NULL)
+        j->io_prev->io_next = j->io_next;
+    else
+        d->io_head = j->io_next;
+    if (j->io_next != NULL)
+        j->io_next->io_prev = j->io_prev;
+    else
+        d->io_tail = j->io_prev;
     pthread_cond_broadcast(&d->io_cv);
     pthread_mutex_unlock(&d->io_mu);
 }
@@ -1972,7 +2035,15 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     if (d->io_budget > 0) {
         if (pthread_mutex_init(&d->io_mu, NULL) != 0)
             goto fail;
-        if (pthread_cond_init(&d->io_cv, NULL) != 0) {
+        pthread_condattr_t ca;
+        bool made = false;
+        /* the timed waits (read_io_enter) are on the monotonic clock */
+        if (pthread_condattr_init(&ca) == 0) {
+            made = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+                   pthread_cond_init(&d->io_cv, &ca) == 0;
+            pthread_condattr_destroy(&ca);
+        }
+        if (!made) {
             pthread_mutex_destroy(&d->io_mu);
             goto fail;
         }

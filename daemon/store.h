@@ -204,7 +204,10 @@ typedef struct {
  *   - the footprints queued or being read stay within disk.prefetch_bytes (beyond: skipped, and
  *     the load reads the chunk as before);
  *   - read-aheads leave one of the disk.max_reads_in_flight read slots free, so a load's own
- *     read starts at once (several loads' reads may queue behind each other as before);
+ *     read starts at once (several loads' reads may queue behind each other as before); its
+ *     system calls then wait, in the order the reads were started, for those of the reads
+ *     already in I/O (the I/O gate, disk.read_io_bytes, disk.c: with the defaults, at most two
+ *     2 MiB reads started before it);
  *   - they start only while the reads landing in the arena hold less than
  *     disk.prefetch_depth_bytes (default 4 MiB; one read at least): one or two large reads
  *     deep, not eight. A 2 MiB read is split by the block layer into many device requests
@@ -232,7 +235,9 @@ typedef struct {
  * A load that reads from disk reads the chain ahead too, within the same bounds: the records
  * written right after its last disk chunk in that chunk's segment that continue the chain (each
  * one's stored predecessor is the one before it: the cleaner writes a chain's chunks in the
- * order they were saved), as far as disk.prefetch_depth_bytes reaches. That is the page cache's
+ * order they were saved), as far as disk.prefetch_depth_bytes reaches, and four times as far once
+ * the client loads a chunk it brought in (0.2.8: the reads started at once stay within
+ * disk.prefetch_depth_bytes, the rest waits in the queue). That is the page cache's
  * sequential read-ahead along a chain, for a client that loads a prefix a chunk at a time
  * without a lookup; a chain's end (the next record has another parent) stops it.
  */

@@ -1012,7 +1012,7 @@ fail:
 /* Chain read-ahead: a load read e from disk, or found it in RAM as the first load of a chunk
  * read ahead; the records written right after e in its segment that continue e's chain (each the
  * stored successor of the one before: the cleaner writes a chain's chunks in the order they were
- * saved) are queued for read-ahead, as far as disk.prefetch_depth_bytes reaches: a client
+ * saved) are queued for read-ahead, as far as the window reaches (below): a client
  * loading a prefix chunk by chunk without a lookup finds the next chunk read (the page cache's
  * sequential read-ahead, along a chain). The second trigger is the page cache's read-ahead
  * marker (0.2.6): the first load of a chunk this read-ahead brought in (INDEX_F_PF_CHAIN) slides

@@ -603,6 +603,62 @@ START_TEST(test_hung_disk_spares_saves)
 }
 END_TEST
 
+/* One stuck read holds nobody else (0.2.8): with the I/O gate (disk.read_io_bytes 4 KiB, so
+ * every read goes alone), the reads of one segment file hang (a bad sector's retries) while a
+ * load of a chain in other segments must still be served whole: a read in I/O for longer than
+ * the gate's DISK_IO_GATE_MS no longer holds the reads behind it. Without that, every read
+ * behind the stuck one waited at the gate, none finished, and after disk.read_stall_ms every
+ * load missed. */
+START_TEST(test_one_stuck_read_holds_nobody)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c, *r;
+    kvt_hash_t hs[PER];
+    void *buf = malloc(CH);
+    size_t cap = CH;
+    kvt_handle_t hd;
+    kvt_completion_t *done;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    {
+        static char extra[1024]; /* start_with's, with the gate narrowed */
+        harness_opts_t o = {.capacity_bytes = 4u << 20, .max_chunk_bytes = 256u << 10};
+        snprintf(extra, sizeof extra,
+                 "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": "
+                 "\"64MiB\", \"segment_bytes\": \"2MiB\", \"write_buffer_bytes\": \"2MiB\", "
+                 "\"fsync\": \"none\", \"read_stall_ms\": 2000, \"read_io_bytes\": \"4KiB\"}}",
+                 dir);
+        o.extra_json = extra;
+        h = start_preloaded(&o, dir);
+    }
+    c = harness_client(h, "diskio", 1, 0, 0);
+    r = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* chains 1-4 on disk only, chain 1 in the first segment */
+    ck_assert_uint_eq(present(c, 4), PER);
+    set_faults("stall-read=0000000000000001.seg");
+    harness_chain(1, hs, PER);
+    ck_assert_int_eq(kvt_submit_load(r, hs, 1, &buf, &cap, NULL, &hd), 0);
+    for (int i = 0; i < 1000 && injected("stalls") == 0; i++)
+        usleep(2000);
+    ck_assert_int_gt(injected("stalls"), 0);                      /* the read of chain 1 is stuck */
+    ck_assert_uint_eq(harness_load_chain(c, 4, PER, CH, 0), PER); /* byte-exact, asserted */
+    ck_assert_int_eq(harness_stat(h, "disk.read_stalls"), 0);
+    set_faults("");
+    done = harness_next_completion(r, HARNESS_DEADLINE_MS);
+    ck_assert_ptr_nonnull(done);
+    ck_assert_int_eq(done->status, 0);
+    ck_assert_uint_eq(done->nhit, 1);
+    ck_assert(harness_check_fill(buf, CH, 0, (uint64_t)1 << 32)); /* chain 1, chunk 0 */
+    kvt_completion_free(r, done);
+    free(buf);
+    kvt_close(&r);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 /* A slow disk is not a hung one: every read takes 80 ms (eight at a time) and a load of four
  * disk-only chains (64 reads, about 640 ms in all) gets every chunk, although it waits longer
  * than disk.read_stall_ms (400 ms): reads keep finishing, so the reads never count as stalled. */
@@ -860,6 +916,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_drop_with_a_hung_disk);
     tcase_add_test(tc, test_hung_disk_spares_saves);
     tcase_add_test(tc, test_slow_disk_is_not_a_stall);
+    tcase_add_test(tc, test_one_stuck_read_holds_nobody);
     tcase_add_test(tc, test_persist_retries_a_failed_flush);
     tcase_add_test(tc, test_cleaner_resumes_after_a_failed_flush);
     tcase_add_test(tc, test_full_filesystem_reclaims);

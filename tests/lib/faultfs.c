@@ -21,6 +21,8 @@
  * Control file: whitespace-separated words, applied together; an empty file is a healthy disk.
  *   stall        reads, writes and syncs block (re-checking the file every 2 ms) until the word
  *                is gone;
+ *   stall-read=S reads of the files whose path holds S block the same way (0.2.8: one stuck
+ *                file, a bad sector's retries, while the rest of the disk answers);
  *   eio-read     reads fail with EIO;       eio-write   writes fail with EIO;
  *   eio-sync     fdatasync/fsync fail with EIO;
  *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence);
@@ -68,6 +70,7 @@ static struct timespec ctl_mtime;
 static off_t ctl_size = -1;
 static ino_t ctl_ino;
 static bool stall, eio_read, eio_write, eio_sync;
+static char stall_read[128]; /* stall-read=: "" none */
 static uint32_t flaky, delay_ms, fail_writes, fail_reads;
 static uint64_t full_bytes; /* full=: the filesystem's size, 0 unlimited */
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -113,6 +116,7 @@ static void reload_locked(void)
         stall = eio_read = eio_write = eio_sync = false;
         flaky = delay_ms = fail_writes = fail_reads = 0;
         full_bytes = 0;
+        stall_read[0] = '\0';
         ctl_size = -1;
         return;
     }
@@ -133,6 +137,7 @@ static void reload_locked(void)
     stall = eio_read = eio_write = eio_sync = false;
     flaky = delay_ms = fail_writes = fail_reads = 0;
     full_bytes = 0;
+    stall_read[0] = '\0';
     for (char *w = strtok_r(buf, " \t\r\n", &save); w != NULL;
          w = strtok_r(NULL, " \t\r\n", &save)) {
         if (strcmp(w, "stall") == 0)
@@ -153,6 +158,8 @@ static void reload_locked(void)
             fail_reads = (uint32_t)strtoul(w + 11, NULL, 10);
         else if (strncmp(w, "full=", 5) == 0)
             full_bytes = strtoull(w + 5, NULL, 10);
+        else if (strncmp(w, "stall-read=", 11) == 0)
+            snprintf(stall_read, sizeof stall_read, "%s", w + 11);
     }
 }
 
@@ -175,16 +182,16 @@ static void write_counts_locked(void)
     close(fd);
 }
 
-/* Is fd a file under the faulty directory? */
-static bool watched(int fd)
+/* Is fd a file under the faulty directory? Its path into path[600]. */
+static bool watched(int fd, char *path)
 {
-    char link[64], path[600];
+    char link[64];
     ssize_t n;
 
     if (dir_len == 0)
         return false;
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    n = readlink(link, path, sizeof path - 1);
+    n = readlink(link, path, 599);
     if (n <= 0)
         return false;
     path[n] = '\0';
@@ -204,14 +211,15 @@ static int decide(int fd, op_t op)
     int err = 0;
     bool stalled = false;
     uint32_t delay;
+    char path[600];
 
     pthread_once(&once, init_once);
-    if (!watched(fd))
+    if (!watched(fd, path))
         return 0;
     pthread_mutex_lock(&mu);
     for (;;) {
         reload_locked();
-        if (!stall)
+        if (!stall && !(op == OP_READ && stall_read[0] != '\0' && strstr(path, stall_read) != NULL))
             break;
         if (!stalled) {
             stalled = true;
@@ -278,6 +286,7 @@ static uint64_t dir_bytes(void)
 static int space_for(int fd, off_t off, size_t len)
 {
     struct stat st;
+    char path[600];
     uint64_t limit, end = (uint64_t)off + len, grow;
 
     pthread_once(&once, init_once);
@@ -285,7 +294,7 @@ static int space_for(int fd, off_t off, size_t len)
     reload_locked();
     limit = full_bytes;
     pthread_mutex_unlock(&mu);
-    if (limit == 0 || !watched(fd) || fstat(fd, &st) != 0)
+    if (limit == 0 || !watched(fd, path) || fstat(fd, &st) != 0)
         return 0;
     grow = end > (uint64_t)st.st_size ? end - (uint64_t)st.st_size : 0;
     if (grow == 0 || dir_bytes() + grow <= limit)
