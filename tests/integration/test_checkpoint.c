@@ -111,8 +111,8 @@ START_TEST(test_checkpoint_clean_restart)
     h = start(dir, 0);
     ck_assert_str_eq(recovery_str(h, "path"), "checkpoint");
     /* this test failed now and then under load (94 or 95 records: one CI run of 0.2.7, and 2 of
-     * 18 runs beside test_hostile; none in 70 runs of that daemon beside the whole suite, plain and
-     * ASan): the message says what the restart found */
+     * 30 runs of 0.2.6 and 0.2.7 beside test_hostile; none in 70 runs of 0.2.7 beside the whole
+     * suite, plain and ASan): the message says what the restart found */
     records = harness_stat(h, "disk.recovery.checkpoint_records");
     scanned = harness_stat(h, "disk.recovery.scanned_bytes");
     ck_assert_msg(records == 6 * PER && scanned == 0,
