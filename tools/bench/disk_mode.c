@@ -599,7 +599,7 @@ static int drop_segments(const char *dir, dropped_t *out)
  * page; daemon/stage.h). kvtierd stages its reads through such memory (disk.staging), so this
  * is the baseline its restores are held to; the 4 KiB one above stays for comparison.
  *
- * huge 2 (0.2.8): the same, and each piece then copied into a buffer of 4 KiB pages (as the
+ * SEG_HUGE_COPY (0.2.8): the same, and each piece then copied into a buffer of 4 KiB pages (as the
  * arena's, on /dev/shm), timed together: the device plus the one copy any consumer of a staged
  * read pays. On a virtual disk the "device" is the host copying from its cache into the guest, so
  * a copy in the guest competes with it for memory bandwidth (0.2.8 README, "Reads one at a
@@ -608,14 +608,39 @@ static int drop_segments(const char *dir, dropped_t *out)
  * which stays the figure the restores are compared with first. */
 #define SEG_HUGE (2u << 20)
 
+typedef enum { SEG_SMALL, SEG_HUGE_PAGE, SEG_HUGE_COPY, SEG_MODES } seg_mode_t;
+
+/* One read of the segment files: seconds (< 0: not measured) and bytes. */
+typedef struct {
+    double s;
+    uint64_t bytes;
+} seg_read_t;
+
+/* Per mode: its JSON key under disk.raw, its ratio's key under read and read_shm, its row and
+ * the row's note, and its part of the ratio line. */
+static const struct {
+    const char *key, *ratio, *row, *note, *line;
+} seg_modes[SEG_MODES] = {
+    {"read_direct_segments", "ratio_vs_segments_direct", "raw pread O_DIRECT, segments",
+     "the daemon's segment files, after the loads", "read vs the segment files' O_DIRECT read"},
+    {"read_direct_segments_huge", "ratio_vs_segments_direct_huge",
+     "raw pread O_DIRECT, segments huge", "the same into a 2 MiB huge page: the device's best",
+     "into huge pages"},
+    {"read_direct_segments_huge_copy", "ratio_vs_segments_direct_huge_copy",
+     "raw pread O_DIRECT, huge + copy", "and each piece copied into 4 KiB pages, timed with it",
+     "huge + copy"},
+};
+
 static int seg_name_cmp(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void raw_read_segments(const bench_t *b, const char *dir, int huge, double *secs,
-                              uint64_t *bytes)
+static void raw_read_segments(const bench_t *b, const char *dir, seg_mode_t mode, seg_read_t *out)
 {
+    int huge = mode != SEG_SMALL;
+    double *secs = &out->s;
+    uint64_t *bytes = &out->bytes;
     size_t chunk = b->o.chunk_bytes, n = 0, cap = 0;
     size_t map_len = (chunk + SEG_HUGE - 1) / SEG_HUGE * SEG_HUGE + SEG_HUGE;
     char **names = NULL;
@@ -634,10 +659,10 @@ static void raw_read_segments(const bench_t *b, const char *dir, int huge, doubl
             memset(buf, 0, chunk);
         }
     }
-    if (huge == 2 && buf != NULL && posix_memalign(&copy, 4096, chunk) == 0)
+    if (mode == SEG_HUGE_COPY && buf != NULL && posix_memalign(&copy, 4096, chunk) == 0)
         memset(copy, 0, chunk); /* resident before the timing, as the arena is (ram.prefault) */
     if (d == NULL || chunk % 4096 != 0 ||
-        (huge ? buf == NULL || (huge == 2 && copy == NULL)
+        (huge ? buf == NULL || (mode == SEG_HUGE_COPY && copy == NULL)
               : posix_memalign(&buf, 4096, chunk) != 0)) {
         if (map != MAP_FAILED)
             munmap(map, map_len);
@@ -966,15 +991,10 @@ typedef struct {
     lookups_t idle, busy;
     refusing_t refusing; /* the write phase while demotions were refused */
     comp_t shuf, lz4;
-    dropped_t drop, drop_shm; /* the segments dropped before each half */
-    double seg_s;             /* the raw O_DIRECT read of the segment files; < 0: not measured */
-    uint64_t seg_bytes;
-    double seg_huge_s; /* the same into a huge-page buffer; < 0: not measured */
-    uint64_t seg_huge_bytes;
-    double seg_copy_s; /* the same, each piece then copied into 4 KiB pages; < 0: not measured */
-    uint64_t seg_copy_bytes;
-    int shm_half;  /* the second half went through the shared-memory path */
-    uint32_t half; /* chunks per rank in the frames half */
+    dropped_t drop, drop_shm;  /* the segments dropped before each half */
+    seg_read_t seg[SEG_MODES]; /* the raw O_DIRECT reads of the segment files (seg_modes) */
+    int shm_half;              /* the second half went through the shared-memory path */
+    uint32_t half;             /* chunks per rank in the frames half */
     const char *fs;
     int same_fs;
 } disk_res_t;
@@ -1040,9 +1060,8 @@ int bench_disk_steps(bench_t *b)
             snap_take(b, &d->s5) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
             return EXIT_FAIL;
     }
-    raw_read_segments(b, d->s1.dir, 0, &d->seg_s, &d->seg_bytes);
-    raw_read_segments(b, d->s1.dir, 1, &d->seg_huge_s, &d->seg_huge_bytes);
-    raw_read_segments(b, d->s1.dir, 2, &d->seg_copy_s, &d->seg_copy_bytes);
+    for (seg_mode_t m = 0; m < SEG_MODES; m++)
+        raw_read_segments(b, d->s1.dir, m, &d->seg[m]);
     if (measure_codec(b, 1, &d->shuf) || measure_codec(b, 0, &d->lz4))
         return EXIT_FAIL;
     return EXIT_OK;
@@ -1210,38 +1229,15 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
     if (d->shm_half)
         json_object_set_new(json_object_get(disk, "read_shm"), "ratio_vs_raw_direct_distinct",
                             real_or_null(ratio(f->r_disk_shm, f->raw_direct_d_gbps)));
-    {
-        double sg = d->seg_s > 0 ? gbps(d->seg_bytes, d->seg_s) : NAN;
-        json_object_set_new(raw, "read_direct_segments",
-                            d->seg_s > 0 ? gbps_json(sg, d->seg_bytes, d->seg_s)
-                                         : json_pack("{s:n}", "gbps"));
-        json_object_set_new(read, "ratio_vs_segments_direct", real_or_null(ratio(f->r_disk, sg)));
+    for (seg_mode_t m = 0; m < SEG_MODES; m++) {
+        const seg_read_t *r = &d->seg[m];
+        double g = r->s > 0 ? gbps(r->bytes, r->s) : NAN;
+        json_object_set_new(raw, seg_modes[m].key,
+                            r->s > 0 ? gbps_json(g, r->bytes, r->s) : json_pack("{s:n}", "gbps"));
+        json_object_set_new(read, seg_modes[m].ratio, real_or_null(ratio(f->r_disk, g)));
         if (d->shm_half)
-            json_object_set_new(json_object_get(disk, "read_shm"), "ratio_vs_segments_direct",
-                                real_or_null(ratio(f->r_disk_shm, sg)));
-    }
-    {
-        double sh = d->seg_huge_s > 0 ? gbps(d->seg_huge_bytes, d->seg_huge_s) : NAN;
-        json_object_set_new(raw, "read_direct_segments_huge",
-                            d->seg_huge_s > 0 ? gbps_json(sh, d->seg_huge_bytes, d->seg_huge_s)
-                                              : json_pack("{s:n}", "gbps"));
-        json_object_set_new(read, "ratio_vs_segments_direct_huge",
-                            real_or_null(ratio(f->r_disk, sh)));
-        if (d->shm_half)
-            json_object_set_new(json_object_get(disk, "read_shm"), "ratio_vs_segments_direct_huge",
-                                real_or_null(ratio(f->r_disk_shm, sh)));
-    }
-    {
-        double sc = d->seg_copy_s > 0 ? gbps(d->seg_copy_bytes, d->seg_copy_s) : NAN;
-        json_object_set_new(raw, "read_direct_segments_huge_copy",
-                            d->seg_copy_s > 0 ? gbps_json(sc, d->seg_copy_bytes, d->seg_copy_s)
-                                              : json_pack("{s:n}", "gbps"));
-        json_object_set_new(read, "ratio_vs_segments_direct_huge_copy",
-                            real_or_null(ratio(f->r_disk, sc)));
-        if (d->shm_half)
-            json_object_set_new(json_object_get(disk, "read_shm"),
-                                "ratio_vs_segments_direct_huge_copy",
-                                real_or_null(ratio(f->r_disk_shm, sc)));
+            json_object_set_new(json_object_get(disk, "read_shm"), seg_modes[m].ratio,
+                                real_or_null(ratio(f->r_disk_shm, g)));
     }
     json_object_set_new(raw, "write_direct",
                         d->raw.direct_w_s > 0
@@ -1451,19 +1447,11 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier shm load calls (client)", f.r_client_shm,
                (double)d->n_shm.loaded_bytes / mib, d->load_shm_s);
     }
-    if (d->seg_s > 0)
-        printf("%-34s %8.3f %10.1f %9.3f  (the daemon's segment files, after the loads)\n",
-               "raw pread O_DIRECT, segments", gbps(d->seg_bytes, d->seg_s),
-               (double)d->seg_bytes / mib, d->seg_s);
-    if (d->seg_huge_s > 0)
-        printf("%-34s %8.3f %10.1f %9.3f  (the same into a 2 MiB huge page: the device's best)\n",
-               "raw pread O_DIRECT, segments huge", gbps(d->seg_huge_bytes, d->seg_huge_s),
-               (double)d->seg_huge_bytes / mib, d->seg_huge_s);
-    if (d->seg_copy_s > 0)
-        printf(
-            "%-34s %8.3f %10.1f %9.3f  (and each piece copied into 4 KiB pages, timed with it)\n",
-            "raw pread O_DIRECT, huge + copy", gbps(d->seg_copy_bytes, d->seg_copy_s),
-            (double)d->seg_copy_bytes / mib, d->seg_copy_s);
+    for (seg_mode_t m = 0; m < SEG_MODES; m++)
+        if (d->seg[m].s > 0)
+            printf("%-34s %8.3f %10.1f %9.3f  (%s)\n", seg_modes[m].row,
+                   gbps(d->seg[m].bytes, d->seg[m].s), (double)d->seg[m].bytes / mib, d->seg[m].s,
+                   seg_modes[m].note);
     printf("ratio kvtier/raw: write %.3f (with fdatasync), %.3f (pwrite alone); read frames %.3f "
            "(after DONTNEED), %.3f (O_DIRECT), %.3f (page cache)",
            ratio(f.w_raw, f.raw_w_gbps), ratio(f.w_raw, f.raw_pw_gbps),
@@ -1473,23 +1461,14 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("; read shm %.3f (O_DIRECT), %.3f (O_DIRECT distinct)",
                ratio(f.r_disk_shm, f.raw_direct_gbps), ratio(f.r_disk_shm, f.raw_direct_d_gbps));
     printf("; write %.3f (O_DIRECT + fdatasync)", ratio(f.w_raw, f.raw_direct_w_gbps));
-    if (d->seg_s > 0) {
-        double sg = gbps(d->seg_bytes, d->seg_s);
-        printf("; read vs the segment files' O_DIRECT read: frames %.3f", ratio(f.r_disk, sg));
+    for (seg_mode_t m = 0; m < SEG_MODES; m++) {
+        double g;
+        if (d->seg[m].s <= 0)
+            continue;
+        g = gbps(d->seg[m].bytes, d->seg[m].s);
+        printf("; %s: frames %.3f", seg_modes[m].line, ratio(f.r_disk, g));
         if (d->shm_half)
-            printf(", shm %.3f", ratio(f.r_disk_shm, sg));
-    }
-    if (d->seg_huge_s > 0) {
-        double sh = gbps(d->seg_huge_bytes, d->seg_huge_s);
-        printf("; into huge pages: frames %.3f", ratio(f.r_disk, sh));
-        if (d->shm_half)
-            printf(", shm %.3f", ratio(f.r_disk_shm, sh));
-    }
-    if (d->seg_copy_s > 0) {
-        double sc = gbps(d->seg_copy_bytes, d->seg_copy_s);
-        printf("; huge + copy: frames %.3f", ratio(f.r_disk, sc));
-        if (d->shm_half)
-            printf(", shm %.3f", ratio(f.r_disk_shm, sc));
+            printf(", shm %.3f", ratio(f.r_disk_shm, g));
     }
     printf("\n");
     if (!isnan(f.w_refusing))
