@@ -98,10 +98,12 @@ static harness_t *start_preloaded(harness_opts_t *o, const char *dir)
 }
 
 /* A daemon on dir with the faulty disk preloaded (fsync: "none" or "record"; wbuf: the write
- * buffer; stall_ms: disk.read_stall_ms); more: further top-level members of the config ("" or
- * ", \"ram\": {...}"), and keep_arena for a file arena a test restarts on. */
-static harness_t *start_more(const char *dir, const char *fsync, const char *wbuf,
-                             unsigned stall_ms, const char *more, int keep_arena)
+ * buffer; stall_ms: disk.read_stall_ms); disk_more: further members of "disk" ("" or ",
+ * \"key\": value..."); more: further top-level members of the config ("" or ", \"ram\":
+ * {...}"), and keep_arena for a file arena a test restarts on. */
+static harness_t *start_disk_more(const char *dir, const char *fsync, const char *wbuf,
+                                  unsigned stall_ms, const char *disk_more, const char *more,
+                                  int keep_arena)
 {
     static char extra[1024];
     harness_opts_t o = {
@@ -110,10 +112,16 @@ static harness_t *start_more(const char *dir, const char *fsync, const char *wbu
     snprintf(extra, sizeof extra,
              "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
              "\"segment_bytes\": \"2MiB\", \"write_buffer_bytes\": \"%s\", \"fsync\": \"%s\", "
-             "\"read_stall_ms\": %u}%s}",
-             dir, wbuf, fsync, stall_ms, more);
+             "\"read_stall_ms\": %u%s}%s}",
+             dir, wbuf, fsync, stall_ms, disk_more, more);
     o.extra_json = extra;
     return start_preloaded(&o, dir);
+}
+
+static harness_t *start_more(const char *dir, const char *fsync, const char *wbuf,
+                             unsigned stall_ms, const char *more, int keep_arena)
+{
+    return start_disk_more(dir, fsync, wbuf, stall_ms, "", more, keep_arena);
 }
 
 static harness_t *start_with(const char *dir, const char *fsync, const char *wbuf,
@@ -622,17 +630,7 @@ START_TEST(test_one_stuck_read_holds_nobody)
 
     make_dir(dir, sizeof dir);
     set_faults("");
-    {
-        static char extra[1024]; /* start_with's, with the gate narrowed */
-        harness_opts_t o = {.capacity_bytes = 4u << 20, .max_chunk_bytes = 256u << 10};
-        snprintf(extra, sizeof extra,
-                 "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": "
-                 "\"64MiB\", \"segment_bytes\": \"2MiB\", \"write_buffer_bytes\": \"2MiB\", "
-                 "\"fsync\": \"none\", \"read_stall_ms\": 2000, \"read_io_bytes\": \"4KiB\"}}",
-                 dir);
-        o.extra_json = extra;
-        h = start_preloaded(&o, dir);
-    }
+    h = start_disk_more(dir, "none", "2MiB", 2000, ", \"read_io_bytes\": \"4KiB\"", "", 0);
     c = harness_client(h, "diskio", 1, 0, 0);
     r = harness_client(h, "diskio", 1, 0, 0);
     save_chains(h, c, 1, 8, 1); /* chains 1-4 on disk only, chain 1 in the first segment */
