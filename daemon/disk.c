@@ -1137,14 +1137,16 @@ static void read_io_enter(read_job_t *j)
     j->io_len = j->loc.hdr_len + j->loc.stored;
     pthread_mutex_lock(&d->io_mu);
     for (;;) {
-        uint64_t until, busy = io_counted(d, mono_ns(), &until);
+        uint64_t until, busy;
         struct timespec ts;
-        if (j->ticket == d->io_turn && (busy == 0 || busy + j->io_len <= d->io_budget))
-            break;
-        if (j->ticket != d->io_turn || until == UINT64_MAX) {
-            pthread_cond_wait(&d->io_cv, &d->io_mu);
+        if (j->ticket != d->io_turn) {
+            pthread_cond_wait(&d->io_cv, &d->io_mu); /* the one before it enters first */
             continue;
         }
+        busy = io_counted(d, mono_ns(), &until);
+        if (busy == 0 || busy + j->io_len <= d->io_budget)
+            break;
+        /* a read counts (until is set): wait for one to leave, or to stop counting */
         ts.tv_sec = (time_t)(until / 1000000000u);
         ts.tv_nsec = (long)(until % 1000000000u);
         (void)pthread_cond_timedwait(&d->io_cv, &d->io_mu, &ts);

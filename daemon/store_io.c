@@ -55,6 +55,7 @@
 #define STORE_PERSIST_PROBES 3u
 #define STORE_PERSIST_PROBE_WAIT_MS 50u
 #define STORE_PERSIST_SLICE 512u
+#define STORE_CHAIN_GROWTH 4u /* a confirmed chain read-ahead's window, in prefetch depths */
 #define STORE_CLEAN_BUDGET 64u
 #define STORE_RECLAIM_SLICE 1024u
 
@@ -1030,7 +1031,8 @@ fail:
  * client's next load to ask for it (0.2.8 measurements in README, "Reads one at a time"). */
 static void chain_read_ahead(store_t *s, const index_entry_t *e, bool confirmed)
 {
-    uint64_t ahead = 0, window = s->cfg->disk.prefetch_depth_bytes * (confirmed ? 4u : 1u);
+    uint64_t ahead = 0,
+             window = s->cfg->disk.prefetch_depth_bytes * (confirmed ? STORE_CHAIN_GROWTH : 1u);
 
     for (index_entry_t *y = e->seg_prev; y != NULL && y->parent == e; e = y, y = y->seg_prev) {
         ahead += ram_footprint(s->ram, y->len);

@@ -182,7 +182,9 @@ static void write_counts_locked(void)
     close(fd);
 }
 
-/* Is fd a file under the faulty directory? Its path into path[600]. */
+#define FAULTFS_PATH_MAX 600
+
+/* Is fd a file under the faulty directory? Its path into path[FAULTFS_PATH_MAX]. */
 static bool watched(int fd, char *path)
 {
     char link[64];
@@ -191,7 +193,7 @@ static bool watched(int fd, char *path)
     if (dir_len == 0)
         return false;
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    n = readlink(link, path, 599);
+    n = readlink(link, path, FAULTFS_PATH_MAX - 1);
     if (n <= 0)
         return false;
     path[n] = '\0';
@@ -211,7 +213,7 @@ static int decide(int fd, op_t op)
     int err = 0;
     bool stalled = false;
     uint32_t delay;
-    char path[600];
+    char path[FAULTFS_PATH_MAX];
 
     pthread_once(&once, init_once);
     if (!watched(fd, path))
@@ -286,7 +288,7 @@ static uint64_t dir_bytes(void)
 static int space_for(int fd, off_t off, size_t len)
 {
     struct stat st;
-    char path[600];
+    char path[FAULTFS_PATH_MAX];
     uint64_t limit, end = (uint64_t)off + len, grow;
 
     pthread_once(&once, init_once);
