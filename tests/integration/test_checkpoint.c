@@ -70,12 +70,18 @@ static void wait_clean(const harness_t *h)
     json_decref(st);
 }
 
+/* Saves chains first..last, each written to disk before the next is saved: the tests here are
+ * about the checkpoint, and a burst past the 4 MiB of RAM could have dirty chunks evicted while
+ * the writer is behind, which the daemon refuses to hold for it (saves never wait on the disk):
+ * under load 2 of 96 chunks were refused so, and the restart then rightly found 94. */
 static void save(harness_t *h, uint32_t first, uint32_t last)
 {
     kvt_client_t *c = harness_client(h, "ckpt", 1, 0, 0);
 
-    for (uint32_t seed = first; seed <= last; seed++)
+    for (uint32_t seed = first; seed <= last; seed++) {
         ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        wait_clean(h);
+    }
     kvt_close(&c);
 }
 
@@ -110,9 +116,9 @@ START_TEST(test_checkpoint_clean_restart)
 
     h = start(dir, 0);
     ck_assert_str_eq(recovery_str(h, "path"), "checkpoint");
-    /* this test failed now and then under load (94 or 95 records: one CI run of 0.2.7, and 2 of
-     * 30 runs of 0.2.6 and 0.2.7 beside test_hostile; none in 70 runs of 0.2.7 beside the whole
-     * suite, plain and ASan): the message says what the restart found */
+    /* this test failed now and then under load (94 or 95 records) until 0.2.9 found why: the
+     * precondition above caught 2 refused demotions of the burst; save() now lets the writer
+     * catch up after each chain. The message says what the restart found. */
     records = harness_stat(h, "disk.recovery.checkpoint_records");
     scanned = harness_stat(h, "disk.recovery.scanned_bytes");
     ck_assert_msg(records == 6 * PER && scanned == 0,
