@@ -4,8 +4,9 @@
 # chunks of 1 MiB of bf16 data must demote; every figure of the report (raw baseline, kvtier
 # disk write and read, compression, lookups idle and while writing) is present and > 0, the
 # oldest chunks were loaded back from disk and verified byte-exact, the baseline file is gone,
-# a daemon without a disk tier is refused (exit 2), and kvtierd stops cleanly on SIGTERM (exit
-# 0, no sanitizer report).
+# a daemon without a disk tier is refused (exit 2), a second run with --paced --zero-copy
+# restores every chunk (the pinned quarter verified after), and kvtierd stops cleanly on SIGTERM
+# (exit 0, no sanitizer report).
 set -euo pipefail
 
 kvtierd=${1:?usage: bench_disk_smoke.sh KVTIERD KVTIER_BENCH}
@@ -131,6 +132,26 @@ hits=$(jq '.disk.prefetch_hits' <<<"$st")
 ((pf > 0 && hits > 0 && hits <= pf)) || fail "read-ahead: prefetches $pf, prefetch_hits $hits"
 leftover=$(find "$dir/disk" -name 'kvtier-bench-*' | wc -l)
 ((leftover == 0)) || fail "the raw baseline file was left in $dir/disk"
+
+# --paced (0.2.9): the saves wait for the writer between chains, so nothing is refused and every
+# chunk of the read phase is on disk; --zero-copy: a quarter of the restore is pins with no copy
+# out, read from disk, then reloaded and verified byte-exact.
+"$bench" -c "$dir/disk.json" --disk-dir "$dir/disk" --chunk-bytes 1MiB --chunks 64 \
+    --lookups 20 --prompt-chunks 32 --paced --zero-copy --json >"$dir/bench.json" \
+    2>"$dir/bench.err" || fail "kvtier-bench --disk-dir --paced --zero-copy exited $?"
+check "--paced and --zero-copy recorded" '.params.paced == true and .params.zero_copy == true' \
+    '.params'
+check "paced: the writer kept up (nothing refused)" \
+    '.disk.write.demotions_refused == 0 and (.disk.write.paced.pace_waits | type == "number")' \
+    '.disk.write'
+check "paced: every chunk of the frames half came back from disk" \
+    '.disk.read.chunks > 0 and .disk.read.verified == .disk.read.chunks and .disk.read.disk_hits == .disk.read.chunks' \
+    '.disk.read'
+check "the pinned quarter: pinned from disk, reloaded and verified" \
+    '.disk.read_zc.chunks > 0 and .disk.read_zc.disk_hits == .disk.read_zc.chunks and .disk.read_zc.verified == .disk.read_zc.chunks and .disk.read_zc.gbps > 0' \
+    '.disk.read_zc'
+check "the copying shared-memory quarter beside it" \
+    '.disk.read_shm.chunks > 0 and .disk.read_shm.verified == .disk.read_shm.chunks' '.disk.read_shm'
 
 testlib_stop_daemon
 testlib_no_sanitizer_report "$dir/bench.err"

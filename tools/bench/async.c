@@ -8,8 +8,9 @@
  * completion fd (kvt_poll) and handles what completed. A copying save or load is one request;
  * a zero-copy save is a reserve, then (in the completion handler, on this thread) the bench's
  * memcpy into the reserved extents standing in for the engine's DMA, then a commit in the same
- * slot; a zero-copy load is a pin, the memcpy out of the arena, and kvt_completion_free, which
- * releases the pins without a round trip. A call's latency runs from its first submit to its
+ * slot; a zero-copy load is a pin, the memcpy out of the arena (none when b->zc_no_copy: disk
+ * mode's pinned restore, where the engine's DMA would read the arena), and kvt_completion_free,
+ * which releases the pins without a round trip. A call's latency runs from its first submit to its
  * last completion; each zero-copy round trip is timed from its submit to its completion.
  * Without --depth the zero-copy calls are the synchronous ones (kvt_reserve, kvt_commit, kvt_pin:
  * on an idle client the calling thread runs the round trip, as kvt_save and kvt_load do for the
@@ -127,7 +128,7 @@ static void on_pinned(pipe_t *p, slot_t *sl, kvt_completion_t *comp)
         size_t len = comp->outcomes[j] == KVT_LOAD_HIT ? comp->lens[j] : 0;
         if (len > chunk)
             len = 0; /* cannot be this run's chunk: counted as a miss */
-        if (len > 0)
+        if (len > 0 && !r->b->zc_no_copy)
             memcpy(r->dst + (sl->i + j) * chunk, comp->ptrs[j], len);
         r->lens[sl->i + j] = len;
     }
@@ -212,6 +213,8 @@ static int sync_zc_chain(rank_t *r, op_t op, const kvt_hash_t *h, size_t from, s
         for (size_t j = 0; j < k; j++)
             lens[j] = chunk;
         t0 = now_ns();
+        if (op == OP_LOAD && b->o.lookup_first && chain_lookup(r, c, h, from, i, end))
+            return -1;
         if (op == OP_LOAD) {
             rc = kvt_pin(c, h + i, k, &comp);
             t1 = now_ns();
@@ -225,7 +228,7 @@ static int sync_zc_chain(rank_t *r, op_t op, const kvt_hash_t *h, size_t from, s
                 size_t len = comp->outcomes[j] == KVT_LOAD_HIT ? comp->lens[j] : 0;
                 if (len > chunk)
                     len = 0;
-                if (len > 0)
+                if (len > 0 && !b->zc_no_copy)
                     memcpy(r->dst + (i + j) * chunk, comp->ptrs[j], len);
                 r->lens[i + j] = len;
             }

@@ -44,6 +44,8 @@
 #define BENCH_LOOKUP_CHUNK_BYTES 4096
 #define BENCH_TIMEOUT_MS 10000
 #define BENCH_FILL_BYTE 0xa5
+#define BENCH_PACE_POLL_US 2000 /* --paced: status poll while the write buffer is behind */
+#define BENCH_PACE_MAX_MS 60000 /* --paced: longest wait before one chain */
 
 enum { DATA_RANDOM, DATA_BF16 };
 
@@ -133,6 +135,7 @@ typedef struct {
     int zero_copy;           /* --zero-copy: measure the kvtier-zc backend too */
     int cold;                /* --cold: no fill to capacity before measuring */
     int lookup_first;        /* --lookup-first: disk mode's loads look each chain up first */
+    int paced;               /* --paced: disk mode's saves wait for the disk writer between chains */
 } bench_opts_t;
 
 typedef struct bench bench_t;
@@ -183,8 +186,11 @@ typedef struct {
     uint64_t zbytes_save, zbytes_load;
     series_t dsave, dload; /* disk mode: per-call latencies of the save and the load step */
     series_t dload_shm;    /* disk mode: of the load step's shared-memory half */
+    series_t dload_zc;     /* disk mode --zero-copy: of the pinned quarter (pins, no copy out) */
     counts_t dn;           /* disk mode: outcomes and verified loads (frames half) */
     counts_t dn_shm;       /* disk mode: verified loads of the shared-memory half */
+    counts_t dn_zc;        /* disk mode --zero-copy: verified reloads of the pinned quarter */
+    uint64_t pace_waits;   /* disk mode --paced: status polls that found the writer behind */
     int failed;            /* 1 error, 2 usage-class error (limits) */
     char msg[512];
 } rank_t;
@@ -203,6 +209,9 @@ struct bench {
     kvt_hash_t *disk_hashes; /* disk mode: chunks hashes, chains of chain_len */
     uint32_t disk_load_n;    /* disk mode: the oldest chunks loaded back (disk-only by then) */
     uint32_t disk_load_from, disk_load_count; /* disk mode: the chunks of this load step */
+    int disk_reload;         /* disk mode: this load step only refills dst for the verification */
+    int zc_no_copy;          /* kvtier-zc loads leave the bytes in the arena (no memcpy out) */
+    uint32_t pace_limit;     /* --paced: most chunks pending in the write buffer between chains */
     kvt_server_info_t info;
     bk_state_t bk_state[BK_N];
     char bk_why[BK_N][160];

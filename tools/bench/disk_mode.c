@@ -11,7 +11,11 @@
  * posix_fadvise(DONTNEED); mincore says how much stayed resident), the first half is loaded
  * through the frames path and the second through the primary path (the shared-memory path, on
  * which the daemon promotes a disk-only chunk into the arena and answers with its location),
- * each verified, GB/s = disk.hits delta x chunk size over the load time. Beside them in the same
+ * each verified, GB/s = disk.hits delta x chunk size over the load time. With --zero-copy the
+ * primary half is two quarters: copying loads, then pins with no copy out (the engine's DMA path,
+ * b->zc_no_copy), reloaded untimed by copying loads and verified. With --paced the saves wait
+ * between chains until the write buffer holds at most one chain (workload.c, pace_wait), so
+ * that every chunk demotes and the read phase reads them all. Beside them in the same
  * run: a raw sequential pwrite+fdatasync / pread of the same bytes in one file under DIR (read
  * from the page cache, after posix_fadvise(DONTNEED), and with O_DIRECT), lookups from a lookup
  * thread while the daemon is idle and while it writes (with the daemon's own ops.lookup p99,
@@ -217,6 +221,7 @@ static int disk_plan(bench_t *b, const snap_t *sn)
         return -1;
     }
     b->disk_load_n = (uint32_t)(o->chunks - in_ram - b->chain_len);
+    b->pace_limit = b->chain_len; /* one chain pending keeps the writer busy meanwhile */
     return 0;
 }
 
@@ -983,18 +988,23 @@ out:
 typedef struct {
     snap_t s0, s1, s2, s3; /* before the saves, drained, before and after the frames loads */
     snap_t s4, s5;         /* before and after the loads through the primary path */
+    snap_t s6, s7;         /* before and after the pinned quarter (--zero-copy) */
     raw_t raw;
-    double save_s, drain_s, load_s, load_shm_s;
+    double save_s, drain_s, load_s, load_shm_s, load_zc_s;
     counts_t n;                 /* save outcomes and verified loads (frames half) of every rank */
     counts_t n_shm;             /* verified loads of the primary path's half */
-    pct_t save, load, load_shm; /* per call */
+    counts_t n_zc;              /* verified reloads of the pinned quarter */
+    pct_t save, load, load_shm, load_zc; /* per call */
+    uint64_t pace_waits;        /* --paced: status polls that found the writer behind */
     lookups_t idle, busy;
     refusing_t refusing; /* the write phase while demotions were refused */
     comp_t shuf, lz4;
-    dropped_t drop, drop_shm;  /* the segments dropped before each half */
+    dropped_t drop, drop_shm, drop_zc; /* the segments dropped before each part */
     seg_read_t seg[SEG_MODES]; /* the raw O_DIRECT reads of the segment files (seg_modes) */
     int shm_half;              /* the second half went through the shared-memory path */
     uint32_t half;             /* chunks per rank in the frames half */
+    uint32_t shm_n;            /* chunks per rank the copying shared-memory loads read */
+    uint32_t zc_n;             /* chunks per rank the pins read (--zero-copy; else 0) */
     const char *fs;
     int same_fs;
 } disk_res_t;
@@ -1050,14 +1060,33 @@ int bench_disk_steps(bench_t *b)
     if (snap_take(b, &d->s2) || run_step(b, STEP_DISK_LOAD, 0, &d->load_s) ||
         snap_take(b, &d->s3) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
         return EXIT_FAIL;
-    d->s4 = d->s5 = d->s3;
+    d->s4 = d->s5 = d->s6 = d->s7 = d->s3;
     if (d->shm_half) {
+        uint32_t rest = b->disk_load_n - d->half;
+        d->zc_n = b->bk_state[BK_ZC] == BK_ON ? rest / 2 / b->chain_len * b->chain_len : 0;
+        d->shm_n = rest - d->zc_n;
         b->cur = b->primary;
         b->disk_load_from = d->half;
-        b->disk_load_count = b->disk_load_n - d->half;
+        b->disk_load_count = d->shm_n;
         drop_segments(d->s1.dir, &d->drop_shm);
         if (snap_take(b, &d->s4) || run_step(b, STEP_DISK_LOAD, 0, &d->load_shm_s) ||
             snap_take(b, &d->s5) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
+            return EXIT_FAIL;
+        d->s6 = d->s7 = d->s5;
+    }
+    if (d->zc_n > 0) { /* pins, no copy out; then reloaded by copying loads and verified */
+        b->cur = BK_ZC;
+        b->disk_load_from = d->half + d->shm_n;
+        b->disk_load_count = d->zc_n;
+        drop_segments(d->s1.dir, &d->drop_zc);
+        b->zc_no_copy = 1;
+        rc = snap_take(b, &d->s6) || run_step(b, STEP_DISK_LOAD, 0, &d->load_zc_s) ||
+             snap_take(b, &d->s7);
+        b->zc_no_copy = 0;
+        b->disk_reload = 1;
+        rc = rc || run_step(b, STEP_DISK_LOAD, 0, NULL);
+        b->disk_reload = 0;
+        if (rc || run_step(b, STEP_DISK_VERIFY, 0, NULL))
             return EXIT_FAIL;
     }
     for (seg_mode_t m = 0; m < SEG_MODES; m++)
@@ -1073,6 +1102,8 @@ typedef struct {
     uint64_t hits_shm, misses_shm, load_bytes_shm;
     double write_s, w_raw, w_stored, w_written, w_client, r_disk, r_client, r_disk_shm;
     double r_client_shm;
+    uint64_t hits_zc, misses_zc, load_bytes_zc;
+    double r_disk_zc; /* the pinned quarter: disk.hits x chunk over its time; NAN: not measured */
     double raw_w_gbps, raw_pw_gbps, raw_cached_gbps, raw_cold_gbps, raw_direct_gbps;
     double raw_direct_w_gbps, raw_direct_d_gbps, ratio_run;
     double raw_direct_wd_gbps; /* the O_DIRECT write from distinct buffers */
@@ -1114,6 +1145,10 @@ static void disk_figures(const bench_t *b, const disk_res_t *d, disk_fig_t *f)
     f->load_bytes_shm = f->hits_shm * b->o.chunk_bytes;
     f->r_disk_shm = d->shm_half ? gbps(f->load_bytes_shm, d->load_shm_s) : NAN;
     f->r_client_shm = d->shm_half ? gbps(d->n_shm.loaded_bytes, d->load_shm_s) : NAN;
+    f->hits_zc = snap_delta(&d->s6, &d->s7, SN_HITS);
+    f->misses_zc = snap_delta(&d->s6, &d->s7, SN_MISSES);
+    f->load_bytes_zc = f->hits_zc * b->o.chunk_bytes;
+    f->r_disk_zc = d->zc_n > 0 ? gbps(f->load_bytes_zc, d->load_zc_s) : NAN;
 }
 
 static void disk_warnings(const bench_t *b, const disk_res_t *d, warnings_t *w)
@@ -1121,7 +1156,14 @@ static void disk_warnings(const bench_t *b, const disk_res_t *d, warnings_t *w)
     const counts_t *n = &d->n;
     uint64_t refused = snap_delta(&d->s0, &d->s1, SN_REFUSED);
     uint64_t asked = (uint64_t)b->o.ranks * d->half;
-    uint64_t asked_shm = (uint64_t)b->o.ranks * (b->disk_load_n - d->half);
+    uint64_t asked_shm = (uint64_t)b->o.ranks * d->shm_n;
+    uint64_t asked_zc = (uint64_t)b->o.ranks * d->zc_n;
+    if (d->zc_n > 0 && d->n_zc.hits < asked_zc)
+        warn_add(w,
+                 "pinned restore: %" PRIu64 " of the %" PRIu64
+                 " chunks of its quarter were not reloaded (chunks whose demotion was refused "
+                 "are gone)",
+                 asked_zc - d->n_zc.hits, asked_zc);
     if (d->shm_half && d->n_shm.hits < asked_shm)
         warn_add(w,
                  "shared-memory path: %" PRIu64 " of the %" PRIu64
@@ -1213,13 +1255,25 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
             json_pack("{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:f,s:o,s:o,s:o,s:o}", "gbps",
                       f->r_disk_shm, "bytes", (json_int_t)f->load_bytes_shm, "seconds",
                       d->load_shm_s, "chunks",
-                      (json_int_t)((uint64_t)b->o.ranks * (b->disk_load_n - d->half)), "disk_hits",
+                      (json_int_t)((uint64_t)b->o.ranks * d->shm_n), "disk_hits",
                       (json_int_t)f->hits_shm, "disk_misses", (json_int_t)f->misses_shm, "verified",
                       (json_int_t)d->n_shm.hits, "misses", (json_int_t)d->n_shm.misses,
                       "client_gbps", f->r_client_shm, "ratio_vs_raw_direct",
                       real_or_null(ratio(f->r_disk_shm, f->raw_direct_gbps)), "ratio_vs_raw",
                       real_or_null(ratio(f->r_disk_shm, f->raw_cold_gbps)), "segments_dropped",
                       dropped_json(&d->drop_shm), "latency", pct_json(&d->load_shm)));
+    if (d->zc_n > 0)
+        json_object_set_new(
+            disk, "read_zc",
+            json_pack("{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o}", "gbps", f->r_disk_zc,
+                      "bytes", (json_int_t)f->load_bytes_zc, "seconds", d->load_zc_s, "chunks",
+                      (json_int_t)((uint64_t)b->o.ranks * d->zc_n), "disk_hits",
+                      (json_int_t)f->hits_zc, "disk_misses", (json_int_t)f->misses_zc, "verified",
+                      (json_int_t)d->n_zc.hits, "misses", (json_int_t)d->n_zc.misses,
+                      "ratio_vs_raw_direct", real_or_null(ratio(f->r_disk_zc, f->raw_direct_gbps)),
+                      "ratio_vs_raw_direct_distinct",
+                      real_or_null(ratio(f->r_disk_zc, f->raw_direct_d_gbps)), "segments_dropped",
+                      dropped_json(&d->drop_zc), "latency", pct_json(&d->load_zc)));
     json_object_set_new(raw, "read_direct_distinct",
                         d->raw.direct_d_s > 0
                             ? gbps_json(f->raw_direct_d_gbps, d->raw.bytes, d->raw.direct_d_s)
@@ -1238,6 +1292,9 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
         if (d->shm_half)
             json_object_set_new(json_object_get(disk, "read_shm"), seg_modes[m].ratio,
                                 real_or_null(ratio(f->r_disk_shm, g)));
+        if (d->zc_n > 0)
+            json_object_set_new(json_object_get(disk, "read_zc"), seg_modes[m].ratio,
+                                real_or_null(ratio(f->r_disk_zc, g)));
     }
     json_object_set_new(raw, "write_direct",
                         d->raw.direct_w_s > 0
@@ -1282,6 +1339,10 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
                                 ? json_integer((json_int_t)(n - (d->s1.cpu_5ms - d->s0.cpu_5ms)))
                                 : json_null());
     }
+    json_object_set_new(json_object_get(disk, "write"), "paced",
+                        b->o.paced ? json_pack("{s:I,s:I}", "pace_waits", (json_int_t)d->pace_waits,
+                                               "pending_limit_chunks", (json_int_t)b->pace_limit)
+                                   : json_null());
     json_object_set_new(json_object_get(lk, "idle"), "daemon_p99_us",
                         real_or_null(d->s0.lookup_p99));
     json_object_set_new(json_object_get(lk, "writing"), "daemon_p99_us",
@@ -1355,6 +1416,8 @@ static json_t *disk_json(const bench_t *b, const disk_res_t *d, const warnings_t
         tool_data_path_name(data_path_of(b->primary)), "load_path", "frames", "raw", raw, "write",
         write, "read", read, "compression", comp, "lookup", lk, "warnings", warnings_json(w));
     disk_json_extras(b, d, &f, json_object_get(root, "disk"));
+    json_object_set_new(json_object_get(root, "params"), "paced", json_boolean(o->paced));
+    json_object_set_new(json_object_get(root, "params"), "zero_copy", json_boolean(o->zero_copy));
     return root;
 }
 
@@ -1375,6 +1438,10 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
     if (o->lookup_first)
         printf("  --lookup-first: each chain's loads follow a lookup of the chain (the daemon "
                "reads ahead what it finds only on disk)\n");
+    if (o->paced)
+        printf("  --paced: the saves waited between chains until at most %u chunks were pending "
+               "in the write buffer (%" PRIu64 " polls found more)\n",
+               b->pace_limit, d->pace_waits);
     printf("  --disk-dir %s (%s; %s the daemon's disk.dir %s)\n\n", o->disk_dir, d->fs,
            d->same_fs == 1   ? "same filesystem as"
            : d->same_fs == 0 ? "NOT the filesystem of"
@@ -1447,6 +1514,11 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("%-34s %8.3f %10.1f %9.3f\n", "kvtier shm load calls (client)", f.r_client_shm,
                (double)d->n_shm.loaded_bytes / mib, d->load_shm_s);
     }
+    if (d->zc_n > 0)
+        printf("%-34s %8.3f %10.1f %9.3f  (pins, no copy out: the engine's DMA path; dropped "
+               "again first)\n",
+               "kvtier disk pinned, disk.hits x chunk", f.r_disk_zc, (double)f.load_bytes_zc / mib,
+               d->load_zc_s);
     for (seg_mode_t m = 0; m < SEG_MODES; m++)
         if (d->seg[m].s > 0)
             printf("%-34s %8.3f %10.1f %9.3f  (%s)\n", seg_modes[m].row,
@@ -1469,6 +1541,8 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("; %s: frames %.3f", seg_modes[m].line, ratio(f.r_disk, g));
         if (d->shm_half)
             printf(", shm %.3f", ratio(f.r_disk_shm, g));
+        if (d->zc_n > 0)
+            printf(", pinned %.3f", ratio(f.r_disk_zc, g));
     }
     printf("\n");
     if (!isnan(f.w_refusing))
@@ -1495,8 +1569,14 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("read phase, shm: %" PRIu64 " next oldest chunks loaded: %" PRIu64
                " verified byte-exact, %" PRIu64 " misses; disk.hits %" PRIu64
                ", promotions %" PRIu64 "\n",
-               (uint64_t)o->ranks * (b->disk_load_n - d->half), d->n_shm.hits, d->n_shm.misses,
-               f.hits_shm, snap_delta(&d->s4, &d->s5, SN_PROMOTED));
+               (uint64_t)o->ranks * d->shm_n, d->n_shm.hits, d->n_shm.misses, f.hits_shm,
+               snap_delta(&d->s4, &d->s5, SN_PROMOTED));
+    if (d->zc_n > 0)
+        printf("read phase, pinned: %" PRIu64 " next oldest chunks pinned: %" PRIu64
+               " reloaded and verified byte-exact, %" PRIu64 " misses; disk.hits %" PRIu64
+               ", promotions %" PRIu64 "\n",
+               (uint64_t)o->ranks * d->zc_n, d->n_zc.hits, d->n_zc.misses, f.hits_zc,
+               snap_delta(&d->s6, &d->s7, SN_PROMOTED));
     printf("\n");
     printf("compression of the chunks (%s)       ratio  compress MB/s  decompress MB/s\n",
            data_names[o->data]);
@@ -1537,10 +1617,13 @@ int bench_disk_report(const bench_t *b)
     for (uint32_t i = 0; i < b->o.ranks; i++) {
         counts_add(&d->n, &b->ranks[i].dn);
         counts_add(&d->n_shm, &b->ranks[i].dn_shm);
+        counts_add(&d->n_zc, &b->ranks[i].dn_zc);
+        d->pace_waits += b->ranks[i].pace_waits;
     }
     if (merge_pct(b, offsetof(rank_t, dsave), &d->save) ||
         merge_pct(b, offsetof(rank_t, dload), &d->load) ||
-        merge_pct(b, offsetof(rank_t, dload_shm), &d->load_shm)) {
+        merge_pct(b, offsetof(rank_t, dload_shm), &d->load_shm) ||
+        merge_pct(b, offsetof(rank_t, dload_zc), &d->load_zc)) {
         tool_error("out of memory");
         return EXIT_FAIL;
     }

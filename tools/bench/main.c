@@ -145,6 +145,7 @@ static void bench_free(bench_t *b)
         free(r->dsave.v);
         free(r->dload.v);
         free(r->dload_shm.v);
+        free(r->dload_zc.v);
     }
     free(b->disk_hashes);
     free(b->ranks);

@@ -17,9 +17,11 @@
 #include "bench.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <zmq.h>
 
@@ -255,7 +257,8 @@ static void step_setup(rank_t *r)
         r->dsave.v = calloc(b->calls_per_round, sizeof(uint64_t));
         r->dload.v = calloc(b->calls_per_round, sizeof(uint64_t));
         r->dload_shm.v = calloc(b->calls_per_round, sizeof(uint64_t));
-        nomem |= !r->dsave.v || !r->dload.v || !r->dload_shm.v;
+        r->dload_zc.v = calloc(b->calls_per_round, sizeof(uint64_t));
+        nomem |= !r->dsave.v || !r->dload.v || !r->dload_shm.v || !r->dload_zc.v;
     }
     for (int k = 0; k < BK_N; k++) {
         rank_bk_t *rb = &r->bk[k];
@@ -401,6 +404,53 @@ out:
     free(oc);
 }
 
+/* --paced: waits until the daemon's write buffer holds at most b->pace_limit chunks (status
+ * disk.write_buffer_chunks, polled every BENCH_PACE_POLL_US), so that the next chain's demotions
+ * find room; fails after BENCH_PACE_MAX_MS. */
+static int pace_wait(rank_t *r)
+{
+    const bench_t *b = r->b;
+    for (uint64_t waited_us = 0;; waited_us += BENCH_PACE_POLL_US) {
+        json_t *root = NULL;
+        if (tool_status_get(b->o.status_sock, BENCH_TIMEOUT_MS, &root, NULL)) {
+            rank_fail(r, 1, "--paced: status socket %s did not answer", b->o.status_sock);
+            return -1;
+        }
+        json_t *v = json_object_get(json_object_get(root, "disk"), "write_buffer_chunks");
+        json_int_t pending = json_is_integer(v) ? json_integer_value(v) : -1;
+        json_decref(root);
+        if (pending < 0) {
+            rank_fail(r, 1, "--paced: status has no disk.write_buffer_chunks");
+            return -1;
+        }
+        if ((uint64_t)pending <= b->pace_limit)
+            return 0;
+        if (waited_us >= BENCH_PACE_MAX_MS * 1000ull) {
+            rank_fail(r, 1, "--paced: %" PRId64 " chunks still pending after %d ms",
+                      (int64_t)pending, BENCH_PACE_MAX_MS);
+            return -1;
+        }
+        r->pace_waits++;
+        usleep(BENCH_PACE_POLL_US);
+    }
+}
+
+/* Disk mode's saves: the n chunks through the primary backend, a chain at a time with --paced
+ * (the wait for the writer before each chain is part of the save step's time). */
+static int disk_save(rank_t *r, size_t n)
+{
+    const bench_t *b = r->b;
+    if (!b->o.paced)
+        return run_chain(r, b->primary, OP_SAVE, b->disk_hashes, 0, n, &r->dsave);
+    for (size_t i = 0; i < n; i += b->chain_len) {
+        size_t k = n - i < b->chain_len ? n - i : b->chain_len;
+        if ((i > 0 && pace_wait(r)) ||
+            run_chain(r, b->primary, OP_SAVE, b->disk_hashes, i, k, &r->dsave))
+            return -1;
+    }
+    return 0;
+}
+
 static void step_exit(rank_t *r)
 {
     for (int k = 0; k < BK_N; k++)
@@ -477,16 +527,22 @@ static void rank_run_step(rank_t *r)
         z_rtt_like(r, b->calls_per_round, &r->zrtt);
         break;
     case STEP_DISK_SAVE:
-        if (run_chain(r, b->primary, OP_SAVE, b->disk_hashes, 0, n, &r->dsave) == 0)
+        if (disk_save(r, n) == 0)
             count_outcomes(r, n, &r->dn);
         break;
     case STEP_DISK_LOAD:
-        run_chain(r, b->cur, OP_LOAD, b->disk_hashes, b->disk_load_from, b->disk_load_count,
-                  b->cur == BK_FRAMES ? &r->dload : &r->dload_shm);
+        run_chain(r, b->disk_reload ? BK_SHM : b->cur, OP_LOAD, b->disk_hashes, b->disk_load_from,
+                  b->disk_load_count,
+                  b->disk_reload      ? NULL
+                  : b->cur == BK_FRAMES ? &r->dload
+                  : b->cur == BK_ZC     ? &r->dload_zc
+                                        : &r->dload_shm);
         break;
     case STEP_DISK_VERIFY:
         verify_chain(r, b->disk_hashes, b->disk_load_from, b->disk_load_count,
-                     b->cur == BK_FRAMES ? &r->dn : &r->dn_shm);
+                     b->cur == BK_FRAMES ? &r->dn
+                     : b->cur == BK_ZC   ? &r->dn_zc
+                                         : &r->dn_shm);
         break;
     case STEP_EXIT:
         break;
