@@ -150,6 +150,9 @@ check "paced: every chunk of the frames half came back from disk" \
 check "the pinned quarter: pinned from disk, reloaded and verified" \
     '.disk.read_zc.chunks > 0 and .disk.read_zc.disk_hits == .disk.read_zc.chunks and .disk.read_zc.verified == .disk.read_zc.chunks and .disk.read_zc.gbps > 0' \
     '.disk.read_zc'
+check "the daemon's CPU seconds per GB of each phase (0.2.9)" \
+    '.disk.write.daemon_cpu_s_per_gb > 0 and ([.disk.read, .disk.read_shm, .disk.read_zc] | all(.daemon_cpu_s_per_gb >= 0))' \
+    '[.disk.write, .disk.read, .disk.read_shm, .disk.read_zc] | map(.daemon_cpu_s_per_gb)'
 check "the copying shared-memory quarter beside it" \
     '.disk.read_shm.chunks > 0 and .disk.read_shm.verified == .disk.read_shm.chunks' '.disk.read_shm'
 

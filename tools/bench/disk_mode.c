@@ -996,6 +996,9 @@ typedef struct {
     counts_t n_zc;              /* verified reloads of the pinned quarter */
     pct_t save, load, load_shm, load_zc; /* per call */
     uint64_t pace_waits;        /* --paced: status polls that found the writer behind */
+    long pid;                   /* the daemon's (status "pid"; <= 0: unknown) */
+    double cpu[4]; /* daemon CPU seconds (/proc, 10 ms ticks) of the write phase and the three
+                      read parts (DCPU_*); < 0: unknown */
     lookups_t idle, busy;
     refusing_t refusing; /* the write phase while demotions were refused */
     comp_t shuf, lz4;
@@ -1010,6 +1013,19 @@ typedef struct {
 } disk_res_t;
 
 static disk_res_t dres; /* the run's results: large (four status snapshots), one run per process */
+
+enum { DCPU_WRITE, DCPU_FRAMES, DCPU_SHM, DCPU_ZC };
+
+/* The daemon's CPU seconds since *mark into d->cpu[k] (added), and *mark moved on. */
+static void cpu_mark(disk_res_t *d, int k, double *mark)
+{
+    double now = daemon_cpu_s(d->pid);
+    if (now < 0 || *mark < 0 || d->cpu[k] < 0)
+        d->cpu[k] = -1;
+    else
+        d->cpu[k] += now - *mark;
+    *mark = now;
+}
 
 /* The disk-mode steps; returns an exit status. The lookups alone come first (the daemon idle),
  * then the raw baseline, then the saves with the lookup thread running until the write buffer
@@ -1036,6 +1052,8 @@ int bench_disk_steps(bench_t *b)
         return EXIT_FAIL;
     if (raw_baseline(b, &d->raw) || snap_take(b, &d->s0))
         return EXIT_FAIL;
+    d->pid = daemon_pid(b);
+    double mark = daemon_cpu_s(d->pid);
     if (lookuper_start(b, &l, 0, BENCH_DISK_LOOKUP_CAP))
         return EXIT_FAIL;
     sampler_t sp;
@@ -1046,6 +1064,7 @@ int bench_disk_steps(bench_t *b)
     int rc = run_step(b, STEP_DISK_SAVE, 0, &d->save_s) ? EXIT_FAIL : EXIT_OK;
     if (rc == EXIT_OK && drain(b, &d->drain_s, &d->s1))
         rc = EXIT_FAIL;
+    cpu_mark(d, DCPU_WRITE, &mark);
     if (sampler_finish(&sp, &d->refusing))
         rc = EXIT_FAIL;
     if (lookuper_finish(&l, &d->busy) || rc)
@@ -1057,8 +1076,13 @@ int bench_disk_steps(bench_t *b)
     b->disk_load_from = 0;
     b->disk_load_count = d->half;
     drop_segments(d->s1.dir, &d->drop);
-    if (snap_take(b, &d->s2) || run_step(b, STEP_DISK_LOAD, 0, &d->load_s) ||
-        snap_take(b, &d->s3) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
+    if (snap_take(b, &d->s2))
+        return EXIT_FAIL;
+    mark = daemon_cpu_s(d->pid);
+    if (run_step(b, STEP_DISK_LOAD, 0, &d->load_s))
+        return EXIT_FAIL;
+    cpu_mark(d, DCPU_FRAMES, &mark);
+    if (snap_take(b, &d->s3) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
         return EXIT_FAIL;
     d->s4 = d->s5 = d->s6 = d->s7 = d->s3;
     if (d->shm_half) {
@@ -1069,8 +1093,13 @@ int bench_disk_steps(bench_t *b)
         b->disk_load_from = d->half;
         b->disk_load_count = d->shm_n;
         drop_segments(d->s1.dir, &d->drop_shm);
-        if (snap_take(b, &d->s4) || run_step(b, STEP_DISK_LOAD, 0, &d->load_shm_s) ||
-            snap_take(b, &d->s5) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
+        if (snap_take(b, &d->s4))
+            return EXIT_FAIL;
+        mark = daemon_cpu_s(d->pid);
+        if (run_step(b, STEP_DISK_LOAD, 0, &d->load_shm_s))
+            return EXIT_FAIL;
+        cpu_mark(d, DCPU_SHM, &mark);
+        if (snap_take(b, &d->s5) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
             return EXIT_FAIL;
         d->s6 = d->s7 = d->s5;
     }
@@ -1080,8 +1109,11 @@ int bench_disk_steps(bench_t *b)
         b->disk_load_count = d->zc_n;
         drop_segments(d->s1.dir, &d->drop_zc);
         b->zc_no_copy = 1;
-        rc = snap_take(b, &d->s6) || run_step(b, STEP_DISK_LOAD, 0, &d->load_zc_s) ||
-             snap_take(b, &d->s7);
+        rc = snap_take(b, &d->s6);
+        mark = daemon_cpu_s(d->pid);
+        rc = rc || run_step(b, STEP_DISK_LOAD, 0, &d->load_zc_s);
+        cpu_mark(d, DCPU_ZC, &mark);
+        rc = rc || snap_take(b, &d->s7);
         b->zc_no_copy = 0;
         b->disk_reload = 1;
         rc = rc || run_step(b, STEP_DISK_LOAD, 0, NULL);
@@ -1096,6 +1128,12 @@ int bench_disk_steps(bench_t *b)
     return EXIT_OK;
 }
 
+/* Daemon CPU seconds per GB (10^9 bytes) moved; NAN when unknown or nothing moved. */
+static double cpu_per_gb(double cpu_s, uint64_t bytes)
+{
+    return cpu_s < 0 || bytes == 0 ? NAN : cpu_s / ((double)bytes / 1e9);
+}
+
 /* Figures the table and the JSON share. */
 typedef struct {
     uint64_t raw_w, stored_w, written, hits, misses, load_bytes;
@@ -1104,6 +1142,7 @@ typedef struct {
     double r_client_shm;
     uint64_t hits_zc, misses_zc, load_bytes_zc;
     double r_disk_zc; /* the pinned quarter: disk.hits x chunk over its time; NAN: not measured */
+    double cpu_gb[4]; /* daemon CPU s per GB: raw bytes written, then disk.hits x chunk (DCPU_*) */
     double raw_w_gbps, raw_pw_gbps, raw_cached_gbps, raw_cold_gbps, raw_direct_gbps;
     double raw_direct_w_gbps, raw_direct_d_gbps, ratio_run;
     double raw_direct_wd_gbps; /* the O_DIRECT write from distinct buffers */
@@ -1149,6 +1188,10 @@ static void disk_figures(const bench_t *b, const disk_res_t *d, disk_fig_t *f)
     f->misses_zc = snap_delta(&d->s6, &d->s7, SN_MISSES);
     f->load_bytes_zc = f->hits_zc * b->o.chunk_bytes;
     f->r_disk_zc = d->zc_n > 0 ? gbps(f->load_bytes_zc, d->load_zc_s) : NAN;
+    f->cpu_gb[DCPU_WRITE] = cpu_per_gb(d->cpu[DCPU_WRITE], f->raw_w);
+    f->cpu_gb[DCPU_FRAMES] = cpu_per_gb(d->cpu[DCPU_FRAMES], f->load_bytes);
+    f->cpu_gb[DCPU_SHM] = d->shm_half ? cpu_per_gb(d->cpu[DCPU_SHM], f->load_bytes_shm) : NAN;
+    f->cpu_gb[DCPU_ZC] = d->zc_n > 0 ? cpu_per_gb(d->cpu[DCPU_ZC], f->load_bytes_zc) : NAN;
 }
 
 static void disk_warnings(const bench_t *b, const disk_res_t *d, warnings_t *w)
@@ -1338,6 +1381,14 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
                             d->s1.has_cpu
                                 ? json_integer((json_int_t)(n - (d->s1.cpu_5ms - d->s0.cpu_5ms)))
                                 : json_null());
+    }
+    {
+        static const char *const where[4] = {"write", "read", "read_shm", "read_zc"};
+        for (int k = 0; k < 4; k++) {
+            json_t *o = json_object_get(disk, where[k]);
+            if (o != NULL)
+                json_object_set_new(o, "daemon_cpu_s_per_gb", real_or_null(f->cpu_gb[k]));
+        }
     }
     json_object_set_new(json_object_get(disk, "write"), "paced",
                         b->o.paced ? json_pack("{s:I,s:I}", "pace_waits", (json_int_t)d->pace_waits,
@@ -1549,6 +1600,13 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
         printf("ratio kvtier/raw while demotions were refused: write %.3f (O_DIRECT + fdatasync), "
                "%.3f (O_DIRECT distinct)\n",
                ratio(f.w_refusing, f.raw_direct_w_gbps), ratio(f.w_refusing, f.raw_direct_wd_gbps));
+    printf("daemon CPU seconds per GB: write %.3f, restore frames %.3f", f.cpu_gb[DCPU_WRITE],
+           f.cpu_gb[DCPU_FRAMES]);
+    if (d->shm_half)
+        printf(", shm %.3f", f.cpu_gb[DCPU_SHM]);
+    if (d->zc_n > 0)
+        printf(", pinned %.3f", f.cpu_gb[DCPU_ZC]);
+    printf(" (/proc/PID/stat, 10 ms ticks; write: the whole phase, its lookups too)\n");
     printf("\n");
     printf("write phase: demotions %" PRIu64 ", demotions_clean %" PRIu64
            ", demotions_refused %" PRIu64 ", writes_lost %" PRIu64 ", records_written %" PRIu64
