@@ -23,6 +23,7 @@
  *                is gone;
  *   stall-read=S reads of the files whose path holds S block the same way (0.2.8: one stuck
  *                file, a bad sector's retries, while the rest of the disk answers);
+ *   stall-sync   fsync/fdatasync block the same way (0.2.9: a device slow to flush its cache);
  *   eio-read     reads fail with EIO;       eio-write   writes fail with EIO;
  *   eio-sync     fdatasync/fsync fail with EIO;
  *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence);
@@ -69,7 +70,7 @@ static size_t dir_len;
 static struct timespec ctl_mtime;
 static off_t ctl_size = -1;
 static ino_t ctl_ino;
-static bool stall, eio_read, eio_write, eio_sync;
+static bool stall, stall_sync, eio_read, eio_write, eio_sync;
 static char stall_read[128]; /* stall-read=: "" none */
 static uint32_t flaky, delay_ms, fail_writes, fail_reads;
 static uint64_t full_bytes; /* full=: the filesystem's size, 0 unlimited */
@@ -113,7 +114,7 @@ static void reload_locked(void)
     int fd;
 
     if (stat(ctl, &st) != 0) {
-        stall = eio_read = eio_write = eio_sync = false;
+        stall = stall_sync = eio_read = eio_write = eio_sync = false;
         flaky = delay_ms = fail_writes = fail_reads = 0;
         full_bytes = 0;
         stall_read[0] = '\0';
@@ -134,7 +135,7 @@ static void reload_locked(void)
     ctl_size = st.st_size;
     ctl_mtime = st.st_mtim;
     ctl_ino = st.st_ino;
-    stall = eio_read = eio_write = eio_sync = false;
+    stall = stall_sync = eio_read = eio_write = eio_sync = false;
     flaky = delay_ms = fail_writes = fail_reads = 0;
     full_bytes = 0;
     stall_read[0] = '\0';
@@ -142,6 +143,8 @@ static void reload_locked(void)
          w = strtok_r(NULL, " \t\r\n", &save)) {
         if (strcmp(w, "stall") == 0)
             stall = true;
+        else if (strcmp(w, "stall-sync") == 0)
+            stall_sync = true;
         else if (strcmp(w, "eio-read") == 0)
             eio_read = true;
         else if (strcmp(w, "eio-write") == 0)
@@ -221,7 +224,8 @@ static int decide(int fd, op_t op)
     pthread_mutex_lock(&mu);
     for (;;) {
         reload_locked();
-        if (!stall && !(op == OP_READ && stall_read[0] != '\0' && strstr(path, stall_read) != NULL))
+        if (!stall && !(op == OP_SYNC && stall_sync) &&
+            !(op == OP_READ && stall_read[0] != '\0' && strstr(path, stall_read) != NULL))
             break;
         if (!stalled) {
             stalled = true;

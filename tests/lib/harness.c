@@ -332,6 +332,14 @@ int64_t harness_jint(json_t *status, const char *dotted)
     return (int64_t)json_integer_value(v);
 }
 
+double harness_jnum(json_t *status, const char *dotted)
+{
+    json_t *v = tool_json_path(status, dotted);
+
+    ck_assert_msg(json_is_number(v), "status.%s is missing or not a number", dotted);
+    return json_number_value(v);
+}
+
 bool harness_jbool(json_t *status, const char *dotted)
 {
     json_t *v = tool_json_path(status, dotted);

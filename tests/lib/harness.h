@@ -107,6 +107,8 @@ json_t *harness_wait_status(const harness_t *h, harness_pred_fn pred, void *arg,
 const char *harness_jstr(json_t *status, const char *dotted);
 /* The boolean at a dotted path of a status document (asserts it is one). */
 bool harness_jbool(json_t *status, const char *dotted);
+/* The number (integer or real) at a dotted path (asserts it is one). */
+double harness_jnum(json_t *status, const char *dotted);
 
 /* Predicate argument for harness_pred_int_eq: the integer at path equals value. */
 typedef struct {
