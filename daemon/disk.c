@@ -64,8 +64,9 @@
  * for a raw record, into a buffer of the job for a compressed one), checks every header field
  * against what the index expects (hash, rank, lengths, csum), decompresses into the extent and
  * verifies the raw bytes against the csum. At most max_reads_in_flight jobs run; the rest wait in a
- * FIFO. The thread pool is sized so that these jobs and the flush can never occupy every thread
- * (store.h, store_pool_threads): checksum and copy jobs of saves never queue behind the disk.
+ * FIFO. The thread pool is sized so that these jobs, the flush and the seal can never occupy
+ * every thread (store.h, store_pool_threads): checksum and copy jobs of saves never queue behind
+ * the disk.
  *
  * Capacity: used_bytes = the sum of the segments' sizes rounded up to 4 KiB (the filesystem's
  * block) plus the in-flight reservation; it never exceeds capacity_bytes.
@@ -316,7 +317,8 @@ struct disk {
         busy_reclaims;
     uint64_t read_retries; /* reads that failed once and were done again */
     uint64_t flush_ns, read_ns;
-    bool sealing; /* a seal job is in flight (at most one: seal_start) */
+    bool sealing;         /* a seal job is in flight (at most one: seal_start) */
+    uint64_t seal_started; /* loop time it was queued */
     uint64_t seals, seals_inline, seal_errors, seal_ns;
     disk_recovery_stats_t rec;
     uint64_t rec_report; /* when recovery last reported its progress (uv_hrtime) */
@@ -587,6 +589,7 @@ static bool seal_start(disk_t *d, const seg_t *s)
         return false;
     }
     d->sealing = true;
+    d->seal_started = uv_now(d->loop);
     return true;
 }
 
@@ -1051,14 +1054,14 @@ static void kick(disk_t *d)
     j->new_fd = -1;
     if (roll) {
         seg_t *old = d->active, *s;
-        if (old != NULL && d->fsync != CONFIG_FSYNC_NONE && !seal_start(d, old)) {
-            j->sync_fd = old->fd;
-            j->sync_id = old->id;
-        }
         s = seg_add(d, d->next_id, -1, 0);
         if (s == NULL) {
             free(j);
             goto busy;
+        }
+        if (old != NULL && d->fsync != CONFIG_FSYNC_NONE && !seal_start(d, old)) {
+            j->sync_fd = old->fd;
+            j->sync_id = old->id;
         }
         s->version = RECORD_VERSION;
         d->next_id++;
@@ -2343,6 +2346,7 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .seals_inline = d->seals_inline,
         .seal_errors = d->seal_errors,
         .seal_ns = d->seal_ns,
+        .seal_running_ms = d->sealing ? uv_now(d->loop) - d->seal_started : 0,
         .recovery = d->rec,
     };
 }

@@ -268,6 +268,7 @@ typedef struct {
     uint64_t seals_inline; /* of which by the flush after it (a seal job was still running) */
     uint64_t seal_errors;  /* seal fsyncs that failed */
     uint64_t seal_ns;      /* time the seal fsyncs took */
+    uint64_t seal_running_ms; /* how long the seal job in flight has run (0: none) */
     disk_recovery_stats_t recovery;
 } disk_stats_t;
 
