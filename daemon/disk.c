@@ -17,9 +17,9 @@
  * idle handle), so a burst of appends in one turn becomes one batch. Before a flush the loop
  * reserves an upper bound of the batch in the active segment, rolling to a new segment when the
  * bound does not fit and reclaiming the oldest segments (FIFO; a segment holding leased entries
- * is skipped for now) until used + bound <= capacity. A roll hands the segment it seals to a
- * seal job (fsync "segment": "The seal's fsync" below). The worker then unlinks the reclaimed
- * files, fsyncs the sealed segment if no seal job took it, creates the new segment file, and for
+ * is skipped for now) until used + bound <= capacity. The worker then unlinks the reclaimed
+ * files, fsyncs the segment just sealed (fsync "segment": "The seal's fsync" below), creates
+ * the new segment file, and for
  * every record verifies the lent bytes against the record's csum (a mismatch - the bytes changed
  * since they were committed - is not written: committed() gets -EBADMSG), compresses them into
  * the staging buffer when that pays, encodes the header into its 4 KiB block there, and writes
@@ -64,9 +64,9 @@
  * for a raw record, into a buffer of the job for a compressed one), checks every header field
  * against what the index expects (hash, rank, lengths, csum), decompresses into the extent and
  * verifies the raw bytes against the csum. At most max_reads_in_flight jobs run; the rest wait in a
- * FIFO. The thread pool is sized so that these jobs, the flush and the seal can never occupy
- * every thread (store.h, store_pool_threads): checksum and copy jobs of saves never queue behind
- * the disk.
+ * FIFO. The thread pool is sized so that these jobs and the flush can never occupy every
+ * thread (store.h, store_pool_threads): checksum and copy jobs of saves never queue behind the
+ * disk.
  *
  * Capacity: used_bytes = the sum of the segments' sizes rounded up to 4 KiB (the filesystem's
  * block) plus the in-flight reservation; it never exceeds capacity_bytes.
@@ -184,7 +184,7 @@ typedef struct {
     int fd;
     bool create;
     bool try_direct; /* create: open the new file with O_DIRECT */
-    int sync_fd;      /* the sealed segment, fsynced here when no seal job could take it */
+    int sync_fd;      /* the segment the roll sealed, fsynced before the writes */
     uint64_t sync_id; /* its id */
     drop_t *drops;
     size_t ndrops;
@@ -317,9 +317,7 @@ struct disk {
         busy_reclaims;
     uint64_t read_retries; /* reads that failed once and were done again */
     uint64_t flush_ns, read_ns;
-    bool sealing;         /* a seal job is in flight (at most one: seal_start) */
-    uint64_t seal_started; /* loop time it was queued */
-    uint64_t seals, seals_inline, seal_errors, seal_ns;
+    uint64_t seals, seal_errors, seal_ns; /* the seals' fsyncs: count, failed, time */
     disk_recovery_stats_t rec;
     uint64_t rec_report; /* when recovery last reported its progress (uv_hrtime) */
 };
@@ -510,87 +508,24 @@ static uint64_t rec_need(const record_meta_t *m)
 }
 
 /*
- * The seal's fsync (disk.fsync "segment", 0.2.9). The segment a roll seals used to be fsynced
- * at the start of the next flush, on its worker, before that flush wrote a byte: on the
- * development VM each fsync of a 64 MiB segment written O_DIRECT took 85-105 ms (strace), and the
- * writer stood still for it once per segment, while demotions were being refused. Now the roll
- * hands the sealed segment to a job of its own on the thread pool (seal_start), which fsyncs a
- * duplicate of its descriptor (the segment may be reclaimed and its own descriptor closed
- * meanwhile) while the next flush writes. One seal job is in flight at a time: a roll that finds
- * the previous one still running fsyncs its segment in the flush as before (seals_inline), so a
- * disk slow to sync slows the writer rather than piling fsyncs onto the pool. A clean stop waits
- * for the seal job (maybe_done), then fsyncs every segment as before. What a seal guarantees is
- * unchanged: the sealed segment is durable once its fsync returned; the next flush only no
- * longer waits for it. A failed fsync is counted (seal_errors) and logged.
+ * The seal's fsync (disk.fsync "segment" or "record"). The segment a roll seals is fsynced by
+ * the next flush, on its worker, before it writes (sync_fd). On the development VM each such
+ * fsync of a 64 MiB segment written O_DIRECT took 85-105 ms (strace), about as long as writing
+ * the segment, and it is not in write_seconds: status seal_syncs / seal_sync_seconds count it,
+ * and a failed one is counted (seal_sync_errors) and logged (0.2.9; its result was ignored
+ * before). 0.2.9 tried the fsync on a job of its own beside the next flush's writes: on that VM
+ * the writes slowed more than the wait was saved (write calls 0.29-0.38 GB/s against 0.79-1.47
+ * inline, the burst's disk write 0.27-0.35 against 0.36-0.48 in three pairs), so it stays here
+ * (README, Decisions, "Seals in the flush").
  */
-typedef struct {
-    uv_work_t req;
-    disk_t *d;
-    int fd;      /* a duplicate of the sealed segment's descriptor, closed by the worker */
-    uint64_t id; /* the segment's, for the log */
-    int rc;      /* 0 or -errno of the fsync */
-    uint64_t ns;
-} seal_job_t;
-
-/* A seal's fsync is over (rc 0 or -errno, ns long; inline: the flush did it). Loop thread. */
-static void seal_done(disk_t *d, uint64_t id, int rc, uint64_t ns, bool inline_)
+static void seal_done(disk_t *d, uint64_t id, int rc, uint64_t ns)
 {
     d->seals++;
-    d->seals_inline += inline_;
     d->seal_ns += ns;
     if (rc != 0) {
         d->seal_errors++;
-        log_warn("disk_seal_fsync", "segment=%016" PRIx64 " error=\"%s\" inline=%d", id,
-                 strerror(-rc), (int)inline_);
+        log_warn("disk_seal_fsync", "segment=%016" PRIx64 " error=\"%s\"", id, strerror(-rc));
     }
-}
-
-static void seal_work(uv_work_t *req)
-{
-    seal_job_t *j = req->data;
-    uint64_t t0 = uv_hrtime();
-
-    j->rc = fsync(j->fd) == 0 ? 0 : -errno;
-    j->ns = uv_hrtime() - t0;
-    close(j->fd);
-}
-
-static void seal_after(uv_work_t *req, int status)
-{
-    seal_job_t *j = req->data;
-    disk_t *d = j->d;
-
-    (void)status; /* never cancelled: nothing calls uv_cancel on it */
-    d->sealing = false;
-    seal_done(d, j->id, j->rc, j->ns, false);
-    free(j);
-    maybe_done(d);
-}
-
-/* Starts the seal job of segment s; false when it cannot (one is in flight, or no memory or
- * descriptor for it): the caller's flush fsyncs s itself. */
-static bool seal_start(disk_t *d, const seg_t *s)
-{
-    seal_job_t *j;
-
-    if (d->sealing || s->fd < 0 || (j = calloc(1, sizeof *j)) == NULL)
-        return false;
-    j->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0);
-    if (j->fd < 0) {
-        free(j);
-        return false;
-    }
-    j->req.data = j;
-    j->d = d;
-    j->id = s->id;
-    if (uv_queue_work(d->loop, &j->req, seal_work, seal_after) != 0) {
-        close(j->fd);
-        free(j);
-        return false;
-    }
-    d->sealing = true;
-    d->seal_started = uv_now(d->loop);
-    return true;
 }
 
 /* Opens the new segment file of j (O_DIRECT when asked and allowed). */
@@ -926,7 +861,7 @@ static void flush_after(uv_work_t *req, int status)
         j->rc = status;
     ok = j->rc == 0;
     if (j->sync_fd >= 0)
-        seal_done(d, j->sync_id, j->seal_rc, j->seal_ns, true);
+        seal_done(d, j->sync_id, j->seal_rc, j->seal_ns);
     if (j->create && j->new_fd >= 0) {
         s->fd = j->new_fd;
         s->direct = j->new_direct;
@@ -1059,7 +994,7 @@ static void kick(disk_t *d)
             free(j);
             goto busy;
         }
-        if (old != NULL && d->fsync != CONFIG_FSYNC_NONE && !seal_start(d, old)) {
+        if (old != NULL && d->fsync != CONFIG_FSYNC_NONE) {
             j->sync_fd = old->fd;
             j->sync_id = old->id;
         }
@@ -2219,8 +2154,7 @@ static void handle_closed_cb(uv_handle_t *h)
 
 static void maybe_done(disk_t *d)
 {
-    if (!d->closing || d->closed || d->flushing != NULL || d->reads_running > 0 || d->fill->n > 0 ||
-        d->sealing)
+    if (!d->closing || d->closed || d->flushing != NULL || d->reads_running > 0 || d->fill->n > 0)
         return;
     d->closed = true;
     drops_now(d);
@@ -2343,10 +2277,8 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .flush_ns = d->flush_ns,
         .read_ns = d->read_ns,
         .seals = d->seals,
-        .seals_inline = d->seals_inline,
         .seal_errors = d->seal_errors,
         .seal_ns = d->seal_ns,
-        .seal_running_ms = d->sealing ? uv_now(d->loop) - d->seal_started : 0,
         .recovery = d->rec,
     };
 }

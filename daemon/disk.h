@@ -264,11 +264,9 @@ typedef struct {
     uint64_t read_retries; /* reads that failed (EIO or a mismatch) and were done once more */
     uint64_t flush_ns;     /* time the write system calls of the flushes took */
     uint64_t read_ns;      /* time the read system calls took */
-    uint64_t seals;        /* sealed segments fsynced (disk.fsync "segment"), */
-    uint64_t seals_inline; /* of which by the flush after it (a seal job was still running) */
+    uint64_t seals;        /* sealed segments fsynced (disk.fsync "segment" or "record") */
     uint64_t seal_errors;  /* seal fsyncs that failed */
-    uint64_t seal_ns;      /* time the seal fsyncs took */
-    uint64_t seal_running_ms; /* how long the seal job in flight has run (0: none) */
+    uint64_t seal_ns;      /* time the seal fsyncs took (the flushes', not in flush_ns) */
     disk_recovery_stats_t recovery;
 } disk_stats_t;
 

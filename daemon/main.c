@@ -153,8 +153,7 @@ static void *stop_deadline_main(void *arg)
         ;
     log_error("shutdown",
               "stop_timeout_ms=%u action=exit reason=\"the stop did not finish: a "
-              "disk that does not answer (status disk.flush_running_seconds, "
-              "disk.seal_running_seconds)\"",
+              "disk that does not answer (status disk.flush_running_seconds)\"",
               ms);
     _exit(1);
     return NULL;

@@ -159,7 +159,7 @@ typedef struct {
     stats_bucket_t cpu_buckets[LOOPMON_BUCKETS];
     size_t ncpu_buckets;
     double disk_write_seconds, disk_read_seconds, disk_flush_running_seconds;
-    double disk_seal_seconds, disk_seal_running_seconds;
+    double disk_seal_seconds;
     stats_page_t page;
     struct {
         uint64_t rss_anon, rss_shmem, peak_rss; /* bytes, from /proc/self/status (0: unknown) */
@@ -258,7 +258,6 @@ static stats_doc_t *doc_take(const server_t *sv, uint32_t offset, uint32_t max)
     d->disk_read_seconds = (double)d->disk.tier.read_ns / 1e9;
     d->disk_flush_running_seconds = (double)d->disk.tier.flush_running_ms / 1e3;
     d->disk_seal_seconds = (double)d->disk.tier.seal_ns / 1e9;
-    d->disk_seal_running_seconds = (double)d->disk.tier.seal_running_ms / 1e3;
     if (v.loop != NULL) {
         loopmon_stats(v.loop, &d->loop);
     } else {
@@ -712,17 +711,11 @@ static const stats_field_t disk_fields[] = {
     DISK_SECS("read_seconds", disk_read_seconds, COUNTER,
               "Time the reads spent in their read system calls, summed over parallel reads."),
     DISK("seal_syncs", seals, COUNTER, NULL,
-         "Sealed segments fsynced (disk.fsync segment or record): by a job of their own beside "
-         "the writes, or by the next flush (seal_syncs_inline)."),
-    DISK("seal_syncs_inline", seals_inline, COUNTER, NULL,
-         "Of them, fsynced by the next flush before it wrote (the previous seal was still "
-         "running): the disk syncs slower than it fills segments."),
+         "Sealed segments fsynced (disk.fsync segment or record), each by the flush after the "
+         "roll, before it writes."),
     DISK("seal_sync_errors", seal_errors, COUNTER, NULL, "Seal fsyncs that failed (logged)."),
     DISK_SECS("seal_sync_seconds", disk_seal_seconds, COUNTER,
-              "Time the seal fsyncs took (beside the writes, not in write_seconds)."),
-    DISK_SECS("seal_running_seconds", disk_seal_running_seconds, GAUGE,
-              "How long the seal job in flight has been running (0: none): a disk that does not "
-              "finish its fsync shows here before the next roll."),
+              "Time the seal fsyncs took: the flushes' time not in write_seconds."),
     DISK_SECS("flush_running_seconds", disk_flush_running_seconds, GAUGE,
               "How long the flush in flight has been running (0: none). A disk that hangs keeps "
               "its flush running: alert when this stays above a few seconds."),

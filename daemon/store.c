@@ -58,10 +58,10 @@ unsigned store_pool_threads(const config_t *cfg)
 {
     unsigned n = cpu_workers(cfg);
 
-    /* the disk tier's long jobs besides its reads: the flush, the seal's fsync (0.2.9), the
-     * periodic checkpoint and the drops file's writer; each may hang with its disk */
+    /* the disk tier's long jobs besides its reads: the flush, and (0.2.9) the periodic
+     * checkpoint and the drops file's writer; each may hang with its disk */
     if (cfg->disk.enabled)
-        n += cfg->disk.max_reads_in_flight + 4;
+        n += cfg->disk.max_reads_in_flight + 3;
     return n;
 }
 

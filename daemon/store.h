@@ -244,9 +244,9 @@ typedef struct {
 
 /* Threads the libuv pool needs (UV_THREADPOOL_SIZE, set before the loop queues work): the copy
  * and checksum workers (server.cpu_workers, or one per CPU) plus, with the disk tier, one per
- * disk.max_reads_in_flight and one each for the flush, the seal's fsync, the checkpoint and the
- * drops file's writer, so disk jobs (each of which may hang with its disk) can never occupy
- * every thread and a save's checksum never queues behind the disk. */
+ * disk.max_reads_in_flight and one each for the flush, the checkpoint and the drops file's
+ * writer, so disk jobs (each of which may hang with its disk) can never occupy every thread and
+ * a save's checksum never queues behind the disk. */
 unsigned store_pool_threads(const config_t *cfg);
 
 /* Creates the RAM arena per cfg->ram: with ram.reattach, a matching arena file is kept as it is
