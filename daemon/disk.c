@@ -183,7 +183,7 @@ typedef struct {
     uint64_t start;
     int fd;
     bool create;
-    bool try_direct; /* create: open the new file with O_DIRECT */
+    bool try_direct;  /* create: open the new file with O_DIRECT */
     int sync_fd;      /* the segment the roll sealed, fsynced before the writes */
     uint64_t sync_id; /* its id */
     drop_t *drops;
@@ -199,8 +199,8 @@ typedef struct {
     uint64_t written, raw, stored;
     uint32_t compressed;
     uint64_t write_ns;
-    uint64_t seal_ns; /* the fsync of sync_fd */
-    int seal_rc;      /* and its result (0 or -errno) */
+    uint64_t seal_ns;           /* the fsync of sync_fd */
+    int seal_rc;                /* and its result (0 or -errno) */
     uint64_t dec_ns, dec_bytes; /* calibration */
     /* loop: commits reported so far */
     uint32_t next_commit;

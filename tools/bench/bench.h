@@ -135,7 +135,7 @@ typedef struct {
     int zero_copy;           /* --zero-copy: measure the kvtier-zc backend too */
     int cold;                /* --cold: no fill to capacity before measuring */
     int lookup_first;        /* --lookup-first: disk mode's loads look each chain up first */
-    int paced;               /* --paced: disk mode's saves wait for the disk writer between chains */
+    int paced; /* --paced: disk mode's saves wait for the disk writer between chains */
 } bench_opts_t;
 
 typedef struct bench bench_t;
@@ -209,9 +209,9 @@ struct bench {
     kvt_hash_t *disk_hashes; /* disk mode: chunks hashes, chains of chain_len */
     uint32_t disk_load_n;    /* disk mode: the oldest chunks loaded back (disk-only by then) */
     uint32_t disk_load_from, disk_load_count; /* disk mode: the chunks of this load step */
-    int disk_reload;         /* disk mode: this load step only refills dst for the verification */
-    int zc_no_copy;          /* kvtier-zc loads leave the bytes in the arena (no memcpy out) */
-    uint32_t pace_limit;     /* --paced: most chunks pending in the write buffer between chains */
+    int disk_reload;     /* disk mode: this load step only refills dst for the verification */
+    int zc_no_copy;      /* kvtier-zc loads leave the bytes in the arena (no memcpy out) */
+    uint32_t pace_limit; /* --paced: most chunks pending in the write buffer between chains */
     kvt_server_info_t info;
     bk_state_t bk_state[BK_N];
     char bk_why[BK_N][160];

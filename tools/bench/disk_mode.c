@@ -991,24 +991,24 @@ typedef struct {
     snap_t s6, s7;         /* before and after the pinned quarter (--zero-copy) */
     raw_t raw;
     double save_s, drain_s, load_s, load_shm_s, load_zc_s;
-    counts_t n;                 /* save outcomes and verified loads (frames half) of every rank */
-    counts_t n_shm;             /* verified loads of the primary path's half */
-    counts_t n_zc;              /* verified reloads of the pinned quarter */
+    counts_t n;     /* save outcomes and verified loads (frames half) of every rank */
+    counts_t n_shm; /* verified loads of the primary path's half */
+    counts_t n_zc;  /* verified reloads of the pinned quarter */
     pct_t save, load, load_shm, load_zc; /* per call */
-    uint64_t pace_waits;        /* --paced: status polls that found the writer behind */
-    long pid;                   /* the daemon's (status "pid"; <= 0: unknown) */
+    uint64_t pace_waits;                 /* --paced: status polls that found the writer behind */
+    long pid;                            /* the daemon's (status "pid"; <= 0: unknown) */
     double cpu[4]; /* daemon CPU seconds (/proc, 10 ms ticks) of the write phase and the three
                       read parts (DCPU_*); < 0: unknown */
     lookups_t idle, busy;
     refusing_t refusing; /* the write phase while demotions were refused */
     comp_t shuf, lz4;
     dropped_t drop, drop_shm, drop_zc; /* the segments dropped before each part */
-    seg_read_t seg[SEG_MODES]; /* the raw O_DIRECT reads of the segment files (seg_modes) */
-    int shm_half;              /* the second half went through the shared-memory path */
-    uint32_t half;             /* chunks per rank in the frames half */
-    uint32_t shm_n;            /* chunks per rank the copying shared-memory loads read */
-    uint32_t zc_n;             /* chunks per rank the pins read (--zero-copy; else 0) */
-    uint64_t zc_pinned;        /* chunks the pins found (all ranks), before the reload */
+    seg_read_t seg[SEG_MODES];         /* the raw O_DIRECT reads of the segment files (seg_modes) */
+    int shm_half;                      /* the second half went through the shared-memory path */
+    uint32_t half;                     /* chunks per rank in the frames half */
+    uint32_t shm_n;                    /* chunks per rank the copying shared-memory loads read */
+    uint32_t zc_n;                     /* chunks per rank the pins read (--zero-copy; else 0) */
+    uint64_t zc_pinned;                /* chunks the pins found (all ranks), before the reload */
     const char *fs;
     int same_fs;
 } disk_res_t;
@@ -1091,9 +1091,8 @@ int bench_disk_steps(bench_t *b)
         /* split on a chain boundary: a chain across the two would have its pinned part read
          * ahead (into RAM) during the copying quarter; the pins take the partial tail */
         uint32_t chains = rest / b->chain_len;
-        d->shm_n = b->bk_state[BK_ZC] == BK_ON && chains >= 2
-                       ? (chains - chains / 2) * b->chain_len
-                       : rest;
+        d->shm_n = b->bk_state[BK_ZC] == BK_ON && chains >= 2 ? (chains - chains / 2) * b->chain_len
+                                                              : rest;
         d->zc_n = rest - d->shm_n;
         b->cur = b->primary;
         b->disk_load_from = d->half;
@@ -1309,16 +1308,15 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
     if (d->shm_half)
         json_object_set_new(
             disk, "read_shm",
-            json_pack("{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:f,s:o,s:o,s:o,s:o}", "gbps",
-                      f->r_disk_shm, "bytes", (json_int_t)f->load_bytes_shm, "seconds",
-                      d->load_shm_s, "chunks",
-                      (json_int_t)((uint64_t)b->o.ranks * d->shm_n), "disk_hits",
-                      (json_int_t)f->hits_shm, "disk_misses", (json_int_t)f->misses_shm, "verified",
-                      (json_int_t)d->n_shm.hits, "misses", (json_int_t)d->n_shm.misses,
-                      "client_gbps", f->r_client_shm, "ratio_vs_raw_direct",
-                      real_or_null(ratio(f->r_disk_shm, f->raw_direct_gbps)), "ratio_vs_raw",
-                      real_or_null(ratio(f->r_disk_shm, f->raw_cold_gbps)), "segments_dropped",
-                      dropped_json(&d->drop_shm), "latency", pct_json(&d->load_shm)));
+            json_pack(
+                "{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:f,s:o,s:o,s:o,s:o}", "gbps", f->r_disk_shm,
+                "bytes", (json_int_t)f->load_bytes_shm, "seconds", d->load_shm_s, "chunks",
+                (json_int_t)((uint64_t)b->o.ranks * d->shm_n), "disk_hits", (json_int_t)f->hits_shm,
+                "disk_misses", (json_int_t)f->misses_shm, "verified", (json_int_t)d->n_shm.hits,
+                "misses", (json_int_t)d->n_shm.misses, "client_gbps", f->r_client_shm,
+                "ratio_vs_raw_direct", real_or_null(ratio(f->r_disk_shm, f->raw_direct_gbps)),
+                "ratio_vs_raw", real_or_null(ratio(f->r_disk_shm, f->raw_cold_gbps)),
+                "segments_dropped", dropped_json(&d->drop_shm), "latency", pct_json(&d->load_shm)));
     if (d->zc_n > 0)
         json_object_set_new(
             disk, "read_zc",

@@ -533,7 +533,7 @@ static void rank_run_step(rank_t *r)
     case STEP_DISK_LOAD:
         run_chain(r, b->disk_reload ? BK_SHM : b->cur, OP_LOAD, b->disk_hashes, b->disk_load_from,
                   b->disk_load_count,
-                  b->disk_reload      ? NULL
+                  b->disk_reload        ? NULL
                   : b->cur == BK_FRAMES ? &r->dload
                   : b->cur == BK_ZC     ? &r->dload_zc
                                         : &r->dload_shm);
