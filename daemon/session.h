@@ -217,11 +217,14 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
 int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                              const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len);
 
-/* Pins stored chunk c for s until deadline_ms (a load pin, store_pin). 0 or -ENOMEM. */
+/* Pins stored chunk c for s until deadline_ms (a load pin, store_pin). A chunk s pins already
+ * counts one more pin on its hold (charged and store-pinned once, until the latest deadline),
+ * so that repeats cost no memory and no probe. 0 or -ENOMEM. */
 int session_pin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                 store_chunk_t *c, uint64_t deadline_ms);
 
-/* Drops s's load pin of (ns, rank, hash): 1 when one was dropped, 0 when none was held. */
+/* Drops one of s's load pins of (ns, rank, hash), the hold with the last: 1 when one was
+ * dropped, 0 when none was held. */
 int session_unpin(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                   const kvt_wire_hash_t *h);
 

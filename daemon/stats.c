@@ -538,7 +538,8 @@ static const stats_field_t ram_fields[] = {
     NUM(D, "reserved_bytes", T_U64, reserved_bytes, GAUGE, "bytes",
         "Arena bytes reserved by shared-memory saves not committed yet."),
     NUM(D, "pinned_bytes", T_U64, pinned_bytes, GAUGE, "bytes",
-        "Bytes of chunks pinned by shared-memory loads not released yet."),
+        "Bytes of chunks pinned by shared-memory loads not released yet (a chunk one session "
+        "pins more than once counts once: the RAM it holds)."),
     RAMV("dirty_bytes", dirty_bytes, GAUGE, "bytes",
          "Payload bytes of RAM chunks without a disk copy yet (with the disk tier)."),
     RAMV("ingest_bytes", ingest_bytes, GAUGE, "bytes",

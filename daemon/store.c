@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static unsigned cpu_workers(const config_t *cfg)
 {
@@ -131,6 +132,7 @@ void store_destroy(store_t **ps)
     free(s->relink);
     free(s->pf);
     free(s->pf_seen);
+    free(s->seen);
     free(s);
     *ps = NULL;
 }
@@ -309,6 +311,56 @@ static void prefix_each(const store_t *s, const ns_t *ns, uint16_t rank, const k
     }
 }
 
+/* The hashes one request has counted (store_lease_cost): a client may name a chunk more than
+ * once in a request (a prefix of chained hashes never does), and each must be charged once. At
+ * most server.max_chunks_per_request (65536) hashes: 3 MiB of table at the most, kept. */
+struct store_seen {
+    kvt_wire_hash_t h;
+    uint32_t gen;
+};
+
+/* Starts a request of n hashes: false when the table cannot be had (then every repeat counts
+ * again: the charge errs high, for this client only). */
+static bool seen_begin(store_t *s, size_t n)
+{
+    uint64_t cap = s->seen_cap ? s->seen_cap : 64;
+
+    while (cap < 2 * (uint64_t)n)
+        cap <<= 1;
+    if (cap > (1u << 18))
+        return false;
+    if (cap != s->seen_cap) {
+        struct store_seen *t = calloc(cap, sizeof *t);
+        if (t == NULL)
+            return false;
+        free(s->seen);
+        s->seen = t;
+        s->seen_cap = (uint32_t)cap;
+        s->seen_gen = 0;
+    }
+    if (++s->seen_gen == 0) { /* wrapped: stamps of 2^32 requests ago would look current */
+        memset(s->seen, 0, s->seen_cap * sizeof *s->seen);
+        s->seen_gen = 1;
+    }
+    return true;
+}
+
+/* Adds k to the request's set: true when it was not in it. The hashes are a client's, so the
+ * slot comes from a hash of them keyed by the table's address (random under ASLR), not from
+ * their bytes alone: a client cannot aim its hashes at one probe run. */
+static bool seen_add(store_t *s, const kvt_wire_hash_t *k)
+{
+    uint32_t mask = s->seen_cap - 1;
+    uint32_t j = (uint32_t)XXH3_64bits_withSeed(k, sizeof *k, (uint64_t)(uintptr_t)s->seen) & mask;
+
+    for (; s->seen[j].gen == s->seen_gen; j = (j + 1) & mask)
+        if (memcmp(&s->seen[j].h, k, sizeof *k) == 0)
+            return false;
+    s->seen[j].h = *k;
+    s->seen[j].gen = s->seen_gen;
+    return true;
+}
+
 struct lease_acc {
     index_t *ix;
     uint64_t now_ms;
@@ -332,12 +384,18 @@ static void lease_cb(index_entry_t *e, void *arg)
     index_lease(a->ix, e, a->now_ms, a->lease_ms);
 }
 
-uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+uint64_t store_lease_cost(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                           uint32_t hit, uint64_t now_ms)
 {
     struct lease_acc a = {.now_ms = now_ms};
+    bool dedup = hit > 1 && seen_begin(s, hit);
 
-    prefix_each(s, ns, rank, h, hit, lease_cost_cb, &a);
+    for (uint32_t i = 0; i < hit; i++) {
+        kvt_wire_hash_t k;
+        memcpy(&k, &h[i], sizeof k);
+        if (!dedup || seen_add(s, &k))
+            prefix_each(s, ns, rank, &k, 1, lease_cost_cb, &a);
+    }
     return a.bytes;
 }
 

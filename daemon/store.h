@@ -345,9 +345,11 @@ void store_load_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_
 /* Leases (separate from store_lookup, so a lease can be refused over a bound): the payload bytes
  * that leasing the prefix h[0..hit) would hold in RAM: its chunks that are not leased now (a lease
  * is never extended) and are in RAM only (a chunk with a disk copy may leave RAM while leased:
- * index.h), of rank, or of every rank with KVT_RANK_ALL (then the prefix of every rank); and the
- * lease of the prefix's chunks until now_ms + ram.lease_ms. h may be unaligned. */
-uint64_t store_lease_cost(const store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
+ * index.h), of rank, or of every rank with KVT_RANK_ALL (then the prefix of every rank), each
+ * counted once however often h names it (0.2.9: a hash repeated 256 times was charged 256 times,
+ * and one client's leases filled every session's bound); and the lease of the prefix's chunks
+ * until now_ms + ram.lease_ms. h may be unaligned. */
+uint64_t store_lease_cost(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h,
                           uint32_t hit, uint64_t now_ms);
 void store_lease(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h, uint32_t hit,
                  uint64_t now_ms);

@@ -116,6 +116,10 @@ struct store {
     uint64_t pinned_foot;     /* footprints of pinned arena chunks (INDEX_F_PINRAM) */
     uint64_t resv_foot;       /* footprints of shared-memory reservations not committed yet */
     prefetch_seen_t *pf_seen; /* store_lookup_all: the read-ahead candidates of one lookup */
+    /* store_lease_cost: the entries one request counted already (open addressing over entry
+     * pointers, stamped with the request's generation so that no request clears it) */
+    struct store_seen *seen;
+    uint32_t seen_cap, seen_gen;
     /* a stalled disk (store_io.c, "Stalled reads"): the loads waiting on reads, oldest first,
      * and when the first read started with none in flight (uv_hrtime ms; the workers stamp
      * when a read finished: disk_read_done_ms) */

@@ -747,6 +747,50 @@ START_TEST(test_lease_starvation)
 }
 END_TEST
 
+/* A hash repeated in a leasing lookup (0.2.9, a hostile client's): a chunk named 256 times is
+ * leased and charged once, so three such clients do not fill the held share and a fourth still
+ * leases and loads. Before, each repeat was charged again (12 MiB for 48 KiB leased), every
+ * other client's leases were capped and its loads refused with EBUSY for lease_ms. */
+START_TEST(test_lease_repeats_charged_once)
+{
+    enum { REP = 256, HOGS = 3 };
+    const size_t len = 16 * KIB;
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB, .lease_ms = 60000};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *hog[HOGS], *good;
+    static kvt_hash_t hs[REP];
+    kvt_hash_t gh[8];
+    kvt_lookup_result_t res = {0};
+    json_t *st;
+
+    for (int k = 0; k < HOGS; k++) {
+        hog[k] = harness_client(h, "hog", 1, 0, 0);
+        ck_assert_uint_eq(harness_save_chain(hog[k], 600 + (uint32_t)k, 1, len, 0), 1);
+        harness_chain(600 + (uint32_t)k, hs, 1);
+        for (size_t i = 1; i < REP; i++)
+            hs[i] = hs[0];
+        ck_assert_int_eq(kvt_lookup(hog[k], hs, REP, &(kvt_lookup_opts_t){.lease = 1}, &res), 0);
+        ck_assert_uint_eq(res.hit, REP);
+    }
+    st = harness_status(h);
+    ck_assert_int_eq(harness_jint(st, "ram.leased_bytes"), (int64_t)(HOGS * len));
+    ck_assert_int_eq(harness_jint(st, "server.leases_capped"), 0);
+    json_decref(st);
+    good = harness_client(h, "hog", 1, 0, 0);
+    ck_assert_uint_eq(harness_save_chain(good, 700, 8, len, 0), 8);
+    harness_chain(700, gh, 8);
+    ck_assert_int_eq(kvt_lookup(good, gh, 8, &(kvt_lookup_opts_t){.lease = 1}, &res), 0);
+    ck_assert_uint_eq(res.hit, 8);
+    ck_assert(res.leased);
+    ck_assert_uint_eq(harness_load_chain(good, 700, 8, len, 0), 8);
+    ck_assert_int_eq(harness_stat(h, "server.leases_capped"), 0);
+    kvt_close(&good);
+    for (int k = 0; k < HOGS; k++)
+        kvt_close(&hog[k]);
+    harness_stop(&h);
+}
+END_TEST
+
 /* With the held bounds off, NOSPACE caused by leases is counted apart from capacity. */
 START_TEST(test_nospace_held_counted)
 {
@@ -1260,6 +1304,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(ns, test_namespace_expiry);
     tcase_add_test(other, test_status_lockout);
     tcase_add_test(other, test_lease_starvation);
+    tcase_add_test(other, test_lease_repeats_charged_once);
     tcase_add_test(other, test_nospace_held_counted);
     tcase_add_test(other, test_reserve_starvation);
     tcase_add_test(other, test_reserve_starvation_tiny);
