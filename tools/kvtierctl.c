@@ -35,6 +35,7 @@
 #include "watch.h"
 
 #define CTL_DEFAULT_TIMEOUT_MS 5000
+#define KVTIERCTL_NS_MAX 255 /* kvt_ns_desc_t.model: 1..255 bytes (kvtier.h) */
 
 enum { EXIT_MISS = 1, EXIT_USAGE = TOOL_EXIT_USAGE, EXIT_FAIL = 3 };
 
@@ -126,6 +127,9 @@ static int parse_global(ctl_t *o, int argc, char **argv, int *i)
             o->endpoint = v;
         else if (a[1] == 's')
             o->status_socket = v;
+        else if (strlen(v) > KVTIERCTL_NS_MAX)
+            return tool_usage_error("--ns: a namespace name is at most %d bytes (this one is %zu)",
+                                    KVTIERCTL_NS_MAX, strlen(v));
         else
             o->ns.model = v;
         o->ns_given |= a[1] == '-';

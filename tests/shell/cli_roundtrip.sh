@@ -31,6 +31,15 @@ ctl() { # RANK ARGS...
 }
 randhash() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
 
+# A namespace name over 255 bytes is a usage error that says so (exit 2), not a failed connect.
+set +e
+long=$(printf 'n%.0s' {1..300})
+"$kvtierctl" -e "$endpoint" -s "$sock" --ns "$long" lookup "$(randhash)" >/dev/null 2>"$dir/ns.err"
+rc=$?
+set -e
+((rc == 2)) || fail "--ns of 300 bytes: exit $rc, want 2"
+grep -q 'at most 255 bytes' "$dir/ns.err" || fail "--ns of 300 bytes: $(cat "$dir/ns.err")"
+
 # Four chunks per chain; rank 2 stores only the first two.
 sizes=(1 4096 70001 1048576)
 stored=(4 4 2)
