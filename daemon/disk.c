@@ -18,8 +18,7 @@
  * reserves an upper bound of the batch in the active segment, rolling to a new segment when the
  * bound does not fit and reclaiming the oldest segments (FIFO; a segment holding leased entries
  * is skipped for now) until used + bound <= capacity. The worker then unlinks the reclaimed
- * files, fsyncs the segment just sealed (fsync "segment": "The seal's fsync" below), creates
- * the new segment file, and for
+ * files, fsyncs the segment just sealed (fsync "segment"), creates the new segment file, and for
  * every record verifies the lent bytes against the record's csum (a mismatch - the bytes changed
  * since they were committed - is not written: committed() gets -EBADMSG), compresses them into
  * the staging buffer when that pays, encodes the header into its 4 KiB block there, and writes
@@ -64,9 +63,8 @@
  * for a raw record, into a buffer of the job for a compressed one), checks every header field
  * against what the index expects (hash, rank, lengths, csum), decompresses into the extent and
  * verifies the raw bytes against the csum. At most max_reads_in_flight jobs run; the rest wait in a
- * FIFO. The thread pool is sized so that these jobs and the flush can never occupy every
- * thread (store.h, store_pool_threads): checksum and copy jobs of saves never queue behind the
- * disk.
+ * FIFO. The thread pool is sized so that these jobs and the flush can never occupy every thread
+ * (store.h, store_pool_threads): checksum and copy jobs of saves never queue behind the disk.
  *
  * Capacity: used_bytes = the sum of the segments' sizes rounded up to 4 KiB (the filesystem's
  * block) plus the in-flight reservation; it never exceeds capacity_bytes.

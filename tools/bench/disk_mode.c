@@ -1028,6 +1028,27 @@ static void cpu_mark(disk_res_t *d, int k, double *mark)
     *mark = now;
 }
 
+/* One timed part of the read phase: chunks [from, from + count) of every rank through backend
+ * bk, cold (the segments dropped first, into *drop), between status snapshots *before and
+ * *after, its wall time in *secs and the daemon's CPU time in d->cpu[cpu_k]. 0 or -1. */
+static int read_part(bench_t *b, disk_res_t *d, bk_t bk, uint32_t from, uint32_t count,
+                     dropped_t *drop, snap_t *before, snap_t *after, double *secs, int cpu_k)
+{
+    double mark;
+
+    b->cur = bk;
+    b->disk_load_from = from;
+    b->disk_load_count = count;
+    drop_segments(d->s1.dir, drop);
+    if (snap_take(b, before))
+        return -1;
+    mark = daemon_cpu_s(d->pid);
+    if (run_step(b, STEP_DISK_LOAD, 0, secs))
+        return -1;
+    cpu_mark(d, cpu_k, &mark);
+    return snap_take(b, after);
+}
+
 /* The disk-mode steps; returns an exit status. The lookups alone come first (the daemon idle),
  * then the raw baseline, then the saves with the lookup thread running until the write buffer
  * is drained, then the loads of the oldest chunks, then the codec figures. */
@@ -1073,17 +1094,8 @@ int bench_disk_steps(bench_t *b)
     /* the read phase, cold: frames for the first half, the primary path for the second */
     d->shm_half = b->primary == BK_SHM;
     d->half = d->shm_half ? b->disk_load_n / 2 / b->chain_len * b->chain_len : b->disk_load_n;
-    b->cur = BK_FRAMES;
-    b->disk_load_from = 0;
-    b->disk_load_count = d->half;
-    drop_segments(d->s1.dir, &d->drop);
-    if (snap_take(b, &d->s2))
-        return EXIT_FAIL;
-    mark = daemon_cpu_s(d->pid);
-    if (run_step(b, STEP_DISK_LOAD, 0, &d->load_s))
-        return EXIT_FAIL;
-    cpu_mark(d, DCPU_FRAMES, &mark);
-    if (snap_take(b, &d->s3) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
+    if (read_part(b, d, BK_FRAMES, 0, d->half, &d->drop, &d->s2, &d->s3, &d->load_s, DCPU_FRAMES) ||
+        run_step(b, STEP_DISK_VERIFY, 0, NULL))
         return EXIT_FAIL;
     d->s4 = d->s5 = d->s6 = d->s7 = d->s3;
     if (d->shm_half) {
@@ -1094,31 +1106,16 @@ int bench_disk_steps(bench_t *b)
         d->shm_n = b->bk_state[BK_ZC] == BK_ON && chains >= 2 ? (chains - chains / 2) * b->chain_len
                                                               : rest;
         d->zc_n = rest - d->shm_n;
-        b->cur = b->primary;
-        b->disk_load_from = d->half;
-        b->disk_load_count = d->shm_n;
-        drop_segments(d->s1.dir, &d->drop_shm);
-        if (snap_take(b, &d->s4))
-            return EXIT_FAIL;
-        mark = daemon_cpu_s(d->pid);
-        if (run_step(b, STEP_DISK_LOAD, 0, &d->load_shm_s))
-            return EXIT_FAIL;
-        cpu_mark(d, DCPU_SHM, &mark);
-        if (snap_take(b, &d->s5) || run_step(b, STEP_DISK_VERIFY, 0, NULL))
+        if (read_part(b, d, b->primary, d->half, d->shm_n, &d->drop_shm, &d->s4, &d->s5,
+                      &d->load_shm_s, DCPU_SHM) ||
+            run_step(b, STEP_DISK_VERIFY, 0, NULL))
             return EXIT_FAIL;
         d->s6 = d->s7 = d->s5;
     }
     if (d->zc_n > 0) { /* pins, no copy out; then reloaded by copying loads and verified */
-        b->cur = BK_ZC;
-        b->disk_load_from = d->half + d->shm_n;
-        b->disk_load_count = d->zc_n;
-        drop_segments(d->s1.dir, &d->drop_zc);
         b->zc_no_copy = 1;
-        rc = snap_take(b, &d->s6);
-        mark = daemon_cpu_s(d->pid);
-        rc = rc || run_step(b, STEP_DISK_LOAD, 0, &d->load_zc_s);
-        cpu_mark(d, DCPU_ZC, &mark);
-        rc = rc || snap_take(b, &d->s7);
+        rc = read_part(b, d, BK_ZC, d->half + d->shm_n, d->zc_n, &d->drop_zc, &d->s6, &d->s7,
+                       &d->load_zc_s, DCPU_ZC);
         b->zc_no_copy = 0;
         for (uint32_t i = 0; i < b->o.ranks; i++) /* what the pins found, before the reload */
             for (uint32_t k = 0; k < d->zc_n; k++)
