@@ -135,6 +135,10 @@
 #define DISK_STAGE_PIECE (8u << 20) /* staged flushes write this much per system call */
 
 typedef enum { DISK_OK = 0, DISK_DEGRADED } disk_state_t;
+/* What a read fault still waits for (disk_t.fault_need) */
+#define FAULT_NEED_READ 1u  /* a read that succeeded */
+#define FAULT_NEED_WRITE 2u /* a flush that succeeded */
+#define FAULT_NEED_SYNC 4u  /* a sync that succeeded (after a failed one) */
 /* (disk_fault_op_t, disk.h: what last_error is of) */
 
 typedef struct seg seg_t;
@@ -293,11 +297,13 @@ struct disk {
     int last_error;
     disk_fault_op_t last_error_op;
     uint64_t flush_started; /* loop time the flush in flight was queued */
-    /* A failed read or a segment found truncated or deleted degrades the tier too (it is what
-     * status reports), without refusing demotions; it clears once a read and a flush succeeded
-     * after it. */
+    /* A failed read, a segment found truncated or deleted, or a seal's fsync that failed
+     * degrades the tier too (it is what status reports), without refusing demotions; it clears
+     * once what it still needs (fault_need: FAULT_NEED_*) succeeded after it: a read and a flush,
+     * and after a failed fsync also a sync (a later seal's fsync, or with fsync "record" a
+     * flush's fdatasync). */
     bool read_fault;
-    bool read_ok_since, write_ok_since;
+    unsigned fault_need;
     uint64_t segment_faults;
     bool closing;
     bool closed;
@@ -515,15 +521,29 @@ static uint64_t rec_need(const record_meta_t *m)
  * the writes slowed more than the wait was saved (write calls 0.29-0.38 GB/s against 0.79-1.47
  * inline, the burst's disk write 0.27-0.35 against 0.36-0.48 in three pairs), so it stays here
  * (README, Decisions, "Seals in the flush").
+ *
+ * A seal's fsync that fails (0.2.10) is a fault like a failed read (fault(), op "sync"): status
+ * reports the tier degraded with last_error_op "sync" until a later sync, a read and a flush have
+ * succeeded. It refuses no demotion and drops no record: the segment's records were written, and
+ * every read verifies its record, so a record the device lost is a miss, never wrong bytes; what
+ * the failure says is that the device may not keep them across a power loss, which is the
+ * operator's to know. The fsync is not retried: one that succeeds after a failure proves nothing
+ * about the writes before it (Linux reports a write-back error once).
  */
+static void fault(disk_t *d, int rc, disk_fault_op_t op, uint64_t seg);
+static void fault_clear(disk_t *d, unsigned ok);
+
 static void seal_done(disk_t *d, uint64_t id, int rc, uint64_t ns)
 {
     d->seals++;
     d->seal_ns += ns;
-    if (rc != 0) {
-        d->seal_errors++;
-        log_warn("disk_seal_fsync", "segment=%016" PRIx64 " error=\"%s\"", id, strerror(-rc));
+    if (rc == 0) {
+        fault_clear(d, FAULT_NEED_SYNC);
+        return;
     }
+    d->seal_errors++;
+    log_warn("disk_seal_fsync", "segment=%016" PRIx64 " error=\"%s\"", id, strerror(-rc));
+    fault(d, rc, DISK_FAULT_SYNC, id);
 }
 
 /* Opens the new segment file of j (O_DIRECT when asked and allowed). */
@@ -827,21 +847,22 @@ static void fault(disk_t *d, int rc, disk_fault_op_t op, uint64_t seg)
     d->last_error_op = op;
     if (d->state != DISK_DEGRADED && !d->read_fault)
         log_warn("disk_degraded", "op=%s segment=%016" PRIx64 " error=\"%s\"",
-                 op == DISK_FAULT_READ ? "read" : "segment", seg, strerror(-rc));
+                 op == DISK_FAULT_READ   ? "read"
+                 : op == DISK_FAULT_SYNC ? "sync"
+                                         : "segment",
+                 seg, strerror(-rc));
     d->read_fault = true;
-    d->read_ok_since = d->write_ok_since = false;
+    d->fault_need |=
+        FAULT_NEED_READ | FAULT_NEED_WRITE | (op == DISK_FAULT_SYNC ? FAULT_NEED_SYNC : 0);
 }
 
-/* A read (read) or a flush (!read) succeeded: the end of a read fault once both did. */
-static void fault_clear(disk_t *d, bool read)
+/* What succeeded (FAULT_NEED_* bits): the end of a read fault once everything it needs did. */
+static void fault_clear(disk_t *d, unsigned ok)
 {
     if (!d->read_fault)
         return;
-    if (read)
-        d->read_ok_since = true;
-    else
-        d->write_ok_since = true;
-    if (d->read_ok_since && d->write_ok_since && d->state == DISK_OK) {
+    d->fault_need &= ~ok;
+    if (d->fault_need == 0 && d->state == DISK_OK) {
         d->read_fault = false;
         log_info("disk_resumed", "after=read_fault");
     }
@@ -887,7 +908,8 @@ static void flush_after(uv_work_t *req, int status)
         if (d->state == DISK_DEGRADED)
             log_info("disk_resumed", "segment=%016" PRIx64, s->id);
         d->state = DISK_OK;
-        fault_clear(d, false);
+        /* with fsync "record" the flush's fdatasync is a sync that succeeded */
+        fault_clear(d, FAULT_NEED_WRITE | (d->fsync == CONFIG_FSYNC_RECORD ? FAULT_NEED_SYNC : 0));
         capacity_raise(d);
     } else {
         d->write_errors++;
@@ -1363,7 +1385,7 @@ static void read_after(uv_work_t *req, int status)
             ema(&d->rd_ns_pb, (double)j->io_ns / (double)(j->loc.hdr_len + j->loc.stored));
         if (j->dec_ns > 0)
             ema(&d->dec_ns_pb, (double)j->dec_ns / (double)j->raw_len);
-        fault_clear(d, true);
+        fault_clear(d, FAULT_NEED_READ);
     } else if (j->rc == -EBADMSG) {
         d->checksum_drops++;
         log_warn("disk_checksum", "segment=%016" PRIx64 " offset=%" PRIu64 " action=miss",
@@ -2158,8 +2180,11 @@ static void maybe_done(disk_t *d)
     drops_now(d);
     for (size_t i = 0; i < d->nsegs; i++) {
         seg_t *s = d->segs[i];
-        if (s->fd >= 0 && d->fsync != CONFIG_FSYNC_NONE)
-            fsync(s->fd);
+        if (s->fd >= 0 && d->fsync != CONFIG_FSYNC_NONE && fsync(s->fd) != 0) {
+            d->seal_errors++;
+            log_warn("disk_seal_fsync", "segment=%016" PRIx64 " error=\"%s\" at=close", s->id,
+                     strerror(errno));
+        }
     }
     log_info("disk_closed", "segments=%zu used_bytes=%" PRIu64 " records_written=%" PRIu64,
              d->nsegs, d->used, d->records_written);

@@ -185,6 +185,7 @@ typedef enum {
     DISK_FAULT_WRITE,   /* a flush */
     DISK_FAULT_READ,    /* a read (I/O error, short read, checksum or header mismatch) */
     DISK_FAULT_SEGMENT, /* a segment file found truncated or deleted */
+    DISK_FAULT_SYNC,    /* the fsync of a sealed segment (0.2.10) */
 } disk_fault_op_t;
 
 /* The log position just past the last record written: records are written in ticket order, so

@@ -436,7 +436,7 @@ struct stats_field {
 
 static const char *const disk_state_words[] = {"off", "unavailable", "ok", "degraded", NULL};
 static const char *const data_path_words[] = {"none", "frames", "shm", NULL};
-static const char *const fault_op_words[] = {"", "write", "read", "segment", NULL};
+static const char *const fault_op_words[] = {"", "write", "read", "segment", "sync", NULL};
 
 static bool tier_open(const void *base)
 {
@@ -676,7 +676,7 @@ static const stats_field_t disk_fields[] = {
      .type = T_WORD,
      .off = offsetof(D, disk.tier.last_error_op),
      .kind = INFO,
-     .help = "What last_error is of: \"\", \"write\", \"read\" or \"segment\".",
+     .help = "What last_error is of: \"\", \"write\", \"read\", \"segment\" or \"sync\".",
      .words = fault_op_words,
      .when = tier_open},
     DISK("segment_faults", segment_faults, COUNTER, NULL,
