@@ -1480,7 +1480,7 @@ void disk_check_files(disk_t *d)
         else if (st.st_nlink == 0)
             rc = -ENOENT; /* readable through the descriptor now, gone at the next start */
         else if ((uint64_t)st.st_size < s->size)
-            rc = -EIO; /* records past the end are lost: their reads fail and drop them */
+            rc = -EIO; /* records past the end are lost: the store forgets them (truncated) */
         if (rc == 0)
             continue;
         s->faulted = true;
@@ -1496,6 +1496,8 @@ void disk_check_files(disk_t *d)
         if (s == d->active && d->flushing == NULL)
             d->active = NULL; /* the next flush starts a new file */
         fault(d, rc, DISK_FAULT_SEGMENT, s->id);
+        if (rc == -EIO && d->ops.truncated != NULL)
+            d->ops.truncated(d->arg, s->id, (uint64_t)st.st_size);
     }
 }
 

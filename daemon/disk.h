@@ -70,6 +70,11 @@ typedef struct {
      * what is left; the disk calls again on a later loop turn). force (shutdown, start-up over
      * capacity) allows neither -EBUSY nor -EAGAIN. */
     int (*reclaim)(void *arg, uint64_t seg, void **user, bool force);
+    /* Segment seg's file was found truncated to size bytes under the daemon (disk_check_files,
+     * 0.2.10): the records of it that end past size cannot be read any more. The store forgets
+     * their disk copies now, so that a lookup no longer reports a chunk whose load could only
+     * fail. */
+    void (*truncated)(void *arg, uint64_t seg, uint64_t size);
 } disk_ops_t;
 
 /*

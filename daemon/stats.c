@@ -771,6 +771,9 @@ static const stats_field_t disk_fields[] = {
     NUM(D, "writes_lost", T_U64, disk.counts.write_lost, COUNTER, NULL,
         "Chunks dropped because their disk write failed (a failed write-back leaves the chunk in "
         "RAM for a later try: stays 0)."),
+    NUM(D, "records_lost", T_U64, disk.counts.records_lost, COUNTER, NULL,
+        "Disk copies forgotten because their segment file was found cut short under the daemon "
+        "(0.2.10)."),
     NUM(D, "promotions", T_U64, disk.counts.promoted, COUNTER, NULL, "Chunks read back into RAM."),
     NUM(D, "read_joins", T_U64, disk.counts.read_joins, COUNTER, NULL,
         "Loads that joined a read of the same chunk already in flight."),

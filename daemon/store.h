@@ -157,6 +157,7 @@ typedef struct {
     uint64_t orphaned;         /* successors detached from a dropped chunk */
     uint64_t recover_skipped;  /* recovered records of conflicting namespaces */
     uint64_t recover_dropped;  /* recovered records of a dropped namespace (drops.h) */
+    uint64_t records_lost;     /* disk copies forgotten: past the end of a truncated segment */
 
     /* the index checkpoint (checkpoint.h) */
     uint64_t checkpoints;        /* written */

@@ -381,8 +381,44 @@ static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
     return 0;
 }
 
-const disk_ops_t store__disk_ops = {
-    .recovered = recovered_cb, .committed = committed_cb, .reclaim = reclaim_cb};
+/* The bytes of the segment file that e's record needs: its header block and its payload, in
+ * whole blocks for a version 2 record (an O_DIRECT read of a cut block fails). */
+static uint64_t record_end(const index_entry_t *e)
+{
+    uint64_t payload = e->dver == RECORD_VERSION_V1 ? e->dstored : record_block(e->dstored);
+
+    return e->doff + e->dhdr + payload;
+}
+
+/* A segment found cut short (disk.h, truncated): its records past the cut lose their disk copy,
+ * as a read of them that failed would make them (store_io's read completion); one with no RAM
+ * copy is dropped unless pinned (with its last pin, then), and one with a read in flight is left
+ * to that read, which fails and forgets it. */
+static void truncated_cb(void *arg, uint64_t seg, uint64_t size)
+{
+    store_t *s = arg;
+    void **head = disk_seg_user(s->disk, seg);
+    index_entry_t *e, *next;
+    uint64_t lost = 0;
+
+    for (e = head != NULL ? *head : NULL; e != NULL; e = next) {
+        next = e->seg_next;
+        if (record_end(e) <= size || e->reading != NULL)
+            continue;
+        lost++;
+        store__disk_forget(s, e);
+        if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) && e->pins == 0)
+            store__drop(s, e);
+    }
+    s->dk.records_lost += lost;
+    log_warn("disk_records_lost", "segment=%016" PRIx64 " size=%" PRIu64 " records=%" PRIu64, seg,
+             size, lost);
+}
+
+const disk_ops_t store__disk_ops = {.recovered = recovered_cb,
+                                    .committed = committed_cb,
+                                    .reclaim = reclaim_cb,
+                                    .truncated = truncated_cb};
 
 /* --- the index checkpoint (checkpoint.h) --- */
 

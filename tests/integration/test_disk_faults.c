@@ -218,6 +218,51 @@ START_TEST(test_truncated_segment)
 }
 END_TEST
 
+/* A segment cut short while no load touches it (0.2.10): once the daemon's check finds it (an
+ * fstat once a second), the records past the cut are forgotten (status disk.records_lost), so
+ * that lookups stop reporting chunks whose loads could only fail: the chains of that segment
+ * load every chunk a lookup reports, and no read fails on the way. */
+START_TEST(test_truncated_segment_forgotten)
+{
+    char dir[96], *segs[64];
+    harness_t *h;
+    kvt_client_t *c;
+    size_t n, hits = 0, loaded = 0;
+    int64_t one = 1;
+    struct stat sb;
+    json_t *st;
+
+    make_dir(dir, sizeof dir);
+    h = start(dir, "64MiB", "2MiB", 4u << 20);
+    c = harness_client(h, "faults", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1); /* chains 1..4 only on disk now */
+    n = segments(dir, segs, 64);
+    ck_assert_uint_ge(n, 2);
+    ck_assert_int_eq(stat(segs[0], &sb), 0);
+    ck_assert_int_eq(truncate(segs[0], sb.st_size / 2), 0);
+    st = harness_wait_status(h, pred_segment_faults, &one, HARNESS_DEADLINE_MS);
+    ck_assert_msg(st != NULL, "the truncated segment was never reported");
+    ck_assert_int_gt(harness_jint(st, "disk.records_lost"), 0);
+    json_decref(st);
+    for (uint32_t s = 1; s <= 2; s++) { /* the chains of the oldest segment */
+        size_t hit = harness_lookup_chain(c, s, PER), got = harness_load_chain(c, s, PER, CH, 0);
+        ck_assert_uint_ge(got, hit); /* every chunk reported present loads */
+        hits += hit;
+        loaded += got;
+    }
+    st = harness_status(h);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_uint_lt(loaded, 2 * PER);
+    ck_assert_int_eq(harness_jint(st, "disk.read_errors"), 0);
+    ck_assert_int_eq(harness_jint(st, "disk.checksum_drops"), 0);
+    printf("truncated segment, found by the check: %lld records forgotten; chains 1-2: %zu "
+           "chunks reported present, %zu loaded, 0 failed reads\n",
+           (long long)harness_jint(st, "disk.records_lost"), hits, loaded);
+    json_decref(st);
+    segment_fault_end(&h, &c, dir, segs, n, "truncated segment, found by the check");
+}
+END_TEST
+
 START_TEST(test_deleted_segment)
 {
     char dir[96], *segs[64];
@@ -451,6 +496,7 @@ static Suite *disk_faults_suite(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_truncated_segment);
+    tcase_add_test(tc, test_truncated_segment_forgotten);
     tcase_add_test(tc, test_deleted_segment);
     tcase_add_test(tc, test_enospc_restart);
     tcase_add_test(tc, test_unwritable_directory);
