@@ -34,6 +34,12 @@
  * replay refuses to start (exit 3) when the namespace runs another one ("off": admission
  * disabled); the report says which one ran.
  *
+ * A request of more whole blocks than the daemon takes in one call (its max_chunks_per_request,
+ * from kvt_server_info) is replayed as its first max_chunks blocks, with that many blocks' tokens
+ * as its prompt, as an engine whose context ends there would ask (0.2.10; it used to end the
+ * replay with an error): report requests_truncated and blocks_truncated count them, and a line
+ * on stderr says so once.
+ *
  * Threads: single-threaded. Exit: 0 ok, 1 a load returned wrong bytes, 2 usage, 3 error.
  *
  * Invariants: verdicts = answered lookups with hit > 0 (of whole-block requests); every chunk
@@ -76,6 +82,7 @@ typedef struct {
     uint64_t min_load_tokens;
     uint64_t engine_id;
     uint64_t salt;
+    uint32_t max_blocks; /* the daemon's chunks per call: longer requests are cut to it */
     int timeout_ms;
     int json;
 } rp_opts_t;
@@ -113,6 +120,7 @@ typedef struct {
     uint64_t load_short, load_mismatch;
     uint64_t save_ops, save_ops_declined, blocks_stored, blocks_exists, blocks_declined;
     uint64_t blocks_nospace, tallies;
+    uint64_t requests_truncated, blocks_truncated; /* over max_blocks: cut to it */
 } rp_stats_t;
 
 static const char usage_text[] =
@@ -530,12 +538,20 @@ static int replay_one(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t, 
     const rp_req_t *r = &t->reqs[ri];
     const uint32_t *blk = t->blocks + r->first;
     uint32_t n = r->nblocks, hbm_blocks = 0, hit = 0, from;
+    uint64_t input_length = r->input_length;
     kvt_lookup_result_t res = {0};
-    kvt_lookup_opts_t lopts = {.has_prompt = 1, .prompt_tokens = r->input_length};
+    kvt_lookup_opts_t lopts = {.has_prompt = 1};
     int rc;
 
+    if (o->max_blocks > 0 && n > o->max_blocks) { /* what the daemon takes in one call */
+        s->requests_truncated++;
+        s->blocks_truncated += n - o->max_blocks;
+        n = o->max_blocks;
+        input_length = (uint64_t)n * RP_BLOCK_TOKENS;
+    }
+    lopts.prompt_tokens = input_length;
     s->requests++;
-    s->prompt_tokens += r->input_length;
+    s->prompt_tokens += input_length;
     if (n == 0) {
         s->no_whole_block++;
         return 0;
@@ -560,8 +576,8 @@ static int replay_one(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t, 
         uint64_t hbm = lopts.hbm_tokens, lmc = (uint64_t)hit * RP_BLOCK_TOKENS;
         int v;
         s->lookups_hit++;
-        if (lmc >= r->input_length)
-            lmc = r->input_length - 1;
+        if (lmc >= input_length)
+            lmc = input_length - 1;
         lmc -= lmc % RP_BLOCK_TOKENS;
         if (lmc <= hbm)
             v = V_HBM;
@@ -573,7 +589,7 @@ static int replay_one(kvt_client_t *c, const rp_opts_t *o, const rp_trace_t *t, 
             v = V_PAID;
         s->verdicts[v]++;
         s->probes_total++;
-        s->verdict_prompt_tokens += r->input_length;
+        s->verdict_prompt_tokens += input_length;
         if (v == V_PAID) {
             s->paid_total++;
             rc = replay_load(c, o, t, r, b, hbm_blocks, (uint32_t)(lmc / RP_BLOCK_TOKENS), s);
@@ -666,13 +682,16 @@ static json_t *report_json(const rp_opts_t *o, const rp_stats_t *s, uint64_t d_r
         "skips", json_object_get(skip, "skips"), "would_skip", json_object_get(skip, "would_skip"));
     if (rep == NULL)
         return NULL;
-    /* Added by issue 12: the engine's token figures and the value evidence of the daemon. */
+    /* Added by issue 12: the engine's token figures and the value evidence of the daemon; by
+     * 0.2.10 the requests cut to the daemon's chunks per call. */
     more = json_pack(
-        "{s:s, s:I, s:I, s:I, s:{s:f, s:f, s:f}, s:o}", "policy", gates_policy(gates),
+        "{s:s, s:I, s:I, s:I, s:{s:f, s:f, s:f}, s:o, s:I, s:I}", "policy", gates_policy(gates),
         "written_tokens", (json_int_t)(s->blocks_stored * RP_BLOCK_TOKENS), "served_tokens",
         (json_int_t)s->tokens_loaded, "lookup_tokens", (json_int_t)s->verdict_prompt_tokens, "net",
         "0.02", net_at(0.02, s), "0.05", net_at(0.05, s), "0.1", net_at(0.1, s), "net_cost_ratio",
-        json_is_number(cr) ? json_real(net_at(json_number_value(cr), s)) : json_null());
+        json_is_number(cr) ? json_real(net_at(json_number_value(cr), s)) : json_null(),
+        "requests_truncated", (json_int_t)s->requests_truncated, "blocks_truncated",
+        (json_int_t)s->blocks_truncated);
     if (more == NULL || json_object_update(rep, more) != 0) {
         json_decref(more);
         json_decref(rep);
@@ -789,10 +808,11 @@ int main(int argc, char **argv)
         }
     }
     if (kvt_server_info(c, &info) == 0 && t.max_blocks > info.max_chunks) {
-        tool_error("a request has %" PRIu32 " blocks, the daemon takes %" PRIu32 " per call",
-                   t.max_blocks, info.max_chunks);
-        rc = EXIT_FAIL;
-        goto out;
+        o.max_blocks = info.max_chunks;
+        fprintf(stderr,
+                "kvtier-replay: requests of more than %" PRIu32 " blocks (the longest has %" PRIu32
+                ") are replayed as their first %" PRIu32 ", the daemon's chunks per call\n",
+                info.max_chunks, t.max_blocks, info.max_chunks);
     }
     if ((st0 = status_get(o.status_socket, o.timeout_ms)) == NULL) {
         rc = EXIT_FAIL;

@@ -148,6 +148,27 @@ off_served=$(jq -e .served_tokens "$dir/replay-off.json")
 check "useful: at least 98% of the tokens gates off served ($off_served)" \
     ".served_tokens * 100 >= $off_served * 98" value-useful
 
+# A request longer than the daemon takes in one call (server.max_chunks_per_request, 4096 by
+# default) is replayed as its first 4096 blocks (0.2.10), counted, and said once on stderr: two
+# requests of the same 5000 blocks; the second finds its 100 first blocks in HBM and loads the
+# rest of the 4096 but the last (the engine recomputes a prompt's last token).
+long=$dir/long.jsonl
+/usr/bin/python3 -c '
+import json
+for t in (0, 1):
+    print(json.dumps({"timestamp": t, "input_length": 5000 * 512, "output_length": 1,
+                      "hash_ids": list(range(5000))}))' >"$long"
+"$replay" -c "$dir/kvtierd.json" --trace "$long" --hbm-blocks 100 --chunk-bytes "$chunk" \
+    --ns long --json >"$dir/long.json" 2>"$dir/long.err" ||
+    { cat "$dir/long.err" >&2; fail "kvtier-replay of requests over 4096 blocks: exit $?"; }
+grep -q "replayed as their first 4096" "$dir/long.err" ||
+    fail "kvtier-replay did not say that it cut requests: $(cat "$dir/long.err")"
+check "long requests cut to 4096 blocks" \
+    ".requests == 2 and .requests_truncated == 2 and .blocks_truncated == 2 * 904" long
+check "long requests: the first saved, the second loaded" \
+    ".blocks_saved == 4096 and .blocks_loaded == 4096 - 1 - 100 and .loads_verified == .blocks_loaded
+     and .prompt_tokens == 2 * 4096 * 512" long
+
 testlib_stop_daemon
 for ns in replay-off replay-on value-useless value-useful; do
     jq -c "{ns: \"$ns\", policy, hbm_blocks, lookups_skipped, paid_total, blocks_saved,
