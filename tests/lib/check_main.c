@@ -13,6 +13,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +43,40 @@ void check_unlink_arena(const char *path)
         (void)check_rmtree(dir);
 }
 
+#define ARENAS_FILE "arenas" /* in the scratch directory: one registered path per line */
+
+void check_register_arena(const char *path)
+{
+    char list[4200];
+    FILE *f;
+
+    if (scratch_dir[0] == '\0' || path[0] == '\0' || strchr(path, '\n') != NULL ||
+        (size_t)snprintf(list, sizeof list, "%s/%s", scratch_dir, ARENAS_FILE) >= sizeof list)
+        return;
+    f = fopen(list, "a");
+    if (f == NULL)
+        return;
+    fprintf(f, "%s\n", path);
+    fclose(f);
+}
+
+/* Removes what check_register_arena recorded (a path already gone is no error). */
+static void unlink_registered(void)
+{
+    char list[4200], line[4200];
+    FILE *f;
+
+    if ((size_t)snprintf(list, sizeof list, "%s/%s", scratch_dir, ARENAS_FILE) >= sizeof list ||
+        (f = fopen(list, "r")) == NULL)
+        return;
+    while (fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0] != '\0')
+            check_unlink_arena(line);
+    }
+    fclose(f);
+}
+
 int main(void)
 {
     SRunner *sr;
@@ -58,7 +93,9 @@ int main(void)
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    if (scratch_dir[0] != '\0')
+    if (scratch_dir[0] != '\0') {
+        unlink_registered();
         check_rmtree(scratch_dir);
+    }
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

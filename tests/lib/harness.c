@@ -104,6 +104,9 @@ static int write_config(harness_t *h, const char *extra_json)
         const char *arena =
             json_string_value(json_object_get(json_object_get(cfg, "ram"), "arena_path"));
         snprintf(h->arena_path, sizeof h->arena_path, "%s", arena != NULL ? arena : "");
+        /* removed after the whole run, also when the test fails (kept ones too: a re-attach
+         * test's arena outlives its daemons, never the run) */
+        check_register_arena(h->arena_path);
     }
     rc = json_dump_file(cfg, h->config_path, JSON_INDENT(2));
     json_decref(cfg);
