@@ -151,6 +151,10 @@ struct seg {
     uint32_t refs;   /* reads holding the descriptor */
     bool dead;       /* reclaimed; freed when refs reaches 0 */
     bool faulted;    /* found truncated or deleted (disk_check_files): reported once */
+    bool partial;    /* recovery's scan stopped at a read error (or out of memory) at scanned:
+                        the file is kept whole and counted whole, checkpoints name only its
+                        scanned prefix, so that the next start scans the rest again */
+    uint64_t scanned;
     void *user;      /* the store's entry list */
     seg_t *dnext;    /* dead list */
 };
@@ -1634,12 +1638,16 @@ static int recover_verify(const uint8_t *hdr, size_t hl, record_meta_t *m, recov
     return record_csum(raw, m->raw_len) == m->csum;
 }
 
-/* Scans one segment from offset from (0, or the end a checkpoint covers); returns the length of
- * its valid prefix, or -1 when unreadable. */
-static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t from, uint64_t size, recover_bufs_t *b)
+/* Scans one segment from offset from (0, or the end a checkpoint covers); *end receives the
+ * length of its valid prefix as far as it could be read. Returns 0, or -1 when a read failed (or
+ * memory ran out) at *end: what follows is unknown, not torn. */
+static int recover_segment(disk_t *d, seg_t *s, uint64_t from, uint64_t size, recover_bufs_t *b,
+                           uint64_t *end)
 {
     uint8_t hdr[RECORD_HEADER_MAX];
     uint64_t off = from;
+
+    *end = from;
 
     while (off < size) {
         size_t avail = size - off < sizeof hdr ? (size_t)(size - off) : sizeof hdr, hl;
@@ -1694,8 +1702,9 @@ static int64_t recover_segment(disk_t *d, seg_t *s, uint64_t from, uint64_t size
             d->rec.records_v1 += m.version == RECORD_VERSION_V1;
         }
         off += total;
+        *end = off;
     }
-    return (int64_t)off;
+    return 0;
 }
 
 /* A scanned segment of version 2 records is read with O_DIRECT from now on (disk.direct_io);
@@ -1755,27 +1764,37 @@ static void recover_scan(disk_t *d, seg_t *s, uint64_t from, uint64_t size, reco
                          uint64_t *bytes)
 {
     char path[DISK_PATH_MAX];
-    int64_t good;
+    uint64_t good;
 
     seg_path(d->dir, s->id, path, sizeof path);
-    good = recover_segment(d, s, from, size, b);
-    if (good < 0) {
-        log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path, strerror(errno));
+    if (recover_segment(d, s, from, size, b, &good) != 0) {
+        /* Not a torn tail: the records past good may be intact (a transient EIO). Truncating
+         * there would destroy them; the file stays as it is, counted whole (s->partial). */
+        log_warn("disk_recovery_bad_file",
+                 "path=%s offset=%" PRIu64 " error=\"%s\" action=kept_for_the_next_start", path,
+                 good, strerror(errno));
         d->rec.bad_files++;
-        good = (int64_t)from;
+        s->partial = true;
+        s->scanned = good;
+        d->rec.scanned_bytes += good - from;
+        seg_set_size(d, s, size);
+        recover_reopen(d, s, path);
+        d->rec.segments++;
+        *bytes += size;
+        return;
     }
-    if ((uint64_t)good < size) {
+    if (good < size) {
         d->rec.torn_bytes += size - (uint64_t)good;
-        log_info("disk_recovery_truncate", "segment=%016" PRIx64 " from=%" PRIu64 " to=%" PRId64,
+        log_info("disk_recovery_truncate", "segment=%016" PRIx64 " from=%" PRIu64 " to=%" PRIu64,
                  s->id, size, good);
-        if (ftruncate(s->fd, good) != 0)
+        if (ftruncate(s->fd, (off_t)good) != 0)
             log_warn("disk_recovery_truncate", "path=%s error=\"%s\"", path, strerror(errno));
     }
-    seg_set_size(d, s, (uint64_t)good);
+    seg_set_size(d, s, good);
     recover_reopen(d, s, path);
     d->rec.segments++;
-    d->rec.scanned_bytes += (uint64_t)good - from;
-    *bytes += (uint64_t)good;
+    d->rec.scanned_bytes += good - from;
+    *bytes += good;
 }
 
 /* --- the checkpoint (checkpoint.h) --- */
@@ -2326,7 +2345,11 @@ void disk_checkpoint_segments(const disk_t *d, ckpt_buf_t *c)
 {
     for (size_t i = 0; i < d->nsegs; i++) {
         const seg_t *s = d->segs[i];
-        if (s->fd >= 0 && !s->dead)
+        if (s->fd < 0 || s->dead)
+            continue;
+        if (s->partial) /* the prefix scanned: a segment of another size is scanned again */
+            ckpt_put_seg(c, s->id, s->scanned, s->version);
+        else
             ckpt_put_seg(c, s->id, s->size, s->version != 0 ? s->version : RECORD_VERSION);
     }
 }
