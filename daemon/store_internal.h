@@ -232,7 +232,8 @@ void store__journal_flush(store_t *s);
 void store__ram_recover(store_t *s);
 
 /* Recovery: chunk h of (ns, rank) had the predecessor parent; store__relink links it (or marks
- * it an orphan) once every tier is recovered, and frees the queue. */
+ * it an orphan: its predecessor absent, or the link would close a loop, which records written at
+ * different times can describe) once every tier is recovered, and frees the queue. */
 void store__relink_queue(store_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
                          const uint8_t parent[16]);
 void store__relink(store_t *s);

@@ -641,16 +641,35 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
     return 0;
 }
 
+#define RELINK_WALK_MAX 65536u /* ancestors a relink looks through for a loop */
+
+/* Whether linking e under p would close a loop: e is p or one of p's ancestors. The records'
+ * links are what was true when each was written, not one forest: a chunk removed and saved
+ * again after its successor (found corrupt, reclaimed with its segment, then saved with that
+ * successor as its declared parent) leaves two records that name each other. Only an entry
+ * with children can be an ancestor; a walk longer than RELINK_WALK_MAX counts as a loop. */
+static bool relink_loops(const index_entry_t *e, const index_entry_t *p)
+{
+    uint32_t n = 0;
+
+    if (e->nchildren == 0)
+        return false;
+    for (; p != NULL; p = p->parent)
+        if (p == e || ++n > RELINK_WALK_MAX)
+            return true;
+    return false;
+}
+
 void store__relink(store_t *s)
 {
     for (size_t i = 0; i < s->nrelink; i++) {
         const relink_t *r = &s->relink[i];
         index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
         index_entry_t *p = index_find(s->ix, r->ns, r->rank, &r->parent);
-        if (e != NULL && p != NULL && e != p && e->parent == NULL)
+        if (e != NULL && p != NULL && e != p && e->parent == NULL && !relink_loops(e, p))
             index_set_parent(s->ix, e, p);
-        else if (e != NULL && p == NULL)
-            e->flags |= INDEX_F_ORPHAN;
+        else if (e != NULL && (p == NULL || (p != e && e->parent == NULL)))
+            e->flags |= INDEX_F_ORPHAN; /* its predecessor is absent, or follows it */
     }
     free(s->relink);
     s->relink = NULL;

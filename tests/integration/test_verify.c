@@ -630,6 +630,85 @@ START_TEST(test_scribbled_arena)
 }
 END_TEST
 
+/* A chain that the journal's links close into a loop. Chunk 1 of a chain is removed (found
+ * corrupt: its successor, chunk 2, becomes an orphan), then saved again with chunk 2 as its
+ * declared parent. The journal now says 2 follows 1 (chunk 2's record, from before) and 1
+ * follows 2: after a crash the re-attach relinked both, a cycle in which each is the other's
+ * stored successor, so that neither was ever a chain tail again - never evicted, whatever the
+ * pressure, and carried into every later journal. Now a relink that would close a loop is not
+ * made (the chunk stays an orphan) and both are evicted like any cold chunk. */
+START_TEST(test_relink_never_closes_a_loop)
+{
+    harness_t *h = start_shm();
+    kvt_client_t *c = connect_at(h->endpoint, KVT_DATA_PATH_SHM, KVT_VERIFY_DEFAULT);
+    static uint8_t one[LEN];
+    kvt_hash_t hs[N], flood[N];
+    kvt_save_opts_t so = {0};
+    kvt_completion_t *pin;
+    kvt_arena_t ar;
+    struct stat sb;
+    uint8_t *mine, out[1];
+    const void *bufs[1] = {one};
+    size_t off, len, nhit, lens[1] = {LEN};
+    int fd;
+
+    harness_chain(21, hs, N);
+    save_n(c, hs);
+    ck_assert_int_eq(kvt_arena(c, &ar), 0);
+    ck_assert_int_eq(kvt_submit_pin(c, &hs[1], 1, NULL, NULL), 0);
+    pin = harness_next_completion(c, WAIT_MS);
+    ck_assert_int_eq(pin->outcomes[0], KVT_LOAD_HIT);
+    off = (size_t)((uint8_t *)pin->ptrs[0] - (uint8_t *)ar.base);
+    len = pin->lens[0];
+    kvt_completion_free(c, pin);
+    fd = open(arena_path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    mine = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(mine, MAP_FAILED);
+    close(fd);
+    mine[off + len / 2] ^= 0xff;
+    munmap(mine, (size_t)sb.st_size);
+    ck_assert_uint_eq(load_n(c, hs, &nhit), 0xdu); /* reported corrupt, removed */
+    {
+        harness_int_eq_t dropped = {"ram.verify_drops", 1};
+        json_t *js = harness_wait_status(h, harness_pred_int_eq, &dropped, WAIT_MS);
+        ck_assert_msg(js != NULL, "the scribbled chunk was not removed");
+        json_decref(js);
+    }
+    /* chunk 1 again, declared to follow chunk 2 */
+    harness_fill(one, LEN, 0, harness_hash_key(&hs[1]));
+    so.parent = &hs[2];
+    ck_assert_int_eq(kvt_save(c, &hs[1], 1, bufs, lens, &so, out), 0);
+    ck_assert_int_eq(out[0], KVT_SAVE_STORED);
+    kvt_close(&c);
+    harness_kill9(h);
+    harness_restart(h);
+    c = connect_at(h->endpoint, KVT_DATA_PATH_SHM, KVT_VERIFY_DEFAULT);
+    ck_assert_uint_eq(harness_lookup_chain(c, 21, 1), 1); /* re-attached: chunk 0, */
+    {
+        kvt_lookup_result_t r = {0};
+        ck_assert_int_eq(kvt_lookup(c, &hs[1], 2, NULL, &r), 0);
+        ck_assert_uint_eq(r.hit, 2); /* re-attached, 1 and 2 */
+    }
+    /* three times the RAM tier of other chains: every cold chunk is evicted */
+    for (uint32_t seed = 1000; seed < 1000 + 3 * (16 * MIB / LEN) / N; seed++) {
+        harness_chain(seed, flood, N);
+        save_n(c, flood);
+    }
+    {
+        kvt_lookup_result_t r1 = {0}, r2 = {0};
+        ck_assert_int_eq(kvt_lookup(c, &hs[1], 1, NULL, &r1), 0);
+        ck_assert_int_eq(kvt_lookup(c, &hs[2], 1, NULL, &r2), 0);
+        ck_assert_msg(r1.hit == 0 && r2.hit == 0,
+                      "chunks 1 and 2 were never evicted (present: %u %u): a chain loop",
+                      (unsigned)r1.hit, (unsigned)r2.hit);
+    }
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *verify_suite(void)
 {
     Suite *s = suite_create("verify");
@@ -637,6 +716,7 @@ static Suite *verify_suite(void)
 
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_estale_remaps_and_retries);
+    tcase_add_test(t, test_relink_never_closes_a_loop);
     tcase_add_test(t, test_checksum_mismatch_frames);
     tcase_add_test(t, test_checksum_mismatch_shm_and_pins);
     tcase_add_test(t, test_scribbled_arena);
