@@ -461,7 +461,12 @@ int store_commit(store_t *s, ns_t *ns, uint16_t rank, const kvt_wire_hash_t *par
 /* A client found chunk h's bytes corrupt (RELEASE CORRUPT): re-hash its RAM
  * bytes on the thread pool and remove it when they do not match its csum (ram.verify_drops); a
  * client's word alone never removes another client's chunk. A chunk only on disk is verified by
- * every read anyway: nothing is done. */
+ * every read anyway: nothing is done. At most STORE_VERIFY_BYTES of chunks (or one chunk) are
+ * being re-hashed at once; a report beyond is not acted on (the chunk stays; a client that
+ * verifies finds it a miss and reports it again): accusations cost no client anything, and
+ * without the bound one RELEASE naming every stored chunk, repeated, kept the thread pool that
+ * saves share re-hashing the whole arena. */
+#define STORE_VERIFY_BYTES (64ull << 20)
 void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /*

@@ -1359,6 +1359,7 @@ static void verified_cb(void *arg)
     index_entry_t *e = v->e;
 
     e->flags &= (uint16_t)~INDEX_F_VERIFYING;
+    s->verify_bytes -= v->item.len;
     if (v->item.csum != e->csum && !(e->flags & INDEX_F_BAD)) {
         store__dirty_del(s, e);
         e->flags |= INDEX_F_BAD; /* absent from now on; dropped with its last pin */
@@ -1379,6 +1380,8 @@ void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash
     if (e->flags & (INDEX_F_VERIFYING | INDEX_F_BAD))
         return; /* one verification at a time: a RELEASE naming it again (or 4096 times) queues
                    no more work on the pool nor more pins */
+    if (s->verify_bytes > 0 && s->verify_bytes + e->len > STORE_VERIFY_BYTES)
+        return; /* nor one naming every chunk (store.h) */
     v = malloc(sizeof *v);
     if (v == NULL)
         return;
@@ -1387,8 +1390,10 @@ void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash
         .s = s, .e = e, .item = {.dst = ram_ptr(s->ram, e->off), .src = NULL, .len = e->len}};
     store_pin(s, e); /* the extent cannot move or be freed while the worker reads it */
     e->flags |= INDEX_F_VERIFYING;
+    s->verify_bytes += v->item.len;
     if (ingest_run(s->loop, &v->item, 1, 1, verified_cb, v) != 0) {
         e->flags &= (uint16_t)~INDEX_F_VERIFYING;
+        s->verify_bytes -= v->item.len;
         store_unpin(s, e);
         free(v);
         return;

@@ -974,6 +974,61 @@ START_TEST(test_corrupt_release_flood)
 }
 END_TEST
 
+/* RELEASE with CORRUPT naming every stored chunk once (distinct chunks, none pinned by the
+ * client, none corrupt), as a client may send it again as soon as it is answered: the daemon has
+ * at most STORE_VERIFY_BYTES (64 MiB) of chunks re-hashed at once, whatever the requests name.
+ * Before, each request queued one verification per chunk not being verified already: the client
+ * kept the thread pool that saves share re-hashing the whole arena (96 MiB here, 8 GiB at the
+ * defaults) for the price of a 1.5 KiB message, and others' saves waited behind it. */
+START_TEST(test_corrupt_release_every_chunk)
+{
+    enum { CHUNKS = 96 };
+    const size_t len = 1 * MIB;
+    harness_opts_t o = {.capacity_bytes = 128 * MIB, .max_chunk_bytes = 1 * MIB};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *good = harness_client(h, "accused-all", 1, 0, 0);
+    void *ctx = zmq_ctx_new(), *s;
+    static kvt_hash_t hs[CHUNKS];
+    uint8_t head[128];
+    kvt_frame_t f[2];
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t ns;
+    int64_t before, queued;
+
+    for (uint32_t k = 0; k < CHUNKS / 16; k++) {
+        ck_assert_uint_eq(harness_save_chain(good, 960 + k, 16, len, 0), 16);
+        harness_chain(960 + k, hs + 16 * k, 16);
+    }
+    s = attacker_open(ctx, h, "accused-all", 1000, &ns);
+    before = harness_stat(h, "ram.verifies");
+    f[0].data = head;
+    f[0].len = harness_raw_head(head, KVT_MSG_RELEASE, 5, ns, 0);
+    head[4] = 2;                   /* protocol 2: the flag below exists */
+    head[6] = KVT_RELEASE_CORRUPT; /* flags, little-endian u16 */
+    f[1].data = hs;
+    f[1].len = sizeof hs;
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+    harness_raw_decode(&r, &m);
+    ck_assert_int_eq(m.hdr.type, KVT_MSG_RELEASE_OK);
+    harness_raw_msg_close(&r);
+    queued = harness_stat(h, "ram.verifies") - before;
+    printf("corrupt release of every chunk: %d accusations of distinct chunks queued %lld "
+           "verifications at once\n",
+           CHUNKS, (long long)queued);
+    ck_assert_int_ge(queued, 1);
+    ck_assert_int_le(queued, 64); /* 64 MiB of 1 MiB chunks */
+    /* none was corrupt: they all stay */
+    for (uint32_t k = 0; k < CHUNKS / 16; k++)
+        ck_assert_uint_eq(harness_load_chain(good, 960 + k, 16, len, 0), 16);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kvt_close(&good);
+    harness_stop(&h);
+}
+END_TEST
+
 /* A namespace whose model name is not UTF-8 is served and left out of status "namespaces"
  * (jansson refuses the string): namespaces_page.shown counts what is listed (it counted it). */
 START_TEST(test_non_utf8_namespace_not_shown)
@@ -1309,6 +1364,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_reserve_starvation);
     tcase_add_test(other, test_reserve_starvation_tiny);
     tcase_add_test(other, test_corrupt_release_flood);
+    tcase_add_test(other, test_corrupt_release_every_chunk);
     tcase_add_test(other, test_modes_under_umask0);
     tcase_add_test(other, test_hello_storm);
     tcase_add_test(other, test_forged_routing_ids);
