@@ -733,6 +733,50 @@ START_TEST(test_enospc_degrades_and_resumes)
 }
 END_TEST
 
+/* A stop while a client holds leases on every disk-only chunk (one lookup with a lease per
+ * chain: 30 s each), with RAM-only chunks to persist and no journal (a memfd arena: RAM dies with
+ * the process, so the persist reclaims the oldest segments for them). The leases no longer
+ * protect anything once the socket is closed; the persist reclaims past them and the stop ends
+ * at once. Before, every reclaim was deferred by the leases, the persist waited out its 20 s
+ * deadline and wrote nothing (log "disk_persist chunks=0 ... ms=20002"). */
+START_TEST(test_stop_persists_past_leases)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c, *a;
+    int64_t t0;
+
+    disk_dir(dir, sizeof dir);
+    h = start(dir, "16MiB", "none", "2MiB");
+    c = client(h);
+    a = client(h);
+    for (uint32_t s = 1; s <= 12; s++) {
+        ck_assert_int_eq(save_chain(c, s), PER);
+        wait_flushed(h);
+    }
+    for (uint32_t s = 1; s <= 12; s++) {
+        kvt_hash_t hs[PER];
+        kvt_lookup_opts_t lo = {.lease = 1};
+        kvt_lookup_result_t r = {0};
+        harness_chain(s, hs, PER);
+        ck_assert_int_eq(kvt_lookup(a, hs, PER, &lo, &r), 0);
+        ck_assert_int_eq(r.leased, 1);
+    }
+    for (uint32_t s = 100; s < 116; s++)
+        save_chain(c, s); /* RAM full of chunks the full disk cannot take */
+    ck_assert_int_gt(harness_stat(h, "disk.reclaims_deferred_by_leases"), 0);
+    kvt_close(&a);
+    kvt_close(&c);
+    t0 = harness_now_ms();
+    ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
+    harness_reap(h); /* exit 0 within 10 s */
+    printf("stop with every disk chunk leased: %lld ms\n", (long long)(harness_now_ms() - t0));
+    ck_assert_int_eq(harness_log_count(h, "event=disk_persist"), 1);
+    ck_assert_int_eq(harness_log_count(h, "event=disk_persist chunks=0 "), 0);
+    harness_free(&h);
+}
+END_TEST
+
 static Suite *disk_integration_suite(void)
 {
     Suite *su = suite_create("disk_integration");
@@ -749,6 +793,7 @@ static Suite *disk_integration_suite(void)
     tcase_add_test(tc, test_flipped_byte_is_a_miss);
     tcase_add_test(tc, test_capacity_holds_under_3x_fill);
     tcase_add_test(tc, test_enospc_degrades_and_resumes);
+    tcase_add_test(tc, test_stop_persists_past_leases);
     suite_add_tcase(su, tc);
     return su;
 }
