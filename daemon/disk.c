@@ -155,8 +155,8 @@ struct seg {
                         the file is kept whole and counted whole, checkpoints name only its
                         scanned prefix, so that the next start scans the rest again */
     uint64_t scanned;
-    void *user;      /* the store's entry list */
-    seg_t *dnext;    /* dead list */
+    void *user;   /* the store's entry list */
+    seg_t *dnext; /* dead list */
 };
 
 typedef struct {
@@ -2347,10 +2347,9 @@ void disk_checkpoint_segments(const disk_t *d, ckpt_buf_t *c)
         const seg_t *s = d->segs[i];
         if (s->fd < 0 || s->dead)
             continue;
-        if (s->partial) /* the prefix scanned: a segment of another size is scanned again */
-            ckpt_put_seg(c, s->id, s->scanned, s->version);
-        else
-            ckpt_put_seg(c, s->id, s->size, s->version != 0 ? s->version : RECORD_VERSION);
+        /* a partial one by the prefix scanned: a segment of another size is scanned again */
+        ckpt_put_seg(c, s->id, s->partial ? s->scanned : s->size,
+                     s->version != 0 ? s->version : RECORD_VERSION);
     }
 }
 
