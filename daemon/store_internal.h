@@ -83,7 +83,7 @@ struct store {
     uint64_t dirty_bytes;             /* their payload bytes */
     uint64_t clean_target;            /* free or clean RAM the cleaner keeps (0: no cleaner) */
     uint64_t verifies, verify_drops;
-    uint64_t verify_bytes; /* being re-hashed for store_verify (STORE_VERIFY_BYTES at most) */
+    uint64_t verify_bytes;  /* being re-hashed for store_verify (STORE_VERIFY_BYTES at most) */
     uint64_t jobs;          /* saves, commits and verifications in flight (store_close waits) */
     uv_timer_t clean_timer; /* the cleaner's next turn (initialised with the disk tier) */
     bool clean_pending;
