@@ -55,6 +55,13 @@ typedef struct {
     uint8_t version;  /* the record's format version */
 } disk_loc_t;
 
+/* How hard a reclaim may try (disk_ops_t.reclaim). */
+typedef enum {
+    DISK_RECLAIM_NORMAL = 0,  /* leases and pins keep a segment; the work may be sliced */
+    DISK_RECLAIM_PAST_LEASES, /* leases do not keep it (0.2.10: leases kept too much) */
+    DISK_RECLAIM_FORCE,       /* shutdown, start-up over capacity: neither -EBUSY nor -EAGAIN */
+} disk_reclaim_t;
+
 typedef struct {
     /* A valid record found by recovery. m->model and m->revision are NUL terminated; m->csum is
      * the chunk's checksum (computed from the verified bytes for a version 1 record). */
@@ -66,10 +73,14 @@ typedef struct {
                       uint64_t cookie, int rc, const disk_loc_t *loc);
     /* Segment seg is to be deleted; *user is its entry list. Return 0 once every entry that
      * pointed into it was dropped or detached, -EBUSY to keep the segment for now (it holds
-     * leased or pinned entries), or -EAGAIN after a bounded share of the work (the list holds
-     * what is left; the disk calls again on a later loop turn). force (shutdown, start-up over
-     * capacity) allows neither -EBUSY nor -EAGAIN. */
-    int (*reclaim)(void *arg, uint64_t seg, void **user, bool force);
+     * leased or pinned entries; with DISK_RECLAIM_PAST_LEASES pinned ones only), or -EAGAIN
+     * after a bounded share of the work (the list holds what is left; the disk calls again on
+     * a later loop turn). DISK_RECLAIM_FORCE allows neither -EBUSY nor -EAGAIN. The disk asks
+     * past leases once the segments kept add up to a quarter of its capacity, or every segment
+     * it could reclaim was kept: a lease of a chunk on disk costs its client none of its held
+     * bytes, so leases alone must not keep the oldest data while newer segments go, nor stop
+     * the writes (disk.c, reclaim_for). */
+    int (*reclaim)(void *arg, uint64_t seg, void **user, disk_reclaim_t how);
     /* Segment seg's file was found truncated to size bytes under the daemon (disk_check_files,
      * 0.2.10): the records of it that end past size cannot be read any more. The store forgets
      * their disk copies now, so that a lookup no longer reports a chunk whose load could only
@@ -256,7 +267,8 @@ typedef struct {
     disk_fault_op_t last_error_op;
     uint64_t segment_faults; /* segment files found truncated or deleted */
     uint64_t reclaimed_segments;
-    uint64_t busy_reclaims; /* reclaims that took a later segment: the oldest held leases */
+    uint64_t busy_reclaims;        /* reclaims that took a later segment: the oldest held leases */
+    uint64_t reclaims_past_leases; /* segments reclaimed past leases: no other could go */
     uint64_t reads_in_flight;
     uint64_t reads_queued;
     uint64_t write_buffer_bytes;     /* bytes lent to the filling and the flushing batch */

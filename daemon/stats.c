@@ -685,6 +685,9 @@ static const stats_field_t disk_fields[] = {
          "Segments reclaimed (oldest first) to make room."),
     DISK("reclaims_deferred_by_leases", busy_reclaims, COUNTER, NULL,
          "Reclaims that took a later segment because the oldest held leased chunks."),
+    DISK("reclaims_past_leases", reclaims_past_leases, COUNTER, NULL,
+         "Segments reclaimed although leased chunks were on them: the leased segments stepped over "
+         "reached a quarter of the capacity, or none other could go (0.2.10)."),
     DISK("reads_in_flight", reads_in_flight, GAUGE, NULL, "Reads running on the thread pool."),
     DISK("reads_queued", reads_queued, GAUGE, NULL, "Reads waiting for a slot."),
     DISK("write_buffer_bytes", write_buffer_bytes, GAUGE, "bytes",

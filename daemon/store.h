@@ -26,7 +26,8 @@
  * makes them reachable again; cascading would throw away data that is still valid). Lookups
  * count chunks in any tier, and leases cover disk-resident chunks: a segment holding a leased
  * disk-only chunk is not reclaimed until the lease expires (the reclaim takes the next oldest
- * segment instead).
+ * segment instead), while the segments so kept stay within a quarter of the disk's capacity and
+ * another can go (disk.h, disk_reclaim_t; 0.2.10).
  *
  * Saves never wait on the disk (the policy; README "Disk tier"):
  *   - write-back ahead of eviction: a cleaner writes the dirty chunks to disk, least recently

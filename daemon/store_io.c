@@ -337,8 +337,9 @@ static void committed_cb(void *arg, uint32_t ns_id, const record_meta_t *m, uint
     store__clean_ahead(s);
 }
 
-static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
+static int reclaim_cb(void *arg, uint64_t seg, void **user, disk_reclaim_t how)
 {
+    bool force = how == DISK_RECLAIM_FORCE, past_leases = how != DISK_RECLAIM_NORMAL;
     store_t *s = arg;
     uint64_t now = s->loop != NULL ? uv_now(s->loop) : 0;
     index_entry_t *e, *next;
@@ -347,16 +348,16 @@ static int reclaim_cb(void *arg, uint64_t seg, void **user, bool force)
     /* A chunk that lives only here is kept while pinned (someone holds its entry: a read, the
      * predecessor of a chunk being placed, a client's hold), even when forced: pins are short
      * and the disk refuses the write instead, so capacity still holds. Leases keep a segment
-     * too, unless forced or closing: once the store closes no request can use a lease (their
-     * sessions went with the socket; gates.state restores a lease only for a chunk that came
-     * back), and the persist's reclaims must not wait for leases that outlive its deadline. The
-     * check is made when a segment's reclaim starts; a slice that
-     * continues it detaches what is left (a chunk pinned since then stays absent until its
-     * last pin: a read in flight of it still finishes from the open file and revives it). */
+     * too, unless asked past them (disk.h) or closing: once the store closes no request can use a
+     * lease (their sessions went with the socket; gates.state restores a lease only for a chunk
+     * that came back), and the persist's reclaims must not wait for leases that outlive its
+     * deadline. The check is made when a segment's reclaim starts; a slice that continues it
+     * detaches what is left (a chunk pinned since then stays absent until its last pin: a read in
+     * flight of it still finishes from the open file and revives it). */
     if (s->reclaim_seg != seg) {
         for (e = *user; e != NULL; e = e->seg_next)
             if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF)) &&
-                (e->pins > 0 || (!force && !s->closing && index_leased(e, now))))
+                (e->pins > 0 || (!past_leases && !s->closing && index_leased(e, now))))
                 return -EBUSY;
     }
     for (e = *user; e != NULL; e = next) {

@@ -777,6 +777,60 @@ START_TEST(test_stop_persists_past_leases)
 }
 END_TEST
 
+/* Leases alone do not freeze the disk tier (0.2.10): a second client leases every chain on disk
+ * (one leasing lookup per chain; a lease of a chunk with a disk copy costs it none of its held
+ * bytes), then 16 more chains go through the 4 MiB of RAM over the full 16 MiB disk, each
+ * written before the next. Once every segment the writer could reclaim is kept by leases, it
+ * reclaims the oldest past them (disk.reclaims_past_leases) instead of refusing every demotion:
+ * nothing is refused, the new chains are whole, and the capacity holds. Before, the writer
+ * waited for the leases (30 s) and the demotions were refused meanwhile. */
+START_TEST(test_leases_do_not_freeze_the_disk)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c, *a;
+    json_t *st;
+
+    disk_dir(dir, sizeof dir);
+    h = start(dir, "16MiB", "none", "2MiB");
+    c = client(h);
+    a = client(h);
+    for (uint32_t s = 1; s <= 12; s++) {
+        ck_assert_int_eq(save_chain(c, s), PER);
+        wait_flushed(h);
+    }
+    for (uint32_t s = 1; s <= 12; s++) {
+        kvt_hash_t hs[PER];
+        kvt_lookup_opts_t lo = {.lease = 1};
+        kvt_lookup_result_t r = {0};
+        harness_chain(s, hs, PER);
+        ck_assert_int_eq(kvt_lookup(a, hs, PER, &lo, &r), 0);
+        ck_assert_int_eq(r.leased, 1);
+    }
+    for (uint32_t s = 100; s < 116; s++) {
+        ck_assert_int_eq(save_chain(c, s), PER);
+        wait_flushed(h);
+    }
+    st = harness_status(h);
+    ck_assert_ptr_nonnull(st);
+    printf("leases on every disk chain: %lld segments reclaimed past them, %lld reclaims deferred, "
+           "%lld demotions refused\n",
+           (long long)harness_jint(st, "disk.reclaims_past_leases"),
+           (long long)harness_jint(st, "disk.reclaims_deferred_by_leases"),
+           (long long)harness_jint(st, "disk.demotions_refused"));
+    fflush(stdout);
+    ck_assert_int_gt(harness_jint(st, "disk.reclaims_past_leases"), 0);
+    ck_assert_int_eq(harness_jint(st, "disk.demotions_refused"), 0);
+    ck_assert_int_le(harness_jint(st, "disk.used_bytes"), harness_jint(st, "disk.capacity_bytes"));
+    json_decref(st);
+    for (uint32_t s = 104; s < 116; s++) /* the newest 12 MiB: on disk, some in RAM too */
+        ck_assert_uint_eq(lookup_chain(c, s), PER);
+    kvt_close(&a);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *disk_integration_suite(void)
 {
     Suite *su = suite_create("disk_integration");
@@ -794,6 +848,7 @@ static Suite *disk_integration_suite(void)
     tcase_add_test(tc, test_capacity_holds_under_3x_fill);
     tcase_add_test(tc, test_enospc_degrades_and_resumes);
     tcase_add_test(tc, test_stop_persists_past_leases);
+    tcase_add_test(tc, test_leases_do_not_freeze_the_disk);
     suite_add_tcase(su, tc);
     return su;
 }

@@ -77,9 +77,9 @@ static void committed(void *arg, uint32_t ns_id, const record_meta_t *m, uint64_
     F.lent[k] = NULL;
 }
 
-static int reclaim(void *arg, uint64_t seg, void **user, bool force)
+static int reclaim(void *arg, uint64_t seg, void **user, disk_reclaim_t how)
 {
-    if (seg == F.busy_seg && !force)
+    if (seg == F.busy_seg && how != DISK_RECLAIM_FORCE) /* a pinned segment, as the store's */
         return -EBUSY;
     for (int k = 0; k < MAXREC; k++)
         if (F.live[k] && F.loc[k].seg == seg)
