@@ -477,11 +477,11 @@ static void seg_unref(disk_t *d, seg_t *s)
  * Segments kept (-EBUSY: leased or pinned entries) are stepped over, up to a quarter of the
  * capacity (DISK_LEASE_KEEP_DIV) and while a later one can go; beyond, it goes through them once
  * more from the oldest past the leases (0.2.10, disk.h; status reclaims_past_leases): the oldest
- * segment without pinned entries goes, and the leases of its disk-only chunks are broken (their
- * loads miss). Without the bound a client's leases, which cost it nothing for chunks on disk,
- * kept the oldest data while every newer segment churned (the probe of 0.2.10: one leasing
- * lookup per chain, renewed as they expire, held 12 of 16 MiB; reclaims took the newest chains),
- * or refused every demotion once every segment was leased. */
+ * segment without pinned entries and without reads in flight goes, and the leases of its
+ * disk-only chunks are broken (their loads miss). Without the bound a client's leases, which cost
+ * it nothing for chunks on disk, kept the oldest data while every newer segment churned (the probe
+ * of 0.2.10: one leasing lookup per chain, renewed as they expire, held 12 of 16 MiB; reclaims took
+ * the newest chains), or refused every demotion once every segment was leased. */
 static int reclaim_for(disk_t *d, uint64_t need, bool force)
 {
     disk_reclaim_t how = force ? DISK_RECLAIM_FORCE : DISK_RECLAIM_NORMAL;
@@ -501,6 +501,10 @@ static int reclaim_for(disk_t *d, uint64_t need, bool force)
             continue;
         }
         s = d->segs[i];
+        if (how == DISK_RECLAIM_PAST_LEASES && s->refs > 0) {
+            i++; /* being read: its leases are being used, and its descriptor would outlive it */
+            continue;
+        }
         rc = d->ops.reclaim(d->arg, s->id, &s->user, how);
         if (rc == -EAGAIN && !force)
             return -EAGAIN;

@@ -35,8 +35,14 @@ if ldd "$kvtierd" 2>/dev/null | grep -q libasan; then
     extra=(--tolerance 25 --slack-mib 64)
 fi
 testlib_start_daemon "$kvtierd" "$dir/kvtierd.json" "$sock"
+# --fd-slack 4 (0.2.10): with the disk tier writing at full speed (since the leased-segment bound
+# of 0.2.10 the soak's own leases no longer stop it: about 50,000 records written and 540 segments
+# reclaimed in 10 s, against 3,352 and 14 before, with 46,066 demotions refused), a few segment
+# descriptors are in transit at any moment (reclaimed ones until the next flush unlinks them, ones
+# being read until their reads end): 46-48 from sample to sample, the same after 40 s as after 10;
+# a leak grows with the operations, by thousands here.
 "$soak" -e "$endpoint" -s "$sock" --duration "$seconds" --warmup "$warmup" --ranks 4 \
-    --prompts 256 --chunks 8 --chunk-bytes 65536 "${extra[@]}" >"$dir/soak.txt" ||
+    --prompts 256 --chunks 8 --chunk-bytes 65536 --fd-slack 4 "${extra[@]}" >"$dir/soak.txt" ||
     { cat "$dir/soak.txt" >&2; fail "kvtier-soak failed"; }
 cat "$dir/soak.txt"
 testlib_stop_daemon
