@@ -506,6 +506,14 @@ static int reclaim_for(disk_t *d, uint64_t need, bool force)
             continue;
         }
         rc = d->ops.reclaim(d->arg, s->id, &s->user, how);
+        if (how == DISK_RECLAIM_PAST_LEASES && (rc == 0 || rc == -EAGAIN)) {
+            /* counted when it starts (a continuation on a later turn is a plain one), and one at
+             * a time: the next goes past leases only if the kept ones still pass the bound */
+            d->reclaims_past_leases++;
+            log_info("disk_reclaim_past_leases", "segment=%016" PRIx64, s->id);
+            how = DISK_RECLAIM_NORMAL;
+            kept = 0;
+        }
         if (rc == -EAGAIN && !force)
             return -EAGAIN;
         if (rc != 0) {
@@ -520,10 +528,6 @@ static int reclaim_for(disk_t *d, uint64_t need, bool force)
             }
             i++;
             continue;
-        }
-        if (how == DISK_RECLAIM_PAST_LEASES) {
-            d->reclaims_past_leases++;
-            log_info("disk_reclaim_past_leases", "segment=%016" PRIx64, s->id);
         }
         log_debug("disk_reclaim", "segment=%016" PRIx64 " bytes=%" PRIu64, s->id, s->size);
         if (seg_remove(d, i) != 0)
@@ -2380,7 +2384,13 @@ void disk_checkpoint_segments(const disk_t *d, ckpt_buf_t *c)
         const seg_t *s = d->segs[i];
         if (s->fd < 0 || s->dead)
             continue;
-        /* a partial one by the prefix scanned: a segment of another size is scanned again */
+        /* a partial one by the prefix scanned: a segment of another size is scanned again (a
+         * partial one that is not the newest makes the checkpoint stale: a full scan at the next
+         * start); one whose version no header told (a read failed at its first) is left out, so
+         * that the next start scans it whole rather than take it for this daemon's version and
+         * truncate it at its first older record */
+        if (s->partial && s->version == 0)
+            continue;
         ckpt_put_seg(c, s->id, s->partial ? s->scanned : s->size,
                      s->version != 0 ? s->version : RECORD_VERSION);
     }

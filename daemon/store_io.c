@@ -396,8 +396,11 @@ static uint64_t record_end(const index_entry_t *e)
 
 /* A segment found cut short (disk.h, truncated): its records past the cut lose their disk copy,
  * as a read of them that failed would make them (store_io's read completion); one with no RAM
- * copy is dropped unless pinned (with its last pin, then), and one with a read in flight is left
- * to that read, which fails and forgets it. */
+ * copy is dropped unless pinned (with its last pin, then). One with a read in flight loses it
+ * too (the read pins it): the read's completion finds the copy gone, and promotes what it read
+ * if that succeeded before the cut, as after a reclaim, or answers a miss. The RAM copies made
+ * dirty again wake the cleaner on the next turn, not from here: a write-back can reclaim
+ * segments, and disk_check_files is walking them. */
 static void truncated_cb(void *arg, uint64_t seg, uint64_t size)
 {
     store_t *s = arg;
@@ -407,7 +410,7 @@ static void truncated_cb(void *arg, uint64_t seg, uint64_t size)
 
     for (e = head != NULL ? *head : NULL; e != NULL; e = next) {
         next = e->seg_next;
-        if (record_end(e) <= size || e->reading != NULL)
+        if (record_end(e) <= size)
             continue;
         lost++;
         store__disk_forget(s, e);
@@ -415,6 +418,10 @@ static void truncated_cb(void *arg, uint64_t seg, uint64_t size)
             store__drop(s, e);
     }
     s->dk.records_lost += lost;
+    if (lost > 0 && !s->clean_pending) {
+        s->clean_pending = true;
+        uv_timer_start(&s->clean_timer, clean_timer_cb, 0, 0);
+    }
     log_warn("disk_records_lost", "segment=%016" PRIx64 " size=%" PRIu64 " records=%" PRIu64, seg,
              size, lost);
 }

@@ -42,6 +42,7 @@ static void persist_init(persist_t *p, uint64_t capacity, uint64_t chunk, bool d
 
     memset(p, 0, sizeof *p);
     snprintf(p->arena, sizeof p->arena, "/dev/shm/kvt-reattach-%d-%d", (int)getpid(), n++);
+    check_register_arena(p->arena); /* also when a daemon names it through a link */
     snprintf(p->dir, sizeof p->dir, "%s/persist-XXXXXX", check_scratch_dir());
     ck_assert_ptr_nonnull(mkdtemp(p->dir));
     p->capacity = capacity;
