@@ -118,6 +118,15 @@ static void clean_timer_cb(uv_timer_t *t)
     store__clean_ahead(s);
 }
 
+/* Runs the cleaner again in delay_ms (0: on the next loop turn), unless a run is pending. */
+static void clean_later(store_t *s, uint64_t delay_ms)
+{
+    if (s->clean_pending)
+        return;
+    s->clean_pending = true;
+    uv_timer_start(&s->clean_timer, clean_timer_cb, delay_ms, 0);
+}
+
 /* Bounded by what the disk holds (0.2.7): every chunk the cleaner keeps clean in RAM has a disk
  * copy, so a target above what the disk holds now (its capacity in force, lowered while the
  * filesystem is full, less a segment and a write batch, what a reclaim needs free; or half of it,
@@ -169,10 +178,8 @@ void store__clean_ahead(store_t *s)
             /* a degraded tier refuses until its retry: no flush is in flight to restart the
              * cleaner, so a timer does (else only the next save would, however late) */
             uint64_t wait = disk_retry_in_ms(s->disk);
-            if (wait > 0 && !s->clean_pending) {
-                s->clean_pending = true;
-                uv_timer_start(&s->clean_timer, clean_timer_cb, wait + 1, 0);
-            }
+            if (wait > 0)
+                clean_later(s, wait + 1);
             return; /* the disk's budget is spent: again when a flush commits */
         }
         rc = store__write_back(s, ns, e);
@@ -183,10 +190,7 @@ void store__clean_ahead(store_t *s)
         if (rc != 0)
             return; /* the full batch waits to go: again when it commits */
     }
-    if (!s->clean_pending) {
-        s->clean_pending = true;
-        uv_timer_start(&s->clean_timer, clean_timer_cb, 0, 0);
-    }
+    clean_later(s, 0);
 }
 
 /* --- the disk tier's callbacks --- */
@@ -418,10 +422,8 @@ static void truncated_cb(void *arg, uint64_t seg, uint64_t size)
             store__drop(s, e);
     }
     s->dk.records_lost += lost;
-    if (lost > 0 && !s->clean_pending) {
-        s->clean_pending = true;
-        uv_timer_start(&s->clean_timer, clean_timer_cb, 0, 0);
-    }
+    if (lost > 0)
+        clean_later(s, 0);
     log_warn("disk_records_lost", "segment=%016" PRIx64 " size=%" PRIu64 " records=%" PRIu64, seg,
              size, lost);
 }

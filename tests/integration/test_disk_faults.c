@@ -184,6 +184,26 @@ static int pred_segment_faults(json_t *st, void *arg)
     return harness_jint(st, "disk.segment_faults") >= *(int64_t *)arg;
 }
 
+/* A daemon on a fresh disk directory (*h, its client *c) that saved chains 1-8 (chains 1-4 only
+ * on disk now), then the oldest of its segment files (segs[0] of the n returned, malloc'd paths)
+ * cut to half its size under it. */
+static size_t start_and_cut_oldest(char *dir, size_t len, harness_t **h, kvt_client_t **c,
+                                   char **segs)
+{
+    struct stat sb;
+    size_t n;
+
+    make_dir(dir, len);
+    *h = start(dir, "64MiB", "2MiB", 4u << 20);
+    *c = harness_client(*h, "faults", 1, 0, 0);
+    save_chains(*h, *c, 1, 8, 1);
+    n = segments(dir, segs, 64);
+    ck_assert_uint_ge(n, 2);
+    ck_assert_int_eq(stat(segs[0], &sb), 0);
+    ck_assert_int_eq(truncate(segs[0], sb.st_size / 2), 0);
+    return n;
+}
+
 START_TEST(test_truncated_segment)
 {
     char dir[96], *segs[64];
@@ -191,17 +211,9 @@ START_TEST(test_truncated_segment)
     kvt_client_t *c;
     size_t n, loaded;
     int64_t one = 1;
-    struct stat sb;
     json_t *st;
 
-    make_dir(dir, sizeof dir);
-    h = start(dir, "64MiB", "2MiB", 4u << 20);
-    c = harness_client(h, "faults", 1, 0, 0);
-    save_chains(h, c, 1, 8, 1); /* chains 1..4 only on disk now */
-    n = segments(dir, segs, 64);
-    ck_assert_uint_ge(n, 2);
-    ck_assert_int_eq(stat(segs[0], &sb), 0);
-    ck_assert_int_eq(truncate(segs[0], sb.st_size / 2), 0);
+    n = start_and_cut_oldest(dir, sizeof dir, &h, &c, segs);
 
     loaded = harness_load_chain(c, 1, PER, CH, 0); /* misses, never other bytes */
     ck_assert_uint_lt(loaded, PER);
@@ -229,17 +241,9 @@ START_TEST(test_truncated_segment_forgotten)
     kvt_client_t *c;
     size_t n, hits = 0, loaded = 0;
     int64_t one = 1;
-    struct stat sb;
     json_t *st;
 
-    make_dir(dir, sizeof dir);
-    h = start(dir, "64MiB", "2MiB", 4u << 20);
-    c = harness_client(h, "faults", 1, 0, 0);
-    save_chains(h, c, 1, 8, 1); /* chains 1..4 only on disk now */
-    n = segments(dir, segs, 64);
-    ck_assert_uint_ge(n, 2);
-    ck_assert_int_eq(stat(segs[0], &sb), 0);
-    ck_assert_int_eq(truncate(segs[0], sb.st_size / 2), 0);
+    n = start_and_cut_oldest(dir, sizeof dir, &h, &c, segs);
     st = harness_wait_status(h, pred_segment_faults, &one, HARNESS_DEADLINE_MS);
     ck_assert_msg(st != NULL, "the truncated segment was never reported");
     ck_assert_int_gt(harness_jint(st, "disk.records_lost"), 0);

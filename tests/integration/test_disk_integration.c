@@ -733,6 +733,32 @@ START_TEST(test_enospc_degrades_and_resumes)
 }
 END_TEST
 
+/* A daemon on a fresh 16 MiB disk (2 MiB segments) in dir, chains 1-12 saved by *c, each written
+ * before the next, and every one of them leased by a second client *a (one leasing lookup per
+ * chain: 30 s each). */
+static harness_t *start_leased(char *dir, size_t len, kvt_client_t **c, kvt_client_t **a)
+{
+    harness_t *h;
+
+    disk_dir(dir, len);
+    h = start(dir, "16MiB", "none", "2MiB");
+    *c = client(h);
+    *a = client(h);
+    for (uint32_t s = 1; s <= 12; s++) {
+        ck_assert_int_eq(save_chain(*c, s), PER);
+        wait_flushed(h);
+    }
+    for (uint32_t s = 1; s <= 12; s++) {
+        kvt_hash_t hs[PER];
+        kvt_lookup_opts_t lo = {.lease = 1};
+        kvt_lookup_result_t r = {0};
+        harness_chain(s, hs, PER);
+        ck_assert_int_eq(kvt_lookup(*a, hs, PER, &lo, &r), 0);
+        ck_assert_int_eq(r.leased, 1);
+    }
+    return h;
+}
+
 /* A stop while a client holds leases on every disk-only chunk (one lookup with a lease per
  * chain: 30 s each), with RAM-only chunks to persist and no journal (a memfd arena: RAM dies with
  * the process, so the persist reclaims the oldest segments for them). The leases no longer
@@ -746,22 +772,7 @@ START_TEST(test_stop_persists_past_leases)
     kvt_client_t *c, *a;
     int64_t t0;
 
-    disk_dir(dir, sizeof dir);
-    h = start(dir, "16MiB", "none", "2MiB");
-    c = client(h);
-    a = client(h);
-    for (uint32_t s = 1; s <= 12; s++) {
-        ck_assert_int_eq(save_chain(c, s), PER);
-        wait_flushed(h);
-    }
-    for (uint32_t s = 1; s <= 12; s++) {
-        kvt_hash_t hs[PER];
-        kvt_lookup_opts_t lo = {.lease = 1};
-        kvt_lookup_result_t r = {0};
-        harness_chain(s, hs, PER);
-        ck_assert_int_eq(kvt_lookup(a, hs, PER, &lo, &r), 0);
-        ck_assert_int_eq(r.leased, 1);
-    }
+    h = start_leased(dir, sizeof dir, &c, &a);
     for (uint32_t s = 100; s < 116; s++)
         save_chain(c, s); /* RAM full of chunks the full disk cannot take */
     ck_assert_int_gt(harness_stat(h, "disk.reclaims_deferred_by_leases"), 0);
@@ -780,10 +791,11 @@ END_TEST
 /* Leases alone do not freeze the disk tier (0.2.10): a second client leases every chain on disk
  * (one leasing lookup per chain; a lease of a chunk with a disk copy costs it none of its held
  * bytes), then 16 more chains go through the 4 MiB of RAM over the full 16 MiB disk, each
- * written before the next. Once every segment the writer could reclaim is kept by leases, it
- * reclaims the oldest past them (disk.reclaims_past_leases) instead of refusing every demotion:
- * nothing is refused, the new chains are whole, and the capacity holds. Before, the writer
- * waited for the leases (30 s) and the demotions were refused meanwhile. */
+ * written before the next. Once the leased segments a reclaim steps over pass a quarter of the
+ * capacity, it reclaims the oldest past its leases (disk.reclaims_past_leases): nothing is
+ * refused, the new chains are whole, and the capacity holds. Before, the reclaims took the new
+ * chains' segments while the leased ones stayed (or, with every segment leased, the demotions
+ * were refused until the leases ran out). */
 START_TEST(test_leases_do_not_freeze_the_disk)
 {
     char dir[96];
@@ -791,22 +803,7 @@ START_TEST(test_leases_do_not_freeze_the_disk)
     kvt_client_t *c, *a;
     json_t *st;
 
-    disk_dir(dir, sizeof dir);
-    h = start(dir, "16MiB", "none", "2MiB");
-    c = client(h);
-    a = client(h);
-    for (uint32_t s = 1; s <= 12; s++) {
-        ck_assert_int_eq(save_chain(c, s), PER);
-        wait_flushed(h);
-    }
-    for (uint32_t s = 1; s <= 12; s++) {
-        kvt_hash_t hs[PER];
-        kvt_lookup_opts_t lo = {.lease = 1};
-        kvt_lookup_result_t r = {0};
-        harness_chain(s, hs, PER);
-        ck_assert_int_eq(kvt_lookup(a, hs, PER, &lo, &r), 0);
-        ck_assert_int_eq(r.leased, 1);
-    }
+    h = start_leased(dir, sizeof dir, &c, &a);
     for (uint32_t s = 100; s < 116; s++) {
         ck_assert_int_eq(save_chain(c, s), PER);
         wait_flushed(h);

@@ -923,6 +923,31 @@ START_TEST(test_reserve_starvation_tiny)
 }
 END_TEST
 
+/* Sends a RELEASE with flag CORRUPT (protocol 2) naming the hashes at hs (len bytes) on raw
+ * socket s of namespace ns; returns the reply's count of pins released. */
+static uint32_t corrupt_release(void *s, uint32_t ns, const kvt_hash_t *hs, size_t len)
+{
+    uint8_t head[128];
+    kvt_frame_t f[2];
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t released;
+
+    f[0].data = head;
+    f[0].len = harness_raw_head(head, KVT_MSG_RELEASE, 5, ns, 0);
+    head[4] = 2;                   /* protocol 2: the flag below exists */
+    head[6] = KVT_RELEASE_CORRUPT; /* flags, little-endian u16 */
+    f[1].data = hs;
+    f[1].len = len;
+    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
+    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+    harness_raw_decode(&r, &m);
+    ck_assert_int_eq(m.hdr.type, KVT_MSG_RELEASE_OK);
+    released = m.u.release_ok.released;
+    harness_raw_msg_close(&r);
+    return released;
+}
+
 /* RELEASE with CORRUPT naming one chunk 1024 times (a chunk the client never pinned): the daemon
  * re-hashes a chunk once at a time, whatever the list says. Before, every entry queued a job on
  * the thread pool that saves share (1024 here, unbounded over requests) and pinned the chunk. */
@@ -935,10 +960,6 @@ START_TEST(test_corrupt_release_flood)
     kvt_client_t *good = harness_client(h, "accused", 1, 0, 0);
     void *ctx = zmq_ctx_new(), *s;
     static kvt_hash_t hs[REPEAT];
-    uint8_t head[128];
-    kvt_frame_t f[2];
-    harness_raw_msg_t r;
-    kvt_msg_t m;
     uint32_t ns;
     int64_t before, queued;
 
@@ -948,18 +969,7 @@ START_TEST(test_corrupt_release_flood)
     for (int i = 1; i < REPEAT; i++)
         hs[i] = hs[0];
     before = harness_stat(h, "ram.verifies");
-    f[0].data = head;
-    f[0].len = harness_raw_head(head, KVT_MSG_RELEASE, 5, ns, 0);
-    head[4] = 2;                   /* protocol 2: the flag below exists */
-    head[6] = KVT_RELEASE_CORRUPT; /* flags, little-endian u16 */
-    f[1].data = hs;
-    f[1].len = sizeof hs;
-    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
-    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
-    harness_raw_decode(&r, &m);
-    ck_assert_int_eq(m.hdr.type, KVT_MSG_RELEASE_OK);
-    ck_assert_uint_eq(m.u.release_ok.released, 0); /* it pinned nothing */
-    harness_raw_msg_close(&r);
+    ck_assert_uint_eq(corrupt_release(s, ns, hs, sizeof hs), 0); /* it pinned nothing */
     queued = harness_stat(h, "ram.verifies") - before;
     printf("corrupt release flood: %d accusations of one chunk queued %lld verifications\n", REPEAT,
            (long long)queued);
@@ -989,10 +999,6 @@ START_TEST(test_corrupt_release_every_chunk)
     kvt_client_t *good = harness_client(h, "accused-all", 1, 0, 0);
     void *ctx = zmq_ctx_new(), *s;
     static kvt_hash_t hs[CHUNKS];
-    uint8_t head[128];
-    kvt_frame_t f[2];
-    harness_raw_msg_t r;
-    kvt_msg_t m;
     uint32_t ns;
     int64_t before, queued;
 
@@ -1002,17 +1008,7 @@ START_TEST(test_corrupt_release_every_chunk)
     }
     s = attacker_open(ctx, h, "accused-all", 1000, &ns);
     before = harness_stat(h, "ram.verifies");
-    f[0].data = head;
-    f[0].len = harness_raw_head(head, KVT_MSG_RELEASE, 5, ns, 0);
-    head[4] = 2;                   /* protocol 2: the flag below exists */
-    head[6] = KVT_RELEASE_CORRUPT; /* flags, little-endian u16 */
-    f[1].data = hs;
-    f[1].len = sizeof hs;
-    ck_assert_int_eq(harness_raw_send(s, f, 2), 0);
-    ck_assert_int_eq(harness_raw_recv(s, &r), 0);
-    harness_raw_decode(&r, &m);
-    ck_assert_int_eq(m.hdr.type, KVT_MSG_RELEASE_OK);
-    harness_raw_msg_close(&r);
+    corrupt_release(s, ns, hs, sizeof hs);
     queued = harness_stat(h, "ram.verifies") - before;
     printf("corrupt release of every chunk: %d accusations of distinct chunks queued %lld "
            "verifications at once\n",

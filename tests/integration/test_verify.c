@@ -411,6 +411,38 @@ static unsigned load_n(kvt_client_t *c, const kvt_hash_t *hs, size_t *nhit)
     return ok;
 }
 
+/* Another process with the arena mapped read-write flips bytes of stored chunk h (found where a
+ * pin of c points, relative to c's mapping): one every 4 KiB (every_page), else the middle one. */
+static void scribble(kvt_client_t *c, const kvt_hash_t *h, bool every_page)
+{
+    kvt_completion_t *pin;
+    kvt_arena_t ar;
+    struct stat sb;
+    uint8_t *mine;
+    size_t off, len;
+    int fd;
+
+    ck_assert_int_eq(kvt_arena(c, &ar), 0);
+    ck_assert_int_eq(kvt_submit_pin(c, h, 1, NULL, NULL), 0);
+    pin = harness_next_completion(c, WAIT_MS);
+    ck_assert_int_eq(pin->outcomes[0], KVT_LOAD_HIT);
+    off = (size_t)((uint8_t *)pin->ptrs[0] - (uint8_t *)ar.base);
+    len = pin->lens[0];
+    kvt_completion_free(c, pin);
+    fd = open(arena_path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    mine = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(mine, MAP_FAILED);
+    close(fd);
+    if (every_page)
+        for (size_t k = 0; k < len; k += 4096)
+            mine[off + k] ^= 0xff;
+    else
+        mine[off + len / 2] ^= 0xff;
+    munmap(mine, (size_t)sb.st_size);
+}
+
 /* --- ESTALE: re-HELLO, map the arena anew, retry with the new generation --- */
 
 START_TEST(test_estale_remaps_and_retries)
@@ -564,34 +596,13 @@ START_TEST(test_scribbled_arena)
     kvt_hash_t hs[N];
     kvt_server_info_t info;
     kvt_completion_t *pin;
-    kvt_arena_t ar;
     kvt_stats_t st;
-    struct stat sb;
-    uint8_t *mine;
-    size_t off, len, nhit;
-    int fd;
+    size_t nhit;
     unsigned ok;
 
     harness_chain(14, hs, N);
     save_n(c, hs);
-    /* where chunk 1 lives: a pin's pointer, relative to the client's mapping */
-    ck_assert_int_eq(kvt_arena(c, &ar), 0);
-    ck_assert_int_eq(kvt_submit_pin(c, &hs[1], 1, NULL, NULL), 0);
-    pin = harness_next_completion(c, WAIT_MS);
-    ck_assert_int_eq(pin->outcomes[0], KVT_LOAD_HIT);
-    off = (size_t)((uint8_t *)pin->ptrs[0] - (uint8_t *)ar.base);
-    len = pin->lens[0];
-    kvt_completion_free(c, pin);
-    /* another process with the arena mapped read-write flips a byte every 4 KiB */
-    fd = open(arena_path, O_RDWR);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(fstat(fd, &sb), 0);
-    mine = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ck_assert_ptr_ne(mine, MAP_FAILED);
-    close(fd);
-    for (size_t k = 0; k < len; k += 4096)
-        mine[off + k] ^= 0xff;
-    munmap(mine, (size_t)sb.st_size);
+    scribble(c, &hs[1], true); /* a byte every 4 KiB */
 
     ck_assert_int_eq(kvt_server_info(c, &info), 0);
     ck_assert(info.features & KVT_FEATURE_CHECKSUMS); /* the daemon computes commit checksums */
@@ -644,31 +655,13 @@ START_TEST(test_relink_never_closes_a_loop)
     static uint8_t one[LEN];
     kvt_hash_t hs[N], flood[N];
     kvt_save_opts_t so = {0};
-    kvt_completion_t *pin;
-    kvt_arena_t ar;
-    struct stat sb;
-    uint8_t *mine, out[1];
+    uint8_t out[1];
     const void *bufs[1] = {one};
-    size_t off, len, nhit, lens[1] = {LEN};
-    int fd;
+    size_t nhit, lens[1] = {LEN};
 
     harness_chain(21, hs, N);
     save_n(c, hs);
-    ck_assert_int_eq(kvt_arena(c, &ar), 0);
-    ck_assert_int_eq(kvt_submit_pin(c, &hs[1], 1, NULL, NULL), 0);
-    pin = harness_next_completion(c, WAIT_MS);
-    ck_assert_int_eq(pin->outcomes[0], KVT_LOAD_HIT);
-    off = (size_t)((uint8_t *)pin->ptrs[0] - (uint8_t *)ar.base);
-    len = pin->lens[0];
-    kvt_completion_free(c, pin);
-    fd = open(arena_path, O_RDWR);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(fstat(fd, &sb), 0);
-    mine = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ck_assert_ptr_ne(mine, MAP_FAILED);
-    close(fd);
-    mine[off + len / 2] ^= 0xff;
-    munmap(mine, (size_t)sb.st_size);
+    scribble(c, &hs[1], false);                    /* its middle byte */
     ck_assert_uint_eq(load_n(c, hs, &nhit), 0xdu); /* reported corrupt, removed */
     {
         harness_int_eq_t dropped = {"ram.verify_drops", 1};
