@@ -222,7 +222,7 @@ static void check_log_clean(const harness_t *h)
 
 void harness_reap(harness_t *h)
 {
-    int64_t deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
+    int64_t deadline = harness_now_ms() + HARNESS_STOP_MS;
     int wst = 0;
     pid_t r;
 
@@ -233,7 +233,7 @@ void harness_reap(harness_t *h)
         char *log = read_log(h->log_path);
         kill(h->pid, SIGKILL);
         waitpid(h->pid, NULL, 0);
-        ck_abort_msg("kvtierd did not exit within %d ms of SIGTERM; log:\n%s", HARNESS_DEADLINE_MS,
+        ck_abort_msg("kvtierd did not exit within %d ms of SIGTERM; log:\n%s", HARNESS_STOP_MS,
                      log_tail(log));
     }
     h->pid = 0;
