@@ -73,7 +73,9 @@
  * deleted under the running daemon (disk_check_files, once a second from the server's sweep: an
  * fstat per segment) put the tier in the degraded state that status reports, with last_error and
  * what it was of; they do not refuse demotions, and the state returns to ok once a read and a
- * flush succeeded after the fault. The active segment found faulty is left for a new file.
+ * flush succeeded after the fault. The active segment found faulty is left for a new file: at
+ * once, or when a flush is writing into it, by the next flush (0.2.11; before, it stayed active
+ * and the records of every later flush went into the deleted or truncated file).
  *
  * Recovery (disk_open, before the loop serves): segments are scanned oldest first, record by
  * record, each fully read and verified (a version 2 header against its own checksum, its raw
@@ -1032,7 +1034,10 @@ static void kick(disk_t *d)
         uv_timer_start(&d->timer, timer_cb, d->retry_at - now, 0);
         return;
     }
-    roll = d->active == NULL || d->active->size + d->fill->bound > d->seg_bytes;
+    /* a faulted active segment (disk_check_files found it while a flush was writing into it)
+     * gets no further record */
+    roll =
+        d->active == NULL || d->active->faulted || d->active->size + d->fill->bound > d->seg_bytes;
     start = roll ? 0 : d->active->size;
     need = round_block(start + d->fill->bound) - (roll ? 0 : round_block(start));
     rc = reclaim_for(d, need, d->closing);
@@ -1534,7 +1539,7 @@ void disk_check_files(disk_t *d)
                  rc == -ENOENT || rc == -EIO ? (uint64_t)st.st_size : 0, s->size,
                  s == d->active ? "new_segment" : "none");
         if (s == d->active && d->flushing == NULL)
-            d->active = NULL; /* the next flush starts a new file */
+            d->active = NULL; /* the next flush starts a new file (kick: also after this one) */
         fault(d, rc, DISK_FAULT_SEGMENT, s->id);
         if (rc == -EIO && d->ops.truncated != NULL)
             d->ops.truncated(d->arg, s->id, (uint64_t)st.st_size);
