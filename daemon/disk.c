@@ -1934,8 +1934,9 @@ static bool ckpt_usable(disk_t *d, const uint8_t *buf, size_t n, ckplan_t *p)
             p->why = "stale: a segment it covers is missing";
             return false;
         }
-        if ((uint64_t)st.st_size < s->size ||
-            ((uint64_t)st.st_size != s->size && i + 1 < p->nsegs)) {
+        /* larger: a tail the checkpoint does not cover, scanned (the newest segment's, or a
+         * segment's past a read error of the scan that wrote it, s->partial) */
+        if ((uint64_t)st.st_size < s->size) {
             p->why = "stale: a segment it covers changed size";
             return false;
         }
@@ -1949,37 +1950,40 @@ static bool ckpt_usable(disk_t *d, const uint8_t *buf, size_t n, ckplan_t *p)
 }
 
 /* Recovers from the checkpoint: the segments it covers come back with the sizes it recorded
- * and their records from it (the newest one's tail past that size is scanned), then the newer
- * segments are scanned. 0, or -ENOMEM. */
+ * and their records from it (a tail past that size is scanned: the newest segment's, or one
+ * past a read error, 0.2.11), then the newer segments are scanned. A tail scanned after the
+ * checkpoint's records of newer segments is no trouble: a record never replaces a newer copy
+ * (store_io.c, recovered_cb). 0, or -ENOMEM. */
 static int recover_from_ckpt(disk_t *d, const uint8_t *buf, size_t n, const ckplan_t *p,
                              recover_bufs_t *b, uint64_t *bytes)
 {
     ckpt_visit_t v = {.rec = replay_rec_cb};
-    seg_t *last = NULL;
-    uint64_t last_size = 0;
+    uint64_t *file_size = calloc(p->nsegs > 0 ? p->nsegs : 1, sizeof *file_size);
 
+    if (file_size == NULL)
+        return -ENOMEM;
     for (size_t i = 0; i < p->nsegs; i++) {
-        uint64_t size;
         int fd;
         seg_t *s;
-        if (!recover_open(d, p->segs[i].id, &fd, &size))
+        if (!recover_open(d, p->segs[i].id, &fd, &file_size[i])) {
+            free(file_size);
             return -EIO; /* it was there a moment ago: the scan path decides */
+        }
         s = seg_add(d, p->segs[i].id, fd, 0);
         if (s == NULL) {
             close(fd);
+            free(file_size);
             return -ENOMEM;
         }
         s->version = p->segs[i].version;
         seg_set_size(d, s, p->segs[i].size);
-        last = s;
-        last_size = size;
     }
     ckpt_decode(buf, n, &v, d, NULL); /* validated already */
     for (size_t i = 0; i < p->nsegs; i++) {
         seg_t *s = d->segs[i];
         char path[DISK_PATH_MAX];
-        if (s == last && last_size > s->size) {
-            recover_scan(d, s, s->size, last_size, b, bytes);
+        if (file_size[i] > s->size) {
+            recover_scan(d, s, s->size, file_size[i], b, bytes);
             continue;
         }
         seg_path(d->dir, s->id, path, sizeof path);
@@ -1987,6 +1991,7 @@ static int recover_from_ckpt(disk_t *d, const uint8_t *buf, size_t n, const ckpl
         d->rec.segments++;
         *bytes += s->size;
     }
+    free(file_size);
     for (size_t i = 0; i < p->nids; i++) {
         uint64_t size;
         int fd;

@@ -1144,6 +1144,97 @@ START_TEST(test_faulted_active_segment_is_left)
 }
 END_TEST
 
+/* The oldest-but-one segment file of dir into path (names sort as their ids), and its size. */
+static uint64_t second_segment(const char *dir, char *path, size_t cap)
+{
+    char names[2][32] = {"", ""};
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    struct stat st;
+
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL) {
+        if (strlen(de->d_name) != 20 || strcmp(de->d_name + 16, ".seg") != 0)
+            continue;
+        if (names[0][0] == '\0' || strcmp(de->d_name, names[0]) < 0) {
+            memcpy(names[1], names[0], sizeof names[1]);
+            snprintf(names[0], sizeof names[0], "%s", de->d_name);
+        } else if (names[1][0] == '\0' || strcmp(de->d_name, names[1]) < 0) {
+            snprintf(names[1], sizeof names[1], "%s", de->d_name);
+        }
+    }
+    closedir(d);
+    ck_assert_msg(names[1][0] != '\0', "fewer than two segments in %s", dir);
+    snprintf(path, cap, "%s/%s", dir, names[1]);
+    ck_assert_int_eq(stat(path, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
+/* Starts a daemon on dir and asserts how its disk tier recovered (disk.recovery.path), and that
+ * a read failed in it (bad) or none did. */
+static harness_t *start_recovered(const char *dir, const char *path, int bad)
+{
+    harness_t *h = start(dir, "none");
+    json_t *st = harness_status(h);
+
+    ck_assert_ptr_nonnull(st);
+    ck_assert_msg(strcmp(harness_jstr(st, "disk.recovery.path"), path) == 0,
+                  "recovered by %s (%s), expected %s", harness_jstr(st, "disk.recovery.path"),
+                  harness_jstr(st, "disk.recovery.reason"), path);
+    if (bad)
+        ck_assert_int_ge(harness_jint(st, "disk.recovery.bad_files"), 1);
+    else
+        ck_assert_int_eq(harness_jint(st, "disk.recovery.bad_files"), 0);
+    json_decref(st);
+    return h;
+}
+
+/* A bad sector in the middle of a segment that is not the newest, found by a start's scan: the
+ * segment is kept whole (partial, scanned to the bad spot), and the checkpoint that the stop
+ * writes still serves the next starts: each scans only that segment's tail past the spot (again
+ * stopped there while the sector stays bad), and once the sector reads again, every chain is
+ * back. Until 0.2.11 a partial segment that was not the newest made every checkpoint stale
+ * ("a segment it covers changed size"): a full scan of the whole disk at every start for as
+ * long as the sector stayed bad. */
+START_TEST(test_bad_sector_keeps_the_checkpoint)
+{
+    char dir[96], ckpt[160], seg[512], word[700];
+    const char *name;
+    harness_t *h;
+    kvt_client_t *c;
+    uint64_t size;
+
+    make_dir(dir, sizeof dir);
+    set_faults("");
+    h = start(dir, "none");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1);
+    kvt_close(&c);
+    harness_stop(&h); /* every chain on disk, 2 MiB segments */
+    snprintf(ckpt, sizeof ckpt, "%s/index.ckpt", dir);
+    ck_assert_int_eq(unlink(ckpt), 0); /* the next start scans */
+    size = second_segment(dir, seg, sizeof seg);
+    name = strrchr(seg, '/') + 1;
+    snprintf(word, sizeof word, "bad=%s@%llu", name, (unsigned long long)(size / 2));
+    set_faults(word);
+    h = start_recovered(dir, "scan", 1);
+    ck_assert_int_ge(injected("reads"), 1);
+    harness_stop(&h); /* writes a checkpoint: the partial segment by its scanned prefix */
+    h = start_recovered(dir, "checkpoint", 1); /* the sector is still bad */
+    harness_stop(&h);
+    set_faults("");
+    h = start_recovered(dir, "checkpoint", 0);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    for (uint32_t k = 1; k <= 8; k++)
+        ck_assert_msg(harness_load_chain(c, k, PER, CH, 0) == PER, "chain %u not whole", k);
+    printf("bad sector at byte %llu of %s: kept whole, the checkpoint served both later starts, "
+           "every chain back once it read again\n",
+           (unsigned long long)(size / 2), name);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *disk_io_suite(void)
 {
     Suite *su = suite_create("disk_io");
@@ -1171,6 +1262,7 @@ static Suite *disk_io_suite(void)
     tc = tcase_create("recovery");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_read_error_during_recovery_keeps_the_segment);
+    tcase_add_test(tc, test_bad_sector_keeps_the_checkpoint);
     suite_add_tcase(su, tc);
     return su;
 }

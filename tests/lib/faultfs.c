@@ -24,6 +24,8 @@
  *   stall-read=S reads of the files whose path holds S block the same way (0.2.8: one stuck
  *                file, a bad sector's retries, while the rest of the disk answers);
  *   stall-sync   fsync/fdatasync block the same way (0.2.9: a device slow to flush its cache);
+ *   bad=S@OFF    reads of the files whose path holds S that cover byte OFF fail with EIO, every
+ *                time (0.2.11: a bad sector; the rest of the file and of the disk answer);
  *   eio-read     reads fail with EIO;       eio-write   writes fail with EIO;
  *   eio-sync     fdatasync/fsync fail with EIO;
  *   flaky=N      one read or write in N fails with EIO (a fixed pseudo-random sequence);
@@ -72,6 +74,8 @@ static off_t ctl_size = -1;
 static ino_t ctl_ino;
 static bool stall, stall_sync, eio_read, eio_write, eio_sync;
 static char stall_read[128]; /* stall-read=: "" none */
+static char bad_path[128];   /* bad=S@OFF: "" none */
+static uint64_t bad_off;
 static uint32_t flaky, delay_ms, fail_writes, fail_reads;
 static uint64_t full_bytes; /* full=: the filesystem's size, 0 unlimited */
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -117,7 +121,7 @@ static void reload_locked(void)
         stall = stall_sync = eio_read = eio_write = eio_sync = false;
         flaky = delay_ms = fail_writes = fail_reads = 0;
         full_bytes = 0;
-        stall_read[0] = '\0';
+        stall_read[0] = bad_path[0] = '\0';
         ctl_size = -1;
         return;
     }
@@ -138,7 +142,7 @@ static void reload_locked(void)
     stall = stall_sync = eio_read = eio_write = eio_sync = false;
     flaky = delay_ms = fail_writes = fail_reads = 0;
     full_bytes = 0;
-    stall_read[0] = '\0';
+    stall_read[0] = bad_path[0] = '\0';
     for (char *w = strtok_r(buf, " \t\r\n", &save); w != NULL;
          w = strtok_r(NULL, " \t\r\n", &save)) {
         if (strcmp(w, "stall") == 0)
@@ -163,6 +167,11 @@ static void reload_locked(void)
             full_bytes = strtoull(w + 5, NULL, 10);
         else if (strncmp(w, "stall-read=", 11) == 0)
             snprintf(stall_read, sizeof stall_read, "%s", w + 11);
+        else if (strncmp(w, "bad=", 4) == 0 && strchr(w, '@') != NULL &&
+                 (size_t)(strchr(w, '@') - (w + 4)) < sizeof bad_path) {
+            snprintf(bad_path, sizeof bad_path, "%.*s", (int)(strchr(w, '@') - (w + 4)), w + 4);
+            bad_off = strtoull(strchr(w, '@') + 1, NULL, 10);
+        }
     }
 }
 
@@ -210,8 +219,9 @@ static void pause_ms(uint32_t ms)
     nanosleep(&ts, NULL);
 }
 
-/* What to do with one call: 0 pass, or the errno to fail it with (after any stall). */
-static int decide(int fd, op_t op)
+/* What to do with one call of len bytes at off (off -1: write(2)): 0 pass, or the errno to fail
+ * it with (after any stall). */
+static int decide(int fd, op_t op, off_t off, size_t len)
 {
     int err = 0;
     bool stalled = false;
@@ -237,6 +247,9 @@ static int decide(int fd, op_t op)
         pthread_mutex_lock(&mu);
     }
     if ((op == OP_READ && eio_read) || (op == OP_WRITE && eio_write) || (op == OP_SYNC && eio_sync))
+        err = EIO;
+    if (op == OP_READ && bad_path[0] != '\0' && strstr(path, bad_path) != NULL && off >= 0 &&
+        (uint64_t)off <= bad_off && bad_off - (uint64_t)off < len)
         err = EIO;
     if (err == 0 && op == OP_WRITE && fail_writes > 0) {
         fail_writes--;
@@ -330,9 +343,9 @@ static size_t iov_len(const struct iovec *iov, int cnt)
         }                                                                                          \
     } while (0)
 
-#define FAIL_OR(call, op, fd)                                                                      \
+#define FAIL_OR(call, op, fd, off, len)                                                            \
     do {                                                                                           \
-        int e_ = decide(fd, op);                                                                   \
+        int e_ = decide(fd, op, off, len);                                                         \
         if (e_ != 0) {                                                                             \
             errno = e_;                                                                            \
             return -1;                                                                             \
@@ -342,76 +355,76 @@ static size_t iov_len(const struct iovec *iov, int cnt)
 
 ssize_t pread(int fd, void *buf, size_t n, off_t off)
 {
-    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd, off, n);
 }
 
 ssize_t pread64(int fd, void *buf, size_t n, off_t off)
 {
-    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd, off, n);
 }
 
 /* _FORTIFY_SOURCE builds call these instead of pread for buffers of known size */
 ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
     (void)buflen;
-    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd, off, n);
 }
 
 ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
     (void)buflen;
-    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd);
+    FAIL_OR(real_pread(fd, buf, n, off), OP_READ, fd, off, n);
 }
 
 /* write(2) too (0.2.5): the RAM journal and the files written atomically (gates.state) use it,
  * so a stalled disk stalls them as a hung device would. */
 ssize_t write(int fd, const void *buf, size_t n)
 {
-    FAIL_OR(real_write(fd, buf, n), OP_WRITE, fd);
+    FAIL_OR(real_write(fd, buf, n), OP_WRITE, fd, -1, n);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
     SPACE_OR_FAIL(fd, off, n);
-    FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd);
+    FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd, off, n);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
     SPACE_OR_FAIL(fd, off, n);
-    FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd);
+    FAIL_OR(real_pwrite(fd, buf, n, off), OP_WRITE, fd, off, n);
 }
 
 ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
 {
-    FAIL_OR(real_preadv(fd, iov, cnt, off), OP_READ, fd);
+    FAIL_OR(real_preadv(fd, iov, cnt, off), OP_READ, fd, off, iov_len(iov, cnt));
 }
 
 ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off_t off)
 {
-    FAIL_OR(real_preadv(fd, iov, cnt, off), OP_READ, fd);
+    FAIL_OR(real_preadv(fd, iov, cnt, off), OP_READ, fd, off, iov_len(iov, cnt));
 }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 {
     SPACE_OR_FAIL(fd, off, iov_len(iov, cnt));
-    FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd);
+    FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd, off, iov_len(iov, cnt));
 }
 
 ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off_t off)
 {
     SPACE_OR_FAIL(fd, off, iov_len(iov, cnt));
-    FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd);
+    FAIL_OR(real_pwritev(fd, iov, cnt, off), OP_WRITE, fd, off, iov_len(iov, cnt));
 }
 
 int fdatasync(int fd)
 {
-    FAIL_OR(real_fdatasync(fd), OP_SYNC, fd);
+    FAIL_OR(real_fdatasync(fd), OP_SYNC, fd, -1, 0);
 }
 
 int fsync(int fd)
 {
-    FAIL_OR(real_fsync(fd), OP_SYNC, fd);
+    FAIL_OR(real_fsync(fd), OP_SYNC, fd, -1, 0);
 }
 
 /* full=: the directory's filesystem has what is left of full_bytes free. */
