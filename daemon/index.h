@@ -65,15 +65,17 @@ struct index_entry {
     index_entry_t *parent;   /* stored predecessor, or NULL */
     index_entry_t *lru_prev; /* leaf LRU links (valid while nchildren == 0) */
     index_entry_t *lru_next;
-    uint64_t clock;          /* access clock: larger = more recent */
+    uint64_t clock; /* access clock: larger = more recent */
+    /* flags beside clock: a lookup reads the one and writes the other, and at malloc's 16-byte
+     * alignment the two then share a cache line (an all-ranks lookup walks 8 entries a chunk) */
+    uint16_t flags; /* INDEX_F_* */
+    uint16_t rank;
+    uint32_t ns;
     uint64_t lease_until_ms; /* pinned by a lookup lease until this time */
     uint64_t off;            /* location in the RAM arena */
     uint64_t len;            /* payload bytes */
-    uint32_t ns;
     uint32_t nchildren;
     uint32_t pins; /* short-lived pins of the loop (a save in progress) */
-    uint16_t rank;
-    uint16_t flags; /* INDEX_F_* */
     kvt_wire_hash_t hash;
     /* children list (index.c) */
     index_entry_t *first_child;
