@@ -251,7 +251,7 @@ int kvt__send_step(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame_t *f
 void kvt__finish(kvt_client_t *c, req_t *r, int status);
 /* The recovery (or the connect) HELLO r ended with status. */
 void kvt__recovery_end(kvt_client_t *c, req_t *r, int status);
-/* r was answered ENONS or ESTALE (code): retried after a recovery, or finished. */
+/* r was answered ENONS, ESTALE or ETOOBIG (code): retried after a recovery, or finished. */
 void kvt__recover(kvt_client_t *c, req_t *r, int code);
 
 /* --- requests.c (the I/O thread) --- */

@@ -444,7 +444,7 @@ void kvt__recovery_end(kvt_client_t *c, req_t *r, int status)
     kvt__finish(c, r, status);
 }
 
-/* r was answered ENONS or ESTALE. */
+/* r was answered ENONS, ESTALE or ETOOBIG. */
 void kvt__recover(kvt_client_t *c, req_t *r, int code)
 {
     if (r->kind == RK_HELLO || r->retried) {

@@ -743,7 +743,13 @@ void kvt__on_reply(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
     if (rep->hdr.type == KVT_MSG_ERROR) {
         int code = rep->u.error.code;
         set_error(r, &rep->u.error);
-        if ((code == KVT_WIRE_ENONS || code == KVT_WIRE_ESTALE) && r->kind != RK_HELLO) {
+        /* ETOOBIG: every list and payload was checked against the limits of the last
+         * HELLO_OK, so they changed (a daemon restarted on smaller ones refuses before it looks
+         * at the session, no ENONS): one HELLO learns them, and the request is answered after
+         * it, so that what follows is checked against them (else every request above them
+         * failed for good) */
+        if ((code == KVT_WIRE_ENONS || code == KVT_WIRE_ESTALE || code == KVT_WIRE_ETOOBIG) &&
+            r->kind != RK_HELLO) {
             kvt__recover(c, r, code);
             return;
         }

@@ -89,10 +89,14 @@ class Daemon:
         }
         _merge(cfg, extra or {})
         self.config_path = f"{self.dir}/kvtierd.json"
+        self.cfg = cfg
         with open(self.config_path, "w") as f:
             json.dump(cfg, f, indent=2)
-        binary = os.environ.get("KVTIERD") or os.path.join(SOURCE, "build", "daemon", "kvtierd")
         self._log = open(self.log_path, "wb")
+        self._start()
+
+    def _start(self) -> None:
+        binary = os.environ.get("KVTIERD") or os.path.join(SOURCE, "build", "daemon", "kvtierd")
         self.proc = subprocess.Popen(
             [binary, "-c", self.config_path],
             stdout=self._log,
@@ -101,6 +105,22 @@ class Daemon:
             preexec_fn=_die_with_parent,
         )
         self.wait_status(lambda st: True, what="the daemon to answer GET /status")
+
+    def restart(self, extra: dict | None = None, sig: int = signal.SIGTERM) -> None:
+        """Stops the daemon with sig and starts it again on its config (same endpoint, status
+        socket and arena path) with extra deep-merged over it; its files are kept."""
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(30.0)  # a clean stop may take the daemon's persist bound (20 s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"kvtierd did not stop on {sig}:\n{self.log()}")
+        _merge(self.cfg, extra or {})
+        with open(self.config_path, "w") as f:
+            json.dump(self.cfg, f, indent=2)
+        self._start()
 
     @property
     def pid(self) -> int:

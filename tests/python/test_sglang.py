@@ -406,3 +406,31 @@ def test_batch_get_into_a_strided_target(daemon):
     out = b.batch_get(keys, [target])
     assert out[0] is target and torch.equal(target, want)
     b.close()
+
+
+def test_serves_again_after_a_restart_with_fewer_chunks_per_request(daemon):
+    """The daemon restarted on a smaller server.max_chunks_per_request while the backend lives:
+    calls of more pages than the new limit are split by it and serve again, byte-exact (the
+    backend split by the limit of its connect, and the daemon refuses an oversized request
+    before it looks at the session, so the library never said HELLO again to learn the new
+    limit either: every such call was a miss or False for good)."""
+    pool = MHAPagePool()
+    fill(pool, 41)
+    b = backend(daemon, pool, 0, 1, False, timeout_ms=2000)
+    daemon.restart({"server": {"max_chunks_per_request": 2}})
+    keys = page_keys("limit", 4)
+    want = [pool.page(p * PAGE) for p in range(4)]
+    for _ in range(2):  # the first call may meet the old limit once
+        ok = b.batch_set_v1(keys, indices([0, 1, 2, 3]))
+        if ok == [True] * 4:
+            break
+    assert ok == [True] * 4
+    assert b.batch_exists(keys) == 4
+    assert b.batch_get_v1(keys, indices([8, 9, 10, 11])) == [True] * 4
+    for i, p in enumerate([8, 9, 10, 11]):
+        assert torch.equal(pool.page(p * PAGE), want[i]), f"page {i}"
+    flat = [want[i].reshape(-1).contiguous() for i in range(3)]
+    assert b.batch_set(page_keys("limit-flat", 3), flat) is True
+    got = b.batch_get(page_keys("limit-flat", 3), [torch.zeros_like(f) for f in flat])
+    assert all(g is not None and torch.equal(g, f) for g, f in zip(got, flat))
+    b.close()

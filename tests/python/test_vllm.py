@@ -221,3 +221,49 @@ def test_a_miss_told_one_request_is_asked_again_for_another(daemon):
     tier.request_finished(a)
     tier.request_finished(b)
     tier.shutdown()
+
+
+def test_serves_again_after_a_restart_with_fewer_chunks_per_request(daemon):
+    """The daemon restarted on a smaller server.max_chunks_per_request while the tier lives: no
+    step raises (the tier split its lookups by the limit of the connect: ETOOBIG at submit
+    escaped get_finished), and a store of more blocks than the new limit is split by it and
+    succeeds (the limit kept from the connect failed every such job for good; and the daemon
+    refuses an oversized request before it looks at the session, so without a new HELLO the
+    library never learned the new limit)."""
+    buf, view = primary()
+    tier = make_tier(daemon, view, timeout_ms=2000)
+    daemon.restart({"server": {"max_chunks_per_request": 2}})
+    keys = keys_of("prompt-limit", 6)
+    ctx = req("limit", keys)
+    for k in keys:  # one step asks every key of the prompt
+        assert tier.lookup(k, ctx) is None
+    assert lookup_all(tier, keys, ctx) == 0  # answered once the library met the new daemon
+    other = keys_of("prompt-limit-other", 6)
+    o = req("limit-other", other)
+    for k in other:  # and again, now that the library knows the new limit
+        assert tier.lookup(k, o) is None
+    tier.touch(keys, ctx)
+    tier.get_finished()
+    assert lookup_all(tier, other, o) == 0
+    src = [1, 2, 3, 4, 5, 6]
+    fill(buf, src, 9)
+    results = []
+    for job in range(1, 4):  # the first job may meet the old limit once
+        tier.submit_store(JobMetadata(job, keys, np.array(src), False, ctx))
+        results += wait_step(tier, [], lambda s: any(r.job_id == job for r in s))
+        if results[-1].success:
+            break
+    assert results[-1].success, results
+    assert tier.client.server_info().max_chunks == 2
+    b = req("limit-b", keys)
+    assert lookup_all(tier, keys, b) == 6
+    dst = [20, 21, 22, 23, 24, 25]
+    tier.submit_load(JobMetadata(9, keys, np.array(dst), True, b))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 9 for r in s))
+    assert [r.success for r in steps if r.job_id == 9] == [True]
+    for s_, d_ in zip(src, dst):
+        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    tier.request_finished(ctx)
+    tier.request_finished(o)
+    tier.request_finished(b)
+    tier.shutdown()

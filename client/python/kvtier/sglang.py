@@ -172,7 +172,6 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         if self.client is not None:
             self.client.close()
         self.client = Client(self.endpoint, ns, self.tp_rank, timeout_ms=self.timeout_ms)
-        self._max_chunks = max(1, self.client.server_info().max_chunks)
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         if not keys:
@@ -241,8 +240,9 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         pages = self._pages(host_indices, n)
         parent = self._parent(extra_info)
         ok: List[bool] = []
-        for lo in range(0, n, self._max_chunks):
-            hi = min(n, lo + self._max_chunks)
+        step = self._max_chunks
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
             ok += self._save(keys[lo:hi], pages[lo:hi], parent)
             parent = self._hashes([keys[hi - 1]])[0]
         return ok
@@ -255,8 +255,9 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             return [False] * n
         pages = self._pages(host_indices, n)
         ok: List[bool] = []
-        for lo in range(0, n, self._max_chunks):
-            hi = min(n, lo + self._max_chunks)
+        step = self._max_chunks
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
             got = self._load(keys[lo:hi], pages[lo:hi])
             ok += got
             if not all(got):
@@ -281,8 +282,9 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             self.mem_pool_host.get_dummy_flat_data_page() for _ in keys
         ]
         bufs = [t.contiguous() if hasattr(t, "is_contiguous") and not t.is_contiguous() else t for t in targets]
-        for lo in range(0, len(keys), self._max_chunks):
-            hi = min(len(keys), lo + self._max_chunks)
+        step = self._max_chunks
+        for lo in range(0, len(keys), step):
+            hi = min(len(keys), lo + step)
             try:
                 res = cl.load(self._hashes(keys[lo:hi]), bufs[lo:hi])
             except (KvtierError, ValueError, TypeError) as e:
@@ -311,8 +313,9 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         vals = [v.contiguous() if hasattr(v, "contiguous") else v for v in values]
         try:
             outcomes = []
-            for lo in range(0, len(keys), self._max_chunks):
-                hi = min(len(keys), lo + self._max_chunks)
+            step = self._max_chunks
+            for lo in range(0, len(keys), step):
+                hi = min(len(keys), lo + step)
                 outcomes += cl.save(self._hashes(keys[lo:hi]), vals[lo:hi])
         except KvtierError as e:
             logger.warning("kvtier: batch_set: %s", e)
@@ -337,6 +340,15 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             self.client = None
 
     # -- internals
+
+    @property
+    def _max_chunks(self) -> int:
+        """The daemon's per-request limit as the library knows it now (a daemon restarted on
+        another server.max_chunks_per_request announces its own in the recovery's HELLO; a
+        value kept from the connect made every larger call fail for good)."""
+        if self.client is None:
+            raise RuntimeError("kvtier: register_mem_pool_host() was not called")
+        return max(1, self.client.server_info().max_chunks)
 
     def _client(self) -> Client:
         if self.client is None:
@@ -383,8 +395,9 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         return _c.hash_keys([k.encode() for k in keys], self._salt)
 
     def _parts(self, keys: List[str]):
-        for lo in range(0, len(keys), self._max_chunks):
-            yield keys[lo : lo + self._max_chunks]
+        step = self._max_chunks
+        for lo in range(0, len(keys), step):
+            yield keys[lo : lo + step]
 
     def _parent(self, extra_info: Any) -> Optional[bytes]:
         prefix = getattr(extra_info, "prefix_keys", None)

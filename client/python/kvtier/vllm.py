@@ -196,7 +196,6 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
             revision=revision,
         )
         self.client = Client(endpoint, ns, 0, timeout_ms=timeout_ms)
-        self._max_chunks = max(1, self.client.server_info().max_chunks)
         self.tallies = Tallies(engine_id)
         self._keys: dict[bytes, _Key] = {}
         self._batch: dict[str, list[tuple[bytes, Any]]] = {}  # req_id -> [(key, req_context)]
@@ -320,12 +319,20 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
             out.append((base + b * row, row))
         return out
 
+    @property
+    def _max_chunks(self) -> int:
+        """The daemon's per-request limit as the library knows it now: a daemon restarted on
+        another server.max_chunks_per_request announces its own in the recovery's HELLO (a
+        value kept from the connect made every larger request fail with ETOOBIG for good)."""
+        return max(1, self.client.server_info().max_chunks)
+
     def _submit_chunks(self, job, kind: str, hashes, bufs, parent) -> None:
         job_id = job.job_id
         state = {"left": 0, "ok": True, "kind": kind, "job": job, "loaded": 0}
         try:
-            for i in range(0, len(hashes), self._max_chunks):
-                h, b = hashes[i : i + self._max_chunks], bufs[i : i + self._max_chunks]
+            step = self._max_chunks
+            for i in range(0, len(hashes), step):
+                h, b = hashes[i : i + step], bufs[i : i + step]
                 if kind == "store":
                     fut = self.client.submit_save(h, b, parent=parent, user=state)
                     parent = h[-1]
@@ -372,18 +379,31 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, {}
+        step = self._max_chunks
         for req_id, entries in batch.items():
             keys = [k for k, _ in entries if k in self._keys and self._keys[k].result is None]
-            for i in range(0, len(keys), self._max_chunks):
-                part = keys[i : i + self._max_chunks]
+            for i in range(0, len(keys), step):
+                part = keys[i : i + step]
                 for k in part:
                     self._keys[k].in_flight = True
-                fut = self.client.submit_lookup(_c.hash_keys(part, self._salt), user=(req_id, part))
+                try:
+                    fut = self.client.submit_lookup(_c.hash_keys(part, self._salt), user=(req_id, part))
+                except KvtierError as e:
+                    # get_finished / on_schedule_end must not raise into the scheduler; the
+                    # keys are answered as a failed lookup is (False), not left None for ever
+                    logger.warning("kvtier: lookup not submitted: %s", e)
+                    for k in part:
+                        self._keys[k].in_flight = False
+                        self._keys[k].result = False
+                    continue
                 fut.add_done_callback(self._lookup_done)
         if self._touch:
             touch, self._touch = self._touch, []
-            for i in range(0, len(touch), self._max_chunks):
-                self.client.submit_lookup(_c.hash_keys(touch[i : i + self._max_chunks], self._salt))
+            for i in range(0, len(touch), step):
+                try:
+                    self.client.submit_lookup(_c.hash_keys(touch[i : i + step], self._salt))
+                except KvtierError as e:
+                    logger.warning("kvtier: touch not submitted: %s", e)
 
     def _lookup_done(self, fut) -> None:
         _req_id, keys = fut.user
