@@ -434,3 +434,30 @@ def test_serves_again_after_a_restart_with_fewer_chunks_per_request(daemon):
     got = b.batch_get(page_keys("limit-flat", 3), [torch.zeros_like(f) for f in flat])
     assert all(g is not None and torch.equal(g, f) for g, f in zip(got, flat))
     b.close()
+
+
+def test_a_scribbled_page_is_a_miss_on_the_gather_path(daemon):
+    """A page of several pieces is scattered from a pin on the shared-memory path; pins are not
+    verified by default (a DMA reads them itself), but here the backend copies on the CPU: a
+    chunk whose bytes changed in the shared arena after its commit (a writer of the arena's
+    group, a reservation kept past its hold) must be a miss, as a copying load makes it, not a
+    hit with wrong bytes in the host pool."""
+    import ctypes
+
+    import kvtier
+
+    pool = MHAPagePool()
+    fill(pool, 43)
+    b = backend(daemon, pool, 0, 1, False)
+    if b.client.data_path != "shm" or not b.client.server_info().features & kvtier.FEATURE_CHECKSUMS:
+        b.close()
+        return
+    keys = page_keys("scribbled", 2)
+    assert b.batch_set_v1(keys, indices([0, 1])) == [True, True]
+    want = [pool.page(p * PAGE) for p in range(2)]
+    with b.client.pin(b._hashes(keys[1:])) as pin:  # the second page's bytes, in the arena
+        ctypes.memset(kvtier.client._BufRef(pin.views[0], writable=True).addr, 0x5A, 64)
+    assert b.batch_get_v1(keys, indices([8, 9])) == [True, False]
+    assert torch.equal(pool.page(8 * PAGE), want[0])
+    assert b.client.stats()["checksum_mismatches"] == 1
+    b.close()

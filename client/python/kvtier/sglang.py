@@ -34,8 +34,8 @@ batch_exists asks for every rank at once (all_ranks: the minimum over ranks), so
 see the same prefix count. Zero-copy pages: a page of one piece goes straight to the library as
 a pointer (the I/O thread copies between the pool and the arena or the frames); a page of
 several pieces is gathered into a reservation in the arena (reserve, one memmove per piece,
-commit) and scattered from a pin (one memmove per piece, release) on the shared-memory path, or
-through a staging buffer on the frames path.
+commit) and scattered from a pin (verified, then one memmove per piece, release) on the
+shared-memory path, or through a staging buffer on the frames path.
 
 Verdicts (docs/GATES.md section 1) come from batch_exists on rank 0 (one engine instance per
 namespace, not one per rank), one per request: hbm = the tokens of extra_info.prefix_keys (pages
@@ -463,6 +463,11 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
                 return [i < res.nhit for i in range(n)]
             if cl.data_path == "shm":
                 with cl.pin(hashes) as pin:
+                    # the pieces are copied on this thread, so verify as a copying load does
+                    # (pins are not verified by default, for a DMA that reads them itself): a
+                    # chunk scribbled in the shared arena is a miss, not wrong bytes in the pool
+                    if cl.server_info().features & _c.FEATURE_CHECKSUMS:
+                        pin.verify()
                     nhit = pin.nhit
                     for i in range(pin.nhit):
                         if pin.lens[i] != sum(s for _a, s in pages[i]):
