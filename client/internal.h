@@ -158,7 +158,12 @@ struct kvt_client {
     uint16_t rank;
     uint16_t world;
     bool mla;
-    bool shm; /* the shared-memory path is in use (set by kvt_connect before any submit) */
+    /* The shared-memory path is in use: set by kvt_connect before any submit; cleared by the I/O
+     * thread when a recovery under KVT_DATA_PATH_AUTO finds no arena it can map (a daemon
+     * restarted on a memfd arena, or on a file this process cannot open): later requests take
+     * the frames path instead of failing for good. Read by any thread, hence atomic. */
+    _Atomic bool shm;
+    bool auto_path; /* kvt_connect's data path was KVT_DATA_PATH_AUTO */
     int timeout_ms;
     int verify;
     uint32_t opt_window; /* kvt_connect_opts_t.max_in_flight (0: none) */

@@ -404,6 +404,7 @@ static void recovery_start(kvt_client_t *c)
     h->kind = RK_HELLO;
     h->internal = true;
     h->want_arena = c->shm;
+    h->arena_optional = c->auto_path; /* no arena: the frames path from here on (requests.c) */
     h->deadline_ms = kvt__now_ms() + c->timeout_ms;
     h->comp.error = h->err;
     c->recovery = h;

@@ -1057,6 +1057,7 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     c->window = 1;          /* until HELLO_OK says more */
     c->info.max_chunks = 1; /* idem: nothing but the connect is submitted before */
     want = opts != NULL ? opts->data_path : KVT_DATA_PATH_AUTO;
+    c->auto_path = want == KVT_DATA_PATH_AUTO;
     if (want != KVT_DATA_PATH_FRAMES && strncmp(endpoint, "ipc://", 6) != 0) {
         if (want == KVT_DATA_PATH_SHM) {
             client_free(c);

@@ -95,6 +95,23 @@ static int map_arena(kvt_client_t *c, const kvt_msg_t *rep, char *err, size_t er
     return 0;
 }
 
+/* A recovery under KVT_DATA_PATH_AUTO found no arena to map: the client goes on the frames path
+ * (a connect under AUTO does the same). Its mapping is dropped (requests holding it keep it until
+ * they end); the waiting requests start again from their first step on frames, and zero-copy
+ * calls answer KVT_EUNSUPP from here on, as on a frames client. The client does not return to the
+ * shared-memory path by itself: a new connect does. */
+static void frames_from_now(kvt_client_t *c)
+{
+    arena_map_t *old;
+
+    pthread_mutex_lock(&c->mu);
+    c->shm = false;
+    old = c->map;
+    c->map = NULL;
+    pthread_mutex_unlock(&c->mu);
+    kvt__map_unref(old);
+}
+
 static void hello_send(kvt_client_t *c, req_t *r)
 {
     kvt_msg_t m = kvt__head_of(c, KVT_MSG_HELLO, NULL);
@@ -147,6 +164,8 @@ static void on_hello(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
     }
     r->arena_rc =
         rep->hdr.type == KVT_MSG_ARENA_OK ? map_arena(c, rep, r->err, sizeof r->err) : KVT_EPROTO;
+    if (r->arena_rc != 0 && r->arena_optional && c->recovery == r && c->shm)
+        frames_from_now(c);
     kvt__recovery_end(c, r, r->arena_rc != 0 && !r->arena_optional ? r->arena_rc : 0);
 }
 
@@ -709,6 +728,9 @@ void kvt__begin(kvt_client_t *c, req_t *r)
             kvt__finish(c, r, KVT_EUNSUPP);
             return;
         }
+    } else if (!shm && r->map != NULL && r->kind != KVT_OP_COMMIT) {
+        kvt__map_unref(r->map); /* begun on the arena, again after the client went on frames */
+        r->map = NULL;
     }
     switch (r->kind) {
     case RK_HELLO:

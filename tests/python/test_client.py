@@ -165,6 +165,31 @@ def test_zero_copy_views_are_the_arena(daemon):
         assert c.lookup([h]).hit == 0
 
 
+def test_auto_client_goes_on_frames_when_a_restart_takes_the_arena_away(make_daemon):
+    """A client connected under data_path "auto" on the shared-memory path, and its daemon
+    restarted on a memfd arena (one no other process maps): the recovery finds no arena, and the
+    client goes on over frames (saves and loads byte-exact) instead of failing every call for
+    good; a client that asked for "shm" fails, as it asked."""
+    d = make_daemon()
+    auto = kvtier.Client(d.endpoint, NS, timeout_ms=3000)
+    strict = kvtier.Client(d.endpoint, NS, data_path="shm", timeout_ms=3000)
+    assert auto.data_path == "shm" and strict.data_path == "shm"
+    d.restart({"ram": {"arena_path": ""}})
+    h = [kvtier.hash_key(b"after-%d" % i) for i in range(3)]
+    data = [chunk(100 + i) for i in range(3)]
+    assert auto.save(h, data) == [kvtier.SAVE_STORED] * 3
+    assert auto.data_path == "frames"
+    out = [bytearray(len(b)) for b in data]
+    assert auto.load(h, out).nhit == 3
+    assert [bytes(o) for o in out] == data
+    assert auto.stats()["recoveries"] >= 1
+    with pytest.raises(kvtier.KvtierError):
+        strict.save([kvtier.hash_key(b"strict")], [chunk(7)])
+    assert strict.data_path == "shm"
+    strict.close()
+    auto.close()
+
+
 def test_frames_path_and_all_ranks(daemon):
     ns = kvtier.Namespace(model="py-ranks", chunk_tokens=16, world_size=2)
     with kvtier.Client(daemon.endpoint, ns, 0, data_path="frames") as c0, kvtier.Client(
