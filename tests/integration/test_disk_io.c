@@ -1006,6 +1006,25 @@ START_TEST(test_full_filesystem_no_churn)
 }
 END_TEST
 
+/* Chains 1-8 saved on a healthy disk in dir and a clean stop (every chain on disk: the stop
+ * persists the RAM-only ones; 2 MiB segments), then the checkpoint removed: the next start
+ * scans every segment. */
+static void chains_on_disk_unchecked(const char *dir)
+{
+    char ckpt[160];
+    harness_t *h;
+    kvt_client_t *c;
+
+    set_faults("");
+    h = start(dir, "none");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1);
+    kvt_close(&c);
+    harness_stop(&h);
+    snprintf(ckpt, sizeof ckpt, "%s/index.ckpt", dir);
+    ck_assert_int_eq(unlink(ckpt), 0);
+}
+
 /* The bytes of the segment files in dir (their sizes summed). */
 static uint64_t segment_bytes(const char *dir)
 {
@@ -1029,21 +1048,13 @@ static uint64_t segment_bytes(const char *dir)
  * EIO. */
 START_TEST(test_read_error_during_recovery_keeps_the_segment)
 {
-    char dir[96], ckpt[160];
+    char dir[96];
     harness_t *h;
-    kvt_client_t *c;
     json_t *st;
     uint64_t bytes;
 
     make_dir(dir, sizeof dir);
-    set_faults("");
-    h = start(dir, "none");
-    c = harness_client(h, "diskio", 1, 0, 0);
-    save_chains(h, c, 1, 8, 1);
-    kvt_close(&c);
-    harness_stop(&h); /* every chain on disk (the stop persists the RAM-only ones) */
-    snprintf(ckpt, sizeof ckpt, "%s/index.ckpt", dir);
-    ck_assert_int_eq(unlink(ckpt), 0); /* a full scan */
+    chains_on_disk_unchecked(dir);
     bytes = segment_bytes(dir);
     ck_assert_uint_ge(bytes, 8u * PER * CH);
     set_faults("fail-reads=1");
@@ -1198,21 +1209,14 @@ static harness_t *start_recovered(const char *dir, const char *path, int bad)
  * long as the sector stayed bad. */
 START_TEST(test_bad_sector_keeps_the_checkpoint)
 {
-    char dir[96], ckpt[160], seg[512], word[700];
+    char dir[96], seg[512], word[700];
     const char *name;
     harness_t *h;
     kvt_client_t *c;
     uint64_t size;
 
     make_dir(dir, sizeof dir);
-    set_faults("");
-    h = start(dir, "none");
-    c = harness_client(h, "diskio", 1, 0, 0);
-    save_chains(h, c, 1, 8, 1);
-    kvt_close(&c);
-    harness_stop(&h); /* every chain on disk, 2 MiB segments */
-    snprintf(ckpt, sizeof ckpt, "%s/index.ckpt", dir);
-    ck_assert_int_eq(unlink(ckpt), 0); /* the next start scans */
+    chains_on_disk_unchecked(dir);
     size = second_segment(dir, seg, sizeof seg);
     name = strrchr(seg, '/') + 1;
     snprintf(word, sizeof word, "bad=%s@%llu", name, (unsigned long long)(size / 2));
