@@ -496,6 +496,13 @@ static const stats_field_t ram_recovery_fields[] = {
         "arena)."),
     NUM(D, "checksum_drops", T_U64, ram.recovery.checksum_drops, GAUGE, NULL,
         "Journal entries discarded at start because the arena's bytes no longer match."),
+    NUM(D, "relinks", T_U64, ram.recovery.relinks, GAUGE, NULL,
+        "Chunks linked at start under the predecessor their record names (both tiers' chains)."),
+    NUM(D, "relink_steps", T_U64, ram.recovery.relink_steps, GAUGE, NULL,
+        "The work of the start's checks that no relink closes a chain loop (set lookups; about "
+        "one per relink)."),
+    NUM(D, "relinks_refused", T_U64, ram.recovery.relinks_refused, GAUGE, NULL,
+        "Chunks left orphans at start because linking them would have closed a chain loop."),
     NUM(D, "journal_records", T_U64, ram.recovery.journal_records, GAUGE, NULL,
         "Journal records read at start."),
 };

@@ -105,6 +105,10 @@ typedef struct {
     uint64_t checksum_drops;  /* entries whose bytes in the arena no longer match their csum */
     uint64_t journal_records; /* records the replay read */
     int journal_error;        /* 0, or the negative errno that keeps the journal off */
+    /* the chains of both tiers, relinked at start (relink.c) */
+    uint64_t relinks;         /* chunks linked under the predecessor their record names */
+    uint64_t relink_steps;    /* the work of the loop checks (relink.c) */
+    uint64_t relinks_refused; /* left orphans: the link would have closed a loop */
 } store_ram_recovery_t;
 
 /* The RAM tier as status shows it ("ram", beside the sessions' holds). */

@@ -270,18 +270,6 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
         store__relink_queue(s, ns->id, m->rank, &h, m->parent);
 }
 
-void store__relink_queue(store_t *s, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h,
-                         const uint8_t parent[16])
-{
-    if (ARRAY_RESERVE(s->relink, s->nrelink, s->relinkcap, 1024) != 0)
-        return; /* the chunk stays, without its chain link */
-    s->relink[s->nrelink].ns = ns;
-    s->relink[s->nrelink].rank = rank;
-    s->relink[s->nrelink].hash = *h;
-    memcpy(s->relink[s->nrelink].parent.b, parent, 16);
-    s->nrelink++;
-}
-
 static void verify_dropped(store_t *s, const index_entry_t *e, const char *where)
 {
     s->verify_drops++;
@@ -655,41 +643,6 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
      * loads and saves need their room, rather than at the first save. */
     store__clean_ahead(s);
     return 0;
-}
-
-#define RELINK_WALK_MAX 65536u /* ancestors a relink looks through for a loop */
-
-/* Whether linking e under p would close a loop: e is p or one of p's ancestors. The records'
- * links are what was true when each was written, not one forest: a chunk removed and saved
- * again after its successor (found corrupt, reclaimed with its segment, then saved with that
- * successor as its declared parent) leaves two records that name each other. Only an entry
- * with children can be an ancestor; a walk longer than RELINK_WALK_MAX counts as a loop. */
-static bool relink_loops(const index_entry_t *e, const index_entry_t *p)
-{
-    uint32_t n = 0;
-
-    if (e->nchildren == 0)
-        return false;
-    for (; p != NULL; p = p->parent)
-        if (p == e || ++n > RELINK_WALK_MAX)
-            return true;
-    return false;
-}
-
-void store__relink(store_t *s)
-{
-    for (size_t i = 0; i < s->nrelink; i++) {
-        const relink_t *r = &s->relink[i];
-        index_entry_t *e = index_find(s->ix, r->ns, r->rank, &r->hash);
-        index_entry_t *p = index_find(s->ix, r->ns, r->rank, &r->parent);
-        if (e != NULL && p != NULL && e != p && e->parent == NULL && !relink_loops(e, p))
-            index_set_parent(s->ix, e, p);
-        else if (e != NULL && (p == NULL || (p != e && e->parent == NULL)))
-            e->flags |= INDEX_F_ORPHAN; /* its predecessor is absent, or follows it */
-    }
-    free(s->relink);
-    s->relink = NULL;
-    s->nrelink = s->relinkcap = 0;
 }
 
 void store_disk_check(store_t *s)

@@ -702,6 +702,104 @@ START_TEST(test_relink_never_closes_a_loop)
 }
 END_TEST
 
+/* Records in an order that makes the start's loop checks walk (relink.c): a chain of COMB_FILL
+ * fillers, a spine of COMB_SPINE chunks, COMB_TEETH chunks declared under the spine's tip, the
+ * RAM tier exactly full; then a child for each tooth, each save evicting a filler and taking its
+ * extent, so that every child lies below its tooth in the arena (the order a re-attach relinks
+ * in). At the restart each tooth is linked after its child: a walk up to the spine's root for
+ * each (COMB_TEETH x COMB_SPINE = 2.1 M steps here, as many per tooth as the spine is long, up
+ * to 65536) before 0.2.11; the loop checks are a union-find now, about one step per relink. */
+#define COMB_FILL 1024u
+#define COMB_SPINE 2048u
+#define COMB_TEETH 1024u
+#define COMB_LEN (4 * KIB)
+
+static void save_one(kvt_client_t *c, const kvt_hash_t *h, const kvt_hash_t *parent)
+{
+    static uint8_t one[COMB_LEN];
+    const void *bufs[1] = {one};
+    size_t lens[1] = {COMB_LEN};
+    kvt_save_opts_t so = {.parent = parent};
+    uint8_t out[1];
+
+    ck_assert_int_eq(kvt_save(c, h, 1, bufs, lens, &so, out), 0);
+    ck_assert_int_eq(out[0], KVT_SAVE_STORED);
+}
+
+static void save_chain_of(kvt_client_t *c, const kvt_hash_t *hs, size_t n, const kvt_hash_t *parent)
+{
+    static uint8_t one[COMB_LEN];
+    static const void *bufs[1024];
+    static size_t lens[1024];
+    static uint8_t out[1024];
+    kvt_save_opts_t so = {.parent = parent};
+
+    ck_assert_uint_le(n, 1024);
+    for (size_t i = 0; i < n; i++) {
+        bufs[i] = one;
+        lens[i] = COMB_LEN;
+    }
+    ck_assert_int_eq(kvt_save(c, hs, n, bufs, lens, &so, out), 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(out[i], KVT_SAVE_STORED);
+}
+
+START_TEST(test_relink_checks_do_not_walk_chains)
+{
+    harness_opts_t o = {.capacity_bytes = (COMB_FILL + COMB_SPINE + COMB_TEETH) * COMB_LEN,
+                        .max_chunk_bytes = COMB_LEN};
+    static kvt_hash_t fill[COMB_FILL], spine[COMB_SPINE], teeth[COMB_TEETH], kids[COMB_TEETH];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    int64_t steps, relinks;
+    uint32_t found = 0;
+
+    snprintf(arena_path, sizeof arena_path, "/dev/shm/kvtier-verify-%d-comb.arena", (int)getpid());
+    snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\"}}", arena_path);
+    o.extra_json = extra;
+    h = harness_start(&o);
+    c = connect_at(h->endpoint, KVT_DATA_PATH_SHM, KVT_VERIFY_DEFAULT);
+    harness_chain(70001, fill, COMB_FILL);
+    harness_chain(70002, spine, COMB_SPINE);
+    harness_chain(70003, teeth, COMB_TEETH);
+    harness_chain(70004, kids, COMB_TEETH);
+    save_chain_of(c, fill, COMB_FILL, NULL);
+    for (uint32_t k = 0; k < COMB_SPINE; k += 1024)
+        save_chain_of(c, &spine[k], 1024, k > 0 ? &spine[k - 1] : NULL);
+    for (uint32_t t = 0; t < COMB_TEETH; t++)
+        save_one(c, &teeth[t], &spine[COMB_SPINE - 1]);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), COMB_FILL + COMB_SPINE + COMB_TEETH);
+    for (uint32_t t = 0; t < COMB_TEETH; t++)
+        save_one(c, &kids[t], &teeth[t]); /* evicts a filler: the RAM tier is full */
+    kvt_close(&c);
+    harness_kill9(h);
+    harness_restart(h); /* re-attaches the arena, and relinks every chain in arena order */
+    st = harness_status(h);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_str_eq(harness_jstr(st, "ram.recovery.path"), "reattach");
+    steps = harness_jint(st, "ram.recovery.relink_steps");
+    relinks = harness_jint(st, "ram.recovery.relinks");
+    ck_assert_int_eq(harness_jint(st, "ram.recovery.relinks_refused"), 0);
+    json_decref(st);
+    printf("relink checks: %lld relinks, %lld steps (a walk per tooth: %u)\n", (long long)relinks,
+           (long long)steps, COMB_TEETH * COMB_SPINE);
+    ck_assert_int_eq(relinks, COMB_SPINE - 1 + 2 * COMB_TEETH);
+    ck_assert_int_le(steps, 8 * relinks);
+    c = connect_at(h->endpoint, KVT_DATA_PATH_SHM, KVT_VERIFY_DEFAULT);
+    for (uint32_t t = 0; t < COMB_TEETH; t++) {
+        kvt_hash_t hh[2] = {teeth[t], kids[t]};
+        kvt_lookup_result_t r = {0};
+        ck_assert_int_eq(kvt_lookup(c, hh, 2, NULL, &r), 0);
+        found += r.hit;
+    }
+    ck_assert_uint_eq(found, 2 * COMB_TEETH);
+    kvt_close(&c);
+    harness_stop(&h);
+    unlink(arena_path);
+}
+END_TEST
+
 static Suite *verify_suite(void)
 {
     Suite *s = suite_create("verify");
@@ -710,6 +808,7 @@ static Suite *verify_suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_estale_remaps_and_retries);
     tcase_add_test(t, test_relink_never_closes_a_loop);
+    tcase_add_test(t, test_relink_checks_do_not_walk_chains);
     tcase_add_test(t, test_checksum_mismatch_frames);
     tcase_add_test(t, test_checksum_mismatch_shm_and_pins);
     tcase_add_test(t, test_scribbled_arena);
