@@ -21,6 +21,11 @@
  * chunks came before their roots cost 2.1 M steps (test_relink_checks_do_not_walk_chains), a
  * spine of 65536 chunks and a million such branches minutes of start.
  *
+ * Cost: about 90 ns per link at start on the development VM (a re-attach of 120,528 chunks in
+ * chains in the order written: 13-15 ms from the RAM recovery's log line to READY with the walk,
+ * which costs nothing in that order, 25-26 ms with the union-find), the price of a bound that
+ * holds for every order.
+ *
  * Memory: a node per chunk named in the queue (at most two per pair, 16 bytes each) and an
  * open-addressing table of at least four slots per pair (12 bytes each): at most 80 bytes per
  * pair (an entry is 232), freed when the relink ends. Without them (allocation failed, logged)

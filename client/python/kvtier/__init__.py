@@ -64,6 +64,6 @@ from .client import (
 )
 from .tally import Tallies, loadable_tokens, verdict
 
-__version__ = "0.2.10"
+__version__ = "0.2.11"
 
 __all__ = [name for name in dir() if not name.startswith("_")]
