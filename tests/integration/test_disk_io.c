@@ -1080,7 +1080,7 @@ static bool newest_segment(const char *dir, char *path, size_t cap)
     while ((de = readdir(d)) != NULL)
         if (strlen(de->d_name) == 20 && strcmp(de->d_name + 16, ".seg") == 0 &&
             strcmp(de->d_name, best) > 0)
-            snprintf(best, sizeof best, "%s", de->d_name);
+            memcpy(best, de->d_name, 21); /* 20 characters and the NUL */
     closedir(d);
     snprintf(path, cap, "%s/%s", dir, best);
     return best[0] != '\0';
@@ -1169,9 +1169,9 @@ static uint64_t second_segment(const char *dir, char *path, size_t cap)
             continue;
         if (names[0][0] == '\0' || strcmp(de->d_name, names[0]) < 0) {
             memcpy(names[1], names[0], sizeof names[1]);
-            snprintf(names[0], sizeof names[0], "%s", de->d_name);
+            memcpy(names[0], de->d_name, 21); /* 20 characters and the NUL */
         } else if (names[1][0] == '\0' || strcmp(de->d_name, names[1]) < 0) {
-            snprintf(names[1], sizeof names[1], "%s", de->d_name);
+            memcpy(names[1], de->d_name, 21);
         }
     }
     closedir(d);
