@@ -73,9 +73,9 @@
  * deleted under the running daemon (disk_check_files, once a second from the server's sweep: an
  * fstat per segment) put the tier in the degraded state that status reports, with last_error and
  * what it was of; they do not refuse demotions, and the state returns to ok once a read and a
- * flush succeeded after the fault. The active segment found faulty is left for a new file: at
- * once, or when a flush is writing into it, by the next flush (0.2.11; before, it stayed active
- * and the records of every later flush went into the deleted or truncated file).
+ * flush succeeded after the fault. The active segment found faulty gets no further record: the
+ * next flush starts a new file (0.2.11; before, one found while a flush was writing into it
+ * stayed active, and the records of every later flush went into the deleted or truncated file).
  *
  * Recovery (disk_open, before the loop serves): segments are scanned oldest first, record by
  * record, each fully read and verified (a version 2 header against its own checksum, its raw
@@ -1538,9 +1538,7 @@ void disk_check_files(disk_t *d)
                                : "fstat",
                  rc == -ENOENT || rc == -EIO ? (uint64_t)st.st_size : 0, s->size,
                  s == d->active ? "new_segment" : "none");
-        if (s == d->active && d->flushing == NULL)
-            d->active = NULL; /* the next flush starts a new file (kick: also after this one) */
-        fault(d, rc, DISK_FAULT_SEGMENT, s->id);
+        fault(d, rc, DISK_FAULT_SEGMENT, s->id); /* the next flush rolls past it (kick) */
         if (rc == -EIO && d->ops.truncated != NULL)
             d->ops.truncated(d->arg, s->id, (uint64_t)st.st_size);
     }

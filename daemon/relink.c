@@ -38,6 +38,7 @@
 #include "array.h"
 #include "log.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,8 @@ typedef struct {
     const index_entry_t **key; /* open addressing: entry -> node, NULL = empty */
     uint32_t *val;
     size_t mask;
-    uf_node_t *node;
-    uint32_t nnodes, cap;
+    uf_node_t *node; /* at most two per pair */
+    uint32_t nnodes;
     uint64_t *steps;
 } uf_t;
 
@@ -70,8 +71,7 @@ static bool uf_init(uf_t *u, size_t pairs, uint64_t *steps)
         slots <<= 1;
     u->key = calloc(slots, sizeof *u->key);
     u->val = malloc(slots * sizeof *u->val);
-    u->cap = (uint32_t)(2 * pairs);
-    u->node = malloc((u->cap > 0 ? u->cap : 1) * sizeof *u->node);
+    u->node = malloc((pairs > 0 ? 2 * pairs : 1) * sizeof *u->node);
     u->mask = slots - 1;
     if (u->key == NULL || u->val == NULL || u->node == NULL) {
         free(u->key);
@@ -89,16 +89,8 @@ static void uf_free(uf_t *u)
     free(u->node);
 }
 
-/* The root of e's tree by its parent links: the entries queued start unlinked, so this walks
- * only for one linked before the relink began (none today), bounded as the fallback is. */
-static index_entry_t *tree_root(index_entry_t *e, uint64_t *steps)
-{
-    for (uint32_t n = 0; e->parent != NULL && n < RELINK_WALK_MAX; n++, (*steps)++)
-        e = e->parent;
-    return e;
-}
-
-/* e's node, made on first sight (a set of its own, its tree's root). */
+/* e's node, made on first sight: a set of its own, e the root of its tree (recovery adds every
+ * chunk unlinked, and only a chunk with a node is ever linked here). */
 static uint32_t uf_node(uf_t *u, index_entry_t *e)
 {
     size_t i = ((uintptr_t)e >> 4) * 0x9e3779b97f4a7c15ull & u->mask;
@@ -110,7 +102,8 @@ static uint32_t uf_node(uf_t *u, index_entry_t *e)
     }
     u->key[i] = e;
     u->val[i] = u->nnodes;
-    u->node[u->nnodes] = (uf_node_t){.up = u->nnodes, .size = 1, .root = tree_root(e, u->steps)};
+    assert(e->parent == NULL);
+    u->node[u->nnodes] = (uf_node_t){.up = u->nnodes, .size = 1, .root = e};
     return u->nnodes++;
 }
 

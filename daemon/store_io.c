@@ -244,10 +244,10 @@ static void recovered_cb(void *arg, const record_meta_t *m, const disk_loc_t *lo
     }
     memcpy(h.b, m->hash, 16);
     e = index_find(s->ix, ns->id, m->rank, &h);
-    if (e != NULL && (e->flags & INDEX_F_DISK) &&
-        (e->dseg > loc->seg || (e->dseg == loc->seg && e->doff > loc->off)))
-        return; /* an older copy: a tail scanned after the checkpoint's newer records */
     if (e != NULL) {
+        if ((e->flags & INDEX_F_DISK) &&
+            (e->dseg > loc->seg || (e->dseg == loc->seg && e->doff > loc->off)))
+            return; /* an older copy: a tail scanned after the checkpoint's newer records */
         /* a newer copy of the same chunk (the older segment was written first) */
         store__disk_forget(s, e);
         ns->bytes -= e->len;
