@@ -14,7 +14,6 @@
  */
 #include "check_main.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -91,38 +90,6 @@ static size_t load_chains(kvt_client_t *c, uint32_t first, uint32_t last)
     return kept;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The segment files of dir, oldest first (names sort as their ids); returns how many (at most
- * max), paths malloc'd into out. */
-static size_t segments(const char *dir, char **out, size_t max)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    size_t n = 0;
-
-    ck_assert_ptr_nonnull(d);
-    while ((de = readdir(d)) != NULL && n < max) {
-        char path[512];
-        if (strlen(de->d_name) != 20 || strcmp(de->d_name + 16, ".seg") != 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        out[n++] = strdup(path);
-    }
-    closedir(d);
-    qsort(out, n, sizeof *out, cmp_str);
-    return n;
-}
-
-static void free_paths(char **p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(p[i]);
-}
-
 /* Saves more chains (flushes succeed) and loads one from an intact segment (a read succeeds),
  * until the tier says ok again. */
 static void recover_ok(const harness_t *h, kvt_client_t *c, uint32_t *next, uint32_t read_chain)
@@ -173,7 +140,7 @@ static void segment_fault_end(harness_t **h, kvt_client_t **c, const char *dir, 
 
     recover_ok(*h, *c, &next, 4);
     kvt_close(c);
-    free_paths(segs, n);
+    harness_free_paths(segs, n);
     restart(h, dir, "64MiB", "2MiB");
     report(*h, next - 1, what);
     harness_stop(h);
@@ -197,7 +164,7 @@ static size_t start_and_cut_oldest(char *dir, size_t len, harness_t **h, kvt_cli
     *h = start(dir, "64MiB", "2MiB", 4u << 20);
     *c = harness_client(*h, "faults", 1, 0, 0);
     save_chains(*h, *c, 1, 8, 1);
-    n = segments(dir, segs, 64);
+    n = harness_segments(dir, segs, 64);
     ck_assert_uint_ge(n, 2);
     ck_assert_int_eq(stat(segs[0], &sb), 0);
     ck_assert_int_eq(truncate(segs[0], sb.st_size / 2), 0);
@@ -280,7 +247,7 @@ START_TEST(test_deleted_segment)
     h = start(dir, "64MiB", "2MiB", 4u << 20);
     c = harness_client(h, "faults", 1, 0, 0);
     save_chains(h, c, 1, 8, 1);
-    n = segments(dir, segs, 64);
+    n = harness_segments(dir, segs, 64);
     ck_assert_uint_ge(n, 2);
     ck_assert_int_eq(unlink(segs[0]), 0);
     st = harness_wait_status(h, pred_segment_faults, &one, HARNESS_DEADLINE_MS);
@@ -405,7 +372,7 @@ START_TEST(test_bit_flips_across_segments)
     save_chains(h, c, 1, 12, 1);
     kvt_close(&c);
     harness_stop(&h); /* the persist writes what was only in RAM */
-    n = segments(dir, segs, 64);
+    n = harness_segments(dir, segs, 64);
     ck_assert_uint_ge(n, 3);
     for (int i = 0; i < FLIPS; i++) {
         const char *p = segs[harness_prng(&rng) % n];
@@ -424,7 +391,7 @@ START_TEST(test_bit_flips_across_segments)
         }
         close(fd);
     }
-    free_paths(segs, n);
+    harness_free_paths(segs, n);
     h = start(dir, "64MiB", "2MiB", 4u << 20);
     report(h, 12, "bit flips");
     ck_assert_int_gt(flipped, FLIPS / 2);
@@ -436,7 +403,7 @@ END_TEST
 static uint64_t segment_bytes(const char *dir)
 {
     char *segs[256];
-    size_t n = segments(dir, segs, 256);
+    size_t n = harness_segments(dir, segs, 256);
     uint64_t sum = 0;
 
     for (size_t i = 0; i < n; i++) {
@@ -444,7 +411,7 @@ static uint64_t segment_bytes(const char *dir)
         if (stat(segs[i], &sb) == 0)
             sum += (uint64_t)sb.st_size;
     }
-    free_paths(segs, n);
+    harness_free_paths(segs, n);
     return sum;
 }
 

@@ -15,7 +15,6 @@
  */
 #include "check_main.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -1069,21 +1068,16 @@ START_TEST(test_read_error_during_recovery_keeps_the_segment)
 }
 END_TEST
 
-/* The newest segment file of dir (names sort as their ids) into path: false when there is none. */
+/* The newest segment file of dir into path: false when there is none. */
 static bool newest_segment(const char *dir, char *path, size_t cap)
 {
-    char best[32] = "";
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    char *segs[256];
+    size_t n = harness_segments(dir, segs, 256);
 
-    ck_assert_ptr_nonnull(d);
-    while ((de = readdir(d)) != NULL)
-        if (strlen(de->d_name) == 20 && strcmp(de->d_name + 16, ".seg") == 0 &&
-            strcmp(de->d_name, best) > 0)
-            memcpy(best, de->d_name, 21); /* 20 characters and the NUL */
-    closedir(d);
-    snprintf(path, cap, "%s/%s", dir, best);
-    return best[0] != '\0';
+    if (n > 0)
+        snprintf(path, cap, "%s", segs[n - 1]);
+    harness_free_paths(segs, n);
+    return n > 0;
 }
 
 static int pred_segment_fault(json_t *st, void *arg)
@@ -1155,28 +1149,16 @@ START_TEST(test_faulted_active_segment_is_left)
 }
 END_TEST
 
-/* The oldest-but-one segment file of dir into path (names sort as their ids), and its size. */
+/* The oldest-but-one segment file of dir into path, and its size. */
 static uint64_t second_segment(const char *dir, char *path, size_t cap)
 {
-    char names[2][32] = {"", ""};
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    char *segs[256];
+    size_t n = harness_segments(dir, segs, 256);
     struct stat st;
 
-    ck_assert_ptr_nonnull(d);
-    while ((de = readdir(d)) != NULL) {
-        if (strlen(de->d_name) != 20 || strcmp(de->d_name + 16, ".seg") != 0)
-            continue;
-        if (names[0][0] == '\0' || strcmp(de->d_name, names[0]) < 0) {
-            memcpy(names[1], names[0], sizeof names[1]);
-            memcpy(names[0], de->d_name, 21); /* 20 characters and the NUL */
-        } else if (names[1][0] == '\0' || strcmp(de->d_name, names[1]) < 0) {
-            memcpy(names[1], de->d_name, 21);
-        }
-    }
-    closedir(d);
-    ck_assert_msg(names[1][0] != '\0', "fewer than two segments in %s", dir);
-    snprintf(path, cap, "%s/%s", dir, names[1]);
+    ck_assert_msg(n >= 2, "fewer than two segments in %s", dir);
+    snprintf(path, cap, "%s", segs[1]);
+    harness_free_paths(segs, n);
     ck_assert_int_eq(stat(path, &st), 0);
     return (uint64_t)st.st_size;
 }

@@ -16,6 +16,7 @@
 #include "check_main.h"
 #include "tool.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -555,6 +556,38 @@ void harness_wait_disk_drained(const harness_t *h)
 
     ck_assert_msg(st != NULL, "the disk tier's write buffer never drained");
     json_decref(st);
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t harness_segments(const char *dir, char **out, size_t max)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    size_t n = 0;
+
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL && n < max) {
+        char path[512];
+        if (strlen(de->d_name) != 20 || strcmp(de->d_name + 16, ".seg") != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        out[n] = strdup(path);
+        ck_assert_ptr_nonnull(out[n]);
+        n++;
+    }
+    closedir(d);
+    qsort(out, n, sizeof *out, cmp_path);
+    return n;
+}
+
+void harness_free_paths(char **paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
 }
 
 uint64_t harness_rss_anon(pid_t pid)

@@ -170,6 +170,11 @@ void harness_wait_disk_drained(const harness_t *h);
 /* RssAnon of process pid in bytes (/proc/<pid>/status; fails the test when unreadable). */
 uint64_t harness_rss_anon(pid_t pid);
 
+/* The disk tier's segment files in dir, oldest first (names sort as their ids): how many (at
+ * most max), their paths malloc'd into out; harness_free_paths frees them. */
+size_t harness_segments(const char *dir, char **out, size_t max);
+void harness_free_paths(char **paths, size_t n);
+
 /* A pseudo-random sequence (splitmix64) of the state *s, for tests that need reproducible
  * choices. */
 uint64_t harness_prng(uint64_t *s);
