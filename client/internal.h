@@ -39,6 +39,11 @@
 #define KVT_DEFAULT_WINDOW 16  /* window for a daemon that announces none (max_in_flight 0) */
 #define KVT_RELEASE_DELAY_MS 1 /* a release waits at most this long for a request to ride on */
 #define KVT_RECV_BATCH 32      /* replies handled per turn of the I/O loop */
+/* The link (kvtier.h "The link"; io.c): */
+#define KVT_DOWN_WAIT_MS 100      /* kvt_set_down_wait's default */
+#define KVT_RECONNECT_IVL_MS 20   /* ZMQ_RECONNECT_IVL: a restarted daemon is found this soon */
+#define KVT_HEARTBEAT_IVL_MS 1000 /* ZMQ_HEARTBEAT_IVL: a PING when nothing else was sent */
+#define KVT_HEARTBEAT_TMO_MS 3000 /* ZMQ_HEARTBEAT_TIMEOUT: no traffic for this long: gone */
 #define KVT_RX_FRAMES_MAX                                                                          \
     (65536 + 3) /* frames of the largest reply (LOAD_OK, max_chunks 65536)                         \
                  */
@@ -90,6 +95,7 @@ struct req {
     int arena_rc;               /* RK_HELLO: the ARENA step's result */
     uint32_t sent_epoch;        /* c->epoch when its message was sent */
     int64_t deadline_ms;
+    int64_t born_ms;  /* when it was submitted */
     int64_t sent_ms;  /* when the current step was sent */
     arena_map_t *map; /* shared-memory requests: the mapping used (a reference) */
 
@@ -208,11 +214,16 @@ struct kvt_client {
 
     /* counters (any thread, relaxed) */
     atomic_uint_fast64_t n_submitted, n_completed, n_failed, n_timeouts, n_recoveries, n_remaps,
-        n_verified, n_mismatches, n_releases, n_copied, n_inline;
+        n_verified, n_mismatches, n_releases, n_copied, n_inline, n_disconnects, n_unavailable;
+    atomic_int down_wait_ms;            /* kvt_set_down_wait; -1: no fast failure */
+    atomic_int_fast64_t down_since_pub; /* down_ms while the link is down, else 0 (kvt_link) */
     atomic_uint n_inflight, n_pending;
 
     /* io */
     void *sock;
+    void *mon;       /* PAIR socket receiving sock's monitor events (io.c "the link") */
+    bool link_down;  /* the connection dropped and no handshake succeeded since */
+    int64_t down_ms; /* when link_down was seen */
     uint64_t next_wire_id;
     uint32_t epoch; /* +1 at every completed HELLO */
     uint32_t ns_id;

@@ -249,6 +249,9 @@ int kvt__send_step(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame_t *f
     int64_t now = kvt__now_ms();
     int rc;
 
+    if (r != NULL && c->link_down &&
+        atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed) >= 0)
+        return KVT_EUNAVAIL; /* a later step of a request begun before the link went down */
     m->hdr.req_id = ++c->next_wire_id;
     rc = send_frames(c, m, f, nf, m->hdr.type == KVT_MSG_SAVE_DATA ? 1 : SIZE_MAX);
     if (rc == 0)
@@ -353,6 +356,8 @@ void kvt__finish(kvt_client_t *c, req_t *r, int status)
         atomic_fetch_add_explicit(&c->n_failed, 1, memory_order_relaxed);
     if (status == KVT_ETIMEDOUT)
         atomic_fetch_add_explicit(&c->n_timeouts, 1, memory_order_relaxed);
+    if (status == KVT_EUNAVAIL)
+        atomic_fetch_add_explicit(&c->n_unavailable, 1, memory_order_relaxed);
     q_push(&c->done_head, &c->done_tail, r);
 }
 
@@ -649,6 +654,113 @@ static void expire(kvt_client_t *c, int64_t now)
     expire_list(c, &c->wait_head, &c->wait_tail, false, now);
 }
 
+/* --- the link ---
+ *
+ * kvtier.h "The link". The DEALER's monitor (c->mon) says when the connection drops
+ * (ZMQ_EVENT_DISCONNECTED: the daemon's end closed, or no traffic within the heartbeat timeout)
+ * and when a connection is usable again (ZMQ_EVENT_HANDSHAKE_SUCCEEDED, not CONNECTED: a
+ * stopped daemon's socket still accepts connections into its backlog). Whoever runs the I/O
+ * reads the events at the start of each turn, in order; a parked thread reads the ones that
+ * came meanwhile when it is woken. While the link is down nothing is sent but releases stay
+ * queued: a pending request waits until max(down_ms, born_ms) + the down wait and then
+ * completes KVT_EUNAVAIL (kvt__send_step refuses a later step of one already begun).
+ * Decision: a request on the wire when the link drops completes KVT_EUNAVAIL at once: its
+ * reply cannot come (the daemon's ROUTER drops replies to a peer that is gone, and a restarted
+ * daemon never saw it). Its message may still sit in ZeroMQ's queue and reach a restarted
+ * daemon, which answers it ENONS to nobody. A daemon that was only frozen and is still there
+ * counts those messages in its window until it has answered them to nobody. */
+
+/* The link dropped: replies that came before the connection's end are handled, then every
+ * request on the wire completes KVT_EUNAVAIL. */
+static void link_lost(kvt_client_t *c, int64_t now)
+{
+    int events = 0;
+    size_t len = sizeof events;
+
+    c->link_down = true;
+    c->down_ms = now;
+    atomic_store_explicit(&c->down_since_pub, now > 0 ? now : 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->n_disconnects, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed) < 0)
+        return; /* no fast failure: everything waits for its own deadline, as before 0.2.12 */
+    while (zmq_getsockopt(c->sock, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN))
+        recv_replies(c);
+    while (c->nwires > 0) {
+        req_t *r = c->wires[c->nwires - 1].req;
+        wire_remove(c, c->nwires - 1);
+        if (r == NULL)
+            continue;
+        snprintf(r->err, sizeof r->err, "the connection closed before the reply");
+        if (r->kind == RK_HELLO)
+            kvt__recovery_end(c, r, KVT_EUNAVAIL);
+        else
+            kvt__finish(c, r, KVT_EUNAVAIL);
+    }
+}
+
+/* Reads the monitor's events that wait, in order. */
+static void link_events(kvt_client_t *c, int64_t now)
+{
+    for (;;) {
+        zmq_msg_t m;
+        uint16_t ev = 0;
+        int more;
+
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, c->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        if (zmq_msg_size(&m) >= sizeof ev)
+            memcpy(&ev, zmq_msg_data(&m), sizeof ev);
+        more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        while (more) { /* the endpoint's address: the rest of a message that came whole */
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, c->mon, 0) < 0) {
+                zmq_msg_close(&m);
+                break;
+            }
+            more = zmq_msg_more(&m);
+            zmq_msg_close(&m);
+        }
+        if (ev == ZMQ_EVENT_DISCONNECTED && !c->link_down) {
+            link_lost(c, now);
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && c->link_down) {
+            c->link_down = false;
+            atomic_store_explicit(&c->down_since_pub, 0, memory_order_relaxed);
+        }
+    }
+}
+
+/* start() while the link is down: the pending requests whose down wait ended complete
+ * KVT_EUNAVAIL, the others wait (their end is a deadline of the loop). */
+static void start_down(kvt_client_t *c, int64_t now, int wait)
+{
+    req_t *keep_h = NULL, *keep_t = NULL, *fail_h = NULL, *fail_t = NULL, *r;
+
+    while ((r = pend_pop(c)) != NULL) {
+        int64_t from = r->born_ms > c->down_ms ? r->born_ms : c->down_ms, end = from + wait;
+        if (end <= now) {
+            q_push(&fail_h, &fail_t, r);
+        } else {
+            q_push(&keep_h, &keep_t, r);
+            atomic_fetch_add_explicit(&c->n_pending, 1, memory_order_relaxed);
+            note_deadline(c, end);
+        }
+    }
+    c->pend_head = keep_h;
+    c->pend_tail = keep_t;
+    while ((r = q_pop(&fail_h, &fail_t)) != NULL) {
+        snprintf(r->err, sizeof r->err, "no connection for %lld ms (waited %d ms)",
+                 (long long)(now - c->down_ms), wait);
+        if (r->kind == RK_HELLO)
+            kvt__recovery_end(c, r, KVT_EUNAVAIL);
+        else
+            kvt__finish(c, r, KVT_EUNAVAIL);
+    }
+}
+
 /* --- the loop --- */
 
 /* Takes the submitters' requests and releases; returns whether kvt_shutdown began. */
@@ -674,7 +786,12 @@ static bool intake(kvt_client_t *c)
 static void start(kvt_client_t *c, int64_t now)
 {
     bool ride = c->pend_head != NULL && c->recovery == NULL;
+    int wait = atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed);
 
+    if (c->link_down && wait >= 0) {
+        start_down(c, now, wait);
+        return;
+    }
     flush_releases(c, 1, ride, false, now);
     flush_releases(c, 0, ride, false, now);
     while (c->pend_head != NULL && window_free(c)) {
@@ -704,9 +821,10 @@ static int wait_ms(const kvt_client_t *c, int64_t now)
 /* Waits for a reply, a wake-up or the next timer. */
 static void wait_events(kvt_client_t *c, int tmo)
 {
-    zmq_pollitem_t items[3] = {{.socket = c->sock, .events = ZMQ_POLLIN},
+    zmq_pollitem_t items[4] = {{.socket = c->sock, .events = ZMQ_POLLIN},
                                {.fd = c->wake_fd, .events = ZMQ_POLLIN},
-                               {.fd = c->copy_fd, .events = ZMQ_POLLIN}};
+                               {.fd = c->copy_fd, .events = ZMQ_POLLIN},
+                               {.socket = c->mon, .events = ZMQ_POLLIN}};
     bool sleep;
 
     pthread_mutex_lock(&c->mu);
@@ -714,7 +832,7 @@ static void wait_events(kvt_client_t *c, int tmo)
     c->io_sleeping = sleep;
     pthread_mutex_unlock(&c->mu);
     /* copy_fd is read by kvt__copier_back */
-    if (zmq_poll(items, 3, sleep ? tmo : 0) > 0 && (items[1].revents & ZMQ_POLLIN)) {
+    if (zmq_poll(items, 4, sleep ? tmo : 0) > 0 && (items[1].revents & ZMQ_POLLIN)) {
         uint64_t v;
         (void)!read(c->wake_fd, &v, sizeof v);
     }
@@ -773,8 +891,11 @@ static void close_all(kvt_client_t *c)
     flush_releases(c, 0, true, true, now);
     deliver(c);
     rx_reset(c);
+    zmq_socket_monitor(c->sock, NULL, 0);
     zmq_close(c->sock);
     c->sock = NULL;
+    zmq_close(c->mon);
+    c->mon = NULL;
 }
 
 /* Whether nothing is in progress: no request waits, none is on the wire (messages answered by
@@ -824,9 +945,10 @@ static void park(kvt_client_t *c)
 
 void kvt__io_inline(kvt_client_t *c, req_t *r)
 {
-    zmq_pollitem_t items[3] = {{.socket = c->sock, .events = ZMQ_POLLIN},
+    zmq_pollitem_t items[4] = {{.socket = c->sock, .events = ZMQ_POLLIN},
                                {.fd = c->yield_fd, .events = ZMQ_POLLIN},
-                               {.fd = c->copy_fd, .events = ZMQ_POLLIN}};
+                               {.fd = c->copy_fd, .events = ZMQ_POLLIN},
+                               {.socket = c->mon, .events = ZMQ_POLLIN}};
     bool done = false, yield = false, wake;
     uint64_t v;
 
@@ -834,6 +956,7 @@ void kvt__io_inline(kvt_client_t *c, req_t *r)
     pend_push(c, r);
     for (;;) {
         int64_t now = kvt__now_ms();
+        link_events(c, now);
         expire(c, now);
         start(c, now);
         deliver(c);
@@ -843,7 +966,7 @@ void kvt__io_inline(kvt_client_t *c, req_t *r)
         pthread_mutex_unlock(&c->mu);
         if (done || yield)
             break;
-        if (zmq_poll(items, 3, kvt__copier_help(c) ? 0 : wait_ms(c, kvt__now_ms())) > 0 &&
+        if (zmq_poll(items, 4, kvt__copier_help(c) ? 0 : wait_ms(c, kvt__now_ms())) > 0 &&
             (items[1].revents & ZMQ_POLLIN))
             (void)!read(c->yield_fd, &v, sizeof v);
         recv_replies(c);
@@ -877,6 +1000,7 @@ void *kvt__io_main(void *arg)
         if (intake(c))
             break;
         now = kvt__now_ms();
+        link_events(c, now);
         expire(c, now);
         start(c, now);
         deliver(c);

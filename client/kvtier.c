@@ -28,6 +28,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,8 @@ static void register_locked(kvt_client_t *c, req_t *r, const kvt_submit_opts_t *
     int timeout = so != NULL && so->timeout_ms > 0 ? so->timeout_ms : c->timeout_ms;
 
     r->comp.user = so != NULL ? so->user : NULL;
-    r->deadline_ms = kvt__now_ms() + timeout;
+    r->born_ms = kvt__now_ms();
+    r->deadline_ms = r->born_ms + timeout;
     r->comp.handle = ++c->next_handle;
     r->all_next = c->all;
     if (c->all != NULL)
@@ -905,6 +907,30 @@ int kvt_stats(const kvt_client_t *c, kvt_stats_t *out)
     return 0;
 }
 
+int kvt_link(const kvt_client_t *c, kvt_link_t *out)
+{
+    kvt_client_t *mc = (kvt_client_t *)c;
+    int64_t since;
+
+    if (c == NULL || out == NULL)
+        return KVT_EINVAL;
+    since = atomic_load_explicit(&mc->down_since_pub, memory_order_relaxed);
+    out->down = since != 0;
+    out->down_wait_ms = atomic_load_explicit(&mc->down_wait_ms, memory_order_relaxed);
+    out->down_for_ms = since != 0 ? kvt__now_ms() - since : 0;
+    out->disconnects = atomic_load_explicit(&mc->n_disconnects, memory_order_relaxed);
+    out->unavailable = atomic_load_explicit(&mc->n_unavailable, memory_order_relaxed);
+    return 0;
+}
+
+int kvt_set_down_wait(kvt_client_t *c, int ms)
+{
+    if (c == NULL || ms < -1)
+        return KVT_EINVAL;
+    atomic_store_explicit(&c->down_wait_ms, ms, memory_order_relaxed);
+    return 0;
+}
+
 static int copy_str(char *dst, size_t cap, size_t *len, const char *s)
 {
     size_t n = s != NULL ? strlen(s) : 0;
@@ -935,6 +961,8 @@ static void client_free(kvt_client_t *c)
     }
     if (c->sock != NULL)
         zmq_close(c->sock);
+    if (c->mon != NULL)
+        zmq_close(c->mon);
     if (c->ctx != NULL)
         zmq_ctx_term(c->ctx); /* every lent send buffer is back when it returns */
     kvt__pool_destroy(&c->pool);
@@ -956,10 +984,28 @@ static void client_free(kvt_client_t *c)
     free(c);
 }
 
+/* KVTIER_DOWN_WAIT_MS (kvt_set_down_wait's values), or the default when unset or not a number. */
+static int env_down_wait(void)
+{
+    const char *v = getenv("KVTIER_DOWN_WAIT_MS");
+    char *end;
+    long n;
+
+    if (v == NULL || *v == '\0')
+        return KVT_DOWN_WAIT_MS;
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n < -1)
+        return KVT_DOWN_WAIT_MS;
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 /* Creates the socket, the eventfds and the I/O thread. */
 static int client_start(kvt_client_t *c, const char *endpoint)
 {
-    int zero = 0;
+    int zero = 0, reconnect = KVT_RECONNECT_IVL_MS, hb_ivl = KVT_HEARTBEAT_IVL_MS,
+        hb_tmo = KVT_HEARTBEAT_TMO_MS;
+    char mon[64];
 
     c->comp_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -977,8 +1023,20 @@ static int client_start(kvt_client_t *c, const char *endpoint)
      * the window bounds what is queued, and a send must never block the I/O thread */
     if (zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
         zmq_setsockopt(c->sock, ZMQ_SNDHWM, &zero, sizeof zero) != 0 ||
-        zmq_setsockopt(c->sock, ZMQ_RCVHWM, &zero, sizeof zero) != 0 ||
-        zmq_connect(c->sock, endpoint) != 0)
+        zmq_setsockopt(c->sock, ZMQ_RCVHWM, &zero, sizeof zero) != 0)
+        return KVT_ECONNECT;
+    /* the link (kvtier.h; io.c): reconnect soon, heartbeats, and the events that say it */
+    if (zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_tmo, sizeof hb_tmo) != 0)
+        return KVT_ECONNECT;
+    snprintf(mon, sizeof mon, "inproc://kvtier-link-%p", (void *)c);
+    if (zmq_socket_monitor(c->sock, mon, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) !=
+        0)
+        return KVT_ECONNECT;
+    c->mon = zmq_socket(c->ctx, ZMQ_PAIR);
+    if (c->mon == NULL || zmq_setsockopt(c->mon, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_connect(c->mon, mon) != 0 || zmq_connect(c->sock, endpoint) != 0)
         return KVT_ECONNECT;
     if (pthread_create(&c->io, NULL, kvt__io_main, c) != 0)
         return KVT_ESYS;
@@ -1048,6 +1106,7 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     c->timeout_ms =
         opts != NULL && opts->timeout_ms > 0 ? opts->timeout_ms : KVT_DEFAULT_TIMEOUT_MS;
     c->verify = opts != NULL ? opts->verify : KVT_VERIFY_DEFAULT;
+    c->down_wait_ms = env_down_wait();
     c->opt_window = opts != NULL ? opts->max_in_flight : 0;
     c->layout_fp = kvt_ns_fingerprint(ns);
     c->chunk_tokens = ns->chunk_tokens;
@@ -1142,6 +1201,8 @@ const char *kvt_strerror(int err)
         return "system call failed";
     case KVT_ECLOSED:
         return "the client was shut down";
+    case KVT_EUNAVAIL:
+        return "the connection to the daemon is down";
     default:
         return "unknown error";
     }

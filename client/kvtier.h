@@ -37,6 +37,22 @@
  *   - a completion taken belongs to the thread that took it until it is freed (or handed to
  *     kvt_submit_commit); the library does not touch it meanwhile.
  *
+ * The link (0.2.12): the client watches its connection to the daemon (ZeroMQ's socket monitor)
+ * and sends ZMTP heartbeats (a PING a second; a daemon whose process answers nothing for 3 s,
+ * stopped or frozen, counts as gone). When the connection drops (the daemon died, was killed,
+ * restarts), the requests on the wire cannot be answered any more and complete KVT_EUNAVAIL at
+ * once; a request that finds the connection down waits the down wait (kvt_set_down_wait,
+ * default 100 ms) from when it is submitted or the connection dropped, whichever is later, for the
+ * daemon to be back (the client reconnects every 20 ms), and otherwise completes KVT_EUNAVAIL.
+ * So during an outage every call fails within the down wait instead of waiting its whole
+ * timeout, which would hold an engine's scheduler or its prefetch thread for seconds per call;
+ * once the daemon is back the first request is answered ENONS and the client recovers its
+ * session transparently, as after any restart. A request failed KVT_EUNAVAIL may have reached the
+ * daemon (as one that timed out may have): a save may be stored, a pin or reservation is held
+ * until its hold deadline. kvt_link says whether the link is down, as the client last saw it (an
+ * idle client reads what happened meanwhile at its next request). A daemon that never
+ * answered (kvt_connect to a daemon not started) is not "down": its requests time out.
+ *
  * Errors: every call returns 0 (or a count) or a negative KVT_E* code; kvt_strerror() names it.
  * Outputs go through out-parameters and are valid only when the call returned 0. A completion's
  * status is 0 or a negative KVT_E* code for the request as a whole; per-chunk outcomes say the
@@ -66,7 +82,7 @@ extern "C" {
 /* The version of libkvtier and kvtierd: written only here (CMakeLists.txt reads it). */
 #define KVT_VERSION_MAJOR 0
 #define KVT_VERSION_MINOR 2
-#define KVT_VERSION_PATCH 11
+#define KVT_VERSION_PATCH 12
 
 /* Error codes. -1..-99 are the daemon's wire codes, -100 and below are local to the client. */
 enum {
@@ -86,6 +102,7 @@ enum {
     KVT_EBUFSIZE = -103,  /* a load buffer is too small for the stored chunk */
     KVT_ESYS = -104,      /* a system call failed (see errno) */
     KVT_ECLOSED = -105,   /* the client was shut down before the request completed */
+    KVT_EUNAVAIL = -106,  /* the daemon's connection is down (0.2.12: "The link" above) */
 };
 
 /* A 16-byte chunk hash. */
@@ -471,6 +488,24 @@ typedef struct {
     uint32_t max_in_flight;       /* the window */
 } kvt_stats_t;
 KVT_API int kvt_stats(const kvt_client_t *c, kvt_stats_t *out);
+
+/* The link to the daemon (0.2.12; "The link" above). New functions rather than new fields of
+ * kvt_connect_opts_t or kvt_stats_t: a program built against an earlier 0.2 header passes the
+ * smaller structs, and the SONAME (libkvtier.so.0.2) lets it load this library. */
+typedef struct {
+    uint32_t down;        /* 1 while the connection is down */
+    int down_wait_ms;     /* the wait in force (-1: no fast failure) */
+    int64_t down_for_ms;  /* how long it has been down (0 while up) */
+    uint64_t disconnects; /* times the connection was lost */
+    uint64_t unavailable; /* requests completed KVT_EUNAVAIL */
+} kvt_link_t;
+KVT_API int kvt_link(const kvt_client_t *c, kvt_link_t *out);
+
+/* Sets how long a request waits for a lost connection to come back before it completes
+ * KVT_EUNAVAIL: ms >= 0, or -1 for no fast failure (requests wait for their own timeout, as
+ * before 0.2.12). The default is 100, or KVTIER_DOWN_WAIT_MS in the environment at kvt_connect.
+ * Any thread; applies to requests from then on. KVT_EINVAL below -1. */
+KVT_API int kvt_set_down_wait(kvt_client_t *c, int ms);
 
 /* The arena as this client maps it (shared-memory path only: KVT_EUNSUPP otherwise). */
 typedef struct {

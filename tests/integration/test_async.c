@@ -8,7 +8,10 @@
  * once, with success or an error; the next submits recover, the shared-memory client maps the
  * new arena after a clean restart); kvt_shutdown and kvt_close with requests in flight (each
  * completion once, then nothing; under ASan: no leak); the transparent re-HELLO of requests in
- * flight when the daemon forgot the session; the model revision keeping namespaces apart.
+ * flight when the daemon forgot the session; the model revision keeping namespaces apart; a
+ * daemon frozen (SIGSTOP: no heartbeat) or killed under clients whose timeouts are longer than
+ * the test: every request completes KVT_EUNAVAIL (or was answered), a request submitted while
+ * the link is down fails after the down wait, and one submitted during a restart waits for it.
  * Waits are on completions and status, never fixed sleeps; nothing asserts a duration.
  */
 #include "check_main.h"
@@ -283,12 +286,13 @@ static void submit_saves(kvt_client_t *c, uint32_t seed, kvt_hash_t *hs, uint8_t
 }
 
 /* Every one of the RS_N requests completes exactly once (success or an error), then nothing. */
-static void drain_once(kvt_client_t *c, const kvt_handle_t *handles, int *ok)
+/* Takes the RS_N completions of handles, each exactly once, and nothing more; each status must
+ * be want or or_want (any status when want is 1). Returns how many completed with success. */
+static int drain_once(kvt_client_t *c, const kvt_handle_t *handles, int want, int or_want)
 {
-    int seen[RS_N] = {0};
+    int seen[RS_N] = {0}, ok = 0;
     kvt_completion_t *comp;
 
-    *ok = 0;
     for (int k = 0; k < RS_N; k++) {
         size_t i;
         comp = harness_next_completion(c, WAIT_MS);
@@ -297,10 +301,15 @@ static void drain_once(kvt_client_t *c, const kvt_handle_t *handles, int *ok)
         ck_assert_uint_eq(comp->handle, handles[i]);
         ck_assert_msg(!seen[i], "request %zu completed twice", i);
         seen[i] = 1;
-        *ok += comp->status == 0;
+        ck_assert_msg(want == 1 || comp->status == want || comp->status == or_want,
+                      "request %zu: %s (%s), expected %s or %s", i, kvt_strerror(comp->status),
+                      comp->error != NULL ? comp->error : "", kvt_strerror(want),
+                      kvt_strerror(or_want));
+        ok += comp->status == 0;
         kvt_completion_free(c, comp);
     }
     ck_assert_int_eq(kvt_next_completion(c, &comp), 0);
+    return ok;
 }
 
 static void round_trip(kvt_client_t *c, uint32_t seed)
@@ -335,15 +344,14 @@ START_TEST(test_restart_with_requests_in_flight)
     kvt_handle_t ks[RS_N], kf[RS_N];
     kvt_stats_t st;
     kvt_arena_t ar;
-    int ok;
 
     ck_assert_ptr_nonnull(bs);
     ck_assert_ptr_nonnull(bf);
     submit_saves(cs, 51, hs, bs, ks);
     submit_saves(cf, 52, hf, bf, kf);
     harness_kill9(h);
-    drain_once(cs, ks, &ok);
-    drain_once(cf, kf, &ok);
+    drain_once(cs, ks, 1, 1);
+    drain_once(cf, kf, 1, 1);
 
     harness_restart(h);
     round_trip(cs, 53); /* ENONS, HELLO again, retried */
@@ -366,6 +374,99 @@ START_TEST(test_restart_with_requests_in_flight)
     ck_assert_uint_eq(st.remaps, 2);
     ck_assert_int_eq(kvt_arena(cs, &ar), 0);
     ck_assert_uint_eq(ar.maps, 3);
+    kvt_close(&cs);
+    kvt_close(&cf);
+    free(bs);
+    free(bf);
+    harness_stop(&h);
+}
+END_TEST
+
+/* --- the link: a daemon gone under its clients --- */
+
+/* Retries a lookup while it fails KVT_EUNAVAIL (the link not yet back); bounded. */
+static void lookup_until_up(kvt_client_t *c)
+{
+    kvt_hash_t hs;
+    kvt_lookup_result_t res;
+    int rc = KVT_EUNAVAIL;
+
+    harness_chain(59, &hs, 1);
+    for (int64_t end = harness_now_ms() + WAIT_MS; rc == KVT_EUNAVAIL && harness_now_ms() < end;)
+        rc = kvt_lookup(c, &hs, 1, NULL, &res);
+    ck_assert_msg(rc == 0, "lookup after the daemon came back: %s", kvt_strerror(rc));
+}
+
+START_TEST(test_lost_daemon_fails_fast)
+{
+    harness_t *h = start_shm(64 * MIB, NULL);
+    /* timeouts far beyond the test's own (120 s): only the link can end these requests */
+    kvt_client_t *cs = connect_c(h, 1, 0, KVT_DATA_PATH_SHM, 600000, NULL);
+    kvt_client_t *cf = connect_c(h, 1, 0, KVT_DATA_PATH_FRAMES, 600000, NULL);
+    uint8_t *bs = malloc(RS_N * RS_LEN), *bf = malloc(RS_N * RS_LEN);
+    kvt_hash_t hs[RS_N], hf[RS_N], hx;
+    kvt_handle_t ks[RS_N], kf[RS_N];
+    kvt_lookup_result_t res;
+    kvt_link_t ln;
+    kvt_stats_t st;
+
+    ck_assert_ptr_nonnull(bs);
+    ck_assert_ptr_nonnull(bf);
+    round_trip(cs, 81);
+    round_trip(cf, 82);
+    ck_assert_int_eq(kvt_link(cs, &ln), 0);
+    ck_assert_uint_eq(ln.down, 0);
+    ck_assert_int_eq(ln.down_wait_ms, 100);
+    ck_assert_uint_eq(ln.disconnects, 0);
+
+    /* a frozen daemon: its process answers no heartbeat, and the requests it holds fail */
+    ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+    submit_saves(cs, 83, hs, bs, ks);
+    submit_saves(cf, 84, hf, bf, kf);
+    drain_once(cs, ks, KVT_EUNAVAIL, KVT_EUNAVAIL);
+    drain_once(cf, kf, KVT_EUNAVAIL, KVT_EUNAVAIL);
+    ck_assert_int_eq(kvt_link(cs, &ln), 0);
+    ck_assert_uint_eq(ln.down, 1);
+    ck_assert_uint_eq(ln.disconnects, 1);
+    ck_assert_uint_eq(ln.unavailable, RS_N);
+    ck_assert_int_ge(ln.down_for_ms, 0);
+    /* and so does a request submitted while it is down, after the down wait */
+    harness_chain(85, &hx, 1);
+    ck_assert_int_eq(kvt_lookup(cf, &hx, 1, NULL, &res), KVT_EUNAVAIL);
+    ck_assert_int_eq(kvt_stats(cf, &st), 0);
+    ck_assert_uint_eq(st.timeouts, 0);
+    ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
+    lookup_until_up(cs);
+    lookup_until_up(cf);
+    round_trip(cs, 86);
+    round_trip(cf, 87);
+
+    /* killed with requests in flight: each completes once, answered or KVT_EUNAVAIL, never
+     * held for its timeout */
+    submit_saves(cs, 88, hs, bs, ks);
+    submit_saves(cf, 89, hf, bf, kf);
+    harness_kill9(h);
+    drain_once(cs, ks, 0, KVT_EUNAVAIL);
+    drain_once(cf, kf, 0, KVT_EUNAVAIL);
+    ck_assert_int_eq(kvt_lookup(cs, &hx, 1, NULL, &res), KVT_EUNAVAIL);
+    ck_assert_int_eq(kvt_link(cs, &ln), 0);
+    ck_assert_uint_eq(ln.down, 1);
+    ck_assert_uint_eq(ln.disconnects, 2);
+
+    /* a request waits for a restart within its down wait (2 s here: a loaded machine; the
+     * client reconnects every 20 ms), and the session recovers as after any restart */
+    ck_assert_int_eq(kvt_set_down_wait(cs, 2000), 0);
+    ck_assert_int_eq(kvt_set_down_wait(cf, 2000), 0);
+    ck_assert_int_eq(kvt_set_down_wait(cf, -2), KVT_EINVAL);
+    harness_restart(h);
+    round_trip(cs, 90);
+    round_trip(cf, 91);
+    ck_assert_int_eq(kvt_link(cf, &ln), 0);
+    ck_assert_uint_eq(ln.down, 0);
+    ck_assert_int_eq(ln.down_wait_ms, 2000);
+    ck_assert_int_eq(kvt_stats(cs, &st), 0);
+    ck_assert_uint_ge(st.recoveries, 1);
+    ck_assert_uint_eq(st.timeouts, 0);
     kvt_close(&cs);
     kvt_close(&cf);
     free(bs);
@@ -802,6 +903,7 @@ static Suite *async_suite(void)
     tcase_add_test(t, test_four_ranks_64_in_flight);
     tcase_add_test(t, test_timeout_while_others_complete);
     tcase_add_test(t, test_restart_with_requests_in_flight);
+    tcase_add_test(t, test_lost_daemon_fails_fast);
     tcase_add_test(t, test_shutdown_completes_each_once);
     tcase_add_test(t, test_close_with_requests_in_flight);
     tcase_add_test(t, test_shutdown_with_copies_in_flight);

@@ -1129,11 +1129,15 @@ START_TEST(test_timeouts)
     ck_assert_int_eq(kvt_connect(ep, &d, 0, &o, &c), KVT_ETIMEDOUT);
     ck_assert_ptr_null(c);
 
-    /* A daemon killed under a connected client: calls time out, they do not hang. */
+    /* A daemon killed under a connected client: calls fail KVT_EUNAVAIL once the client has
+     * seen the connection close (kvtier.h "The link"); with that fast failure off, they time
+     * out; they never hang. */
     ck_assert_int_eq(kvt_connect(h->endpoint, &d, 0, &o, &dead), 0);
     harness_chain(900, hs, 2);
     ck_assert_int_eq(lookup_hit(dead, hs, 2), 0);
     harness_kill9(h);
+    ck_assert_int_eq(kvt_lookup(dead, hs, 2, NULL, &res), KVT_EUNAVAIL);
+    ck_assert_int_eq(kvt_set_down_wait(dead, -1), 0);
     ck_assert_int_eq(kvt_lookup(dead, hs, 2, NULL, &res), KVT_ETIMEDOUT);
     kvt_close(&dead);
     harness_free(&h);

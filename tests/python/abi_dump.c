@@ -116,6 +116,11 @@ int main(void)
     FIELD(kvt_arena_t, base), FIELD(kvt_arena_t, bytes), FIELD(kvt_arena_t, gen);
     FIELD(kvt_arena_t, maps);
     CLOSE();
+
+    first = 0, OPEN(kvt_link_t);
+    FIELD(kvt_link_t, down), FIELD(kvt_link_t, down_wait_ms), FIELD(kvt_link_t, down_for_ms);
+    FIELD(kvt_link_t, disconnects), FIELD(kvt_link_t, unavailable);
+    CLOSE();
     printf("}\n");
     return 0;
 }

@@ -122,6 +122,17 @@ class Daemon:
             json.dump(self.cfg, f, indent=2)
         self._start()
 
+    def kill(self) -> None:
+        """SIGKILL, and waits: the daemon is gone until start()."""
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.kill()
+        self.proc.wait()
+
+    def start(self) -> None:
+        """Starts the daemon again on its config (after kill())."""
+        assert self.proc.poll() is not None, "the daemon is running"
+        self._start()
+
     @property
     def pid(self) -> int:
         return self.proc.pid

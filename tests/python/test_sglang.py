@@ -7,6 +7,7 @@ daemon's gates."""
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -460,4 +461,37 @@ def test_a_scribbled_page_is_a_miss_on_the_gather_path(daemon):
     assert b.batch_get_v1(keys, indices([8, 9])) == [True, False]
     assert torch.equal(pool.page(8 * PAGE), want[0])
     assert b.client.stats()["checksum_mismatches"] == 1
+    b.close()
+
+
+def test_a_daemon_outage_is_misses_not_stalls(daemon):
+    """The daemon is killed under a backend whose timeout (20 s) is far longer than the down
+    wait: every call answers a miss or False KvtierUnavailable, not ETIMEDOUT (before 0.2.12
+    each waited its whole timeout, holding HiCache's prefetch and backup threads; that
+    failure takes a minute here), nothing raises, and once the daemon
+    is back the pages stored before the kill are served again (the arena re-attached)."""
+    pool = MHAPagePool()
+    fill(pool, 31)
+    b = backend(daemon, pool, 0, 1, False, timeout_ms=20000, interface_v1=True)
+    keys = page_keys("outage", 3)
+    assert b.batch_set_v1(keys, indices([0, 1, 2])) == [True] * 3
+    want = [pool.page(p * PAGE).clone() for p in range(3)]
+
+    daemon.kill()
+    assert b.batch_exists(keys) == 0
+    assert b.batch_set_v1(page_keys("outage-2", 2), indices([5, 6])) == [False, False]
+    assert b.batch_get_v1(keys, indices([8, 9, 10])) == [False] * 3
+    link = b.client.link()
+    assert link["down"] == 1 and link["unavailable"] >= 3, link
+    assert b.client.stats()["timeouts"] == 0
+
+    daemon.start()
+    for _ in range(200):  # a call made before the client reconnected is a miss
+        if b.batch_exists(keys) == 3:
+            break
+        time.sleep(0.05)
+    assert b.batch_exists(keys) == 3
+    assert b.batch_get_v1(keys, indices([8, 9, 10])) == [True] * 3
+    for i, p in enumerate([8, 9, 10]):
+        assert torch.equal(pool.page(p * PAGE), want[i])
     b.close()

@@ -267,3 +267,54 @@ def test_serves_again_after_a_restart_with_fewer_chunks_per_request(daemon):
     tier.request_finished(o)
     tier.request_finished(b)
     tier.shutdown()
+
+
+def test_a_daemon_outage_is_misses_and_failed_jobs_not_stalls(daemon):
+    """The daemon is killed under a live tier whose timeout is longer than this test: lookups
+    are answered False and jobs finish unsuccessful within the client's down wait (before
+    0.2.12 each waited its whole timeout: vLLM's scheduler held those requests, unscheduled, that
+    long), nothing raises, and once the daemon is back the tier serves again (the shared arena
+    re-attached: the blocks stored before the kill are hits)."""
+    buf, view = primary()
+    tier = make_tier(daemon, view, timeout_ms=600000)
+    keys = keys_of("prompt-outage", 3)
+    ctx = req("outage", keys)
+    fill(buf, [0, 1, 2], 21)
+    tier.submit_store(JobMetadata(1, keys, np.array([0, 1, 2]), False, ctx))
+    wait_step(tier, [], lambda s: any(r.job_id == 1 and r.success for r in s))
+
+    daemon.kill()
+    gone = req("outage-gone", keys)
+    assert lookup_all(tier, keys, gone, limit=200) == 0  # answered, not held: at most 10 s
+    more = keys_of("prompt-outage-2", 2)
+    fill(buf, [10, 11], 22)
+    tier.submit_store(JobMetadata(2, more, np.array([10, 11]), False, gone))
+    tier.submit_load(JobMetadata(3, keys, np.array([40, 41, 42]), True, gone))
+    steps = wait_step(tier, [], lambda s: {r.job_id for r in s} >= {2, 3}, limit=200)
+    assert [r.success for r in steps if r.job_id in (2, 3)] == [False, False]
+    link = tier.client.link()
+    assert link["down"] == 1 and link["disconnects"] == 1 and link["unavailable"] >= 3, link
+    assert tier.client.stats()["timeouts"] == 0
+    tier.request_finished(gone)
+
+    daemon.start()
+    hits = 0
+    for i in range(200):  # a request asked while the client had not yet reconnected is a miss
+        back = req(f"outage-back-{i}", keys)
+        hits = lookup_all(tier, keys, back)
+        tier.request_finished(back)
+        if hits == 3:
+            break
+        select.select([tier.client.fileno()], [], [], 0.05)
+    assert hits == 3
+    assert tier.client.link()["down"] == 0
+    again = req("outage-again", keys)
+    assert lookup_all(tier, keys, again) == 3
+    tier.submit_load(JobMetadata(4, keys, np.array([50, 51, 52]), True, again))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 4 for r in s))
+    assert [r.success for r in steps if r.job_id == 4] == [True]
+    for s_, d_ in zip([0, 1, 2], [50, 51, 52]):
+        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    tier.request_finished(ctx)
+    tier.request_finished(again)
+    tier.shutdown()

@@ -28,6 +28,7 @@ from .client import (
     ESYS,
     ETIMEDOUT,
     ETOOBIG,
+    EUNAVAIL,
     EUNSUPP,
     EVERSION,
     FEATURE_ARENA_GEN,
@@ -48,6 +49,7 @@ from .client import (
     GateState,
     KvtierError,
     KvtierTimeout,
+    KvtierUnavailable,
     LoadResult,
     LookupResult,
     Namespace,
@@ -64,6 +66,6 @@ from .client import (
 )
 from .tally import Tallies, loadable_tokens, verdict
 
-__version__ = "0.2.11"
+__version__ = "0.2.12"
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -194,6 +194,16 @@ class KvtStats(Structure):
     ]
 
 
+class KvtLink(Structure):
+    _fields_ = [
+        ("down", c_uint32),
+        ("down_wait_ms", c_int),
+        ("down_for_ms", c_int64),
+        ("disconnects", c_uint64),
+        ("unavailable", c_uint64),
+    ]
+
+
 class KvtArena(Structure):
     _fields_ = [
         ("base", c_void_p),
@@ -220,6 +230,7 @@ STRUCTS = {
     "kvt_completion_t": KvtCompletion,
     "kvt_stats_t": KvtStats,
     "kvt_arena_t": KvtArena,
+    "kvt_link_t": KvtLink,
 }
 
 _P = POINTER
@@ -305,6 +316,8 @@ PROTOTYPES = {
     "kvt_next_completion": (c_int, [_client, _P(_P(KvtCompletion))]),
     "kvt_completion_free": (None, [_client, _P(KvtCompletion)]),
     "kvt_stats": (c_int, [_client, _P(KvtStats)]),
+    "kvt_link": (c_int, [_client, _P(KvtLink)]),
+    "kvt_set_down_wait": (c_int, [_client, c_int]),
     "kvt_arena": (c_int, [_client, _P(KvtArena)]),
     "kvt_checksum": (c_uint64, [c_void_p, c_size_t]),
     "kvt_copy_checksum": (c_uint64, [c_void_p, c_void_p, c_size_t]),

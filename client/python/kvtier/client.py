@@ -42,6 +42,7 @@ from ._lib import lib
 OK = 0
 EPROTO, EVERSION, ENONS, ETOOBIG, EINVAL, ECONFLICT, EBUSY, EUNSUPP, ESTALE = range(-1, -10, -1)
 ETIMEDOUT, ENOMEM, ECONNECT, EBUFSIZE, ESYS, ECLOSED = -100, -101, -102, -103, -104, -105
+EUNAVAIL = -106  # 0.2.12: the connection to the daemon is down (kvtier.h "The link")
 
 # Per-chunk save / reserve outcomes.
 SAVE_STORED, SAVE_EXISTS, SAVE_NOSPACE, SAVE_DECLINED, SAVE_RESERVED = 1, 2, 3, 4, 5
@@ -79,12 +80,17 @@ class KvtierTimeout(KvtierError, TimeoutError):
     """KVT_ETIMEDOUT: no reply within the request's timeout."""
 
 
+class KvtierUnavailable(KvtierError, ConnectionError):
+    """KVT_EUNAVAIL: the connection to the daemon is down (it died, was killed, is restarting);
+    the request failed within the client's down wait instead of its whole timeout."""
+
+
 def strerror(code: int) -> str:
     return lib.kvt_strerror(code).decode()
 
 
 def _error(code: int, message: str = "", call: str = "") -> KvtierError:
-    cls = KvtierTimeout if code == ETIMEDOUT else KvtierError
+    cls = {ETIMEDOUT: KvtierTimeout, EUNAVAIL: KvtierUnavailable}.get(code, KvtierError)
     return cls(code, message, call)
 
 
@@ -577,7 +583,10 @@ class Client:
 
     endpoint: "ipc:///path" (same host: the shared-memory path when the arena can be mapped) or
     "tcp://127.0.0.1:port". namespace: a Namespace. data_path: "auto", "frames" or "shm".
-    verify: "default" (copying loads verified), "all" (pins too) or "none"."""
+    verify: "default" (copying loads verified), "all" (pins too) or "none". down_wait_ms: how
+    long a request waits for a lost connection to the daemon to come back before it fails
+    KvtierUnavailable (kvt_set_down_wait; None: the library's default, 100 or
+    KVTIER_DOWN_WAIT_MS; -1: no fast failure)."""
 
     def __init__(
         self,
@@ -589,6 +598,7 @@ class Client:
         data_path: str = "auto",
         max_in_flight: int = 0,
         verify: str = "default",
+        down_wait_ms: Optional[int] = None,
     ):
         self._c: Optional[int] = None
         self.endpoint = endpoint
@@ -608,6 +618,12 @@ class Client:
             msg = lib.kvt_last_error(None)
             raise _error(rc, msg.decode(errors="replace") if msg else "", "kvt_connect")
         self._c = out.value
+        if down_wait_ms is not None:
+            rc = lib.kvt_set_down_wait(self._c, int(down_wait_ms))
+            if rc != 0:
+                lib.kvt_close(byref(out))
+                self._c = None
+                raise _error(rc, f"down_wait_ms {down_wait_ms}: -1 or more", "kvt_set_down_wait")
         self._lock = threading.Lock()  # the pending table and completion taking
         self._cond = threading.Condition(self._lock)
         self._polling = False
@@ -699,6 +715,21 @@ class Client:
         if rc != 0:
             raise self._fail(rc, "kvt_stats")
         return _struct_dict(st)
+
+    def link(self) -> dict:
+        """kvt_link: down (1 while the connection to the daemon is down), down_wait_ms,
+        down_for_ms, disconnects, unavailable (requests failed KvtierUnavailable)."""
+        st = _lib.KvtLink()
+        rc = lib.kvt_link(self._check(), byref(st))
+        if rc != 0:
+            raise self._fail(rc, "kvt_link")
+        return _struct_dict(st)
+
+    def set_down_wait(self, ms: int) -> None:
+        """kvt_set_down_wait: ms >= 0, or -1 for no fast failure."""
+        rc = lib.kvt_set_down_wait(self._check(), int(ms))
+        if rc != 0:
+            raise self._fail(rc, "kvt_set_down_wait")
 
     def arena(self) -> dict:
         """kvt_arena: base address, bytes, generation and map count (shared-memory path)."""

@@ -115,8 +115,10 @@ except Exception:
 
 class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
     """A HiCache storage backend backed by kvtierd. extra_config keys: endpoint, model (default
-    the config's model_name), revision, tenant, timeout_ms, min_load_tokens, engine_id,
-    interface_v1 (SGLang's own: the zero-copy calls), storage_batch_size (default 128)."""
+    the config's model_name), revision, tenant, timeout_ms, down_wait_ms (how long a call waits
+    for a lost daemon to come back before it is a miss: kvtier.Client), min_load_tokens,
+    engine_id, interface_v1 (SGLang's own: the zero-copy calls), storage_batch_size (default
+    128)."""
 
     def __init__(self, storage_config: Any, kwargs: Optional[dict] = None) -> None:
         extra = dict(getattr(storage_config, "extra_config", None) or {})
@@ -128,6 +130,8 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         self.revision = extra.get("revision")
         self.tenant = extra.get("tenant")
         self.timeout_ms = int(extra.get("timeout_ms", 0))
+        dw = extra.get("down_wait_ms")
+        self.down_wait_ms = None if dw is None else int(dw)
         self.min_load_tokens = extra.get("min_load_tokens")
         self.tp_rank = int(getattr(storage_config, "tp_rank", 0))
         self.tp_size = int(getattr(storage_config, "tp_size", 1))
@@ -171,7 +175,9 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         )
         if self.client is not None:
             self.client.close()
-        self.client = Client(self.endpoint, ns, self.tp_rank, timeout_ms=self.timeout_ms)
+        self.client = Client(
+            self.endpoint, ns, self.tp_rank, timeout_ms=self.timeout_ms, down_wait_ms=self.down_wait_ms
+        )
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         if not keys:

@@ -133,7 +133,9 @@ def _attr(obj: Any, *path: str) -> Any:
 class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
     """A vLLM secondary tier backed by kvtierd. Config keys (the tier config dict): endpoint,
     model, revision, dtype, block_tokens, num_layers, num_kv_heads, head_dim, tp_size, tenant,
-    timeout_ms, min_load_tokens, engine_id; anything vLLM's spec knows is taken from it."""
+    timeout_ms, down_wait_ms (how long a call waits for a lost daemon to come back before it is
+    a miss or a failed job: kvtier.Client), min_load_tokens, engine_id; anything vLLM's spec
+    knows is taken from it."""
 
     def __init__(
         self,
@@ -155,6 +157,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
         timeout_ms: int = 0,
         min_load_tokens: Optional[int] = None,
         engine_id: Optional[int] = None,
+        down_wait_ms: Optional[int] = None,
     ) -> None:
         if primary_kv_view is None:
             raise ValueError("kvtier: the primary tier's memoryview is required")
@@ -195,7 +198,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
             tenant=tenant,
             revision=revision,
         )
-        self.client = Client(endpoint, ns, 0, timeout_ms=timeout_ms)
+        self.client = Client(endpoint, ns, 0, timeout_ms=timeout_ms, down_wait_ms=down_wait_ms)
         self.tallies = Tallies(engine_id)
         self._keys: dict[bytes, _Key] = {}
         self._batch: dict[str, list[tuple[bytes, Any]]] = {}  # req_id -> [(key, req_context)]
