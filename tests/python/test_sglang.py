@@ -495,3 +495,37 @@ def test_a_daemon_outage_is_misses_not_stalls(daemon):
     for i, p in enumerate([8, 9, 10]):
         assert torch.equal(pool.page(p * PAGE), want[i])
     b.close()
+
+
+def test_starts_before_the_daemon_and_serves_once_it_is_there(daemon):
+    """A backend registered while kvtierd is not there answers misses and False (before 0.2.12
+    register_mem_pool_host raised, and SGLang's start with it), then serves once the background
+    connect reaches the daemon. require_daemon keeps the old failure."""
+    import pytest
+
+    import kvtier
+
+    daemon.kill()
+    pool = MHAPagePool()
+    fill(pool, 41)
+    with pytest.raises(kvtier.KvtierTimeout):
+        backend(daemon, pool, 0, 1, False, timeout_ms=300, require_daemon=True)
+    b = backend(daemon, pool, 0, 1, False, timeout_ms=300, interface_v1=True)
+    assert b.client is None
+    keys = page_keys("early", 2)
+    assert b.batch_exists(keys) == 0
+    assert b.batch_set_v1(keys, indices([0, 1])) == [False, False]
+    assert b.batch_get_v1(keys, indices([4, 5])) == [False, False]
+
+    daemon.start()
+    for _ in range(400):  # the background connect retries every second
+        if b.client is not None:
+            break
+        time.sleep(0.05)
+    assert b.client is not None
+    assert b.batch_set_v1(keys, indices([0, 1])) == [True, True]
+    assert b.batch_exists(keys) == 2
+    assert b.batch_get_v1(keys, indices([4, 5])) == [True, True]
+    for src, dst in ((0, 4), (1, 5)):
+        assert torch.equal(pool.page(dst * PAGE), pool.page(src * PAGE))
+    b.close()

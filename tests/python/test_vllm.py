@@ -45,6 +45,11 @@ def req(req_id: str, keys: list[bytes]) -> ReqContext:
     return ctx
 
 
+def fds(tier):
+    """The client's descriptor to wait on (none while the tier is not connected yet)."""
+    return [tier.client.fileno()] if tier.client is not None else []
+
+
 def wait_step(tier, steps, pred, limit=2000):
     """Runs scheduler steps (get_finished) until pred(finished so far) holds; between steps it
     waits on the client's descriptor (no fixed sleeps)."""
@@ -52,7 +57,7 @@ def wait_step(tier, steps, pred, limit=2000):
         steps.extend(tier.get_finished())
         if pred(steps):
             return steps
-        select.select([tier.client.fileno()], [], [], 0.05)
+        select.select(fds(tier), [], [], 0.05)
     raise AssertionError(f"the tier did not reach the state; finished: {steps}")
 
 
@@ -73,7 +78,7 @@ def lookup_all(tier, keys, ctx, limit=2000):
         if not pending:
             return hits
         tier.get_finished()
-        select.select([tier.client.fileno()], [], [], 0.05)
+        select.select(fds(tier), [], [], 0.05)
     raise AssertionError("lookups never answered")
 
 
@@ -305,7 +310,7 @@ def test_a_daemon_outage_is_misses_and_failed_jobs_not_stalls(daemon):
         tier.request_finished(back)
         if hits == 3:
             break
-        select.select([tier.client.fileno()], [], [], 0.05)
+        select.select(fds(tier), [], [], 0.05)
     assert hits == 3
     assert tier.client.link()["down"] == 0
     again = req("outage-again", keys)
@@ -317,4 +322,44 @@ def test_a_daemon_outage_is_misses_and_failed_jobs_not_stalls(daemon):
         assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
     tier.request_finished(ctx)
     tier.request_finished(again)
+    tier.shutdown()
+
+
+def test_starts_before_the_daemon_and_serves_once_it_is_there(daemon):
+    """An engine started while kvtierd is not there (a boot order, an upgrade) starts, with every
+    lookup a miss and every job failed, instead of failing its start (before 0.2.12 the
+    constructor raised KvtierTimeout); once the daemon answers, the background connect takes
+    over and the tier serves. require_daemon keeps the old failure."""
+    daemon.kill()
+    buf, view = primary()
+    with pytest.raises(kvtier.KvtierTimeout):
+        make_tier(daemon, view, timeout_ms=300, require_daemon=True)
+    tier = make_tier(daemon, view, timeout_ms=300)
+    assert tier.client is None
+    keys = keys_of("prompt-early", 3)
+    early = req("early", keys)
+    assert lookup_all(tier, keys, early, limit=20) == 0
+    fill(buf, [0, 1, 2], 23)
+    tier.submit_store(JobMetadata(1, keys, np.array([0, 1, 2]), False, early))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 1 for r in s), limit=20)
+    assert [r.success for r in steps if r.job_id == 1] == [False]
+    tier.request_finished(early)
+
+    daemon.start()
+    for _ in range(400):  # the background connect retries every second
+        if tier.client is not None:
+            break
+        select.select([], [], [], 0.05)
+    assert tier.client is not None
+    tier.submit_store(JobMetadata(2, keys, np.array([0, 1, 2]), False, early))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 2 for r in s))
+    assert [r.success for r in steps if r.job_id == 2] == [True]
+    later = req("later", keys)
+    assert lookup_all(tier, keys, later) == 3
+    tier.submit_load(JobMetadata(3, keys, np.array([40, 41, 42]), True, later))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == 3 for r in s))
+    assert [r.success for r in steps if r.job_id == 3] == [True]
+    for s_, d_ in zip([0, 1, 2], [40, 41, 42]):
+        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    tier.request_finished(later)
     tier.shutdown()

@@ -67,6 +67,9 @@ wrong bytes. Decision: the namespace is the path's: for layouts other than page_
 dtype string names the flat path ("sglang-<layout>-flat") unless interface_v1 is set, and a call
 of the other path answers misses (and False for saves) with one warning, instead of mixing
 orders.
+Daemon absent or gone (0.2.12): a backend registered while kvtierd does not answer starts
+without it and connects in the background (kvtier.connect); until then, and during an outage
+(the library's down wait, kvtier.Client), every call answers a miss or False.
 Threads: SGLang calls a backend from its prefetch and backup threads; the library client is
 thread-safe and the tallies are kept under a lock.
 """
@@ -80,6 +83,7 @@ from typing import Any, List, Optional
 
 from . import client as _c
 from .client import Client, KvtierError, Namespace
+from .connect import Connection
 from .tally import Tallies, verdict
 
 logger = logging.getLogger(__name__)
@@ -116,8 +120,9 @@ except Exception:
 class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
     """A HiCache storage backend backed by kvtierd. extra_config keys: endpoint, model (default
     the config's model_name), revision, tenant, timeout_ms, down_wait_ms (how long a call waits
-    for a lost daemon to come back before it is a miss: kvtier.Client), min_load_tokens,
-    engine_id, interface_v1 (SGLang's own: the zero-copy calls), storage_batch_size (default
+    for a lost daemon to come back before it is a miss: kvtier.Client), require_daemon (raise
+    when the daemon does not answer the connect instead of starting without the tier:
+    kvtier.connect), min_load_tokens, engine_id, interface_v1 (SGLang's own: the zero-copy calls), storage_batch_size (default
     128)."""
 
     def __init__(self, storage_config: Any, kwargs: Optional[dict] = None) -> None:
@@ -132,6 +137,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         self.timeout_ms = int(extra.get("timeout_ms", 0))
         dw = extra.get("down_wait_ms")
         self.down_wait_ms = None if dw is None else int(dw)
+        self.require_daemon = bool(extra.get("require_daemon", False))
         self.min_load_tokens = extra.get("min_load_tokens")
         self.tp_rank = int(getattr(storage_config, "tp_rank", 0))
         self.tp_size = int(getattr(storage_config, "tp_size", 1))
@@ -146,7 +152,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         self._query: Optional[_Query] = None  # rank 0's request still open (batch_exists)
         self._split = False  # the two paths store different orders (layout not page_first)
         self._warned: set = set()
-        self.client: Optional[Client] = None
+        self._conn: Optional[Connection] = None
         self.mem_pool_host = None
 
     # -- HiCacheStorage
@@ -173,11 +179,21 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             tenant=self.tenant,
             revision=self.revision,
         )
-        if self.client is not None:
-            self.client.close()
-        self.client = Client(
-            self.endpoint, ns, self.tp_rank, timeout_ms=self.timeout_ms, down_wait_ms=self.down_wait_ms
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = Connection(
+            lambda: Client(
+                self.endpoint, ns, self.tp_rank, timeout_ms=self.timeout_ms, down_wait_ms=self.down_wait_ms
+            ),
+            require_daemon=self.require_daemon,
+            what="kvtier sglang",
         )
+
+    @property
+    def client(self) -> Optional[Client]:
+        """The library client, None before register_mem_pool_host and while the daemon has not
+        answered yet (kvtier.connect)."""
+        return self._conn.client if self._conn is not None else None
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         if not keys:
@@ -207,6 +223,8 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
 
     def _count(self, keys: List[str]) -> tuple:
         """The prefix count of keys over every rank, and whether the daemon answered it all."""
+        if self._connecting():
+            return 0, False
         cl = self._client()
         hit = 0
         try:
@@ -239,7 +257,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         n = len(keys)
         if n == 0:
             return []
-        if self._off_path("batch_set_v1", v1=True):
+        if self._off_path("batch_set_v1", v1=True) or self._connecting():
             return [False] * n
         if self.is_mla and self.tp_rank != 0:
             return [True] * n  # one copy, written by rank 0
@@ -257,7 +275,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         n = len(keys)
         if n == 0:
             return []
-        if self._off_path("batch_get_v1", v1=True):
+        if self._off_path("batch_get_v1", v1=True) or self._connecting():
             return [False] * n
         pages = self._pages(host_indices, n)
         ok: List[bool] = []
@@ -280,10 +298,10 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         """Loads pages into the given tensors (or new flat pages of the host pool's dummy
         page); None for a miss. A target that is not contiguous is loaded through a contiguous
         copy."""
-        cl = self._client()
         out: List[Any] = [None] * len(keys)
-        if self._off_path("batch_get", v1=False):
+        if self._off_path("batch_get", v1=False) or self._connecting():
             return out
+        cl = self._client()
         targets = list(target_locations) if target_locations is not None else [
             self.mem_pool_host.get_dummy_flat_data_page() for _ in keys
         ]
@@ -311,7 +329,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
 
     def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None) -> bool:
         """Saves flat page tensors (contiguous CPU tensors or buffers)."""
-        if self._off_path("batch_set", v1=False):
+        if self._off_path("batch_set", v1=False) or self._connecting():
             return False
         if self.is_mla and self.tp_rank != 0:
             return True
@@ -341,9 +359,8 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
                 self._decide(self._query)
                 self._push()
             self._query = None
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+        if self._conn is not None:
+            self._conn.close()
 
     # -- internals
 
@@ -352,15 +369,21 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         """The daemon's per-request limit as the library knows it now (a daemon restarted on
         another server.max_chunks_per_request announces its own in the recovery's HELLO; a
         value kept from the connect made every larger call fail for good)."""
-        if self.client is None:
-            raise RuntimeError("kvtier: register_mem_pool_host() was not called")
-        return max(1, self.client.server_info().max_chunks)
+        return max(1, self._client().server_info().max_chunks)
 
     def _client(self) -> Client:
-        if self.client is None:
+        """The client; KvtierUnavailable while not yet connected (callers answer a miss)."""
+        if self._conn is None:
             raise RuntimeError("kvtier: register_mem_pool_host() was not called")
-        self.client.poll_completions()  # take finished tallies
-        return self.client
+        c = self._conn.get()
+        c.poll_completions()  # take finished tallies
+        return c
+
+    def _connecting(self) -> bool:
+        """Whether the daemon has not answered yet: every call is a miss (kvtier.connect)."""
+        if self._conn is None:
+            raise RuntimeError("kvtier: register_mem_pool_host() was not called")
+        return self._conn.client is None
 
     def _served(self, ok: List[bool]) -> None:
         """Counts the leading run of loaded pages as served tokens (rank 0)."""
@@ -392,6 +415,8 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         return True
 
     def _push(self) -> None:
+        if self.client is None:  # not yet connected: the totals are cumulative, sent later
+            return
         try:
             self.tallies.push(self.client)
         except KvtierError as e:

@@ -55,6 +55,10 @@ vLLM still did not load (the primary tier served it): hbm_satisfies_after_alloc.
 defaults to one block. Totals are pushed with kvt_submit_tally at most once per step (when they
 changed), from get_finished().
 
+Daemon absent or gone (0.2.12): a tier constructed while kvtierd does not answer starts without
+it and connects in the background (kvtier.connect); until then, and during an outage (the
+library's down wait, kvtier.Client), lookups are answered False and jobs finish unsuccessful.
+
 Threads: every method runs on vLLM's scheduler thread (the library's I/O thread does the rest).
 """
 
@@ -66,6 +70,7 @@ from typing import Any, Collection, Iterable, Optional
 
 from . import client as _c
 from .client import Client, KvtierError, Namespace
+from .connect import Connection
 from .tally import PAID, Tallies, verdict
 
 logger = logging.getLogger(__name__)
@@ -134,8 +139,9 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
     """A vLLM secondary tier backed by kvtierd. Config keys (the tier config dict): endpoint,
     model, revision, dtype, block_tokens, num_layers, num_kv_heads, head_dim, tp_size, tenant,
     timeout_ms, down_wait_ms (how long a call waits for a lost daemon to come back before it is
-    a miss or a failed job: kvtier.Client), min_load_tokens, engine_id; anything vLLM's spec
-    knows is taken from it."""
+    a miss or a failed job: kvtier.Client), require_daemon (raise at construction when the
+    daemon does not answer, instead of starting without the tier: kvtier.connect),
+    min_load_tokens, engine_id; anything vLLM's spec knows is taken from it."""
 
     def __init__(
         self,
@@ -158,6 +164,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
         min_load_tokens: Optional[int] = None,
         engine_id: Optional[int] = None,
         down_wait_ms: Optional[int] = None,
+        require_daemon: bool = False,
     ) -> None:
         if primary_kv_view is None:
             raise ValueError("kvtier: the primary tier's memoryview is required")
@@ -198,7 +205,11 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
             tenant=tenant,
             revision=revision,
         )
-        self.client = Client(endpoint, ns, 0, timeout_ms=timeout_ms, down_wait_ms=down_wait_ms)
+        self._conn = Connection(
+            lambda: Client(endpoint, ns, 0, timeout_ms=timeout_ms, down_wait_ms=down_wait_ms),
+            require_daemon=require_daemon,
+            what="kvtier vllm",
+        )
         self.tallies = Tallies(engine_id)
         self._keys: dict[bytes, _Key] = {}
         self._batch: dict[str, list[tuple[bytes, Any]]] = {}  # req_id -> [(key, req_context)]
@@ -258,10 +269,11 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
         the tallies when they changed. Never waits."""
         self._drain()
         self._flush()
-        try:
-            self.tallies.push(self.client)
-        except KvtierError as e:
-            logger.warning("kvtier: tally not sent: %s", e)
+        if self.client is not None:  # not yet connected: the totals are cumulative, sent later
+            try:
+                self.tallies.push(self.client)
+            except KvtierError as e:
+                logger.warning("kvtier: tally not sent: %s", e)
         out, self._finished = self._finished, []
         return out
 
@@ -292,7 +304,12 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
         self._batch.pop(req_id, None)
 
     def shutdown(self) -> None:
-        self.client.close()
+        self._conn.close()
+
+    @property
+    def client(self) -> Optional[Client]:
+        """The library client, None while the daemon has not answered yet (kvtier.connect)."""
+        return self._conn.client
 
     # -- later upstream names and hooks
 
@@ -327,7 +344,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
         """The daemon's per-request limit as the library knows it now: a daemon restarted on
         another server.max_chunks_per_request announces its own in the recovery's HELLO (a
         value kept from the connect made every larger request fail with ETOOBIG for good)."""
-        return max(1, self.client.server_info().max_chunks)
+        return max(1, self._conn.get().server_info().max_chunks)
 
     def _submit_chunks(self, job, kind: str, hashes, bufs, parent) -> None:
         job_id = job.job_id
@@ -337,10 +354,10 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
             for i in range(0, len(hashes), step):
                 h, b = hashes[i : i + step], bufs[i : i + step]
                 if kind == "store":
-                    fut = self.client.submit_save(h, b, parent=parent, user=state)
+                    fut = self._conn.get().submit_save(h, b, parent=parent, user=state)
                     parent = h[-1]
                 else:
-                    fut = self.client.submit_load(h, b, user=state)
+                    fut = self._conn.get().submit_load(h, b, user=state)
                 state["left"] += 1
                 fut.add_done_callback(self._job_part_done)
         except KvtierError as e:
@@ -382,6 +399,14 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, {}
+        if self.client is None:  # not yet connected: every key asked is a miss, touches go
+            for entries in batch.values():
+                for k, _ in entries:
+                    st = self._keys.get(k)
+                    if st is not None and st.result is None:
+                        st.result = False
+            self._touch = []
+            return
         step = self._max_chunks
         for req_id, entries in batch.items():
             keys = [k for k, _ in entries if k in self._keys and self._keys[k].result is None]
@@ -390,7 +415,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
                 for k in part:
                     self._keys[k].in_flight = True
                 try:
-                    fut = self.client.submit_lookup(_c.hash_keys(part, self._salt), user=(req_id, part))
+                    fut = self._conn.get().submit_lookup(_c.hash_keys(part, self._salt), user=(req_id, part))
                 except KvtierError as e:
                     # get_finished / on_schedule_end must not raise into the scheduler; the
                     # keys are answered as a failed lookup is (False), not left None for ever
@@ -404,7 +429,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
             touch, self._touch = self._touch, []
             for i in range(0, len(touch), step):
                 try:
-                    self.client.submit_lookup(_c.hash_keys(touch[i : i + step], self._salt))
+                    self._conn.get().submit_lookup(_c.hash_keys(touch[i : i + step], self._salt))
                 except KvtierError as e:
                     logger.warning("kvtier: touch not submitted: %s", e)
 
@@ -418,7 +443,9 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
                 st.result = i < hit
 
     def _drain(self) -> None:
-        self.client.poll_completions()
+        c = self.client
+        if c is not None:
+            c.poll_completions()
 
 
 # The module_path/type pair of the README's --kv-transfer-config.
