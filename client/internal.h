@@ -44,6 +44,8 @@
 #define KVT_RECONNECT_IVL_MS 20   /* ZMQ_RECONNECT_IVL: a restarted daemon is found this soon */
 #define KVT_HEARTBEAT_IVL_MS 1000 /* ZMQ_HEARTBEAT_IVL: a PING when nothing else was sent */
 #define KVT_HEARTBEAT_TMO_MS 3000 /* ZMQ_HEARTBEAT_TIMEOUT: no traffic for this long: gone */
+#define KVT_CONNECT_TMO_MS 1000   /* ZMQ_CONNECT_TIMEOUT (tcp): a SYN unanswered is retried */
+#define KVT_PARK_MS 1000          /* a parked I/O thread reads the link's events this often */
 #define KVT_RX_FRAMES_MAX                                                                          \
     (65536 + 3) /* frames of the largest reply (LOAD_OK, max_chunks 65536)                         \
                  */

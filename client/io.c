@@ -670,6 +670,8 @@ static void expire(kvt_client_t *c, int64_t now)
  * daemon, which answers it ENONS to nobody. A daemon that was only frozen and is still there
  * counts those messages in its window until it has answered them to nobody. */
 
+static void fail_wires(kvt_client_t *c);
+
 /* The link dropped: replies that came before the connection's end are handled, then every
  * request on the wire completes KVT_EUNAVAIL. */
 static void link_lost(kvt_client_t *c, int64_t now)
@@ -685,6 +687,13 @@ static void link_lost(kvt_client_t *c, int64_t now)
         return; /* no fast failure: everything waits for its own deadline, as before 0.2.12 */
     while (zmq_getsockopt(c->sock, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN))
         recv_replies(c);
+    fail_wires(c);
+}
+
+/* Every request on the wire while the link is down completes KVT_EUNAVAIL (sent before the
+ * drop: nothing is sent while it is down, unless the down wait was -1 then). */
+static void fail_wires(kvt_client_t *c)
+{
     while (c->nwires > 0) {
         req_t *r = c->wires[c->nwires - 1].req;
         wire_remove(c, c->nwires - 1);
@@ -698,32 +707,40 @@ static void link_lost(kvt_client_t *c, int64_t now)
     }
 }
 
+/* Takes the next monitor event that waits into *ev: 1, or 0 when none waits. */
+static int mon_recv(kvt_client_t *c, uint16_t *ev)
+{
+    zmq_msg_t m;
+    int more;
+
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, c->mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return 0;
+    }
+    *ev = 0;
+    if (zmq_msg_size(&m) >= sizeof *ev)
+        memcpy(ev, zmq_msg_data(&m), sizeof *ev);
+    more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    while (more) { /* the endpoint's address: the rest of a message that came whole */
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, c->mon, 0) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+    }
+    return 1;
+}
+
 /* Reads the monitor's events that wait, in order. */
 static void link_events(kvt_client_t *c, int64_t now)
 {
-    for (;;) {
-        zmq_msg_t m;
-        uint16_t ev = 0;
-        int more;
+    uint16_t ev;
 
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, c->mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            return;
-        }
-        if (zmq_msg_size(&m) >= sizeof ev)
-            memcpy(&ev, zmq_msg_data(&m), sizeof ev);
-        more = zmq_msg_more(&m);
-        zmq_msg_close(&m);
-        while (more) { /* the endpoint's address: the rest of a message that came whole */
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, c->mon, 0) < 0) {
-                zmq_msg_close(&m);
-                break;
-            }
-            more = zmq_msg_more(&m);
-            zmq_msg_close(&m);
-        }
+    while (mon_recv(c, &ev)) {
         if (ev == ZMQ_EVENT_DISCONNECTED && !c->link_down) {
             link_lost(c, now);
         } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && c->link_down) {
@@ -739,6 +756,7 @@ static void start_down(kvt_client_t *c, int64_t now, int wait)
 {
     req_t *keep_h = NULL, *keep_t = NULL, *fail_h = NULL, *fail_t = NULL, *r;
 
+    fail_wires(c); /* none, unless the down wait was -1 when the link dropped */
     while ((r = pend_pop(c)) != NULL) {
         int64_t from = r->born_ms > c->down_ms ? r->born_ms : c->down_ms, end = from + wait;
         if (end <= now) {
@@ -807,8 +825,11 @@ static void start(kvt_client_t *c, int64_t now)
 static int wait_ms(const kvt_client_t *c, int64_t now)
 {
     int64_t t = c->next_expiry;
+    /* releases wait while the link is down (start_down sends nothing): their timer is no
+     * reason to wake, or the loop would spin until the daemon is back */
+    bool held = c->link_down && atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed) >= 0;
 
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2 && !held; k++)
         if (c->orel[k].n > 0 && window_free(c) && c->orel[k].first_ms + KVT_RELEASE_DELAY_MS < t)
             t = c->orel[k].first_ms + KVT_RELEASE_DELAY_MS;
     if (t == INT64_MAX)
@@ -891,6 +912,11 @@ static void close_all(kvt_client_t *c)
     flush_releases(c, 0, true, true, now);
     deliver(c);
     rx_reset(c);
+    {
+        uint16_t ev; /* libzmq blocks on a full monitor queue, and so would the next call */
+        while (mon_recv(c, &ev))
+            ;
+    }
     zmq_socket_monitor(c->sock, NULL, 0);
     zmq_close(c->sock);
     c->sock = NULL;
@@ -926,7 +952,9 @@ static void park(kvt_client_t *c)
     c->parked = true;
     c->io_sleeping = true;
     pthread_mutex_unlock(&c->mu);
-    while (poll(&p, 1, -1) < 0 && errno == EINTR)
+    /* woken by a submit, or after KVT_PARK_MS to read the link's events (the monitor's queue
+     * is bounded, and libzmq blocks on a full one) */
+    while (poll(&p, 1, KVT_PARK_MS) < 0 && errno == EINTR)
         ;
     (void)!read(c->wake_fd, &v, sizeof v);
     pthread_mutex_lock(&c->mu);
@@ -969,6 +997,7 @@ void kvt__io_inline(kvt_client_t *c, req_t *r)
         if (zmq_poll(items, 4, kvt__copier_help(c) ? 0 : wait_ms(c, kvt__now_ms())) > 0 &&
             (items[1].revents & ZMQ_POLLIN))
             (void)!read(c->yield_fd, &v, sizeof v);
+        link_events(c, kvt__now_ms());
         recv_replies(c);
         kvt__copier_back(c);
         deliver(c);
@@ -1010,6 +1039,7 @@ void *kvt__io_main(void *arg)
         }
         /* a chunk of the copies queued, between two looks at the socket */
         wait_events(c, kvt__copier_help(c) ? 0 : wait_ms(c, kvt__now_ms()));
+        link_events(c, kvt__now_ms()); /* before the replies: a drop seen late fails nothing new */
         recv_replies(c);
         kvt__copier_back(c);
         deliver(c);

@@ -1004,7 +1004,7 @@ static int env_down_wait(void)
 static int client_start(kvt_client_t *c, const char *endpoint)
 {
     int zero = 0, reconnect = KVT_RECONNECT_IVL_MS, hb_ivl = KVT_HEARTBEAT_IVL_MS,
-        hb_tmo = KVT_HEARTBEAT_TMO_MS;
+        hb_tmo = KVT_HEARTBEAT_TMO_MS, conn_tmo = KVT_CONNECT_TMO_MS;
     char mon[64];
 
     c->comp_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1028,7 +1028,8 @@ static int client_start(kvt_client_t *c, const char *endpoint)
     /* the link (kvtier.h; io.c): reconnect soon, heartbeats, and the events that say it */
     if (zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect) != 0 ||
         zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl) != 0 ||
-        zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_tmo, sizeof hb_tmo) != 0)
+        zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_tmo, sizeof hb_tmo) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_CONNECT_TIMEOUT, &conn_tmo, sizeof conn_tmo) != 0)
         return KVT_ECONNECT;
     snprintf(mon, sizeof mon, "inproc://kvtier-link-%p", (void *)c);
     if (zmq_socket_monitor(c->sock, mon, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) !=

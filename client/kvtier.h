@@ -50,7 +50,8 @@
  * session transparently, as after any restart. A request failed KVT_EUNAVAIL may have reached the
  * daemon (as one that timed out may have): a save may be stored, a pin or reservation is held
  * until its hold deadline. kvt_link says whether the link is down, as the client last saw it (an
- * idle client reads what happened meanwhile at its next request). A daemon that never
+ * idle client reads what happened meanwhile within a second). Releases (pins freed, copied
+ * loads) wait while the link is down and go out when it is back. A daemon that never
  * answered (kvt_connect to a daemon not started) is not "down": its requests time out.
  *
  * Errors: every call returns 0 (or a count) or a negative KVT_E* code; kvt_strerror() names it.
@@ -504,7 +505,7 @@ KVT_API int kvt_link(const kvt_client_t *c, kvt_link_t *out);
 /* Sets how long a request waits for a lost connection to come back before it completes
  * KVT_EUNAVAIL: ms >= 0, or -1 for no fast failure (requests wait for their own timeout, as
  * before 0.2.12). The default is 100, or KVTIER_DOWN_WAIT_MS in the environment at kvt_connect.
- * Any thread; applies to requests from then on. KVT_EINVAL below -1. */
+ * Any thread; applies from then on, to the requests already waiting too. KVT_EINVAL below -1. */
 KVT_API int kvt_set_down_wait(kvt_client_t *c, int ms);
 
 /* The arena as this client maps it (shared-memory path only: KVT_EUNSUPP otherwise). */

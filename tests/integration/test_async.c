@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -397,6 +398,16 @@ static void lookup_until_up(kvt_client_t *c)
     ck_assert_msg(rc == 0, "lookup after the daemon came back: %s", kvt_strerror(rc));
 }
 
+/* This process's CPU time (every thread), in ms. */
+static int64_t cpu_ms(void)
+{
+    struct rusage ru;
+
+    ck_assert_int_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
 START_TEST(test_lost_daemon_fails_fast)
 {
     harness_t *h = start_shm(64 * MIB, NULL);
@@ -407,8 +418,10 @@ START_TEST(test_lost_daemon_fails_fast)
     kvt_hash_t hs[RS_N], hf[RS_N], hx;
     kvt_handle_t ks[RS_N], kf[RS_N];
     kvt_lookup_result_t res;
+    kvt_completion_t *pin;
     kvt_link_t ln;
     kvt_stats_t st;
+    int64_t cpu0;
 
     ck_assert_ptr_nonnull(bs);
     ck_assert_ptr_nonnull(bf);
@@ -443,6 +456,11 @@ START_TEST(test_lost_daemon_fails_fast)
 
     /* killed with requests in flight: each completes once, answered or KVT_EUNAVAIL, never
      * held for its timeout */
+    harness_chain(86, &hx, 1); /* round_trip's chunk: pinned across the kill */
+    ck_assert_int_eq(kvt_submit_pin(cs, &hx, 1, NULL, NULL), 0);
+    pin = harness_next_completion(cs, WAIT_MS);
+    ck_assert_int_eq(pin->status, 0);
+    ck_assert_uint_eq(pin->nhit, 1);
     submit_saves(cs, 88, hs, bs, ks);
     submit_saves(cf, 89, hf, bf, kf);
     harness_kill9(h);
@@ -452,6 +470,14 @@ START_TEST(test_lost_daemon_fails_fast)
     ck_assert_int_eq(kvt_link(cs, &ln), 0);
     ck_assert_uint_eq(ln.down, 1);
     ck_assert_uint_eq(ln.disconnects, 2);
+    /* a release queued while the link is down waits for it, and the I/O thread sleeps
+     * meanwhile: it spun a core on the release's timer (the one fixed wait here: 1 s of this
+     * process's CPU time, against 1 s when it spins) */
+    kvt_completion_free(cs, pin);
+    cpu0 = cpu_ms();
+    ck_assert_int_eq(usleep(1000 * 1000), 0);
+    ck_assert_msg(cpu_ms() - cpu0 < 500, "%lld ms of CPU in 1 s while the link is down",
+                  (long long)(cpu_ms() - cpu0));
 
     /* a request waits for a restart within its down wait (2 s here: a loaded machine; the
      * client reconnects every 20 ms), and the session recovers as after any restart */
