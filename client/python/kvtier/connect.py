@@ -17,14 +17,17 @@ Decisions:
   - require_daemon=True (the adapters' key of that name) keeps the old behaviour: the
     constructor raises when the first connect fails;
   - the thread is a daemon thread and holds nothing but the factory; close() stops it, and a
-    client it connects after close() is closed at once.
+    client it connects after close() is closed at once;
+  - the adapters' warnings about failed calls go through Warnings: at most one per call site and
+    error code per 10 s, with the count of those not logged.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Optional
+import time
+from typing import Any, Callable, Optional
 
 from .client import ECONNECT, EUNAVAIL, Client, KvtierError, KvtierTimeout, _error
 
@@ -99,9 +102,35 @@ class Connection:
             return
 
 
+class Warnings:
+    """The adapters' warnings about failed calls, at most one per (site, error code) per
+    interval_s: during an outage every call fails, and a warning per call would flood the
+    engine's log. The next one logged after the interval says how many were not."""
+
+    def __init__(self, log: logging.Logger, interval_s: float = 10.0) -> None:
+        self._log = log
+        self._interval = interval_s
+        self._lock = threading.Lock()
+        self._last: dict = {}  # (site, code) -> (monotonic time logged, calls not logged since)
+
+    def __call__(self, site: str, err: Any, fmt: str, *args: Any) -> None:
+        key = (site, getattr(err, "code", None))
+        now = time.monotonic()
+        with self._lock:
+            last, quiet = self._last.get(key, (None, 0))
+            if last is not None and now - last < self._interval:
+                self._last[key] = (last, quiet + 1)
+                return
+            self._last[key] = (now, 0)
+        if quiet:
+            fmt += " (and %d more like it in the last %.0f s, not logged)"
+            args = args + (quiet, now - last)
+        self._log.warning(fmt, *args)
+
+
 def _retryable(e: KvtierError) -> bool:
     """Whether a failed connect is "nobody answered": the daemon is not there (yet)."""
     return isinstance(e, KvtierTimeout) or e.code in (ECONNECT, EUNAVAIL)
 
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "Warnings"]

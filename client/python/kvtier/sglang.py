@@ -83,10 +83,11 @@ from typing import Any, List, Optional
 
 from . import client as _c
 from .client import Client, KvtierError, Namespace
-from .connect import Connection
+from .connect import Connection, Warnings
 from .tally import Tallies, verdict
 
 logger = logging.getLogger(__name__)
+_warn = Warnings(logger)
 
 UPSTREAM = {
     "repo": "sgl-project/sglang",
@@ -237,7 +238,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             # HiCache calls this from its prefetch thread, which catches nothing: an exception
             # would end the thread (L3 off for the life of the process). What was not answered
             # is a miss, as the other methods answer.
-            logger.warning("kvtier: batch_exists: %s", e)
+            _warn("batch_exists", e, "kvtier: batch_exists: %s", e)
             return hit, False
         return hit, True
 
@@ -312,7 +313,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             try:
                 res = cl.load(self._hashes(keys[lo:hi]), bufs[lo:hi])
             except (KvtierError, ValueError, TypeError) as e:
-                logger.warning("kvtier: batch_get: %s", e)
+                _warn("batch_get", e, "kvtier: batch_get: %s", e)
                 break
             for i in range(hi - lo):
                 if res.lens[i]:
@@ -342,7 +343,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
                 hi = min(len(keys), lo + step)
                 outcomes += cl.save(self._hashes(keys[lo:hi]), vals[lo:hi])
         except KvtierError as e:
-            logger.warning("kvtier: batch_set: %s", e)
+            _warn("batch_set", e, "kvtier: batch_set: %s", e)
             return False
         return all(o in (_c.SAVE_STORED, _c.SAVE_EXISTS) for o in outcomes)
 
@@ -420,7 +421,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         try:
             self.tallies.push(self.client)
         except KvtierError as e:
-            logger.warning("kvtier: tally not sent: %s", e)
+            _warn("tally", e, "kvtier: tally not sent: %s", e)
 
     def _hashes(self, keys: List[str]) -> List[bytes]:
         return _c.hash_keys([k.encode() for k in keys], self._salt)
@@ -467,7 +468,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
                 staged = [bytearray(b"".join(ctypes.string_at(a, s) for a, s in p)) for p in pages]
                 outcomes = cl.save(hashes, staged, parent=parent)
         except KvtierError as e:
-            logger.warning("kvtier: batch_set_v1: %s", e)
+            _warn("batch_set_v1", e, "kvtier: batch_set_v1: %s", e)
             return [False] * len(keys)
         return [o in (_c.SAVE_STORED, _c.SAVE_EXISTS) for o in outcomes]
 
@@ -519,7 +520,7 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
                     off += size
             return [i < res.nhit for i in range(n)]
         except KvtierError as e:
-            logger.warning("kvtier: batch_get_v1: %s", e)
+            _warn("batch_get_v1", e, "kvtier: batch_get_v1: %s", e)
             return [False] * n
 
 

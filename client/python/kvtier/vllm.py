@@ -70,10 +70,11 @@ from typing import Any, Collection, Iterable, Optional
 
 from . import client as _c
 from .client import Client, KvtierError, Namespace
-from .connect import Connection
+from .connect import Connection, Warnings
 from .tally import PAID, Tallies, verdict
 
 logger = logging.getLogger(__name__)
+_warn = Warnings(logger)
 
 UPSTREAM = {
     "repo": "vllm-project/vllm",
@@ -273,7 +274,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
             try:
                 self.tallies.push(self.client)
             except KvtierError as e:
-                logger.warning("kvtier: tally not sent: %s", e)
+                _warn("tally", e, "kvtier: tally not sent: %s", e)
         out, self._finished = self._finished, []
         return out
 
@@ -361,7 +362,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
                 state["left"] += 1
                 fut.add_done_callback(self._job_part_done)
         except KvtierError as e:
-            logger.warning("kvtier: %s job %s not submitted: %s", kind, job_id, e)
+            _warn(kind, e, "kvtier: %s job %s not submitted: %s", kind, job_id, e)
             state["ok"] = False
         if state["left"] == 0:
             self._job_done(state)
@@ -419,7 +420,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
                 except KvtierError as e:
                     # get_finished / on_schedule_end must not raise into the scheduler; the
                     # keys are answered as a failed lookup is (False), not left None for ever
-                    logger.warning("kvtier: lookup not submitted: %s", e)
+                    _warn("lookup", e, "kvtier: lookup not submitted: %s", e)
                     for k in part:
                         self._keys[k].in_flight = False
                         self._keys[k].result = False
@@ -431,7 +432,7 @@ class KvtierSecondaryTier(_Base):  # type: ignore[misc, valid-type]
                 try:
                     self._conn.get().submit_lookup(_c.hash_keys(touch[i : i + step], self._salt))
                 except KvtierError as e:
-                    logger.warning("kvtier: touch not submitted: %s", e)
+                    _warn("touch", e, "kvtier: touch not submitted: %s", e)
 
     def _lookup_done(self, fut) -> None:
         _req_id, keys = fut.user
