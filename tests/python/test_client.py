@@ -9,6 +9,7 @@ import asyncio
 import os
 import selectors
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -287,3 +288,88 @@ def test_callbacks_survive_an_interrupt_and_close_waits_for_them(daemon):
     order.append("closed")
     t.join(5)
     assert order == ["callback returned", "closed"]
+
+
+def test_clients_under_daemon_restarts_lose_no_thread_and_load_no_wrong_byte(daemon):
+    """Four clients (shm, frames, auto, auto) submit saves, lookups, loads and pins from their
+    own threads while the daemon is killed or stopped and started again eight times: every
+    future completes (ok, or KvtierUnavailable while the link is down; nothing waits for its
+    20 s timeout), every thread ends, every chunk loaded is its key's bytes, and the clients
+    serve again at the end."""
+    import random
+    import threading
+
+    def data(key: bytes) -> bytes:
+        return (key * (4096 // len(key) + 1))[:4096]
+
+    stop = threading.Event()
+    problems: list = []
+    outcomes: dict = {}
+    lock = threading.Lock()
+
+    def count(k: str) -> None:
+        with lock:
+            outcomes[k] = outcomes.get(k, 0) + 1
+
+    def worker(idx: int, path: str) -> None:
+        try:
+            run(idx, path)
+        except BaseException as e:  # a thread's exception would not fail the test by itself
+            problems.append(f"client {idx} ({path}): {e!r}")
+
+    def run(idx: int, path: str) -> None:
+        rng = random.Random(idx)
+        with kvtier.Client(daemon.endpoint, NS, data_path=path, timeout_ms=20000) as c:
+            while not stop.is_set():
+                keys = [b"restart-%d-%d" % (idx, rng.randrange(32)) for _ in range(4)]
+                hs = [kvtier.hash_key(k) for k in keys]
+                outs = [bytearray(4096) for _ in keys]
+                futs = []
+                try:
+                    futs.append(("save", c.submit_save(hs, [data(k) for k in keys])))
+                    futs.append(("lookup", c.submit_lookup(hs)))
+                    futs.append(("load", c.submit_load(hs, outs)))
+                    if c.data_path == "shm" and rng.random() < 0.3:
+                        with c.pin(hs[:2]) as pin:
+                            for i in range(pin.nhit):
+                                if bytes(pin.views[i]) != data(keys[i]):
+                                    problems.append(f"pin {keys[i]!r}: wrong bytes")
+                except kvtier.KvtierUnavailable:
+                    count("unavailable")
+                for what, fut in futs:
+                    try:
+                        res = fut.result(60)
+                    except kvtier.KvtierUnavailable:
+                        count("unavailable")
+                        continue
+                    except kvtier.KvtierError as e:
+                        problems.append(f"{what}: {e}")
+                        continue
+                    count("ok")
+                    if what == "load":
+                        for i in range(res.nhit):
+                            if bytes(outs[i]) != data(keys[i]):
+                                problems.append(f"load {keys[i]!r}: wrong bytes")
+            c.lookup([kvtier.hash_key(b"restart-end")])  # serves again
+
+    threads = [threading.Thread(target=worker, args=(i, p)) for i, p in enumerate(["shm", "frames", "auto", "auto"])]
+    for t in threads:
+        t.start()
+    rng = random.Random(7)
+    try:
+        for r in range(8):
+            time.sleep(rng.uniform(0.2, 0.6))
+            if r % 4 == 3:  # frozen past the heartbeat's timeout, then killed
+                os.kill(daemon.pid, signal.SIGSTOP)
+                time.sleep(4.5)
+            daemon.kill()
+            time.sleep(rng.uniform(0.0, 0.3))
+            daemon.start()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert not any(t.is_alive() for t in threads), "a client thread hung"
+    assert problems == [], problems[:5]
+    assert outcomes.get("ok", 0) > 0 and outcomes.get("unavailable", 0) > 0, outcomes
