@@ -223,9 +223,10 @@ struct kvt_client {
 
     /* io */
     void *sock;
-    void *mon;       /* PAIR socket receiving sock's monitor events (io.c "the link") */
-    bool link_down;  /* the connection dropped and no handshake succeeded since */
-    int64_t down_ms; /* when link_down was seen */
+    void *mon;          /* PAIR socket receiving sock's monitor events (io.c "the link") */
+    bool link_down;     /* the connection dropped and no handshake succeeded since */
+    int64_t down_ms;    /* when link_down was seen */
+    bool link_draining; /* link_lost is handling the replies that came before the drop */
     uint64_t next_wire_id;
     uint32_t epoch; /* +1 at every completed HELLO */
     uint32_t ns_id;

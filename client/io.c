@@ -685,8 +685,10 @@ static void link_lost(kvt_client_t *c, int64_t now)
     atomic_fetch_add_explicit(&c->n_disconnects, 1, memory_order_relaxed);
     if (atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed) < 0)
         return; /* no fast failure: everything waits for its own deadline, as before 0.2.12 */
+    c->link_draining = true; /* start_down, called between replies, leaves the wires alone */
     while (zmq_getsockopt(c->sock, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN))
         recv_replies(c);
+    c->link_draining = false;
     fail_wires(c);
 }
 
@@ -756,7 +758,8 @@ static void start_down(kvt_client_t *c, int64_t now, int wait)
 {
     req_t *keep_h = NULL, *keep_t = NULL, *fail_h = NULL, *fail_t = NULL, *r;
 
-    fail_wires(c); /* none, unless the down wait was -1 when the link dropped */
+    if (!c->link_draining)
+        fail_wires(c); /* none, unless the down wait was -1 when the link dropped */
     while ((r = pend_pop(c)) != NULL) {
         int64_t from = r->born_ms > c->down_ms ? r->born_ms : c->down_ms, end = from + wait;
         if (end <= now) {
