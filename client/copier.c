@@ -42,7 +42,6 @@
  */
 #include "internal.h"
 
-#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -121,24 +120,10 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-static unsigned threads_wanted(void)
-{
-    const char *v = getenv("KVTIER_COPY_THREADS");
-    char *end;
-    long n;
-
-    if (v == NULL || *v == '\0')
-        return KVT_COPY_THREADS_DEFAULT;
-    errno = 0;
-    n = strtol(v, &end, 10);
-    if (errno != 0 || *end != '\0' || n < 0)
-        return KVT_COPY_THREADS_DEFAULT;
-    return n > KVT_COPY_THREADS_MAX ? KVT_COPY_THREADS_MAX : (unsigned)n;
-}
-
 int kvt__copier_start(kvt_client_t *c)
 {
-    unsigned want = threads_wanted(), n = 0;
+    unsigned n = 0, want = (unsigned)kvt__env_long("KVTIER_COPY_THREADS", 0, KVT_COPY_THREADS_MAX,
+                                                   KVT_COPY_THREADS_DEFAULT);
 
     if (want == 0)
         return 0;

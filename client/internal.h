@@ -251,6 +251,7 @@ struct kvt_client {
 
 /* --- kvtier.c --- */
 int64_t kvt__now_ms(void);
+long kvt__env_long(const char *name, long min, long max, long dflt); /* kvtier.c */
 /* Frees r (its arrays, its mapping reference, its reservation); unlinks it from c->all first. */
 void kvt__req_free(kvt_client_t *c, req_t *r);
 
@@ -270,6 +271,7 @@ int kvt__send_step(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame_t *f
 void kvt__finish(kvt_client_t *c, req_t *r, int status);
 /* The recovery (or the connect) HELLO r ended with status. */
 void kvt__recovery_end(kvt_client_t *c, req_t *r, int status);
+void kvt__end(kvt_client_t *c, req_t *r, int status); /* recovery_end for a HELLO, else finish */
 /* r was answered ENONS, ESTALE or ETOOBIG (code): retried after a recovery, or finished. */
 void kvt__recover(kvt_client_t *c, req_t *r, int code);
 

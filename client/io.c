@@ -99,6 +99,12 @@ static bool window_free(const kvt_client_t *c)
     return c->nwires + c->cp_saves < c->window;
 }
 
+/* Whether requests fail fast now: the link is down and the down wait is not -1 ("the link"). */
+static bool link_held(const kvt_client_t *c)
+{
+    return c->link_down && atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed) >= 0;
+}
+
 static void note_deadline(kvt_client_t *c, int64_t t)
 {
     if (t < c->next_expiry)
@@ -249,8 +255,7 @@ int kvt__send_step(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame_t *f
     int64_t now = kvt__now_ms();
     int rc;
 
-    if (r != NULL && c->link_down &&
-        atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed) >= 0)
+    if (r != NULL && link_held(c))
         return KVT_EUNAVAIL; /* a later step of a request begun before the link went down */
     m->hdr.req_id = ++c->next_wire_id;
     rc = send_frames(c, m, f, nf, m->hdr.type == KVT_MSG_SAVE_DATA ? 1 : SIZE_MAX);
@@ -450,6 +455,24 @@ void kvt__recovery_end(kvt_client_t *c, req_t *r, int status)
     kvt__finish(c, r, status);
 }
 
+/* r ends with status: a HELLO ends its recovery (or the connect), any other request completes. */
+void kvt__end(kvt_client_t *c, req_t *r, int status)
+{
+    if (r->kind == RK_HELLO)
+        kvt__recovery_end(c, r, status);
+    else
+        kvt__finish(c, r, status);
+}
+
+/* Every request of the list ends with status. */
+static void fail_list(kvt_client_t *c, req_t **head, req_t **tail, int status)
+{
+    req_t *r;
+
+    while ((r = q_pop(head, tail)) != NULL)
+        kvt__end(c, r, status);
+}
+
 /* r was answered ENONS, ESTALE or ETOOBIG. */
 void kvt__recover(kvt_client_t *c, req_t *r, int code)
 {
@@ -586,10 +609,7 @@ static void recv_replies(kvt_client_t *c)
         }
         if (dec != 0) {
             int code = dec == KVT_WIRE_EVERSION ? KVT_EVERSION : KVT_EPROTO;
-            if (r->kind == RK_HELLO)
-                kvt__recovery_end(c, r, code);
-            else
-                kvt__finish(c, r, code);
+            kvt__end(c, r, code);
             continue;
         }
         kvt__on_reply(c, r, &rep);
@@ -616,10 +636,7 @@ static void expire_list(kvt_client_t *c, req_t **head, req_t **tail, bool pendin
         }
         if (pending)
             atomic_fetch_sub_explicit(&c->n_pending, 1, memory_order_relaxed);
-        if (r->kind == RK_HELLO)
-            kvt__recovery_end(c, r, KVT_ETIMEDOUT);
-        else
-            kvt__finish(c, r, KVT_ETIMEDOUT);
+        kvt__end(c, r, KVT_ETIMEDOUT);
     }
     *head = keep_h;
     *tail = keep_t;
@@ -641,10 +658,7 @@ static void expire(kvt_client_t *c, int64_t now)
         if (w->req != NULL && w->req->deadline_ms <= now) {
             req_t *r = w->req;
             wire_forget(c, i, now + c->timeout_ms);
-            if (r->kind == RK_HELLO)
-                kvt__recovery_end(c, r, KVT_ETIMEDOUT);
-            else
-                kvt__finish(c, r, KVT_ETIMEDOUT);
+            kvt__end(c, r, KVT_ETIMEDOUT);
         } else {
             note_deadline(c, w->req != NULL ? w->req->deadline_ms : w->expire_ms);
         }
@@ -702,10 +716,7 @@ static void fail_wires(kvt_client_t *c)
         if (r == NULL)
             continue;
         snprintf(r->err, sizeof r->err, "the connection closed before the reply");
-        if (r->kind == RK_HELLO)
-            kvt__recovery_end(c, r, KVT_EUNAVAIL);
-        else
-            kvt__finish(c, r, KVT_EUNAVAIL);
+        kvt__end(c, r, KVT_EUNAVAIL);
     }
 }
 
@@ -754,8 +765,9 @@ static void link_events(kvt_client_t *c, int64_t now)
 
 /* start() while the link is down: the pending requests whose down wait ended complete
  * KVT_EUNAVAIL, the others wait (their end is a deadline of the loop). */
-static void start_down(kvt_client_t *c, int64_t now, int wait)
+static void start_down(kvt_client_t *c, int64_t now)
 {
+    int wait = atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed);
     req_t *keep_h = NULL, *keep_t = NULL, *fail_h = NULL, *fail_t = NULL, *r;
 
     if (!c->link_draining)
@@ -763,6 +775,8 @@ static void start_down(kvt_client_t *c, int64_t now, int wait)
     while ((r = pend_pop(c)) != NULL) {
         int64_t from = r->born_ms > c->down_ms ? r->born_ms : c->down_ms, end = from + wait;
         if (end <= now) {
+            snprintf(r->err, sizeof r->err, "no connection for %lld ms (waited %d ms)",
+                     (long long)(now - c->down_ms), wait);
             q_push(&fail_h, &fail_t, r);
         } else {
             q_push(&keep_h, &keep_t, r);
@@ -772,14 +786,7 @@ static void start_down(kvt_client_t *c, int64_t now, int wait)
     }
     c->pend_head = keep_h;
     c->pend_tail = keep_t;
-    while ((r = q_pop(&fail_h, &fail_t)) != NULL) {
-        snprintf(r->err, sizeof r->err, "no connection for %lld ms (waited %d ms)",
-                 (long long)(now - c->down_ms), wait);
-        if (r->kind == RK_HELLO)
-            kvt__recovery_end(c, r, KVT_EUNAVAIL);
-        else
-            kvt__finish(c, r, KVT_EUNAVAIL);
-    }
+    fail_list(c, &fail_h, &fail_t, KVT_EUNAVAIL);
 }
 
 /* --- the loop --- */
@@ -807,10 +814,9 @@ static bool intake(kvt_client_t *c)
 static void start(kvt_client_t *c, int64_t now)
 {
     bool ride = c->pend_head != NULL && c->recovery == NULL;
-    int wait = atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed);
 
-    if (c->link_down && wait >= 0) {
-        start_down(c, now, wait);
+    if (link_held(c)) {
+        start_down(c, now);
         return;
     }
     flush_releases(c, 1, ride, false, now);
@@ -830,7 +836,7 @@ static int wait_ms(const kvt_client_t *c, int64_t now)
     int64_t t = c->next_expiry;
     /* releases wait while the link is down (start_down sends nothing): their timer is no
      * reason to wake, or the loop would spin until the daemon is back */
-    bool held = c->link_down && atomic_load_explicit(&c->down_wait_ms, memory_order_relaxed) >= 0;
+    bool held = link_held(c);
 
     for (int k = 0; k < 2 && !held; k++)
         if (c->orel[k].n > 0 && window_free(c) && c->orel[k].first_ms + KVT_RELEASE_DELAY_MS < t)
@@ -867,18 +873,6 @@ static void wait_events(kvt_client_t *c, int tmo)
     }
 }
 
-static void fail_list(kvt_client_t *c, req_t **head, req_t **tail, int status)
-{
-    req_t *r;
-
-    while ((r = q_pop(head, tail)) != NULL) {
-        if (r->kind == RK_HELLO)
-            kvt__recovery_end(c, r, status);
-        else
-            kvt__finish(c, r, status);
-    }
-}
-
 /* kvt_shutdown: every request completes with KVT_ECLOSED; releases go out as a courtesy (the
  * daemon reclaims the pins at their deadline anyway); the socket is closed. */
 static void close_all(kvt_client_t *c)
@@ -893,20 +887,14 @@ static void close_all(kvt_client_t *c)
         wire_forget(c, i, now);
         if (r == NULL)
             continue;
-        if (r->kind == RK_HELLO)
-            kvt__recovery_end(c, r, KVT_ECLOSED);
-        else
-            kvt__finish(c, r, KVT_ECLOSED);
+        kvt__end(c, r, KVT_ECLOSED);
     }
     c->nwires = 0;
     atomic_store_explicit(&c->n_inflight, 0, memory_order_relaxed);
     fail_list(c, &c->wait_head, &c->wait_tail, KVT_ECLOSED);
     while (c->pend_head != NULL) {
         req_t *r = pend_pop(c);
-        if (r->kind == RK_HELLO)
-            kvt__recovery_end(c, r, KVT_ECLOSED);
-        else
-            kvt__finish(c, r, KVT_ECLOSED);
+        kvt__end(c, r, KVT_ECLOSED);
     }
     intake(c);
     fail_list(c, &c->pend_head, &c->pend_tail, KVT_ECLOSED);

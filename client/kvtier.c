@@ -984,20 +984,21 @@ static void client_free(kvt_client_t *c)
     free(c);
 }
 
-/* KVTIER_DOWN_WAIT_MS (kvt_set_down_wait's values), or the default when unset or not a number. */
-static int env_down_wait(void)
+/* The integer in environment variable name: dflt when unset, not a number or below min; max
+ * when above it. */
+long kvt__env_long(const char *name, long min, long max, long dflt)
 {
-    const char *v = getenv("KVTIER_DOWN_WAIT_MS");
+    const char *v = getenv(name);
     char *end;
     long n;
 
     if (v == NULL || *v == '\0')
-        return KVT_DOWN_WAIT_MS;
+        return dflt;
     errno = 0;
     n = strtol(v, &end, 10);
-    if (errno != 0 || *end != '\0' || n < -1)
-        return KVT_DOWN_WAIT_MS;
-    return n > INT_MAX ? INT_MAX : (int)n;
+    if (errno != 0 || *end != '\0' || n < min)
+        return dflt;
+    return n > max ? max : n;
 }
 
 /* Creates the socket, the eventfds and the I/O thread. */
@@ -1107,7 +1108,7 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
     c->timeout_ms =
         opts != NULL && opts->timeout_ms > 0 ? opts->timeout_ms : KVT_DEFAULT_TIMEOUT_MS;
     c->verify = opts != NULL ? opts->verify : KVT_VERIFY_DEFAULT;
-    c->down_wait_ms = env_down_wait();
+    c->down_wait_ms = (int)kvt__env_long("KVTIER_DOWN_WAIT_MS", -1, INT_MAX, KVT_DOWN_WAIT_MS);
     c->opt_window = opts != NULL ? opts->max_in_flight : 0;
     c->layout_fp = kvt_ns_fingerprint(ns);
     c->chunk_tokens = ns->chunk_tokens;

@@ -34,12 +34,8 @@ static void send_or_end(kvt_client_t *c, req_t *r, kvt_msg_t *m, const kvt_frame
 {
     int rc = kvt__send_step(c, r, m, f, nf);
 
-    if (rc == 0)
-        return;
-    if (r->kind == RK_HELLO)
-        kvt__recovery_end(c, r, rc);
-    else
-        kvt__finish(c, r, rc);
+    if (rc != 0)
+        kvt__end(c, r, rc);
 }
 
 static void save_head(const kvt_client_t *c, kvt_msg_t *m, const kvt_hash_t *parent,
@@ -776,10 +772,7 @@ void kvt__on_reply(kvt_client_t *c, req_t *r, const kvt_msg_t *rep)
             return;
         }
         code = code < 0 && code > -100 ? code : KVT_EPROTO;
-        if (r->kind == RK_HELLO)
-            kvt__recovery_end(c, r, code);
-        else
-            kvt__finish(c, r, code);
+        kvt__end(c, r, code);
         return;
     }
     switch (r->kind) {

@@ -82,6 +82,16 @@ def lookup_all(tier, keys, ctx, limit=2000):
     raise AssertionError("lookups never answered")
 
 
+def load_byte_exact(tier, buf, job_id, keys, src, dst, ctx):
+    """vLLM's load of keys into blocks dst: the job succeeds and each block holds the bytes of
+    the block src it was stored from."""
+    tier.submit_load(JobMetadata(job_id, keys, np.array(dst), True, ctx))
+    steps = wait_step(tier, [], lambda s: any(r.job_id == job_id for r in s))
+    assert [r.success for r in steps if r.job_id == job_id] == [True]
+    for s_, d_ in zip(src, dst):
+        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+
+
 def fill(buf, block_ids, seed):
     rng = np.random.default_rng(seed)
     for b in block_ids:
@@ -130,11 +140,7 @@ def test_call_order_byte_exact_and_tallies(daemon):
     assert lookup_all(tier, keys, b) == 4
     # ...promoted into other primary slots, byte-exact.
     dst = [10, 11, 12, 13]
-    tier.submit_load(JobMetadata(2, keys, np.array(dst), True, b))
-    steps = wait_step(tier, [], lambda s: any(r.job_id == 2 for r in s))
-    assert [r.success for r in steps if r.job_id == 2] == [True]
-    for s_, d_ in zip(src, dst):
-        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    load_byte_exact(tier, buf, 2, keys, src, dst, b)
     tier.touch(keys, b)
     tier.request_finished(b)  # loaded: aligned_large_hit, 4 blocks served
     assert tier.tallies.paid_total == 1 and tier.tallies.probes_total == 1
@@ -263,11 +269,7 @@ def test_serves_again_after_a_restart_with_fewer_chunks_per_request(daemon):
     b = req("limit-b", keys)
     assert lookup_all(tier, keys, b) == 6
     dst = [20, 21, 22, 23, 24, 25]
-    tier.submit_load(JobMetadata(9, keys, np.array(dst), True, b))
-    steps = wait_step(tier, [], lambda s: any(r.job_id == 9 for r in s))
-    assert [r.success for r in steps if r.job_id == 9] == [True]
-    for s_, d_ in zip(src, dst):
-        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    load_byte_exact(tier, buf, 9, keys, src, dst, b)
     tier.request_finished(ctx)
     tier.request_finished(o)
     tier.request_finished(b)
@@ -315,11 +317,7 @@ def test_a_daemon_outage_is_misses_and_failed_jobs_not_stalls(daemon):
     assert tier.client.link()["down"] == 0
     again = req("outage-again", keys)
     assert lookup_all(tier, keys, again) == 3
-    tier.submit_load(JobMetadata(4, keys, np.array([50, 51, 52]), True, again))
-    steps = wait_step(tier, [], lambda s: any(r.job_id == 4 for r in s))
-    assert [r.success for r in steps if r.job_id == 4] == [True]
-    for s_, d_ in zip([0, 1, 2], [50, 51, 52]):
-        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    load_byte_exact(tier, buf, 4, keys, [0, 1, 2], [50, 51, 52], again)
     tier.request_finished(ctx)
     tier.request_finished(again)
     tier.shutdown()
@@ -356,10 +354,6 @@ def test_starts_before_the_daemon_and_serves_once_it_is_there(daemon):
     assert [r.success for r in steps if r.job_id == 2] == [True]
     later = req("later", keys)
     assert lookup_all(tier, keys, later) == 3
-    tier.submit_load(JobMetadata(3, keys, np.array([40, 41, 42]), True, later))
-    steps = wait_step(tier, [], lambda s: any(r.job_id == 3 for r in s))
-    assert [r.success for r in steps if r.job_id == 3] == [True]
-    for s_, d_ in zip([0, 1, 2], [40, 41, 42]):
-        assert buf[d_ * ROW : (d_ + 1) * ROW] == buf[s_ * ROW : (s_ + 1) * ROW]
+    load_byte_exact(tier, buf, 3, keys, [0, 1, 2], [40, 41, 42], later)
     tier.request_finished(later)
     tier.shutdown()

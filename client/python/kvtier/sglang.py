@@ -370,21 +370,22 @@ class KvtierHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         """The daemon's per-request limit as the library knows it now (a daemon restarted on
         another server.max_chunks_per_request announces its own in the recovery's HELLO; a
         value kept from the connect made every larger call fail for good)."""
-        return max(1, self._client().server_info().max_chunks)
+        return max(1, self._connection().get().server_info().max_chunks)
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            raise RuntimeError("kvtier: register_mem_pool_host() was not called")
+        return self._conn
 
     def _client(self) -> Client:
         """The client; KvtierUnavailable while not yet connected (callers answer a miss)."""
-        if self._conn is None:
-            raise RuntimeError("kvtier: register_mem_pool_host() was not called")
-        c = self._conn.get()
+        c = self._connection().get()
         c.poll_completions()  # take finished tallies
         return c
 
     def _connecting(self) -> bool:
         """Whether the daemon has not answered yet: every call is a miss (kvtier.connect)."""
-        if self._conn is None:
-            raise RuntimeError("kvtier: register_mem_pool_host() was not called")
-        return self._conn.client is None
+        return self._connection().client is None
 
     def _served(self, ok: List[bool]) -> None:
         """Counts the leading run of loaded pages as served tokens (rank 0)."""
