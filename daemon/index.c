@@ -102,9 +102,9 @@ uint64_t index_count(const index_t *ix)
     return ix->count;
 }
 
-const index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h)
+index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h)
 {
-    const index_group_t *g = *bucket_of(ix, ns, h);
+    index_group_t *g = *bucket_of(ix, ns, h);
 
     while (g != NULL && !key_eq(g, ns, h))
         g = g->hnext;
@@ -131,13 +131,13 @@ static void lru_unlink(index_t *ix, index_entry_t *e)
     else
         ix->lru_tail = e->lru_prev;
     e->lru_prev = e->lru_next = NULL;
-    e->flags &= (uint16_t)~INDEX_F_LRU;
+    index_flags_clear(e, INDEX_F_LRU);
 }
 
 /* Inserts e before `at` (NULL = at the hot end). */
 static void lru_insert_before(index_t *ix, index_entry_t *e, index_entry_t *at)
 {
-    e->flags |= INDEX_F_LRU;
+    index_flags_set(e, INDEX_F_LRU);
     if (at == NULL) {
         e->lru_prev = ix->lru_tail;
         e->lru_next = NULL;
@@ -164,7 +164,9 @@ static void lru_insert_sorted(index_t *ix, index_entry_t *e)
     index_entry_t *at = ix->lru_head;
     unsigned n = 0;
 
-    while (at != NULL && at->clock < e->clock && n++ < INDEX_SORTED_INSERT_SCAN)
+    uint64_t clock = index_clock(e);
+
+    while (at != NULL && index_clock(at) < clock && n++ < INDEX_SORTED_INSERT_SCAN)
         at = at->lru_next;
     lru_insert_before(ix, e, at);
 }
@@ -208,19 +210,24 @@ static index_group_t *group_for(index_t *ix, uint32_t ns, uint16_t rank, const k
     if (g != NULL && rank < g->nslots)
         return g;
     n = (uint16_t)(rank + 1);
-    ng = realloc(g, sizeof *ng + n * sizeof ng->slot[0]);
+    ng = realloc(g, sizeof *ng + n * (sizeof ng->slot[0] + sizeof(uint16_t)));
     if (ng == NULL)
         return NULL;
     if (g == NULL) {
         ng->hnext = NULL;
+        ng->clock = 0;
         ng->ns = ns;
         ng->hash = *h;
         ng->nslots = 0;
         ng->count = 0;
         ix->ngroups++;
     }
-    for (uint16_t r = ng->nslots; r < n; r++)
+    /* the flags' copies follow the slots: move them behind the new slots first */
+    memmove(&ng->slot[n], &ng->slot[ng->nslots], ng->nslots * sizeof(uint16_t));
+    for (uint16_t r = ng->nslots; r < n; r++) {
         ng->slot[r] = NULL;
+        ((uint16_t *)(uintptr_t)&ng->slot[n])[r] = 0;
+    }
     for (uint16_t r = 0; r < ng->nslots; r++)
         if (ng->slot[r] != NULL)
             ng->slot[r]->group = ng; /* the group moved */
@@ -235,6 +242,7 @@ static void group_leave(index_t *ix, index_entry_t *e)
     index_group_t *g = e->group, **pp;
 
     g->slot[e->rank] = NULL;
+    index_group_flags(g)[e->rank] = 0;
     if (--g->count > 0)
         return;
     pp = bucket_of(ix, g->ns, &g->hash);
@@ -320,7 +328,7 @@ static index_entry_t *add(index_t *ix, uint32_t ns, uint16_t rank, const kvt_wir
     e->hash = *h;
     e->off = off;
     e->len = len;
-    e->flags = (uint16_t)((orphan ? INDEX_F_ORPHAN : 0) | (ram ? INDEX_F_RAM : 0));
+    index_flags_store(e, (uint16_t)((orphan ? INDEX_F_ORPHAN : 0) | (ram ? INDEX_F_RAM : 0)));
     e->clock = ++ix->clock;
     ix->count++;
 
@@ -352,7 +360,7 @@ index_entry_t *index_add_cold(index_t *ix, uint32_t ns, uint16_t rank, const kvt
 void index_ram_set(index_t *ix, index_entry_t *e, uint64_t off)
 {
     assert(!is_ram(e));
-    e->flags |= INDEX_F_RAM;
+    index_flags_set(e, INDEX_F_RAM);
     e->off = off;
     e->clock = ++ix->clock;
     if (e->ram_kids == 0)
@@ -366,7 +374,7 @@ void index_ram_clear(index_t *ix, index_entry_t *e)
     assert(is_ram(e));
     if (in_lru(e))
         lru_unlink(ix, e);
-    e->flags &= (uint16_t) ~(INDEX_F_RAM | INDEX_F_SPILL);
+    index_flags_clear(e, INDEX_F_RAM | INDEX_F_SPILL);
     if (e->parent != NULL) {
         e->parent->ram_kids--;
         maybe_leaf(ix, e->parent);
@@ -377,7 +385,7 @@ void index_set_parent(index_t *ix, index_entry_t *e, index_entry_t *parent)
 {
     assert(e->parent == NULL && parent != e);
     child_link(ix, parent, e);
-    e->flags &= (uint16_t)~INDEX_F_ORPHAN;
+    index_flags_clear(e, INDEX_F_ORPHAN);
 }
 
 void index_detach_children(index_t *ix, index_entry_t *e)
@@ -385,7 +393,7 @@ void index_detach_children(index_t *ix, index_entry_t *e)
     while (e->first_child != NULL) {
         index_entry_t *c = e->first_child;
         child_unlink(ix, c);
-        c->flags |= INDEX_F_ORPHAN;
+        index_flags_set(c, INDEX_F_ORPHAN);
     }
 }
 
@@ -394,12 +402,12 @@ void index_spill(index_t *ix, index_entry_t *e)
     assert(is_ram(e));
     if (in_lru(e))
         lru_unlink(ix, e);
-    e->flags |= INDEX_F_SPILL;
+    index_flags_set(e, INDEX_F_SPILL);
 }
 
 void index_unspill(index_t *ix, index_entry_t *e)
 {
-    e->flags &= (uint16_t)~INDEX_F_SPILL;
+    index_flags_clear(e, INDEX_F_SPILL);
     maybe_leaf(ix, e);
 }
 
@@ -410,6 +418,11 @@ void index_touch(index_t *ix, index_entry_t *e)
         lru_unlink(ix, e);
         lru_insert_before(ix, e, NULL);
     }
+}
+
+void index_touch_group(index_t *ix, index_group_t *g)
+{
+    g->clock = ++ix->clock;
 }
 
 static void lease_unlink(index_t *ix, index_entry_t *e)
@@ -425,7 +438,7 @@ static void lease_unlink(index_t *ix, index_entry_t *e)
     else
         ix->lease_tail = e->lease_prev;
     e->lease_prev = e->lease_next = NULL;
-    e->flags &= (uint16_t)~INDEX_F_LEASE;
+    index_flags_clear(e, INDEX_F_LEASE);
     ix->nleased--;
 }
 
@@ -435,7 +448,7 @@ void index_lease(index_t *ix, index_entry_t *e, uint64_t now_ms, uint32_t lease_
         return;
     e->lease_until_ms = now_ms + lease_ms;
     lease_unlink(ix, e); /* an expired lease still in the FIFO */
-    e->flags |= INDEX_F_LEASE;
+    index_flags_set(e, INDEX_F_LEASE);
     e->lease_next = NULL;
     e->lease_prev = ix->lease_tail;
     if (ix->lease_tail != NULL)
@@ -552,6 +565,8 @@ int index_check(const index_t *ix)
                 return -1;
             for (uint16_t r = 0; r < g->nslots; r++) {
                 const index_entry_t *e = g->slot[r];
+                if (index_group_flags(g)[r] != (e != NULL ? e->flags : 0))
+                    return -1; /* a flag written past index_flags_store */
                 if (e == NULL)
                     continue;
                 present++;

@@ -102,15 +102,55 @@ struct index_entry {
     index_entry_t *dirty_next;
 };
 
-/* The entries of one (ns, hash), by rank: slot[r] for r < nslots (NULL when absent). */
+/*
+ * The entries of one (ns, hash), by rank: slot[r] for r < nslots (NULL when absent). After the
+ * nslots pointers the group keeps a copy of each rank's flags (index_group_flags; 0 for an
+ * empty slot), so that an all-ranks lookup reads one group per chunk instead of every rank's
+ * entry: on 8 ranks those 8 entries' cache misses were most of its cost. Entry flags are
+ * therefore written only through index_flags_set / index_flags_clear, which keep the copy (a
+ * direct write is caught by index_check and, in debug builds, by the all-ranks walk).
+ * clock is the last all-ranks touch of every entry of the group (index_touch_group): an entry's
+ * access clock is the later of its own and its group's (index_clock).
+ */
 struct index_group {
     index_group_t *hnext; /* hash chain */
+    uint64_t clock;       /* index_touch_group */
     uint32_t ns;
     uint16_t nslots;
     uint16_t count; /* entries present */
     kvt_wire_hash_t hash;
     index_entry_t *slot[];
 };
+
+/* The copy of slot r's flags is index_group_flags(g)[r], r < g->nslots. */
+static inline uint16_t *index_group_flags(const index_group_t *g)
+{
+    return (uint16_t *)(uintptr_t)&g->slot[g->nslots];
+}
+
+/* The only writers of e->flags: the entry and its group's copy together. */
+static inline void index_flags_store(index_entry_t *e, uint16_t flags)
+{
+    e->flags = flags;
+    if (e->group != NULL) /* in the index; an unlinked (limbo) entry has no group */
+        index_group_flags(e->group)[e->rank] = flags;
+}
+
+static inline void index_flags_set(index_entry_t *e, unsigned bits)
+{
+    index_flags_store(e, (uint16_t)(e->flags | bits));
+}
+
+static inline void index_flags_clear(index_entry_t *e, unsigned bits)
+{
+    index_flags_store(e, (uint16_t)(e->flags & ~bits));
+}
+
+/* The entry's access clock: the later of its own touch and its group's all-ranks touch. */
+static inline uint64_t index_clock(const index_entry_t *e)
+{
+    return e->group != NULL && e->group->clock > e->clock ? e->group->clock : e->clock;
+}
 
 #define INDEX_F_ORPHAN 0x1u
 #define INDEX_F_RAM 0x2u     /* bytes in the arena at off */
@@ -153,7 +193,7 @@ uint64_t index_count(const index_t *ix);
 index_entry_t *index_find(const index_t *ix, uint32_t ns, uint16_t rank, const kvt_wire_hash_t *h);
 
 /* The group of (ns, h), or NULL when no rank holds that chunk: one probe for every rank. */
-const index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h);
+index_group_t *index_find_group(const index_t *ix, uint32_t ns, const kvt_wire_hash_t *h);
 
 /*
  * Adds an entry that must not exist yet. parent, when not NULL, is the stored predecessor
@@ -189,6 +229,11 @@ void index_unspill(index_t *ix, index_entry_t *e);
 
 /* Marks an access: the entry becomes the most recent (a leaf moves to the hot end). */
 void index_touch(index_t *ix, index_entry_t *e);
+
+/* Marks an access of every entry of g at once without touching the entries (their clock is
+ * index_clock); the caller still index_touch()es the ones in the LRU (INDEX_F_LRU in the group's
+ * copy of their flags), whose place in the list is the order. */
+void index_touch_group(index_t *ix, index_group_t *g);
 
 /* Pins e until now_ms + lease_ms unless it already holds an unexpired lease (a lease is never
  * extended by a repeated lookup). */

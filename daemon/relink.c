@@ -180,14 +180,14 @@ void store__relink(store_t *s)
         if (e == NULL)
             continue;
         if (p == NULL) {
-            e->flags |= INDEX_F_ORPHAN; /* its predecessor is absent */
+            index_flags_set(e, INDEX_F_ORPHAN); /* its predecessor is absent */
             continue;
         }
         if (p == e || e->parent != NULL)
             continue; /* a record naming itself, or linked by an earlier record of it */
         loops = have_uf ? uf_link(&u, e, p) : walk_loops(e, p, steps);
         if (loops) {
-            e->flags |= INDEX_F_ORPHAN; /* its predecessor follows it */
+            index_flags_set(e, INDEX_F_ORPHAN); /* its predecessor follows it */
             s->rec.relinks_refused++;
             continue;
         }

@@ -131,9 +131,14 @@ struct store {
 /* An entry none of whose copies exists any more (pinned while its disk record failed its
  * checksum or its write failed), or whose bytes failed a verification: it counts as absent and
  * leaves the index with its last pin. */
+static inline bool store__absent_flags(unsigned flags)
+{
+    return (flags & INDEX_F_BAD) || !(flags & (INDEX_F_RAM | INDEX_F_WBUF | INDEX_F_DISK));
+}
+
 static inline bool store__absent(const index_entry_t *e)
 {
-    return (e->flags & INDEX_F_BAD) || !(e->flags & (INDEX_F_RAM | INDEX_F_WBUF | INDEX_F_DISK));
+    return store__absent_flags(e->flags);
 }
 
 /* Whether e's bytes are in the arena at e->off (RAM-resident, and not found bad). */

@@ -102,7 +102,7 @@ int store__write_back(store_t *s, const ns_t *ns, index_entry_t *e)
         return rc;
     store__dirty_del(s, e);
     store_pin(s, e);
-    e->flags |= INDEX_F_WBUF;
+    index_flags_set(e, INDEX_F_WBUF);
     store__wb_add(s, e);
     e->wseq = seq;
     s->dk.wbuf++;
@@ -197,7 +197,7 @@ void store__clean_ahead(store_t *s)
 
 static void set_disk_loc(store_t *s, index_entry_t *e, const disk_loc_t *loc)
 {
-    e->flags |= INDEX_F_DISK;
+    index_flags_set(e, INDEX_F_DISK);
     e->dseg = loc->seg;
     e->doff = loc->off;
     e->dhdr = loc->hdr_len;
@@ -307,7 +307,7 @@ static void committed_cb(void *arg, uint32_t ns_id, const record_meta_t *m, uint
         s->done_seq = seq;
     if (drops_pending(s->drops))
         drops_settle_at(s, seq, rc == 0 ? loc : NULL);
-    e->flags &= (uint16_t)~INDEX_F_WBUF;
+    index_flags_clear(e, INDEX_F_WBUF);
     store__wb_del(s, e);
     if (!(e->flags & INDEX_F_LIMBO)) { /* a dropped chunk's write is dead bytes */
         s->dk.wbuf--;
@@ -320,7 +320,7 @@ static void committed_cb(void *arg, uint32_t ns_id, const record_meta_t *m, uint
         } else if (rc == -EBADMSG) {
             store__spill_end(s, e);
             if (!(e->flags & INDEX_F_BAD)) {
-                e->flags |= INDEX_F_BAD; /* dropped with its last pin, just below */
+                index_flags_set(e, INDEX_F_BAD); /* dropped with its last pin, just below */
                 verify_dropped(s, e, s->closing ? "persist" : "write_back");
             }
         } else {
@@ -364,7 +364,7 @@ static int reclaim_cb(void *arg, uint64_t seg, void **user, disk_reclaim_t how)
         }
         next = e->seg_next;
         e->seg_prev = e->seg_next = NULL;
-        e->flags &= (uint16_t)~INDEX_F_DISK;
+        index_flags_clear(e, INDEX_F_DISK);
         e->dseg = 0;
         s->dk.chunks--;
         if (!(e->flags & (INDEX_F_RAM | INDEX_F_WBUF))) {
@@ -913,7 +913,7 @@ static void read_done_cb(void *arg, int rc)
             s->ram_chunks++;
             s->dk.promoted++;
             if (r->prefetch && w == NULL) /* its first load is the disk's hit */
-                e->flags |= INDEX_F_PREFETCHED | (r->chain ? INDEX_F_PF_CHAIN : 0);
+                index_flags_set(e, INDEX_F_PREFETCHED | (r->chain ? INDEX_F_PF_CHAIN : 0));
             /* a segment reclaim took its disk copy while it was read: RAM-only now, dirty */
             store__dirty_add(s, e);
             store__journal_add(s, ns_get(s->nst, e->ns), e);
@@ -1097,7 +1097,7 @@ int store_load_batch(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_h
             if (e->flags & INDEX_F_PREFETCHED) {
                 if (e->flags & INDEX_F_PF_CHAIN)
                     slide_i = i; /* the chain's window slides on (chain_read_ahead) */
-                e->flags &= (uint16_t) ~(INDEX_F_PREFETCHED | INDEX_F_PF_CHAIN);
+                index_flags_clear(e, INDEX_F_PREFETCHED | INDEX_F_PF_CHAIN);
                 s->dk.prefetch_hits++;
             }
             batch_lend(s, slot, e);
@@ -1227,7 +1227,7 @@ void store__prefetch(store_t *s, index_entry_t *e, bool chain)
         .ns = e->ns, .rank = e->rank, .hash = e->hash, .foot = foot, .chain = chain};
     s->pf_n++;
     s->pf_bytes += foot;
-    e->flags |= INDEX_F_PFQ;
+    index_flags_set(e, INDEX_F_PFQ);
 }
 
 /* Takes the oldest key off the queue: its entry, unmarked, when it is still there; *chain: the
@@ -1244,7 +1244,7 @@ static index_entry_t *prefetch_pop(store_t *s, bool *chain)
         *chain = k.chain;
     e = index_find(s->ix, k.ns, k.rank, &k.hash);
     if (e != NULL)
-        e->flags &= (uint16_t)~INDEX_F_PFQ;
+        index_flags_clear(e, INDEX_F_PFQ);
     return e;
 }
 
@@ -1327,11 +1327,11 @@ static void verified_cb(void *arg)
     store_t *s = v->s;
     index_entry_t *e = v->e;
 
-    e->flags &= (uint16_t)~INDEX_F_VERIFYING;
+    index_flags_clear(e, INDEX_F_VERIFYING);
     s->verify_bytes -= v->item.len;
     if (v->item.csum != e->csum && !(e->flags & INDEX_F_BAD)) {
         store__dirty_del(s, e);
-        e->flags |= INDEX_F_BAD; /* absent from now on; dropped with its last pin */
+        index_flags_set(e, INDEX_F_BAD); /* absent from now on; dropped with its last pin */
         verify_dropped(s, e, "release_corrupt");
     }
     store_unpin(s, e);
@@ -1358,10 +1358,10 @@ void store_verify(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_hash
     *v = (verify_t){
         .s = s, .e = e, .item = {.dst = ram_ptr(s->ram, e->off), .src = NULL, .len = e->len}};
     store_pin(s, e); /* the extent cannot move or be freed while the worker reads it */
-    e->flags |= INDEX_F_VERIFYING;
+    index_flags_set(e, INDEX_F_VERIFYING);
     s->verify_bytes += v->item.len;
     if (ingest_run(s->loop, &v->item, 1, 1, verified_cb, v) != 0) {
-        e->flags &= (uint16_t)~INDEX_F_VERIFYING;
+        index_flags_clear(e, INDEX_F_VERIFYING);
         s->verify_bytes -= v->item.len;
         store_unpin(s, e);
         free(v);

@@ -101,6 +101,38 @@ START_TEST(index_grows)
 }
 END_TEST
 
+/* The group keeps a copy of each rank's flags (an all-ranks walk reads it instead of the
+ * entries): the setters keep it, also across a group's growth, and index_check catches a flag
+ * written past them. */
+START_TEST(index_group_keeps_the_flags)
+{
+    index_t *ix = index_new();
+    kvt_wire_hash_t h = H(5, 0);
+    index_entry_t *e0 = index_add(ix, 1, 0, &h, NULL, false, 0, 10), *e3;
+    const index_group_t *g;
+
+    index_flags_set(e0, INDEX_F_DISK);
+    e3 = index_add(ix, 1, 3, &h, NULL, false, 1, 10); /* the group grows from 1 slot to 4 */
+    ck_assert_ptr_nonnull(e3);
+    index_flags_set(e3, INDEX_F_DIRTY);
+    g = index_find_group(ix, 1, &h);
+    ck_assert_uint_eq(g->nslots, 4);
+    ck_assert_uint_eq(index_group_flags(g)[0], e0->flags);
+    ck_assert_uint_eq(index_group_flags(g)[1], 0);
+    ck_assert_uint_eq(index_group_flags(g)[3], e3->flags);
+    ck_assert_int_eq(index_check(ix), 0);
+    index_flags_clear(e0, INDEX_F_DISK);
+    ck_assert_int_eq(index_check(ix), 0);
+    e0->flags |= INDEX_F_BAD; /* past the setters */
+    ck_assert_int_eq(index_check(ix), -1);
+    index_flags_clear(e0, INDEX_F_BAD);
+    index_remove(ix, e0);
+    ck_assert_uint_eq(index_group_flags(index_find_group(ix, 1, &h))[0], 0);
+    ck_assert_int_eq(index_check(ix), 0);
+    index_destroy(&ix);
+}
+END_TEST
+
 /* Chains A (1) and B (2) of 3 chunks; B touched last: evictions eat A from its tail, then B. */
 START_TEST(eviction_order_tails_of_lru_chain)
 {
@@ -348,6 +380,53 @@ START_TEST(store_ranks_and_all_ranks_min)
         ck_assert_uint_eq(p[0], (uint8_t)(7 * 31 + 1 * 7 + r));
         ck_assert_uint_eq(p[63], (uint8_t)(7 * 31 + 1 * 7 + r));
     }
+    fixture_fini(&f);
+}
+END_TEST
+
+/* How many of the first n chunks of chain c rank r holds, without touching them. */
+static uint32_t held(fixture_t *f, uint16_t rank, uint32_t c, uint32_t n)
+{
+    kvt_wire_hash_t h[64];
+    uint8_t st[64];
+
+    for (uint32_t i = 0; i < n; i++)
+        h[i] = H(c, i);
+    return (uint32_t)(n - store_save_query(f->st, f->ns, rank, h, n, st));
+}
+
+/*
+ * An all-ranks lookup touches a chain's interior through the group's clock (index_touch_group),
+ * not its entries: that clock must still order the chain when its tail goes and an interior
+ * chunk becomes a leaf. A (8 chunks, 2 ranks) is saved, then X, then an all-ranks lookup of
+ * A's first 4; fills then evict A's untouched tail 7..4 (older than X) and then X, never A's
+ * looked-up 0..3 before X: with entry clocks alone, A's exposed chunk 3 would be older than X.
+ */
+START_TEST(store_all_ranks_lookup_orders_the_chain_it_walked)
+{
+    fixture_t f;
+    uint8_t st[8];
+    kvt_wire_hash_t h[4];
+    uint32_t hits[2], fills = 0;
+
+    fixture_init(&f, 1 << 20, 2, false);
+    for (uint16_t r = 0; r < 2; r++)
+        save_chain(&f, r, 1, 0, 8, 4096, 0, st); /* A */
+    for (uint16_t r = 0; r < 2; r++)
+        save_chain(&f, r, 2, 0, 8, 4096, 0, st); /* X */
+    for (uint32_t i = 0; i < 4; i++)
+        h[i] = H(1, i);
+    ck_assert_uint_eq(store_lookup_all(f.st, f.ns, h, 4, false, 0, 0, hits), 4);
+    ck_assert_int_eq(store_check(f.st), 0);
+    /* fill until X loses its first chunk */
+    while (held(&f, 0, 2, 8) == 8 && held(&f, 1, 2, 8) == 8) {
+        save_chain(&f, 0, 1000 + fills, 0, 1, 4096, 0, st);
+        ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+        ck_assert_uint_lt(++fills, 10000);
+    }
+    for (uint16_t r = 0; r < 2; r++)
+        ck_assert_uint_eq(held(&f, r, 1, 8), 4); /* A's tail went first, its head stays */
+    ck_assert_int_eq(store_check(f.st), 0);
     fixture_fini(&f);
 }
 END_TEST
@@ -1320,12 +1399,14 @@ static Suite *suite(void)
 
     tcase_add_test(ti, index_add_find_remove);
     tcase_add_test(ti, index_grows);
+    tcase_add_test(ti, index_group_keeps_the_flags);
     tcase_add_test(ti, eviction_order_tails_of_lru_chain);
     tcase_add_test(ti, eviction_shared_prefix);
     tcase_add_test(ti, lease_blocks_eviction_and_expires);
     tcase_add_test(ti, orphan_goes_first);
     tcase_add_test(ts, store_prefix_semantics);
     tcase_add_test(ts, store_ranks_and_all_ranks_min);
+    tcase_add_test(ts, store_all_ranks_lookup_orders_the_chain_it_walked);
     tcase_add_test(ts, store_replicated_one_copy);
     tcase_add_test(ts, store_fill_3x_no_orphans);
     tcase_add_test(ts, store_leased_chain_survives_pressure);
