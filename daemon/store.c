@@ -180,8 +180,11 @@ static void lease_prefix(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wi
 
     for (uint32_t i = 0; i < hit; i++) {
         kvt_wire_hash_t k;
+        index_entry_t *e;
         memcpy(&k, &h[i], sizeof k);
-        index_lease(s->ix, index_find(s->ix, ns->id, r, &k), now_ms, s->cfg->ram.lease_ms);
+        e = index_find(s->ix, ns->id, r, &k);
+        if (e != NULL) /* (gone since the walk: nothing to lease) */
+            index_lease(s->ix, e, now_ms, s->cfg->ram.lease_ms);
     }
 }
 
@@ -281,8 +284,11 @@ uint32_t store_lookup_all(store_t *s, const ns_t *ns, const kvt_wire_hash_t *h, 
         const index_group_t *g;
         memcpy(&k, &h[i], sizeof k);
         g = index_find_group(s->ix, ns->id, &k);
-        for (uint16_t r = 0; r < ranks; r++)
-            index_lease(s->ix, group_rank(g, r), now_ms, s->cfg->ram.lease_ms);
+        for (uint16_t r = 0; r < ranks; r++) {
+            index_entry_t *e = group_rank(g, r);
+            if (e != NULL) /* (gone since the walk: nothing to lease) */
+                index_lease(s->ix, e, now_ms, s->cfg->ram.lease_ms);
+        }
     }
     s->st.hits += (uint64_t)min * ranks;
     s->st.misses += (uint64_t)(n - min) * ranks;
