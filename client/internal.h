@@ -166,6 +166,8 @@ struct kvt_client {
     uint16_t rank;
     uint16_t world;
     bool mla;
+    pid_t pid;         /* the process that connected (fork: kvtier.c) */
+    unsigned fork_gen; /* the fork generation at connect: another one is a forked child */
     /* The shared-memory path is in use: set by kvt_connect before any submit; cleared by the I/O
      * thread when a recovery under KVT_DATA_PATH_AUTO finds no arena it can map (a daemon
      * restarted on a memfd arena, or on a file this process cannot open): later requests take
@@ -252,6 +254,10 @@ struct kvt_client {
 /* --- kvtier.c --- */
 int64_t kvt__now_ms(void);
 long kvt__env_long(const char *name, long min, long max, long dflt); /* kvtier.c */
+/* kvtier.c (fork): c was connected by the parent of this process; then KVT_ECLOSED with the
+ * reason kept for kvt_last_error. */
+bool kvt__forked(const kvt_client_t *c);
+int kvt__fork_refused(const kvt_client_t *c);
 /* Frees r (its arrays, its mapping reference, its reservation); unlinks it from c->all first. */
 void kvt__req_free(kvt_client_t *c, req_t *r);
 

@@ -78,6 +78,49 @@ const char *kvt_last_error(const kvt_client_t *c)
     return last_err.c == c ? last_err.text : "";
 }
 
+/*
+ * fork() (0.2.13). A child gets a copy of every client without its threads (the I/O thread,
+ * the copy helpers, ZeroMQ's), with its mutexes as they were at the fork (maybe held by a thread
+ * it does not have), and shares its eventfds and ZeroMQ socket with the parent. Using it there
+ * spun for ever inside ZeroMQ (no timeout fired), kvt_close hung in pthread_cond_destroy, and a
+ * read of the shared completion eventfd could take the parent's readiness. So a child fork
+ * handler counts forks, every client remembers the count at its connect, and in a forked child
+ * each call fails KVT_ECLOSED (kvt_last_error says why) before it takes a lock or touches the
+ * socket; kvt_shutdown and kvt_close there release nothing (the resources are the parent's; the
+ * descriptors are close-on-exec) and return. A child connects its own client.
+ */
+static atomic_uint fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+    atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed);
+}
+
+static void fork_hook(void)
+{
+    (void)pthread_atfork(NULL, NULL, fork_child);
+}
+
+bool kvt__forked(const kvt_client_t *c)
+{
+    return c->fork_gen != atomic_load_explicit(&fork_gen, memory_order_relaxed);
+}
+
+/* KVT_ECLOSED for a call on a client of the parent process, with the reason for
+ * kvt_last_error on this thread. */
+int kvt__fork_refused(const kvt_client_t *c)
+{
+    char text[KVT_ERRTEXT_MAX + 1];
+
+    snprintf(text, sizeof text,
+             "this client was connected by process %ld before a fork(); a forked child must "
+             "connect its own",
+             (long)c->pid);
+    keep_error(c, KVT_ECLOSED, text);
+    return KVT_ECLOSED;
+}
+
 int64_t kvt__now_ms(void)
 {
     struct timespec ts;
@@ -367,6 +410,8 @@ static int make_lookup(kvt_client_t *c, const kvt_hash_t *hashes, size_t n,
 
     if (c == NULL)
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     rc = check_hashes(c, hashes, n);
     if (rc != 0)
         return rc;
@@ -401,6 +446,8 @@ static int make_save(kvt_client_t *c, int kind, const kvt_hash_t *hashes, size_t
 
     if (c == NULL || (kind == KVT_OP_SAVE && bufs == NULL))
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     if (kind == KVT_OP_RESERVE && !c->shm)
         return KVT_EUNSUPP;
     rc = check_hashes(c, hashes, n);
@@ -431,6 +478,8 @@ static int make_load(kvt_client_t *c, int kind, const kvt_hash_t *hashes, size_t
 
     if (c == NULL || (kind == KVT_OP_LOAD && (bufs == NULL || caps == NULL)))
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     if (kind == KVT_OP_PIN && !c->shm)
         return KVT_EUNSUPP;
     rc = check_hashes(c, hashes, n);
@@ -457,6 +506,8 @@ static int make_tally(kvt_client_t *c, const kvt_tally_req_t *t, req_t **out)
 
     if (c == NULL || t == NULL || (t->reasons == NULL && t->nreasons > 0))
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     if (t->nreasons > KVT_REASON_MAX)
         return KVT_ETOOBIG;
     r = req_new(c, KVT_OP_TALLY, 0);
@@ -543,6 +594,8 @@ static int make_commit(kvt_client_t *c, kvt_completion_t *reservation, size_t nw
 {
     req_t *v = (req_t *)reservation, *r;
 
+    if (c != NULL && kvt__forked(c))
+        return kvt__fork_refused(c);
     if (c == NULL || v == NULL || v->c != c || v->kind != KVT_OP_RESERVE || v->comp.status != 0 ||
         v->consumed || nwritten > v->n)
         return KVT_EINVAL;
@@ -643,7 +696,7 @@ int kvt_pin(kvt_client_t *c, const kvt_hash_t *hashes, size_t n, kvt_completion_
 
 int kvt_fd(const kvt_client_t *c)
 {
-    return c != NULL ? c->comp_fd : -1;
+    return c != NULL && !kvt__forked(c) ? c->comp_fd : -1;
 }
 
 int kvt_poll(kvt_client_t *c, int timeout_ms)
@@ -653,6 +706,8 @@ int kvt_poll(kvt_client_t *c, int timeout_ms)
 
     if (c == NULL)
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     p.fd = c->comp_fd;
     p.events = POLLIN;
     do {
@@ -669,6 +724,9 @@ int kvt_next_completion(kvt_client_t *c, kvt_completion_t **out)
 
     if (c == NULL || out == NULL)
         return KVT_EINVAL;
+    *out = NULL;
+    if (kvt__forked(c)) /* 0, not an error: a while (kvt_next_completion(...)) loop ends */
+        return 0;
     pthread_mutex_lock(&c->mu);
     r = c->compq_head;
     if (r != NULL) {
@@ -728,7 +786,7 @@ void kvt_completion_free(kvt_client_t *c, kvt_completion_t *comp)
 {
     req_t *r = (req_t *)comp;
 
-    if (c == NULL || r == NULL)
+    if (c == NULL || r == NULL || kvt__forked(c)) /* a child's copy: the parent releases */
         return;
     if (r->kind == KVT_OP_PIN && r->comp.status == 0 && kvt__now_ms() < r->comp.hold_until_ms)
         release_pins(c, r, 0, SIZE_MAX);
@@ -742,6 +800,8 @@ int kvt_pin_verify(kvt_client_t *c, kvt_completion_t *pin)
 
     if (c == NULL || r == NULL || r->kind != KVT_OP_PIN || r->comp.status != 0)
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     if (r->comp.checksums == NULL)
         return KVT_EUNSUPP;
     if (kvt__now_ms() >= r->comp.hold_until_ms)
@@ -874,6 +934,8 @@ int kvt_server_info(const kvt_client_t *c, kvt_server_info_t *info)
 {
     if (c == NULL || info == NULL)
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     *info = info_of(c);
     return 0;
 }
@@ -885,6 +947,8 @@ int kvt_stats(const kvt_client_t *c, kvt_stats_t *out)
 
     if (c == NULL || out == NULL)
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     pthread_mutex_lock(&mc->mu);
     nsub = c->nsub;
     out->max_in_flight = c->info.max_in_flight;
@@ -1091,9 +1155,12 @@ int kvt_connect(const char *endpoint, const kvt_ns_desc_t *ns, uint32_t rank,
                          opts->data_path > KVT_DATA_PATH_SHM || opts->verify < KVT_VERIFY_DEFAULT ||
                          opts->verify > KVT_VERIFY_NONE))
         return KVT_EINVAL;
+    (void)pthread_once(&fork_once, fork_hook);
     c = calloc(1, sizeof *c);
     if (c == NULL)
         return KVT_ENOMEM;
+    c->pid = getpid();
+    c->fork_gen = atomic_load_explicit(&fork_gen, memory_order_relaxed);
     c->comp_fd = c->wake_fd = c->yield_fd = -1;
     kvt__pool_init(&c->pool);
     pthread_mutex_init(&c->mu, NULL);
@@ -1143,7 +1210,7 @@ void kvt_shutdown(kvt_client_t *c)
 {
     bool join;
 
-    if (c == NULL)
+    if (c == NULL || kvt__forked(c))
         return;
     pthread_mutex_lock(&c->mu);
     c->closing = true;
@@ -1163,6 +1230,10 @@ void kvt_close(kvt_client_t **cp)
 {
     if (cp == NULL || *cp == NULL)
         return;
+    if (kvt__forked(*cp)) { /* the parent's: nothing of it is freed here (fork above) */
+        *cp = NULL;
+        return;
+    }
     kvt_shutdown(*cp);
     client_free(*cp);
     *cp = NULL;

@@ -36,6 +36,11 @@
  *     queue (the calling thread receives them).
  *   - a completion taken belongs to the thread that took it until it is freed (or handed to
  *     kvt_submit_commit); the library does not touch it meanwhile.
+ *   - fork() (0.2.13): a client belongs to the process that connected it. In a forked child
+ *     (which has none of its threads and shares its sockets with the parent) every call on it
+ *     fails KVT_ECLOSED at once, kvt_last_error naming the fork, kvt_next_completion gives
+ *     nothing, kvt_fd is -1, and kvt_completion_free, kvt_shutdown and kvt_close release
+ *     nothing (the parent's client is untouched) and return; the child connects its own.
  *
  * The link (0.2.12): the client watches its connection to the daemon (ZeroMQ's socket monitor)
  * and sends ZMTP heartbeats (a PING a second; a daemon whose process answers nothing for 3 s,

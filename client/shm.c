@@ -140,6 +140,8 @@ int kvt_arena(const kvt_client_t *c, kvt_arena_t *out)
 
     if (c == NULL || out == NULL)
         return KVT_EINVAL;
+    if (kvt__forked(c))
+        return kvt__fork_refused(c);
     pthread_mutex_lock(&mc->mu);
     if (c->map != NULL) {
         *out = (kvt_arena_t){.base = c->map->base,

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -920,6 +921,102 @@ START_TEST(test_pipelined_chain_commits_in_order)
 }
 END_TEST
 
+/* --- fork --- */
+
+/* What the child finds of a client its parent connected, as bits: 0 when every call failed
+ * KVT_ECLOSED at once (kvt_last_error naming the fork), kvt_next_completion gave nothing and
+ * kvt_close returned. */
+static int forked_child_calls(kvt_client_t *c, const kvt_hash_t *hs, size_t n, size_t len)
+{
+    kvt_lookup_result_t res = {0};
+    kvt_completion_t *comp = (kvt_completion_t *)1;
+    kvt_handle_t hd = 0;
+    kvt_stats_t st;
+    char *buf = calloc(n, len);
+    void *dst[8];
+    const void *src[8];
+    size_t caps[8], lens[8], nhit = 0;
+    int bad = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = buf + i * len;
+        src[i] = buf + i * len;
+        caps[i] = len;
+    }
+    if (kvt_lookup(c, hs, n, NULL, &res) != KVT_ECLOSED || !strstr(kvt_last_error(c), "fork"))
+        bad |= 1;
+    if (kvt_load(c, hs, n, dst, caps, lens, &nhit) != KVT_ECLOSED)
+        bad |= 2;
+    if (kvt_save(c, hs, n, src, caps, NULL, (uint8_t *)lens) != KVT_ECLOSED)
+        bad |= 4;
+    if (kvt_submit_lookup(c, hs, n, NULL, NULL, &hd) != KVT_ECLOSED)
+        bad |= 8;
+    if (kvt_poll(c, 100) != KVT_ECLOSED || kvt_next_completion(c, &comp) != 0 || comp != NULL)
+        bad |= 16;
+    if (kvt_stats(c, &st) != KVT_ECLOSED || kvt_fd(c) != -1)
+        bad |= 32;
+    kvt_close(&c);
+    if (c != NULL)
+        bad |= 64;
+    free(buf);
+    return bad;
+}
+
+/* vLLM and SGLang fork workers. A child that inherits a connected client has none of its
+ * threads and shares its eventfds and socket with the parent: before 0.2.13 a call there spun
+ * for ever inside ZeroMQ (its timeout never fired) and kvt_close hung in pthread_cond_destroy.
+ * Now the child's calls fail KVT_ECLOSED at once, and the parent's client, with a completion
+ * pending at the fork, goes on serving the same bytes. */
+START_TEST(test_forked_child_fails_fast_and_parent_goes_on)
+{
+    static const int paths[] = {KVT_DATA_PATH_SHM, KVT_DATA_PATH_FRAMES};
+    harness_t *h = start_shm(64 * MIB, NULL);
+
+    for (size_t p = 0; p < 2; p++) {
+        kvt_client_t *c = connect_c(h, 1, 0, paths[p], 2000, NULL);
+        kvt_hash_t hs[4];
+        kvt_handle_t hd;
+        kvt_completion_t *comp;
+        int status = -1;
+        int64_t deadline;
+        pid_t pid, got = 0;
+
+        ck_assert_uint_eq(harness_save_chain(c, 8100 + (uint32_t)p, 4, 64 * KIB, 0), 4);
+        harness_chain(8100 + (uint32_t)p, hs, 4);
+        ck_assert_int_eq(kvt_submit_lookup(c, hs, 4, NULL, NULL, &hd), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            /* a hang ends as SIGALRM, not as the test's timeout (Check's SIGALRM handler,
+             * inherited, would kill the whole process group) */
+            signal(SIGALRM, SIG_DFL);
+            alarm(20);
+            _exit(forked_child_calls(c, hs, 4, 64 * KIB));
+        }
+        comp = harness_next_completion(c, WAIT_MS);
+        ck_assert_uint_eq(comp->handle, hd);
+        ck_assert_int_eq(comp->status, 0);
+        ck_assert_uint_eq(comp->lookup.hit, 4);
+        kvt_completion_free(c, comp);
+        ck_assert_uint_eq(harness_load_chain(c, 8100 + (uint32_t)p, 4, 64 * KIB, 0), 4);
+        deadline = harness_now_ms() + 25000;
+        while ((got = waitpid(pid, &status, WNOHANG)) == 0 && harness_now_ms() < deadline)
+            usleep(20000);
+        if (got == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+        ck_assert_msg(got == pid, "path %zu: the forked child hung", p);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "path %zu: child status %#x (exit bits %d)", p, status,
+                      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        ck_assert_uint_eq(harness_load_chain(c, 8100 + (uint32_t)p, 4, 64 * KIB, 0), 4);
+        kvt_close(&c);
+    }
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *async_suite(void)
 {
     Suite *s = suite_create("async");
@@ -938,6 +1035,7 @@ static Suite *async_suite(void)
     tcase_add_test(t, test_window_never_refused);
     tcase_add_test(t, test_revision_separates_namespaces);
     tcase_add_test(t, test_pipelined_chain_commits_in_order);
+    tcase_add_test(t, test_forked_child_fails_fast_and_parent_goes_on);
     suite_add_tcase(s, t);
     return s;
 }

@@ -373,3 +373,74 @@ def test_clients_under_daemon_restarts_lose_no_thread_and_load_no_wrong_byte(dae
     assert not any(t.is_alive() for t in threads), "a client thread hung"
     assert problems == [], problems[:5]
     assert outcomes.get("ok", 0) > 0 and outcomes.get("unavailable", 0) > 0, outcomes
+
+
+@pytest.mark.parametrize("path", ["shm", "frames"])
+def test_a_forked_child_gets_a_clear_error_and_the_parent_goes_on(daemon, path):
+    """vLLM and SGLang fork workers. A child that inherits a connected Client has none of its
+    threads (the I/O thread, the copy helpers, ZeroMQ's) and shares its eventfds and socket with
+    the parent: before 0.2.13 a call in the child spun for ever inside ZeroMQ (its timeout never
+    fired) and close() (also the one at the child's exit) hung in pthread_cond_destroy. Now
+    every call in the child raises KvtierError(ECLOSED) naming the fork, close() returns at once,
+    and the parent's client keeps serving the same bytes."""
+    with kvtier.Client(daemon.endpoint, NS, data_path=path, timeout_ms=2000) as c:
+        hs = [kvtier.hash_key(b"fork-%s-%d" % (path.encode(), i)) for i in range(4)]
+        data = [chunk(100 + i, 65536) for i in range(4)]
+        c.save(hs, data)
+        fut = c.submit_lookup(hs)  # pending at the fork: the child must not wait for it
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never raise out of here
+            lines = []
+            try:
+                for name, call in [
+                    ("lookup", lambda: c.lookup(hs)),
+                    ("load", lambda: c.load(hs, [bytearray(65536) for _ in hs])),
+                    ("submit_save", lambda: c.submit_save(hs[:1], data[:1])),
+                    ("result", lambda: fut.result(1)),
+                    ("poll", lambda: c.poll_completions(0.1)),
+                    ("stats", lambda: c.stats()),
+                ]:
+                    try:
+                        call()
+                        lines.append(f"{name}: no error")
+                    except kvtier.KvtierError as e:
+                        ok = e.code == kvtier.ECLOSED and "fork" in str(e)
+                        lines.append(f"{name}: {'ok' if ok else 'wrong error ' + repr(e)}")
+                    except BaseException as e:
+                        lines.append(f"{name}: wrong error {e!r}")
+                c.close()
+                lines.append("close: ok")
+            finally:
+                os.write(wfd, "\n".join(lines).encode())
+                os._exit(0)
+        os.close(wfd)
+        # the parent meanwhile: its pending future and new calls are served
+        assert fut.result(5).hit == 4
+        for _ in range(10):
+            bufs = [bytearray(65536) for _ in hs]
+            assert c.load(hs, bufs).nhit == 4 and [bytes(b) for b in bufs] == data
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        report = os.read(rfd, 65536).decode().splitlines()
+        os.close(rfd)
+        assert status == 0, status
+        assert report == [
+            "lookup: ok",
+            "load: ok",
+            "submit_save: ok",
+            "result: ok",
+            "poll: ok",
+            "stats: ok",
+            "close: ok",
+        ], report
+        bufs = [bytearray(65536) for _ in hs]
+        assert c.load(hs, bufs).nhit == 4 and [bytes(b) for b in bufs] == data

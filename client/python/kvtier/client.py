@@ -618,6 +618,7 @@ class Client:
             msg = lib.kvt_last_error(None)
             raise _error(rc, msg.decode(errors="replace") if msg else "", "kvt_connect")
         self._c = out.value
+        self._pid = os.getpid()  # a forked child must not use this client (_check)
         if down_wait_ms is not None:
             rc = lib.kvt_set_down_wait(self._c, int(down_wait_ms))
             if rc != 0:
@@ -648,7 +649,13 @@ class Client:
 
     def close(self) -> None:
         """Shuts down, resolves every pending future (ECLOSED), and frees the client. Pins and
-        reservations still held become invalid."""
+        reservations still held become invalid. In a forked child it only forgets the parent's
+        client (its threads and its lock are the parent's; the library frees nothing there)."""
+        if self._c is not None and self._forked():
+            c = c_void_p(self._c)
+            self._c = None
+            lib.kvt_close(byref(c))  # frees nothing in a child: returns at once
+            return
         with self._lock:
             if self._c is None or self._closing:
                 return  # closed, or another thread (maybe a callback) is closing it
@@ -683,9 +690,21 @@ class Client:
         except Exception:
             pass
 
+    def _forked(self) -> bool:
+        return getattr(self, "_pid", None) not in (None, os.getpid())
+
+    def _fork_error(self) -> KvtierError:
+        return KvtierError(
+            ECLOSED,
+            f"this client was connected by process {self._pid} before a fork(); a forked child "
+            "must create its own Client",
+        )
+
     def _check(self) -> int:
         if self._c is None:
             raise KvtierError(ECLOSED, "client closed")
+        if self._forked():
+            raise self._fork_error()
         return self._c
 
     def _fail(self, rc: int, call: str) -> KvtierError:
@@ -1051,6 +1070,8 @@ class Client:
 
     def _wait_for(self, fut: Future, timeout: Optional[float]) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._forked() and not fut._done:  # before the lock: a parent's thread may hold it
+            raise self._fork_error()
         while True:
             done: list[Future] = []
             with self._lock:
