@@ -776,7 +776,8 @@ static void do_reserve(server_t *sv, const server_req_t *r)
             full = true;
             continue;
         }
-        if (session_reserve(sv->sessions, ss, ns->id, s->rank, &h, off, len, prev, deadline) != 0) {
+        if (session_reserve(sv->sessions, ss, ns->id, s->rank, &h, off, len, prev, deadline,
+                            ns->drops) != 0) {
             store_unreserve(sv->store, off, len);
             sv->status[i] = KVT_CHUNK_NOSPACE;
             full = true;
@@ -814,16 +815,23 @@ static void do_commit(server_t *sv, const server_req_t *r)
         uint64_t off = kvt_get_u64(s->locs + i * KVT_LOC_BYTES);
         uint64_t len = kvt_get_u64(s->locs + i * KVT_LOC_BYTES + 8);
         kvt_wire_hash_t h;
+        uint64_t drops;
 
         sv->offs[i] = UINT64_MAX;
         if (len == 0)
             continue; /* not written by the client (exists, declined, nospace) */
         memcpy(&h, &s->hashes[i], sizeof h);
         if (session_take_reservation(sv->sessions, ss, ns->id, s->rank, &h, &sv->offs[i],
-                                     &sv->lens[i]) != 0)
+                                     &sv->lens[i], &drops) != 0)
             continue; /* expired and reclaimed: not stored */
         if ((sv->offs[i] != off || sv->lens[i] != len) && bad == SIZE_MAX)
             bad = i;
+        if (drops != ns->drops && bad == SIZE_MAX) {
+            /* reserved before an operator's drop of the namespace: its bytes were written for
+             * what the drop removed, so it is not stored (SKIPPED, as an expired one) */
+            store_unreserve(sv->store, sv->offs[i], sv->lens[i]);
+            sv->offs[i] = UINT64_MAX;
+        }
     }
     if (bad != SIZE_MAX) {
         for (size_t i = 0; i < s->nhashes; i++)

@@ -49,6 +49,7 @@ typedef struct {
     uint64_t deadline_ms;
     uint32_t hh;    /* its key's hash (hold_hash): where the index looks for it */
     uint32_t count; /* HOLD_PIN: pins of this chunk by the session (releases to go) */
+    uint64_t drops; /* HOLD_RESERVE: the namespace's drops when it was made (session_reserve) */
 } hold_t;
 
 /* Lease costs by expiry, oldest first (a ring). */
@@ -712,7 +713,7 @@ static hold_t *hold_add(sessions_t *t, session_t *s, hold_kind_t kind, uint32_t 
 
 int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                     const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
-                    uint64_t deadline_ms)
+                    uint64_t deadline_ms, uint64_t drops)
 {
     hold_t *x = hold_add(t, s, HOLD_RESERVE, ns, rank, h, keep, deadline_ms);
     uint64_t foot;
@@ -721,6 +722,7 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
         return -ENOMEM;
     x->off = off;
     x->len = len;
+    x->drops = drops;
     /* charged what it holds of the arena, not its length (contract C3) */
     foot = store_footprint(t->store, len);
     s->use.reserved_bytes += foot;
@@ -729,7 +731,8 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
 }
 
 int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                             const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len)
+                             const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len,
+                             uint64_t *drops)
 {
     long i = hold_find(t, s, HOLD_RESERVE, ns, rank, h);
     uint64_t foot;
@@ -740,6 +743,7 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
     x = &s->holds[i];
     *off = x->off;
     *len = x->len;
+    *drops = x->drops;
     if (x->chunk != NULL)
         store_unpin(t->store, x->chunk);
     foot = store_footprint(t->store, x->len);

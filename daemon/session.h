@@ -207,15 +207,19 @@ void session_set_path(session_t *s, session_path_t path);
 /* --- shared-memory holds --- */
 
 /* Holds a reservation of (off, len) for chunk (ns, rank, hash) until deadline_ms; keep (may be
- * NULL) is pinned (store_pin) until the reservation ends. 0 or -ENOMEM (nothing is held then). */
+ * NULL) is pinned (store_pin) until the reservation ends; drops is the namespace's count of
+ * operator drops (ns_t.drops), given back at the commit: a reservation made before a drop is not
+ * published after it. 0 or -ENOMEM (nothing is held then). */
 int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                     const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
-                    uint64_t deadline_ms);
+                    uint64_t deadline_ms, uint64_t drops);
 
-/* Ends s's reservation for (ns, rank, hash) and returns its extent, now owned by the caller:
- * 0, or -ENOENT when s holds no such reservation (never made, committed or reclaimed). */
+/* Ends s's reservation for (ns, rank, hash) and returns its extent, now owned by the caller,
+ * and the drops it was made under: 0, or -ENOENT when s holds no such reservation (never made,
+ * committed or reclaimed). */
 int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
-                             const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len);
+                             const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len,
+                             uint64_t *drops);
 
 /* Pins stored chunk c for s until deadline_ms (a load pin, store_pin). A chunk s pins already
  * counts one more pin on its hold (charged and store-pinned once, until the latest deadline),

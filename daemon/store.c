@@ -949,7 +949,8 @@ struct put {
     bool ready;   /* its checksums are known: it publishes once after has */
     bool has_job; /* counted in s->jobs */
     uint32_t ns;
-    uint16_t rank; /* the store rank */
+    uint64_t drops; /* the namespace's operator drops when it began (ns_t.drops) */
+    uint16_t rank;  /* the store rank */
     bool has_parent;
     kvt_wire_hash_t parent;
     size_t n;
@@ -977,6 +978,7 @@ static put_t *put_new(store_t *s, const ns_t *ns, uint16_t rank, const kvt_wire_
         return NULL;
     *p = (put_t){.s = s,
                  .ns = ns->id,
+                 .drops = ns->drops,
                  .rank = ns_store_rank(ns, rank),
                  .has_parent = parent != NULL,
                  .n = n,
@@ -1055,6 +1057,15 @@ static void put_publish_one(put_t *p)
             p->c[i].pre = PUT_NOSPACE;
         }
         p->has_parent = false;
+    } else if (ns->drops != p->drops) {
+        /* an operator dropped the namespace while this was in flight: what it carries was
+         * written before the drop, which is to remove it, so it is not stored (SKIPPED, or
+         * EXISTS for a chunk saved again since) */
+        for (size_t i = 0; i < p->n; i++) {
+            if (p->c[i].off != UINT64_MAX)
+                ram_free(s->ram, p->c[i].off, p->c[i].len);
+            p->c[i].off = UINT64_MAX;
+        }
     }
     chain_start(s, ns, p->rank, p->has_parent ? &p->parent : NULL, &c);
     for (size_t i = 0; i < p->n; i++) {

@@ -369,6 +369,55 @@ START_TEST(test_drop_pinned_clean_chunk_then_stop)
 }
 END_TEST
 
+/* A drop removes what was written before it, also what was still in flight: a reservation made
+ * before an operator's drop and committed after it is not stored (the client sees NOSPACE: not
+ * stored), and the namespace takes new saves at once. Before 0.2.13 the commit answered STORED
+ * and the dropped chunk was back right after the drop (the hostile-client probe's finding). */
+START_TEST(test_a_commit_in_flight_at_a_drop_is_not_stored)
+{
+    harness_opts_t o = {.capacity_bytes = 4u << 20, .max_chunk_bytes = CH};
+    static char extra[256];
+    char arena[160];
+    kvt_ns_desc_t d = harness_ns_desc("drop-inflight", 1, 0, 32);
+    kvt_connect_opts_t co = {.timeout_ms = 5000, .data_path = KVT_DATA_PATH_SHM};
+    kvt_completion_t *resv = NULL, *done = NULL;
+    kvt_client_t *c = NULL;
+    kvt_hash_t hs[2];
+    size_t lens[2] = {CH, CH};
+    harness_t *h;
+    json_t *doc;
+    int code;
+
+    snprintf(arena, sizeof arena, "/dev/shm/kvtier-dropf-%d.arena", (int)getpid());
+    snprintf(extra, sizeof extra, "{\"ram\": {\"arena_path\": \"%s\"}}", arena);
+    o.extra_json = extra; /* a file arena: the shared-memory path */
+    h = harness_start(&o);
+    ck_assert_int_eq(kvt_connect(h->endpoint, &d, 0, &co, &c), 0);
+    ck_assert_uint_eq(harness_save_chain(c, 3, 2, CH, 0), 2); /* something for the drop to find */
+    harness_chain(4, hs, 2);
+    ck_assert_int_eq(kvt_reserve(c, hs, 2, lens, NULL, &resv), 0);
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(resv->outcomes[i], KVT_SAVE_RESERVED);
+        memset(resv->ptrs[i], 0x5a, CH);
+    }
+    doc = drop(h, "ns=drop-inflight", &code);
+    ck_assert_int_eq(code, 200);
+    json_decref(doc);
+    ck_assert_int_eq(kvt_commit(c, resv, 2, &done), 0);
+    for (size_t i = 0; i < 2; i++)
+        ck_assert_int_eq(done->outcomes[i], KVT_SAVE_NOSPACE);
+    kvt_completion_free(c, done);
+    ck_assert_uint_eq(harness_lookup_chain(c, 4, 2), 0);
+    ck_assert_uint_eq(harness_lookup_chain(c, 3, 2), 0);
+    /* saves made after the drop are stored as always */
+    ck_assert_uint_eq(harness_save_chain(c, 4, 2, CH, 0), 2);
+    ck_assert_uint_eq(harness_lookup_chain(c, 4, 2), 2);
+    kvt_close(&c);
+    harness_stop(&h);
+    check_unlink_arena(arena);
+}
+END_TEST
+
 static Suite *drop_suite(void)
 {
     Suite *su = suite_create("drop");
@@ -378,6 +427,7 @@ static Suite *drop_suite(void)
     tcase_add_test(tc, test_drop_namespace_ram_disk_revision_restart);
     tcase_add_test(tc, test_drop_logs_a_hostile_name_on_one_line);
     tcase_add_test(tc, test_drop_pinned_clean_chunk_then_stop);
+    tcase_add_test(tc, test_a_commit_in_flight_at_a_drop_is_not_stored);
     suite_add_tcase(su, tc);
     return su;
 }

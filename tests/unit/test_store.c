@@ -431,6 +431,39 @@ START_TEST(store_all_ranks_lookup_orders_the_chain_it_walked)
 }
 END_TEST
 
+/* A save still being copied and hashed when an operator drops its namespace (server_drop_ns:
+ * store_drop_ns, then ns->drops++) is not stored: what it carries was written before the drop. */
+START_TEST(store_save_in_flight_at_a_drop_is_not_stored)
+{
+    fixture_t f;
+    uint8_t st[2];
+    kvt_wire_hash_t h[2] = {H(9, 0), H(9, 1)};
+    kvt_frame_t pl[2];
+    static uint8_t buf[2][4096];
+    store_drop_t d;
+    int done = 0;
+
+    fixture_init(&f, 1 << 20, 1, false);
+    for (int i = 0; i < 2; i++)
+        pl[i] = (kvt_frame_t){.data = buf[i], .len = sizeof buf[i]};
+    ck_assert_int_eq(store_save(f.st, f.ns, 0, NULL, h, 2, pl, 0, st, saved_cb, &done, NULL), 0);
+    ck_assert_int_eq(done, 0); /* the copies run on the thread pool */
+    ck_assert_int_eq(store_drop_ns(f.st, f.ns, &d), 0);
+    f.ns->drops++;
+    while (!done)
+        uv_run(&f.loop, UV_RUN_ONCE);
+    ck_assert_int_eq(st[0], KVT_CHUNK_SKIPPED);
+    ck_assert_int_eq(st[1], KVT_CHUNK_SKIPPED);
+    ck_assert_uint_eq(lookup_chain(&f, 0, 9, 2), 0);
+    ck_assert_uint_eq(f.ns->chunks, 0);
+    ck_assert_int_eq(store_check(f.st), 0);
+    save_chain(&f, 0, 9, 0, 2, 4096, 0, st); /* after the drop: stored */
+    ck_assert_int_eq(st[0], KVT_CHUNK_STORED);
+    ck_assert_uint_eq(lookup_chain(&f, 0, 9, 2), 2);
+    fixture_fini(&f);
+}
+END_TEST
+
 START_TEST(store_replicated_one_copy)
 {
     fixture_t f;
@@ -1406,6 +1439,7 @@ static Suite *suite(void)
     tcase_add_test(ti, orphan_goes_first);
     tcase_add_test(ts, store_prefix_semantics);
     tcase_add_test(ts, store_ranks_and_all_ranks_min);
+    tcase_add_test(ts, store_save_in_flight_at_a_drop_is_not_stored);
     tcase_add_test(ts, store_all_ranks_lookup_orders_the_chain_it_walked);
     tcase_add_test(ts, store_replicated_one_copy);
     tcase_add_test(ts, store_fill_3x_no_orphans);
