@@ -28,8 +28,11 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -378,11 +381,33 @@ static kvt_server_info_t info_of(const kvt_client_t *c)
 }
 
 /* A hash list argument: non-empty, within the daemon's per-request limit. */
+/* The argument checks say what was wrong (kvt_last_error), with the daemon's limit. */
+static int refuse(const kvt_client_t *c, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(const kvt_client_t *c, int rc, const char *fmt, ...)
+{
+    char text[KVT_ERRTEXT_MAX + 1];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    keep_error(c, rc, text);
+    return rc;
+}
+
 static int check_hashes(const kvt_client_t *c, const kvt_hash_t *hashes, size_t n)
 {
+    uint32_t max = info_of(c).max_chunks;
+
     if (hashes == NULL || n == 0)
-        return KVT_EINVAL;
-    return n > info_of(c).max_chunks ? KVT_ETOOBIG : 0;
+        return refuse(c, KVT_EINVAL, "no hashes (a request names 1 to %u chunks)", max);
+    if (n > max)
+        return refuse(c, KVT_ETOOBIG,
+                      "%zu chunks in one request; the daemon takes at most %u "
+                      "(server.max_chunks_per_request)",
+                      n, max);
+    return 0;
 }
 
 static int check_lens(const kvt_client_t *c, const size_t *lens, size_t n)
@@ -393,9 +418,12 @@ static int check_lens(const kvt_client_t *c, const size_t *lens, size_t n)
         return KVT_EINVAL;
     for (size_t i = 0; i < n; i++) {
         if (lens[i] == 0)
-            return KVT_EINVAL;
+            return refuse(c, KVT_EINVAL, "chunk %zu is empty (a chunk has 1 byte or more)", i);
         if (lens[i] > max)
-            return KVT_ETOOBIG;
+            return refuse(c, KVT_ETOOBIG,
+                          "chunk %zu is %zu bytes; the daemon takes at most %" PRIu64
+                          " (ram.max_chunk_bytes)",
+                          i, lens[i], max);
     }
     return 0;
 }

@@ -532,8 +532,14 @@ static void recv_cb(void *arg, zmq_msg_t *parts, size_t nparts, bool truncated)
     }
     sv->cur = s; /* replies from here on are charged to s */
     if (rc != 0) {
+        char vwhy[64];
         const char *why =
             rc == KVT_WIRE_EPROTO && !truncated ? kvt_decode_why(sv->frames, nparts - 1) : "";
+        if (rc == KVT_WIRE_EVERSION) { /* say what would be understood */
+            snprintf(vwhy, sizeof vwhy, "version %u; this daemon speaks %d to %d",
+                     (unsigned)req.hdr.version, KVT_PROTO_VERSION_MIN, KVT_PROTO_VERSION);
+            why = vwhy;
+        }
         reply_error(sv, rid, &req.hdr, rc, "%s: %s%s%s%s", kvt_msg_type_name(req.hdr.type),
                     kvt_wire_strerror(rc), truncated ? " (too many frames)" : "",
                     why[0] != '\0' ? ": " : "", why);

@@ -119,6 +119,15 @@ START_TEST(test_load_ok_both_versions)
 }
 END_TEST
 
+/* The text of an ERROR reply, NUL-terminated (a static buffer). */
+static const char *text_of(const kvt_msg_t *m)
+{
+    static char text[KVT_ERRTEXT_MAX + 1];
+
+    snprintf(text, sizeof text, "%.*s", (int)m->u.error.text_len, m->u.error.text);
+    return text;
+}
+
 START_TEST(test_tally_and_errors_v2)
 {
     harness_t *h = harness_start(NULL);
@@ -171,6 +180,9 @@ START_TEST(test_tally_and_errors_v2)
         ck_assert_uint_eq(rep.hdr.version, 1);
         ck_assert_uint_eq(rep.hdr.req_id, 4);
         ck_assert_int_eq(rep.u.error.code, KVT_WIRE_EVERSION);
+        /* and says which versions it speaks (0.2.13) */
+        ck_assert_msg(strstr(text_of(&rep), "this daemon speaks 1 to 2") != NULL, "text: %s",
+                      text_of(&rep));
         harness_raw_msg_close(&r);
     }
     zmq_close(s);
