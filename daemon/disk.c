@@ -314,6 +314,7 @@ struct disk {
     uint64_t segment_faults;
     bool closing;
     bool closed;
+    bool keep_segments; /* disk_keep_segments: no flush reclaims from here on */
     void (*done)(void *);
     void *done_arg;
 
@@ -977,13 +978,13 @@ static void flush_after(uv_work_t *req, int status)
 }
 
 /* Fails every record of the filling batch (shutdown with nowhere to write). */
-static void fail_fill(disk_t *d)
+static void fail_fill(disk_t *d, int rc)
 {
     wbuf_t *wb = d->fill;
 
     for (uint32_t i = 0; i < wb->n; i++)
         d->ops.committed(d->arg, wb->recs[i].ns_id, &wb->recs[i].m, wb->first_seq + i,
-                         wb->recs[i].cookie, -EIO, &wb->recs[i].loc);
+                         wb->recs[i].cookie, rc, &wb->recs[i].loc);
     wbuf_reset(wb);
 }
 
@@ -1040,6 +1041,12 @@ static void kick(disk_t *d)
         d->active == NULL || d->active->faulted || d->active->size + d->fill->bound > d->seg_bytes;
     start = roll ? 0 : d->active->size;
     need = round_block(start + d->fill->bound) - (roll ? 0 : round_block(start));
+    if (d->keep_segments && d->used + need > d->capacity) {
+        /* no room without a reclaim (the capacity lowered by an ENOSPC since the batch was
+         * filled): its chunks stay RAM-only, in the arena that is re-attached (disk.h) */
+        fail_fill(d, -ENOSPC);
+        return;
+    }
     rc = reclaim_for(d, need, d->closing);
     if (rc == -EAGAIN) {
         next_turn(d); /* a large segment is being reclaimed a slice per turn */
@@ -1100,7 +1107,7 @@ static void kick(disk_t *d)
 
 busy:
     if (d->closing) {
-        fail_fill(d);
+        fail_fill(d, -EIO);
         maybe_done(d);
         return;
     }
@@ -1130,6 +1137,11 @@ bool disk_admits(const disk_t *d, uint64_t len)
 uint64_t disk_capacity(const disk_t *d)
 {
     return d->capacity;
+}
+
+void disk_keep_segments(disk_t *d)
+{
+    d->keep_segments = true;
 }
 
 bool disk_fits_unreclaimed(const disk_t *d, uint64_t len)

@@ -151,6 +151,12 @@ bool disk_admits(const disk_t *d, uint64_t len);
 /* Whether a record of len bytes, appended now, would fit beside everything the tier holds and
  * the batch filling, with no segment reclaimed for it (the shutdown persist writes only so). */
 bool disk_fits_unreclaimed(const disk_t *d, uint64_t len);
+/* From now on no flush reclaims a segment: a batch that does not fit the room the tier has is
+ * failed instead (committed() with -ENOSPC for its records). For the shutdown persist of a
+ * re-attached arena, whose chunks stay in the arena anyway: disk_fits_unreclaimed() checks each
+ * append, but a filesystem that fills lowers the capacity in force (an ENOSPC) under a batch
+ * already filled, and its flush would reclaim chunks only the disk holds for its room. */
+void disk_keep_segments(disk_t *d);
 
 /* A finished read: rc 0 (dst holds the raw_len verified bytes), or rc < 0 (-EBADMSG checksum
  * or header mismatch, -EIO, -ECANCELED). A read that fails with EIO or a mismatch is done once

@@ -769,6 +769,8 @@ void store__persist_begin(store_t *s)
     s->persist_deadline = s->persist_start + STORE_PERSIST_MS;
     s->persist_dirty = s->dirty_bytes;
     s->persist_errors = disk_write_errors(s->disk);
+    if (s->journal != NULL)
+        disk_keep_segments(s->disk); /* also for the batches filled before a later ENOSPC */
     persist_step(s);
 }
 

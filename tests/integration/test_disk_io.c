@@ -1221,6 +1221,80 @@ START_TEST(test_bad_sector_keeps_the_checkpoint)
 }
 END_TEST
 
+/* The bytes of the regular files directly in dir (what the preload's full= counts). */
+static uint64_t dir_file_bytes(const char *dir)
+{
+    char cmd[256];
+    unsigned long long n = 0;
+    FILE *f;
+
+    snprintf(cmd, sizeof cmd,
+             "find %s -maxdepth 1 -type f -printf '%%s\\n' | awk '{n+=$1} END {print n+0}'", dir);
+    f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%llu", &n), 1);
+    pclose(f);
+    return n;
+}
+
+/* A filesystem that fills (other files) just before a clean stop, with a re-attached arena: the
+ * persist writes only into the room the disk has, since its RAM chunks stay in the arena anyway
+ * (0.2.7). Its first flush fails with ENOSPC, which lowers the capacity in force to what the tier
+ * holds; the batch it had filled beside that flush must then not reclaim the oldest segments -
+ * chunks only the disk holds - for its room. Before, it did (after the tier's retry): chains 1-2,
+ * on disk only, lost at a clean stop for copies of chunks the restart re-attached anyway. */
+START_TEST(test_persist_on_a_full_filesystem_keeps_the_disk)
+{
+    char dir[96], more[640], arena[160], words[64];
+    harness_t *h;
+    kvt_client_t *c;
+    size_t before[12];
+    int64_t t0;
+    int wst = 0;
+    pid_t got = 0;
+
+    make_dir(dir, sizeof dir);
+    snprintf(arena, sizeof arena, "/dev/shm/kvt-full-stop-%d.arena", (int)getpid());
+    snprintf(more, sizeof more, ", \"ram\": {\"arena_path\": \"%s\"}", arena);
+    set_faults("");
+    /* 1 MiB write buffers: the persist fills one while the other's flush fails */
+    h = start_more(dir, "none", "1MiB", 2000, more, 1);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    save_chains(h, c, 1, 8, 1);  /* chains 1-4 on disk only, 5-8 in RAM and on disk */
+    save_chains(h, c, 9, 10, 0); /* RAM-only (within the clean target): the persist's */
+    for (uint32_t s = 1; s <= 10; s++)
+        before[s] = present(c, s);
+    ck_assert_uint_eq(before[1], PER);
+    kvt_close(&c);
+    snprintf(words, sizeof words, "full=%llu", (unsigned long long)dir_file_bytes(dir));
+    set_faults(words); /* full: no file in the directory may grow */
+    t0 = harness_now_ms();
+    ck_assert_int_eq(kill(h->pid, SIGTERM), 0);
+    while (harness_now_ms() - t0 < 30000 && (got = waitpid(h->pid, &wst, WNOHANG)) == 0)
+        usleep(20 * 1000);
+    ck_assert_msg(got == h->pid, "the stop on a full filesystem did not end within 30 s");
+    ck_assert(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    h->pid = 0;
+    ck_assert_int_ge(injected("writes"), 1);
+    ck_assert_int_ge(harness_log_count(h, "action=lowered"), 1);
+    printf("full filesystem at stop: ended after %lld ms\n", (long long)(harness_now_ms() - t0));
+    set_faults("");
+    harness_restart(h); /* healthy, the arena re-attached */
+    c = harness_client(h, "diskio", 1, 0, 0);
+    printf("full filesystem at stop: chunks kept per chain:");
+    for (uint32_t s = 1; s <= 10; s++) {
+        size_t k = harness_load_chain(c, s, PER, CH, 0); /* byte-exact */
+        printf(" %zu/%zu", k, before[s]);
+        ck_assert_msg(k == before[s], "chain %u: %zu chunks before the stop, %zu after", s,
+                      before[s], k);
+    }
+    printf("\n");
+    kvt_close(&c);
+    harness_stop(&h);
+    check_unlink_arena(arena);
+}
+END_TEST
+
 static Suite *disk_io_suite(void)
 {
     Suite *su = suite_create("disk_io");
@@ -1243,6 +1317,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_cleaner_resumes_after_a_failed_flush);
     tcase_add_test(tc, test_full_filesystem_reclaims);
     tcase_add_test(tc, test_full_filesystem_no_churn);
+    tcase_add_test(tc, test_persist_on_a_full_filesystem_keeps_the_disk);
     tcase_add_test(tc, test_faulted_active_segment_is_left);
     suite_add_tcase(su, tc);
     tc = tcase_create("recovery");
