@@ -142,6 +142,8 @@ void store_tick(store_t *s, uint64_t now_ms)
 {
     index_prune_leases(s->ix, now_ms);
     store__read_stall_check(s);
+    if (!s->closing)
+        store__ram_trim(s, now_ms); /* what a re-attach brought beyond ram_cap, once written */
     if (s->journal != NULL && !s->closing &&
         journal_records(s->journal) >
             JOURNAL_COMPACT_FACTOR * s->ram_chunks + JOURNAL_COMPACT_FLOOR)
@@ -723,6 +725,34 @@ int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uin
             s->dk.refused++; /* the disk could not take it in time: saves never wait */
         store__drop(s, v);
     }
+}
+
+bool store__ram_over(const store_t *s)
+{
+    return tier_used(s) > s->ram_cap;
+}
+
+void store__ram_trim(store_t *s, uint64_t now_ms)
+{
+    bool released = false;
+
+    while (s->disk != NULL && tier_used(s) > s->ram_cap) {
+        index_entry_t *v = index_victim_with(s->ix, now_ms, STORE_VICTIM_SCAN, INDEX_F_DISK);
+
+        if (v == NULL) {
+            /* the tails are dirty: a clean ancestor of the coldest (store__alloc) */
+            v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
+            v = v != NULL ? clean_ancestor(v, v->clock) : NULL;
+        }
+        if (v == NULL || !(v->flags & INDEX_F_RAM) || (v->flags & INDEX_F_WBUF))
+            break;
+        s->st.evictions++;
+        s->dk.demoted_clean++;
+        store__ram_release(s, v);
+        released = true;
+    }
+    if (released)
+        store__journal_flush(s); /* the extents given up, before one is reused */
 }
 
 /* --- invalidation --- */

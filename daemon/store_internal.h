@@ -190,6 +190,13 @@ void store__touch(store_t *s, index_entry_t *e);
  * spilled (while the RAM tier is what is full), one without either is dropped when allow_drop
  * (counted as a demotion refused), else the allocation fails. 0 or -ENOSPC / -EINVAL. */
 int store__alloc(store_t *s, uint64_t len, uint64_t now_ms, bool allow_drop, uint64_t *off);
+/* Releases the RAM copies of clean chain tails, coldest first, while the RAM tier holds more
+ * than ram_cap (a re-attached arena: chunks that were spilled into the write headroom come back
+ * as RAM chunks); the dirty ones wait for the cleaner, and store_tick trims again. */
+void store__ram_trim(store_t *s, uint64_t now_ms);
+/* Whether the RAM tier holds more than ram_cap (the cleaner then writes every dirty chunk, so
+ * that store__ram_trim can release them). */
+bool store__ram_over(const store_t *s);
 
 /* Writes RAM chunk e of namespace ns to the disk by reference: its extent is lent to the flush,
  * it stays in RAM, pinned until the write commits. 0 or disk_append's error. */

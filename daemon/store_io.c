@@ -161,7 +161,7 @@ void store__clean_ahead(store_t *s)
 
         /* the extents disk reads land in are neither free nor clean either: while read-aheads
          * and promotions hold them, the cleaner writes that much more (the saves' room) */
-        if (e == NULL || s->dirty_bytes + s->promo_bytes + target <= cap)
+        if (e == NULL || (s->dirty_bytes + s->promo_bytes + target <= cap && !store__ram_over(s)))
             return;
         if (budget == 0)
             break;
@@ -613,6 +613,7 @@ int store_attach_disk(store_t *s, uv_loop_t *loop)
      * both tiers are relinked together */
     store__ram_recover(s);
     store__relink(s);
+    store__ram_trim(s, uv_now(loop)); /* the chunks a spill had put beyond ram_cap */
     drops_prune(s->drops, disk_first_segment(s->disk));
     drops_attach(s->drops, loop); /* serving from here on: its writes go to the thread pool */
     s->clean_target = s->cfg->ram.clean_target_bytes;
