@@ -1045,6 +1045,8 @@ static void kick(disk_t *d)
         /* no room without a reclaim (the capacity lowered by an ENOSPC since the batch was
          * filled): its chunks stay RAM-only, in the arena that is re-attached (disk.h) */
         fail_fill(d, -ENOSPC);
+        if (d->closing)
+            maybe_done(d);
         return;
     }
     rc = reclaim_for(d, need, d->closing);

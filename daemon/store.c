@@ -742,7 +742,7 @@ void store__ram_trim(store_t *s, uint64_t now_ms)
         if (v == NULL) {
             /* the tails are dirty: a clean ancestor of the coldest (store__alloc) */
             v = index_victim(s->ix, now_ms, STORE_VICTIM_SCAN);
-            v = v != NULL ? clean_ancestor(v, v->clock) : NULL;
+            v = v != NULL ? clean_ancestor(v, index_clock(v)) : NULL;
         }
         if (v == NULL || !(v->flags & INDEX_F_RAM) || (v->flags & INDEX_F_WBUF))
             break;
