@@ -683,11 +683,13 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     if (rc != 0) {
         log_error("ram_arena", "path=\"%s\" capacity_bytes=%" PRIu64 " error=\"%s\"%s",
                   cfg->ram.arena_path, cfg->ram.capacity_bytes, strerror(-rc),
-                  rc == -ENOSPC ? " hint=\"the arena's filesystem has less room than the arena "
-                                  "(ram.capacity_bytes + 2 x disk.write_buffer_bytes with the "
-                                  "disk tier + 4 KiB): a /dev/shm too small, or on hugetlbfs too "
-                                  "few free vm.nr_hugepages\""
-                                : "");
+                  rc == -ENOSPC  ? " hint=\"the arena's filesystem has less room than the arena "
+                                   "(ram.capacity_bytes + 2 x disk.write_buffer_bytes with the "
+                                   "disk tier + 4 KiB): a /dev/shm too small, or on hugetlbfs too "
+                                   "few free vm.nr_hugepages\""
+                  : rc == -EBUSY ? " hint=\"another kvtierd holds this arena's lock "
+                                   "(ram.arena_path): two daemons cannot share an arena\""
+                                 : "");
         goto fail;
     }
     session_limits(cfg, &limits);
@@ -715,8 +717,12 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
     /* After the bind: a daemon that cannot bind never touches the disk directory. Recovery runs
      * here, before the loop serves the first request. */
     if (store_attach_disk(sv->store, loop) != 0)
-        log_error("disk", "dir=%s error=\"%s\" action=running_without_disk_tier", cfg->disk.dir,
-                  strerror(-store_disk_error(sv->store)));
+        log_error("disk", "dir=%s error=\"%s\" action=running_without_disk_tier%s", cfg->disk.dir,
+                  strerror(-store_disk_error(sv->store)),
+                  store_disk_error(sv->store) == -EBUSY
+                      ? " hint=\"another kvtierd holds this directory's lock (disk.dir/lock): two "
+                        "daemons cannot share a disk directory\""
+                      : "");
     /* the gates' learned state and the leases of the last clean stop, over the recovered tiers */
     if (store_state_path(sv->store, sv->state_path, sizeof sv->state_path))
         state_load(sv->state_path, sv->nst, sv->store, cfg, uv_now(loop),
