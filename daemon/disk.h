@@ -132,15 +132,17 @@ int disk_append(disk_t *d, uint32_t ns_id, const record_meta_t *m, void *data, u
  *
  * "auto" (the default) stages reads of O_DIRECT segments when the kernel gives madvised memory
  * huge pages (stage_thp_available) and the arena's own pages are small; "on" stages reads and
- * flushes regardless; "off" neither. Why flushes are not staged by "auto": measured on the
- * development VM (README, "Staged reads"), the flush's write calls ran no faster from huge pages
- * (one pwritev of a whole batch already makes large requests) while the copy cost the single flush
- * worker time, so staged flushes wrote 10-30 % slower end to end; reads, 8 in flight, spent
- * about 20 % less time in their read calls.
+ * flushes regardless; "off" neither. Flushes under "auto" (0.2.13) are staged or not by
+ * measurement, flush by flush (disk.c, flush_staged): each way's work per byte is averaged and
+ * one flush in 16 goes the way that lost. Why not a fixed choice: on the 0.2.4 VM staged
+ * flushes wrote 10-30 % slower end to end (the copy cost the single flush worker more than the
+ * huge-page DMA saved, README "Staged reads"), on the 0.2.13 VM 1.3-1.7x faster (README, "One
+ * probe for all ranks ..."); reads, 8 in flight, spent about 20 % less time in their read calls
+ * on both.
  *
  * disk_set_arena_page tells the tier the arena's page size: with "auto" and huge pages
- * (hugetlbfs, tmpfs mounted huge=), reads are not staged and DMA goes straight into the arena.
- * Call it before the loop runs.
+ * (hugetlbfs, tmpfs mounted huge=), reads and flushes are not staged and DMA goes straight into
+ * and out of the arena. Call it before the loop runs.
  */
 void disk_set_arena_page(disk_t *d, uint64_t page_bytes);
 
@@ -281,7 +283,9 @@ typedef struct {
     uint64_t flush_running_ms;       /* how long the flush in flight has run (0: none): a disk
                                         that hangs shows here, since its flush never returns */
     bool staging_reads;              /* reads go through staging memory (disk_set_arena_page) */
-    bool staging_writes;             /* and flushes too (disk.staging "on") */
+    bool staging_writes;             /* flushes may be staged ("on"; "auto": flush_staged) */
+    uint64_t flushes;                /* flushes written (batches) */
+    uint64_t flushes_staged;         /* of which copied their payloads into staging memory */
     uint64_t staging_bytes;          /* the staging mappings (flush and reads) */
     uint64_t staging_resident_bytes; /* of which backed by memory now (mincore) */
     uint64_t reads_staged;           /* reads that went through the reads' staging memory */

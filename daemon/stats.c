@@ -741,7 +741,8 @@ static const stats_field_t disk_fields[] = {
      .type = T_BOOL,
      .off = offsetof(D, disk.tier.staging_writes),
      .kind = GAUGE,
-     .help = "Flushes go through huge-page staging memory (disk.staging \"on\").",
+     .help = "Flushes may go through huge-page staging memory (disk.staging \"on\"; \"auto\" "
+             "with the reads' conditions, flush by flush by measurement: flushes_staged).",
      .when = tier_open},
     DISK("staging_bytes", staging_bytes, GAUGE, "bytes",
          "Address space of the staging memory (the flush's and the reads')."),
@@ -751,6 +752,11 @@ static const stats_field_t disk_fields[] = {
          "Reads that failed (an I/O error, a checksum or header mismatch) and were done once "
          "more: a transient fault then costs a read, not the chunk (read_errors and "
          "checksum_drops count the reads that failed again)."),
+    DISK("flushes", flushes, COUNTER, NULL,
+         "Flushes written: batches of records, one pwritev (or, staged, a few) each."),
+    DISK("flushes_staged", flushes_staged, COUNTER, NULL,
+         "Flushes that copied their raw payloads into the staging memory before writing them "
+         "(disk.staging \"auto\" stages a flush when staged flushes have written faster)."),
     DISK("reads_staged", reads_staged, COUNTER, NULL,
          "Reads that went through the staging memory (the others went straight into the "
          "arena: none free, staging off, or an old record)."),

@@ -786,7 +786,8 @@ START_TEST(test_thp_tmpfs_arena)
         st = harness_status(h);
         ck_assert_int_eq(harness_jint(st, "ram.huge_page_bytes"), on_shm ? 0 : 2 * MIB);
         ck_assert(harness_jbool(st, "disk.staging_reads") == (on_shm && thp_madvise()));
-        ck_assert(!harness_jbool(st, "disk.staging_writes"));
+        ck_assert(harness_jbool(st, "disk.staging_writes") ==
+                  (on_shm && thp_madvise() && harness_jbool(st, "disk.direct_io")));
         json_decref(st);
         c = connect_path(h, NULL, 1, 0, KVT_DATA_PATH_SHM);
         ck_assert_int_eq(kvt_data_path(c), KVT_DATA_PATH_SHM);
