@@ -73,6 +73,8 @@ typedef enum {
     SN_RERR,
     SN_CSUM,
     SN_WBUF,
+    SN_FLUSHES, /* 0.2.13 (0 from an older daemon) */
+    SN_STAGED,
     SN_N,
 } snap_key_t;
 
@@ -95,6 +97,8 @@ static const char *const snap_keys[SN_N] = {
     [SN_RERR] = "read_errors",
     [SN_CSUM] = "checksum_drops",
     [SN_WBUF] = "write_buffer_chunks",
+    [SN_FLUSHES] = "flushes",
+    [SN_STAGED] = "flushes_staged",
 };
 
 /* What one status document says about the disk tier. */
@@ -1444,6 +1448,10 @@ static json_t *disk_json(const bench_t *b, const disk_res_t *d, const warnings_t
         real_or_null(f.ratio_run), "latency", pct_json(&d->save), "outcomes", "stored",
         (json_int_t)d->n.stored, "exists", (json_int_t)d->n.exists, "nospace",
         (json_int_t)d->n.nospace, "declined", (json_int_t)d->n.declined);
+    json_object_set_new(write, "flushes",
+                        json_integer((json_int_t)snap_delta(&d->s0, &d->s1, SN_FLUSHES)));
+    json_object_set_new(write, "flushes_staged",
+                        json_integer((json_int_t)snap_delta(&d->s0, &d->s1, SN_STAGED)));
     json_t *read =
         json_pack("{s:f,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:o}", "gbps", f.r_disk,
                   "bytes", (json_int_t)f.load_bytes, "seconds", d->load_s, "chunks",
@@ -1626,6 +1634,9 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
            snap_delta(&d->s0, &d->s1, SN_DEMOTED), snap_delta(&d->s0, &d->s1, SN_CLEAN),
            snap_delta(&d->s0, &d->s1, SN_REFUSED), snap_delta(&d->s0, &d->s1, SN_LOST),
            snap_delta(&d->s0, &d->s1, SN_RECORDS), snap_delta(&d->s0, &d->s1, SN_COMPRESSED));
+    printf("write phase flushes: %" PRIu64 ", of them staged %" PRIu64
+           " (disk.flushes, disk.flushes_staged; disk.staging \"auto\" chooses by measurement)\n",
+           snap_delta(&d->s0, &d->s1, SN_FLUSHES), snap_delta(&d->s0, &d->s1, SN_STAGED));
     printf("saves: %" PRIu64 " stored, %" PRIu64 " exists, %" PRIu64 " nospace, %" PRIu64
            " declined\n",
            d->n.stored, d->n.exists, d->n.nospace, d->n.declined);
