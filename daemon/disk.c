@@ -1065,6 +1065,13 @@ static double auto_max_ratio(const disk_t *d)
     return r;
 }
 
+/* Whether any flush may be staged: not without staging memory, and under "auto" not with DMA
+ * straight out of huge pages or with buffered writes (a copy for nothing). */
+static bool flushes_stageable(const disk_t *d)
+{
+    return d->wstage != NULL && !(d->stage_choose && (d->arena_huge || !d->direct));
+}
+
 /*
  * Staged flushes (disk.h "Staging"): whether the next flush copies its raw payloads into the
  * staging memory. "on" always; "auto" (with staging memory, direct I/O and an arena in small
@@ -1081,12 +1088,10 @@ static bool flush_staged(disk_t *d, bool *probe)
     bool best;
 
     *probe = false;
-    if (d->wstage == NULL)
+    if (!flushes_stageable(d))
         return false;
     if (!d->stage_choose)
         return true;
-    if (d->arena_huge || !d->direct)
-        return false; /* DMA straight out of huge pages, or buffered writes: a copy for nothing */
     if (d->stage_ns_pb[1] == 0)
         return true;
     if (d->stage_ns_pb[0] == 0)
@@ -2282,7 +2287,7 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     }
     if (cfg->disk.staging == CONFIG_STAGING_ON || stage_auto) {
         d->wstage = stage_new(d->wb_bytes);
-        d->stage_choose = !(cfg->disk.staging == CONFIG_STAGING_ON);
+        d->stage_choose = cfg->disk.staging != CONFIG_STAGING_ON;
         if (d->wstage == NULL)
             log_warn("disk_staging", "what=flushes bytes=%" PRIu64 " error=\"%s\" action=unstaged",
                      d->wb_bytes, strerror(errno));
@@ -2463,7 +2468,7 @@ void disk_stats(const disk_t *d, disk_stats_t *out)
         .write_buffer_bytes = (d->fill ? d->fill->used : 0) + (d->flushing ? d->flushing->used : 0),
         .flush_running_ms = d->flushing != NULL ? uv_now(d->loop) - d->flush_started : 0,
         .staging_reads = d->rstage != NULL,
-        .staging_writes = d->wstage != NULL && !(d->stage_choose && (d->arena_huge || !d->direct)),
+        .staging_writes = flushes_stageable(d),
         .flushes = d->flushes,
         .flushes_staged = d->flushes_staged,
         .staging_bytes = stage_bytes(d->wstage) + stage_bytes(d->rstage),

@@ -106,6 +106,15 @@ static void cfg_for(config_t *cfg)
     cfg->disk.staging = staging;
 }
 
+/* cfg_for with room for batches of write_buffer bytes: 64 MiB of disk in 32 MiB segments. */
+static void cfg_large(config_t *cfg, uint64_t write_buffer)
+{
+    cfg_for(cfg);
+    cfg->disk.capacity_bytes = 64u << 20;
+    cfg->disk.segment_bytes = 32u << 20;
+    cfg->disk.write_buffer_bytes = write_buffer;
+}
+
 static void setup(void)
 {
     memset(&F, 0, sizeof F);
@@ -484,10 +493,7 @@ START_TEST(test_large_batch)
     disk_stats_t st;
 
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    cfg_for(&cfg);
-    cfg.disk.capacity_bytes = 64u << 20;
-    cfg.disk.segment_bytes = 32u << 20;
-    cfg.disk.write_buffer_bytes = 16u << 20;
+    cfg_large(&cfg, 16u << 20);
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     for (int k = 0; k < 200; k++)
         append(&loop, d, k); /* no loop turn between: one batch */
@@ -623,9 +629,9 @@ START_TEST(test_recovers_version1_segment)
 END_TEST
 
 /* 0.2.13: under "auto" a flush is staged or not by measurement (disk.c, flush_staged), each way
- * tried first (its first MiB not counted, then one average): 14 flushes of 18 records (1.08 MB each, one average per flush) are neither all
- * staged nor all unstaged, "on" stages every one and "off" none; every record reads back
- * byte-exact and is found by a restart. */
+ * tried first (its first MiB not counted, its second averaged): 14 flushes of 18 records (1.08 MB
+ * each) are neither all staged nor all unstaged, "on" stages every one and "off" none; every
+ * record reads back byte-exact and is found by a restart. */
 START_TEST(test_auto_stages_flushes_by_measurement)
 {
     uv_loop_t loop;
@@ -635,10 +641,7 @@ START_TEST(test_auto_stages_flushes_by_measurement)
     const int rounds = 14, per = 18;
 
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    cfg_for(&cfg);
-    cfg.disk.capacity_bytes = 64u << 20;
-    cfg.disk.segment_bytes = 32u << 20;
-    cfg.disk.write_buffer_bytes = 2u << 20;
+    cfg_large(&cfg, 2u << 20);
     ck_assert_int_eq(disk_open(&loop, &cfg, &ops, NULL, &d), 0);
     for (int r = 0; r < rounds; r++) {
         for (int k = r * per; k < (r + 1) * per; k++)
