@@ -116,3 +116,12 @@ uint64_t hist_sum(const hist_t *h)
 {
     return h->sum;
 }
+
+uint64_t hist_bucket_lo(unsigned i)
+{
+    if (i == 0)
+        return 0;
+    if (i >= HIST_BUCKETS)
+        i = HIST_BUCKETS - 1;
+    return hist_upper(i - 1) + 1;
+}

@@ -62,4 +62,10 @@ uint64_t hist_count_below(const hist_t *h, uint64_t v);
 /* The sum of the values recorded (saturating at UINT64_MAX). */
 uint64_t hist_sum(const hist_t *h);
 
+/* The smallest value bucket i (0 <= i < HIST_BUCKETS) holds. Bucket i holds the values from
+ * hist_bucket_lo(i) up to hist_bucket_lo(i + 1) - 1; the overflow bucket (the last) everything
+ * from 2^HIST_MAX_EXP on. The boundaries are fixed: two histograms' buckets i hold the same
+ * values, so a later copy minus an earlier one is the histogram of what came between. */
+uint64_t hist_bucket_lo(unsigned i);
+
 #endif /* KVT_HIST_H */

@@ -348,16 +348,17 @@ typedef enum {
     T_I64,
     T_DOUBLE,
     T_BOOL,
-    T_STR,    /* const char * */
-    T_CHARS,  /* a NUL-terminated char array */
-    T_HEX64,  /* a uint64_t written as 16 lowercase hex digits */
-    T_ERRNO,  /* an int: "" for 0, else strerror of its negation */
-    T_WORD,   /* an int-sized enum written as words[value] */
-    T_OBJECT, /* fields[], offsets relative to base + off */
-    T_ARRAY,  /* items(): each element rendered by elem */
-    T_MAP,    /* items(): each element rendered by elem under the key elem_key() */
-    T_HIST,   /* metrics only: a const hist_t * of microseconds, exported as a histogram */
-    T_TIMING, /* metrics only: a server_timing_t, exported as a summary (sum and count) */
+    T_STR,     /* const char * */
+    T_CHARS,   /* a NUL-terminated char array */
+    T_HEX64,   /* a uint64_t written as 16 lowercase hex digits */
+    T_ERRNO,   /* an int: "" for 0, else strerror of its negation */
+    T_WORD,    /* an int-sized enum written as words[value] */
+    T_OBJECT,  /* fields[], offsets relative to base + off */
+    T_ARRAY,   /* items(): each element rendered by elem */
+    T_MAP,     /* items(): each element rendered by elem under the key elem_key() */
+    T_HIST,    /* metrics only: a const hist_t * of microseconds, exported as a histogram */
+    T_TIMING,  /* metrics only: a server_timing_t, exported as a summary (sum and count) */
+    T_BUCKETS, /* JSON only: a const hist_t *, its non-empty buckets as [lo, hi, count] */
 } stats_type_t;
 
 typedef enum {
@@ -1059,6 +1060,9 @@ static const stats_field_t op_fields[] = {
     NUM(stats_op_t, "duration", T_HIST, hist, GAUGE, "seconds",
         "Daemon service time per request, from intake to reply.",
         .metric = "kvtier_op_duration_seconds"),
+    NUM(stats_op_t, "buckets_us", T_BUCKETS, hist, INFO, "microseconds",
+        "The service-time histogram's non-empty buckets, [lo, hi, count] (cumulative since the "
+        "start; two documents' difference is the histogram of the interval between them)."),
 };
 
 static const stats_field_t op_elem =
@@ -1431,6 +1435,27 @@ static bool is_metrics_only(const stats_field_t *f)
 
 static json_t *json_fields(const stats_field_t *fields, size_t n, const char *base);
 
+/* A histogram's non-empty buckets, in order, as [lo, hi, count]: count values from lo to hi
+ * (microseconds, both included; the overflow bucket's hi is the largest value recorded). The
+ * boundaries are hist.c's, fixed, so two documents' counts of the same lo subtract into the
+ * histogram of the requests served between them (kvtier-bench's windowed percentiles). */
+static json_t *json_buckets(const hist_t *h)
+{
+    json_t *a = json_array();
+
+    for (unsigned i = 0; a != NULL && i < HIST_BUCKETS; i++) {
+        uint64_t lo, hi;
+
+        if (h->buckets[i] == 0)
+            continue;
+        lo = hist_bucket_lo(i);
+        hi = i + 1 < HIST_BUCKETS ? hist_bucket_lo(i + 1) - 1 : (h->max > lo ? h->max : lo);
+        json_array_append_new(
+            a, json_pack("[I,I,I]", (json_int_t)lo, (json_int_t)hi, (json_int_t)h->buckets[i]));
+    }
+    return a;
+}
+
 static json_t *json_value(const stats_field_t *f, const char *base)
 {
     const void *p = base + f->off;
@@ -1483,6 +1508,8 @@ static json_t *json_value(const stats_field_t *f, const char *base)
             json_object_set_new(c, f->elem_key(elem), json_value(f->elem, elem));
         }
         return c;
+    case T_BUCKETS:
+        return json_buckets(*(const hist_t *const *)p);
     case T_HIST:
     case T_TIMING:
         break;

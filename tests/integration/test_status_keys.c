@@ -307,6 +307,38 @@ START_TEST(test_status_and_metrics_keys)
         ck_assert_int_eq(pw, turns);
         ck_assert_int_eq(pc, turns);
     }
+    /* every op's buckets_us: [lo, hi, count] in order, not overlapping, summing to its count,
+     * its p99 within the bucket that holds it */
+    {
+        const char *op;
+        json_t *op_o;
+
+        json_object_foreach(json_object_get(st, "ops"), op, op_o)
+        {
+            json_t *bk = json_object_get(op_o, "buckets_us"), *e;
+            int64_t sum = 0, prev_hi = -1,
+                    p99 = json_integer_value(json_object_get(op_o, "p99_us"));
+            int64_t count = json_integer_value(json_object_get(op_o, "count")), in_p99 = 0;
+            size_t i;
+
+            ck_assert_msg(json_is_array(bk), "ops.%s.buckets_us", op);
+            json_array_foreach(bk, i, e)
+            {
+                int64_t lo = json_integer_value(json_array_get(e, 0));
+                int64_t hi = json_integer_value(json_array_get(e, 1));
+                int64_t n = json_integer_value(json_array_get(e, 2));
+                ck_assert_msg(lo > prev_hi && hi >= lo && n > 0, "ops.%s bucket %zu", op, i);
+                in_p99 += lo <= p99 && p99 <= hi;
+                prev_hi = hi;
+                sum += n;
+            }
+            ck_assert_int_eq(sum, count);
+            ck_assert_int_eq(in_p99, count > 0 ? 1 : 0);
+        }
+        ck_assert_int_gt(json_integer_value(json_object_get(
+                             json_object_get(json_object_get(st, "ops"), "lookup"), "count")),
+                         0);
+    }
     json_decref(st);
     compare("status_keys.txt", &keys);
 

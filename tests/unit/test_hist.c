@@ -148,6 +148,52 @@ START_TEST(test_bucket_bounds)
 }
 END_TEST
 
+/* hist_bucket_lo: the buckets tile the values without gaps, each lower bound lands in its own
+ * bucket and the value below it in the previous one, and a later copy minus an earlier one
+ * counts what was recorded between (what status ops.*.buckets_us is read for). */
+START_TEST(test_bucket_lo_tiles_the_values)
+{
+    hist_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(hist_bucket_lo(0), 0);
+    ck_assert_uint_eq(hist_bucket_lo(16), 16);
+    ck_assert_uint_eq(hist_bucket_lo(17), 17);
+    ck_assert_uint_eq(hist_bucket_lo(32), 32);
+    ck_assert_uint_eq(hist_bucket_lo(33), 34);
+    ck_assert_uint_eq(hist_bucket_lo(HIST_BUCKETS - 1), 1ull << HIST_MAX_EXP);
+    for (unsigned i = 1; i < HIST_BUCKETS; i++) {
+        uint64_t lo = hist_bucket_lo(i);
+
+        ck_assert_uint_gt(lo, hist_bucket_lo(i - 1));
+        hist_init(a);
+        hist_record(a, lo);
+        hist_record(a, lo - 1);
+        ck_assert_uint_eq(a->buckets[i], 1);
+        ck_assert_uint_eq(a->buckets[i - 1], 1);
+    }
+    hist_init(a);
+    for (uint64_t v = 1; v < 5000; v += 7)
+        hist_record(a, v);
+    *b = *a;
+    for (uint64_t v = 3000; v < 3100; v++)
+        hist_record(b, v);
+    uint64_t between = 0;
+    for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+        uint64_t d = b->buckets[i] - a->buckets[i];
+        between += d;
+        if (d != 0) {
+            ck_assert_uint_ge(hist_bucket_lo(i + 1) - 1, 3000);
+            ck_assert_uint_le(hist_bucket_lo(i), 3099);
+        }
+    }
+    ck_assert_uint_eq(between, 100);
+    free(a);
+    free(b);
+}
+END_TEST
+
 START_TEST(test_overflow_clamps_to_max)
 {
     hist_t h;
@@ -247,6 +293,7 @@ static Suite *hist_suite(void)
     tcase_add_test(tc, test_uniform_1_to_1000);
     tcase_add_test(tc, test_integral_percentiles_exact_rank);
     tcase_add_test(tc, test_bucket_bounds);
+    tcase_add_test(tc, test_bucket_lo_tiles_the_values);
     tcase_add_test(tc, test_overflow_clamps_to_max);
     tcase_add_test(tc, test_init_resets);
     tcase_add_test(tc, test_random_within_error);
