@@ -91,6 +91,8 @@ done
 check "idle lookups" '.disk.lookup.idle.calls == 100' '.disk.lookup.idle'
 for ph in idle writing; do
     pos "the daemon's own lookup p99 ($ph)" ".disk.lookup.$ph.daemon_p99_us"
+    # the phase's own p99 (0.2.14): from the difference of ops.lookup.buckets_us
+    pos "the daemon's lookup p99 in the phase alone ($ph)" ".disk.lookup.$ph.daemon_window_p99_us"
 done
 # the read phase is cold: the daemon's segments are dropped from the page cache first
 pos "segments dropped before the reads" '.disk.read.segments_dropped.files'

@@ -19,7 +19,9 @@
  * run: a raw sequential pwrite+fdatasync / pread of the same bytes in one file under DIR (read
  * from the page cache, after posix_fadvise(DONTNEED), and with O_DIRECT), lookups from a lookup
  * thread while the daemon is idle and while it writes (with the daemon's own ops.lookup p99,
- * cumulative since it started), and shuffle+lz4 and plain lz4 of the same chunks.
+ * cumulative since it started, and, 0.2.14, the p99 of the lookups it served in the phase alone:
+ * the difference of ops.lookup.buckets_us at the phase's start and end, snap_window_pct), and
+ * shuffle+lz4 and plain lz4 of the same chunks.
  *
  * Threads: main thread (steps, status snapshots, raw baseline, codec, report), the rank threads
  * (STEP_DISK_*), one lookup thread during the idle and the write phase (it owns its client and
@@ -52,6 +54,7 @@
 #define BENCH_STATUS_TIMEOUT_MS 5000
 #define BENCH_SAMPLE_US 10000 /* disk mode: the write phase's status samples, this far apart */
 #define BENCH_SAMPLE_CAP 65536
+#define BENCH_HIST_MAX 512 /* buckets of a status histogram kept (the daemon has 465) */
 
 /* The disk.* counters of status the report takes deltas of. */
 typedef enum {
@@ -108,6 +111,9 @@ typedef struct {
     double ratio;      /* disk.compression_ratio: cumulative since the daemon started */
     double write_s;    /* disk.write_seconds: the flushes' pwritev + fdatasync time */
     double lookup_p99; /* ops.lookup.p99_us: cumulative since the daemon started */
+    /* ops.lookup.buckets_us (0.2.14; nlk 0 from an older daemon): [lo, hi, count] */
+    uint64_t lk[BENCH_HIST_MAX][3];
+    size_t nlk;
     uint64_t turns, turns_2ms, turns_5ms; /* loop.turns, and those of at most 2 / 5 ms (wall) */
     uint64_t cpu_2ms, cpu_5ms; /* turns of at most 2 / 5 ms of the loop thread's CPU time */
     int has_cpu;               /* the daemon reports loop.turn_cpu_us.buckets (0.2.2) */
@@ -140,6 +146,14 @@ static int snap_take(const bench_t *b, snap_t *sn)
     sn->ratio = json_number_value(json_object_get(disk, "compression_ratio"));
     sn->write_s = json_number_value(json_object_get(disk, "write_seconds"));
     sn->lookup_p99 = json_number_value(tool_json_path(root, "ops.lookup.p99_us"));
+    const json_t *bk = tool_json_path(root, "ops.lookup.buckets_us");
+    for (size_t i = 0; json_is_array(bk) && i < json_array_size(bk) && sn->nlk < BENCH_HIST_MAX;
+         i++) {
+        const json_t *e = json_array_get(bk, i);
+        for (int j = 0; j < 3; j++)
+            sn->lk[sn->nlk][j] = (uint64_t)json_integer_value(json_array_get(e, (size_t)j));
+        sn->nlk++;
+    }
     sn->turns = (uint64_t)json_integer_value(tool_json_path(root, "loop.turns"));
     sn->turns_2ms = (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_us.buckets.2000"));
     sn->turns_5ms = (uint64_t)json_integer_value(tool_json_path(root, "loop.turn_us.buckets.5000"));
@@ -160,6 +174,35 @@ static int snap_take(const bench_t *b, snap_t *sn)
 static uint64_t snap_delta(const snap_t *from, const snap_t *to, snap_key_t k)
 {
     return to->v[k] >= from->v[k] ? to->v[k] - from->v[k] : 0;
+}
+
+/* The p-th percentile (nearest rank, the bucket's upper bound, as the daemon reports its own) of
+ * the lookups the daemon served between two snapshots: to's buckets minus from's of the same lower
+ * bound. NAN when either daemon had no buckets (older than 0.2.14) or none were served between. */
+static double snap_window_pct(const snap_t *from, const snap_t *to, double p)
+{
+    uint64_t n[BENCH_HIST_MAX], total = 0, seen = 0, rank;
+    size_t j = 0;
+
+    if (to->nlk == 0 || (from->nlk == 0 && from->lookup_p99 > 0))
+        return NAN;
+    for (size_t i = 0; i < to->nlk; i++) {
+        while (j < from->nlk && from->lk[j][0] < to->lk[i][0])
+            j++;
+        uint64_t was = j < from->nlk && from->lk[j][0] == to->lk[i][0] ? from->lk[j][2] : 0;
+        n[i] = to->lk[i][2] > was ? to->lk[i][2] - was : 0;
+        total += n[i];
+    }
+    if (total == 0)
+        return NAN;
+    rank = (uint64_t)ceil(p * (double)total / 100.0);
+    rank = rank < 1 ? 1 : rank;
+    for (size_t i = 0; i < to->nlk; i++) {
+        seen += n[i];
+        if (seen >= rank)
+            return (double)to->lk[i][1];
+    }
+    return NAN;
 }
 
 static const char *fs_name(const char *dir)
@@ -991,6 +1034,7 @@ out:
 
 typedef struct {
     snap_t s0, s1, s2, s3; /* before the saves, drained, before and after the frames loads */
+    snap_t si;             /* before the idle lookups (their window ends at s0) */
     snap_t s4, s5;         /* before and after the loads through the primary path */
     snap_t s6, s7;         /* before and after the pinned quarter (--zero-copy) */
     raw_t raw;
@@ -1072,7 +1116,8 @@ int bench_disk_steps(bench_t *b)
     resolve_backends(b);
     d->fs = fs_name(o->disk_dir);
     d->same_fs = same_fs(o->disk_dir, d->s0.dir);
-    if (run_step(b, STEP_FILL_LOOKUP, 0, NULL) || run_step(b, STEP_LOOKUP_WARM, 0, NULL))
+    if (run_step(b, STEP_FILL_LOOKUP, 0, NULL) || run_step(b, STEP_LOOKUP_WARM, 0, NULL) ||
+        snap_take(b, &d->si))
         return EXIT_FAIL;
     if (lookuper_start(b, &l, o->lookups, o->lookups) || lookuper_finish(&l, &d->idle))
         return EXIT_FAIL;
@@ -1414,6 +1459,10 @@ static void disk_json_extras(const bench_t *b, const disk_res_t *d, const disk_f
                         real_or_null(d->s0.lookup_p99));
     json_object_set_new(json_object_get(lk, "writing"), "daemon_p99_us",
                         real_or_null(d->s1.lookup_p99));
+    json_object_set_new(json_object_get(lk, "idle"), "daemon_window_p99_us",
+                        real_or_null(snap_window_pct(&d->si, &d->s0, 99.0)));
+    json_object_set_new(json_object_get(lk, "writing"), "daemon_window_p99_us",
+                        real_or_null(snap_window_pct(&d->s0, &d->s1, 99.0)));
 }
 
 /* The whole report as one JSON object (NULL when out of memory). */
@@ -1671,15 +1720,19 @@ static void disk_print_table(const bench_t *b, const disk_res_t *d)
                ratio((double)cs[i]->raw / 1e6, cs[i]->enc_s),
                ratio((double)cs[i]->raw / 1e6, cs[i]->dec_s));
     printf("\nlookups of %u hashes, %u us apart      calls    p50 us    p99 us    max us  "
-           "daemon p99 us\n",
+           "daemon p99 us  in the phase\n",
            o->prompt_chunks, (unsigned)BENCH_DISK_LOOKUP_GAP_US);
     const lookups_t *ls[2] = {&d->idle, &d->busy};
     const char *ln[2] = {"daemon idle", "while the disk is written"};
     const double dp[2] = {d->s0.lookup_p99, d->s1.lookup_p99};
+    const double wp[2] = {snap_window_pct(&d->si, &d->s0, 99.0),
+                          snap_window_pct(&d->s0, &d->s1, 99.0)};
     for (int i = 0; i < 2; i++)
-        printf("%-34s %8zu %9.1f %9.1f %9.1f %14.1f\n", ln[i], ls[i]->lat.n, ls[i]->lat.p50,
-               ls[i]->lat.p99, ls[i]->lat.max, dp[i]);
-    printf("(daemon p99: status ops.lookup.p99_us, cumulative since the daemon started)\n");
+        printf("%-34s %8zu %9.1f %9.1f %9.1f %14.1f %13.1f\n", ln[i], ls[i]->lat.n, ls[i]->lat.p50,
+               ls[i]->lat.p99, ls[i]->lat.max, dp[i], wp[i]);
+    printf("(daemon p99: status ops.lookup.p99_us, cumulative since the daemon started; in the "
+           "phase: of the lookups the daemon served during the phase alone, from the difference "
+           "of ops.lookup.buckets_us at its start and end; nan from a daemon before 0.2.14)\n");
     printf("loop turns during the write phase: %" PRIu64 ", longer than 2 ms: %" PRIu64
            ", longer than 5 ms: %" PRIu64 " (status loop.turn_us, wall time)\n",
            d->s1.turns - d->s0.turns,
