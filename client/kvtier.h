@@ -88,7 +88,7 @@ extern "C" {
 /* The version of libkvtier and kvtierd: written only here (CMakeLists.txt reads it). */
 #define KVT_VERSION_MAJOR 0
 #define KVT_VERSION_MINOR 2
-#define KVT_VERSION_PATCH 13
+#define KVT_VERSION_PATCH 14
 
 /* Error codes. -1..-99 are the daemon's wire codes, -100 and below are local to the client. */
 enum {

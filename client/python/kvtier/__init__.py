@@ -66,6 +66,6 @@ from .client import (
 )
 from .tally import Tallies, loadable_tokens, verdict
 
-__version__ = "0.2.13"
+__version__ = "0.2.14"
 
 __all__ = [name for name in dir() if not name.startswith("_")]
