@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 int fsutil_mkdirs(const char *path, bool last)
@@ -157,4 +159,30 @@ bool fsutil_sysfs_mode_is(const char *path, const char *const *words)
         }
     fclose(f);
     return yes;
+}
+
+int fsutil_unix_listener_alive(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct stat st;
+    int fd, rc, err;
+
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return 0;
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    rc = connect(fd, (const struct sockaddr *)&sa, sizeof sa);
+    err = rc == 0 ? 0 : errno;
+    close(fd);
+    if (rc == 0 || err == EAGAIN || err == EINPROGRESS)
+        return 1;
+    if (err == ENOENT || err == ECONNREFUSED)
+        return 0;
+    return -err;
 }

@@ -22,6 +22,14 @@ int fsutil_mkdirs(const char *path, bool last);
  * another negative errno. The parent must exist. */
 int fsutil_private_dir(const char *path);
 
+/* Whether a process listens on the Unix stream socket at path: 1 when a connect(2) to it
+ * succeeds (or finds its backlog full: EAGAIN), 0 when path does not exist, is not a socket or
+ * nobody listens (ECONNREFUSED: a stale file left by a process that died), or a negative errno
+ * when it cannot tell (path too long for sockaddr_un, no socket, permission). Used before
+ * binding a socket file that the bind would otherwise replace (the status socket, the ipc
+ * endpoint: libzmq unlinks a live one and takes over its address without an error). */
+int fsutil_unix_listener_alive(const char *path);
+
 /* Replaces dir/name with len bytes of data atomically: writes dir/.name.tmp (mode 0600), fsyncs
  * it, renames it over dir/name and fsyncs dir, so that a crash leaves the old file or the new
  * one, never a torn one. Returns 0 or a negative errno (the temporary file is removed). */

@@ -51,6 +51,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "log.h"
 
 #define HTTP_BACKLOG 128
@@ -630,25 +631,13 @@ static void http_connection_cb(uv_stream_t *listener, int status)
 /* Removes a socket file at sa's path that nobody listens on. */
 static int http_clear_stale(const struct sockaddr_un *sa)
 {
+    int alive = fsutil_unix_listener_alive(sa->sun_path);
     struct stat st;
-    int fd, rc, err;
 
-    if (lstat(sa->sun_path, &st) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISSOCK(st.st_mode))
-        return 0; /* not ours to remove: bind reports EADDRINUSE */
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
-    err = rc == 0 ? 0 : errno;
-    close(fd);
-    if (rc == 0 || err == EAGAIN || err == EINPROGRESS)
-        return -EADDRINUSE; /* a live server (EAGAIN: its backlog is full) */
-    if (err == ENOENT)
-        return 0;
-    if (err != ECONNREFUSED)
-        return -err;
+    if (alive != 0)
+        return alive > 0 ? -EADDRINUSE : alive; /* a live server (or its backlog is full) */
+    if (lstat(sa->sun_path, &st) < 0 || !S_ISSOCK(st.st_mode))
+        return 0; /* gone, or not ours to remove: bind reports EADDRINUSE */
     if (unlink(sa->sun_path) < 0 && errno != ENOENT)
         return -errno;
     log_info("status_stale_socket_removed", "path=%s", sa->sun_path);

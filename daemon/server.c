@@ -702,7 +702,8 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
                    (int64_t)(cfg->ram.max_chunk_bytes + 65536),
                    (int)cfg->server.max_in_flight + SERVER_HWM_SLACK, recv_cb, sv, &sv->zs);
     if (rc != 0) {
-        log_error("bind", "endpoint=%s error=\"%s\"", cfg->server.endpoint, zmq_strerror(-rc));
+        log_error("bind", "endpoint=%s error=\"%s%s\"", cfg->server.endpoint, zmq_strerror(-rc),
+                  rc == -EADDRINUSE ? ": a process listens on it (another kvtierd?)" : "");
         goto fail;
     }
     sv->zc = zcref_new(loop, zc_release_cb, sv);

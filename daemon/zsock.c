@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fsutil.h"
+
 struct zsock {
     void *sock;
     uv_poll_t poll;
@@ -118,13 +120,24 @@ static void poll_cb(uv_poll_t *h, int status, int events)
 /* zmq_bind, giving an ipc:// socket file ZSOCK_IPC_MODE: libzmq creates the file in this thread
  * (bind(2) in zmq_bind) with the umask's mode, so the umask is narrowed around the call (the
  * daemon is single-threaded at start-up; ZeroMQ's threads create no files) and the mode is set
- * explicitly afterwards, for a umask that was narrower still. */
+ * explicitly afterwards, for a umask that was narrower still. An endpoint file that a process
+ * listens on is EADDRINUSE. */
 static int bind_endpoint(void *sock, const char *endpoint)
 {
     bool ipc = strncmp(endpoint, "ipc://", 6) == 0;
-    mode_t old = ipc ? umask(0777 & ~ZSOCK_IPC_MODE) : 0;
-    int rc = zmq_bind(sock, endpoint);
-    int err = zmq_errno();
+    mode_t old;
+    int rc, err;
+
+    /* libzmq's bind unlinks the socket file of an ipc endpoint, a live one too: a second daemon
+     * configured with the same endpoint would take it over without an error, and the first one
+     * (its tiers intact) would serve nobody. A file that a process still listens on is refused. */
+    if (ipc && endpoint[6] != '@' && (rc = fsutil_unix_listener_alive(endpoint + 6)) != 0) {
+        errno = rc > 0 ? EADDRINUSE : -rc;
+        return -1;
+    }
+    old = ipc ? umask(0777 & ~ZSOCK_IPC_MODE) : 0;
+    rc = zmq_bind(sock, endpoint);
+    err = zmq_errno();
 
     if (ipc)
         umask(old);

@@ -14,6 +14,7 @@
  *   - stop: a shared-memory reservation is open when SIGTERM comes; while it is, the daemon
  *     refuses saves (EBUSY, status server.draining) and still answers lookups; the commit of the
  *     reservation is taken, and then the daemon exits 0 without waiting out stop_drain_ms.
+ *   - endpoint in use: a second daemon on a running one's ipc endpoint is refused at start.
  */
 #include <check.h>
 #include <errno.h>
@@ -436,6 +437,68 @@ START_TEST(test_stop_finishes_in_flight)
 }
 END_TEST
 
+/* A second daemon configured with a running one's ipc endpoint (its own status socket and arena)
+ * is refused at start, with the reason in its log: libzmq's bind would have unlinked the live
+ * socket file and taken the endpoint over, leaving the first daemon serving nobody. The first
+ * daemon serves on. (A stale endpoint file, after a SIGKILL, is bound over: test_reattach.) */
+START_TEST(test_endpoint_in_use_refused)
+{
+    harness_t *h = harness_start(NULL);
+    char cfg[256], logp[256], json[1024], *log;
+    kvt_client_t *c;
+    pid_t pid;
+    int wst = 0, fd;
+    int64_t deadline;
+    FILE *f;
+
+    ck_assert_uint_eq(harness_save_chain((c = harness_client(h, "m-ep", 1, 0, 0)), 1, 4, CH, 0), 4);
+    snprintf(cfg, sizeof cfg, "%s/second.json", h->dir);
+    snprintf(logp, sizeof logp, "%s/second.log", h->dir);
+    snprintf(json, sizeof json,
+             "{\"server\": {\"endpoint\": \"%s\", \"status_socket\": \"%s/second.sock\"}, "
+             "\"ram\": {\"capacity_bytes\": \"4MiB\", \"max_chunk_bytes\": \"256KiB\", "
+             "\"arena_path\": \"\"}, "
+             "\"disk\": {\"enabled\": false, \"dir\": \"%s/second-disk\"}}",
+             h->endpoint, h->dir, h->dir);
+    ck_assert_ptr_nonnull(f = fopen(cfg, "w"));
+    fputs(json, f);
+    fclose(f);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0)
+            _exit(126);
+        execl(harness_kvtierd(), "kvtierd", "-c", cfg, (char *)NULL);
+        _exit(127);
+    }
+    deadline = harness_now_ms() + HARNESS_DEADLINE_MS;
+    while (waitpid(pid, &wst, WNOHANG) == 0 && harness_now_ms() < deadline)
+        usleep(20000);
+    if (harness_now_ms() >= deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        ck_abort_msg("a second daemon on %s was still running after %d ms", h->endpoint,
+                     HARNESS_DEADLINE_MS);
+    }
+    ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) != 0, "second daemon: status 0x%x", wst);
+    ck_assert_ptr_nonnull(f = fopen(logp, "r"));
+    log = calloc(1, 65536);
+    ck_assert_ptr_nonnull(log);
+    (void)!fread(log, 1, 65535, f);
+    fclose(f);
+    ck_assert_msg(strstr(log, "a process listens on it") != NULL, "second daemon's log:\n%s", log);
+    free(log);
+    /* the first one still serves its clients, the old connection and a new one */
+    ck_assert_uint_eq(harness_load_chain(c, 1, 4, CH, 0), 4);
+    kvt_close(&c);
+    c = harness_client(h, "m-ep", 1, 0, 0);
+    ck_assert_uint_eq(harness_load_chain(c, 1, 4, CH, 0), 4);
+    kvt_close(&c);
+    harness_stop(&h);
+}
+END_TEST
+
 static Suite *lifecycle_suite(void)
 {
     Suite *su = suite_create("lifecycle");
@@ -445,6 +508,7 @@ static Suite *lifecycle_suite(void)
     tcase_add_test(tc, test_notify_ready_watchdog_stopping);
     tcase_add_test(tc, test_reload);
     tcase_add_test(tc, test_stop_finishes_in_flight);
+    tcase_add_test(tc, test_endpoint_in_use_refused);
     suite_add_tcase(su, tc);
     return su;
 }
