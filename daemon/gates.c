@@ -205,6 +205,14 @@ static uint64_t at_least_one(uint64_t v)
     return v == 0 ? 1 : v;
 }
 
+/* *a += b, stopping at UINT64_MAX. The counters that sum figures an engine sends (tallies'
+ * totals, prompt and HBM tokens) saturate rather than wrap: a hostile or broken engine's totals
+ * near 2^64 would otherwise send a cumulative counter (a Prometheus counter) backwards. */
+static void sat_add(uint64_t *a, uint64_t b)
+{
+    *a = b > UINT64_MAX - *a ? UINT64_MAX : *a + b;
+}
+
 /* --- admission estimator --- */
 
 void gates_fold_one(gates_t *g, bool paid)
@@ -227,8 +235,8 @@ bool gates_fold_batch(gates_t *g, uint64_t h, uint64_t n)
         return false;
     if (h > n)
         h = n;
-    g->probes += n;
-    g->paid += h;
+    sat_add(&g->probes, n);
+    sat_add(&g->paid, h);
     keep = pow(1.0 - alpha, (double)n);
     g->payoff = g->payoff * keep + ((double)h / (double)n) * (1.0 - keep);
     return g->probes % at_least_one(g->cfg.admission.report_every) < n;
@@ -426,11 +434,11 @@ bool gates_admit_op(gates_t *g, const gates_op_t *op)
             ghost_add(g->ghost, hash_fp(op->hashes, i));
     }
     if (admit)
-        g->written += wanted * ct;
+        sat_add(&g->written, wanted * ct);
     else
-        g->declined += wanted * ct;
+        sat_add(&g->declined, wanted * ct);
     started = window_started(g);
-    g->offered += fresh * ct;
+    sat_add(&g->offered, fresh * ct);
     if (started || reuse_seen(g)) {
         value_offer(g, fresh * ct);
         g->window_on = 1;
@@ -489,8 +497,8 @@ void gates_lookup_value(gates_t *g, const kvt_wire_hash_t *hashes, size_t n, uin
     size_t reach = lookup_reach(g, hashes, n, (size_t)hit, stored, arg);
     uint64_t regret = 0;
 
-    g->reuse_tokens += reused < prompt_tokens ? reused : prompt_tokens;
-    g->est_served += served;
+    sat_add(&g->reuse_tokens, reused < prompt_tokens ? reused : prompt_tokens);
+    sat_add(&g->est_served, served);
     if (g->token_tallies == 0)
         value_evidence(g, served);
     if (reach > hit) {
@@ -499,7 +507,7 @@ void gates_lookup_value(gates_t *g, const kvt_wire_hash_t *hashes, size_t n, uin
                       hbm_tokens, chunk_tokens);
         regret = would > served ? would - served : 0;
     }
-    g->regret += regret;
+    sat_add(&g->regret, regret);
     value_evidence(g, regret);
 }
 
@@ -563,7 +571,7 @@ static void tally_reasons(gates_t *g, gates_engine_t *e, const gates_reason_t *r
         if (k < 0)
             continue;
         if (!rebaseline && now > e->reason_seen[k])
-            g->reasons[k].count += now - e->reason_seen[k];
+            sat_add(&g->reasons[k].count, now - e->reason_seen[k]);
         e->reason_seen[k] = now;
     }
 }
@@ -589,8 +597,8 @@ bool gates_tally_fold(gates_t *g, const gates_tally_t *t)
     if (t->has_tokens) {
         if (!reset) {
             uint64_t served = t->served_tokens_total - e->seen_served;
-            g->served += served;
-            g->lookup_tokens += t->lookup_tokens_total - e->seen_lookup;
+            sat_add(&g->served, served);
+            sat_add(&g->lookup_tokens, t->lookup_tokens_total - e->seen_lookup);
             value_evidence(g, served);
         }
         e->seen_served = t->served_tokens_total;
@@ -651,7 +659,7 @@ gates_lookup_decision_t gates_lookup_decide(gates_t *g, uint64_t prompt_tokens, 
         return GATES_LOOKUP_ANSWER;
     }
     g->skips += 1;
-    g->reuse_tokens += hbm_tokens < prompt_tokens ? hbm_tokens : prompt_tokens;
+    sat_add(&g->reuse_tokens, hbm_tokens < prompt_tokens ? hbm_tokens : prompt_tokens);
     gates_fold_one(g, false);
     return GATES_LOOKUP_SKIP;
 }

@@ -404,6 +404,47 @@ START_TEST(test_adm11_clamped_batch)
 }
 END_TEST
 
+/* Totals near 2^64 from two engines: the namespace's sums saturate instead of wrapping (before
+ * 0.2.14 probes went 5 -> 4 and served tokens 10 -> 9: a Prometheus counter going backwards). */
+START_TEST(test_tally_totals_saturate)
+{
+    gates_cfg_t c;
+    gates_t *g;
+    gates_reason_t r = {.name = "hbm_covered", .count = UINT64_MAX};
+    gates_tally_t t = {.engine_id = 1,
+                       .paid_total = 0,
+                       .probes_total = 5,
+                       .has_tokens = true,
+                       .served_tokens_total = 10,
+                       .lookup_tokens_total = 10};
+
+    config_gates_defaults(&c);
+    g = new_gates(&c);
+    gates_tally_fold(g, &t);
+    ck_assert_uint_eq(state_of(g).probes, 5);
+    ck_assert_uint_eq(state_of(g).served_tokens, 10);
+    t = (gates_tally_t){.engine_id = 2,
+                        .paid_total = 3,
+                        .probes_total = UINT64_MAX,
+                        .has_tokens = true,
+                        .served_tokens_total = UINT64_MAX,
+                        .lookup_tokens_total = UINT64_MAX,
+                        .reasons = &r,
+                        .nreasons = 1};
+    gates_tally_fold(g, &t);
+    ck_assert_uint_eq(state_of(g).probes, UINT64_MAX);
+    ck_assert_uint_eq(state_of(g).paid, 3);
+    ck_assert_uint_eq(state_of(g).served_tokens, UINT64_MAX);
+    ck_assert_uint_eq(state_of(g).lookup_tokens, UINT64_MAX);
+    t.engine_id = 3;
+    gates_tally_fold(g, &t);
+    ck_assert_uint_eq(state_of(g).probes, UINT64_MAX);
+    ck_assert_uint_eq(state_of(g).paid, 6);
+    ck_assert_uint_eq(state_of(g).served_tokens, UINT64_MAX);
+    gates_destroy(&g);
+}
+END_TEST
+
 START_TEST(test_adm12_tallies)
 {
     gates_cfg_t c;
@@ -989,6 +1030,7 @@ static Suite *gates_suite(void)
 
     tcase_add_test(tally, test_adm7_reasons);
     tcase_add_test(tally, test_adm12_tallies);
+    tcase_add_test(tally, test_tally_totals_saturate);
     tcase_add_test(tally, test_tally_rebaseline_paid);
     tcase_add_test(tally, test_reasons_two_engines);
     tcase_add_test(tally, test_reasons_table_full);
