@@ -821,9 +821,13 @@ static void do_commit(server_t *sv, const server_req_t *r)
         if (len == 0)
             continue; /* not written by the client (exists, declined, nospace) */
         memcpy(&h, &s->hashes[i], sizeof h);
+        sv->offs[i] = off; /* the extent named: the reservation taken, if s holds it */
+        sv->lens[i] = len;
         if (session_take_reservation(sv->sessions, ss, ns->id, s->rank, &h, &sv->offs[i],
-                                     &sv->lens[i], &drops) != 0)
-            continue; /* expired and reclaimed: not stored */
+                                     &sv->lens[i], &drops) != 0) {
+            sv->offs[i] = UINT64_MAX; /* expired and reclaimed: not stored */
+            continue;
+        }
         if ((sv->offs[i] != off || sv->lens[i] != len) && bad == SIZE_MAX)
             bad = i;
         if (drops != ns->drops && bad == SIZE_MAX) {

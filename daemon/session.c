@@ -37,6 +37,8 @@
 #include <time.h>
 #include <xxhash.h>
 
+#define HOLD_SAME_KEY_SCAN 64 /* holds of one key a commit looks through for its extent */
+
 typedef enum { HOLD_RESERVE, HOLD_PIN } hold_kind_t;
 
 typedef struct {
@@ -687,6 +689,37 @@ static long hold_find(const sessions_t *t, const session_t *s, hold_kind_t kind,
     return -1;
 }
 
+/* The hold of (kind, ns, rank, h) with extent (off, len), or else the first of that key, or -1.
+ * Reservations are the holds a key can have several of (a hash repeated in one SAVE_RESERVE
+ * reserves it once per mention): a commit takes the one it names. The walk stops at the
+ * HOLD_SAME_KEY_SCAN-th hold of the key, so that a client that repeats a hash thousands of times
+ * and commits them in another order than it reserved them costs a bounded walk per commit
+ * (that client gets EINVAL instead: the first hold's extent is not the one it named). */
+static long hold_find_at(const sessions_t *t, const session_t *s, hold_kind_t kind, uint32_t ns,
+                         uint16_t rank, const kvt_wire_hash_t *h, uint64_t off, uint64_t len)
+{
+    long first = -1;
+    uint32_t hh, mask, j, seen = 0;
+
+    if (s->nholds == 0)
+        return -1;
+    hh = hold_hash(t, kind, ns, rank, h);
+    mask = s->nslots - 1;
+    for (j = hh & mask; s->slots[j] != 0; j = (j + 1) & mask) {
+        const hold_t *x = &s->holds[s->slots[j] - 1];
+        if (x->hh != hh || x->kind != kind || x->ns != ns || x->rank != rank ||
+            memcmp(x->hash.b, h->b, KVT_HASH_BYTES) != 0)
+            continue;
+        if (x->off == off && x->len == len)
+            return (long)s->slots[j] - 1;
+        if (first < 0)
+            first = (long)s->slots[j] - 1;
+        if (++seen == HOLD_SAME_KEY_SCAN)
+            break;
+    }
+    return first;
+}
+
 /* A new hold of s for chunk (ns, rank, h) until deadline_ms, pinning chunk when not NULL; NULL
  * on allocation failure (nothing held). */
 static hold_t *hold_add(sessions_t *t, session_t *s, hold_kind_t kind, uint32_t ns, uint16_t rank,
@@ -734,7 +767,7 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
                              const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len,
                              uint64_t *drops)
 {
-    long i = hold_find(t, s, HOLD_RESERVE, ns, rank, h);
+    long i = hold_find_at(t, s, HOLD_RESERVE, ns, rank, h, *off, *len);
     uint64_t foot;
     hold_t *x;
 

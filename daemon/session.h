@@ -214,9 +214,11 @@ int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                     const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
                     uint64_t deadline_ms, uint64_t drops);
 
-/* Ends s's reservation for (ns, rank, hash) and returns its extent, now owned by the caller,
- * and the drops it was made under: 0, or -ENOENT when s holds no such reservation (never made,
- * committed or reclaimed). */
+/* Ends s's reservation for (ns, rank, hash) and returns its extent in *off, *len, now owned by
+ * the caller, and the drops it was made under: 0, or -ENOENT when s holds no such reservation
+ * (never made, committed or reclaimed). On entry *off, *len are the extent the commit names: when
+ * s holds several reservations of that chunk (a hash repeated in one SAVE_RESERVE) the one of
+ * that extent is taken, else the first (the caller then sees the extents differ). */
 int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                              const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len,
                              uint64_t *drops);

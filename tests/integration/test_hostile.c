@@ -820,6 +820,102 @@ START_TEST(test_nospace_held_counted)
 }
 END_TEST
 
+/* A hash named twice in one SAVE_RESERVE gets a reservation per mention; a commit naming the
+ * second one's extent only publishes it (before 0.2.14 the commit was matched against the first
+ * and refused EINVAL, and the reservation it had written stayed held until its deadline). Then a
+ * hash reserved 200 times, committed in the reverse order: each commit takes its own extent when
+ * it is among the first HOLD_SAME_KEY_SCAN holds of the key, else is refused whole (EINVAL), a
+ * bounded walk either way, and nothing stays reserved after. */
+START_TEST(test_duplicate_reservations_commit_by_extent)
+{
+    enum { DUP = 200 };
+    char extra[256], arena[96];
+    harness_opts_t o = {.capacity_bytes = 4 * MIB, .max_chunk_bytes = 64 * KIB};
+    harness_t *h = start_on_arena(&o, "dup", arena, sizeof arena, extra, sizeof extra);
+    void *ctx = zmq_ctx_new(), *s;
+    kvt_hash_t hs[DUP];
+    uint8_t lens[DUP * 8], locs[DUP * KVT_LOC_BYTES], head[128];
+    harness_raw_msg_t r;
+    kvt_msg_t m;
+    uint32_t ns;
+    int refused = 0, stored = 0;
+
+    s = harness_raw_open(ctx, h->endpoint, 5000);
+    ns = harness_raw_hello(s, "dups", 0xd0b1e, 0, 1, 1);
+    harness_chain(900, hs, 1);
+    hs[1] = hs[0];
+    kvt_put_u64(lens, 4096);
+    kvt_put_u64(lens + 8, 8192);
+    {
+        kvt_frame_t f[3] = {{head, 0}, {hs, 2 * KVT_HASH_BYTES}, {lens, 2 * 8}};
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_RESERVE, 1, ns, 0);
+        ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+        ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+        harness_raw_decode(&r, &m);
+        ck_assert_int_eq(m.hdr.type, KVT_MSG_SAVE_RESERVE_OK);
+        ck_assert_int_eq(m.u.chunks_ok.status[0], KVT_CHUNK_WANTED);
+        ck_assert_int_eq(m.u.chunks_ok.status[1], KVT_CHUNK_WANTED);
+        memset(locs, 0, KVT_LOC_BYTES); /* commit the second only */
+        memcpy(locs + KVT_LOC_BYTES, m.u.chunks_ok.locs + KVT_LOC_BYTES, KVT_LOC_BYTES);
+        harness_raw_msg_close(&r);
+    }
+    {
+        kvt_frame_t f[3] = {{head, 0}, {hs, 2 * KVT_HASH_BYTES}, {locs, 2 * KVT_LOC_BYTES}};
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_COMMIT, 2, ns, 0);
+        ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+        ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+        harness_raw_decode(&r, &m);
+        ck_assert_msg(m.hdr.type == KVT_MSG_SAVE_OK, "commit of the second reservation: type %d",
+                      m.hdr.type);
+        ck_assert_int_eq(m.u.chunks_ok.status[1], KVT_CHUNK_STORED);
+        harness_raw_msg_close(&r);
+    }
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), 1);
+
+    /* DUP reservations of one new hash, committed one by one from the last */
+    harness_chain(901, hs, 1);
+    for (int i = 0; i < DUP; i++) {
+        hs[i] = hs[0];
+        kvt_put_u64(lens + 8 * i, 4096);
+    }
+    {
+        kvt_frame_t f[3] = {{head, 0}, {hs, DUP * KVT_HASH_BYTES}, {lens, DUP * 8}};
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_RESERVE, 3, ns, 0);
+        ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+        ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+        harness_raw_decode(&r, &m);
+        ck_assert_int_eq(m.hdr.type, KVT_MSG_SAVE_RESERVE_OK);
+        memcpy(locs, m.u.chunks_ok.locs, DUP * KVT_LOC_BYTES);
+        harness_raw_msg_close(&r);
+    }
+    for (int i = DUP - 1; i >= 0; i--) {
+        kvt_frame_t f[3] = {{head, 0}, {hs, KVT_HASH_BYTES}, {locs + i * KVT_LOC_BYTES, 16}};
+        f[0].len = harness_raw_head(head, KVT_MSG_SAVE_COMMIT, 10 + (uint64_t)i, ns, 0);
+        ck_assert_int_eq(harness_raw_send(s, f, 3), 0);
+        ck_assert_int_eq(harness_raw_recv(s, &r), 0);
+        harness_raw_decode(&r, &m);
+        if (m.hdr.type == KVT_MSG_ERROR && m.u.error.code == KVT_WIRE_EINVAL)
+            refused++;
+        else if (m.hdr.type == KVT_MSG_SAVE_OK)
+            stored += m.u.chunks_ok.status[0] == KVT_CHUNK_STORED ||
+                      m.u.chunks_ok.status[0] == KVT_CHUNK_EXISTS;
+        harness_raw_msg_close(&r);
+    }
+    printf("duplicate reservations: %d reverse-order commits published or found stored, %d "
+           "refused\n",
+           stored, refused);
+    ck_assert_int_eq(stored + refused, DUP);
+    ck_assert_int_gt(refused, 0); /* those beyond the bounded walk */
+    ck_assert_int_ge(stored, 1);
+    ck_assert_int_eq(harness_stat(h, "ram.chunks"), 2);
+    ck_assert_int_eq(harness_stat(h, "ram.reserved_bytes"), 4096); /* the first pair's first */
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    harness_stop(&h);
+    check_unlink_arena(arena);
+}
+END_TEST
+
 /* The reserve hog (raw SAVE_RESERVE of the whole arena, never committed). */
 START_TEST(test_reserve_starvation)
 {
@@ -1358,6 +1454,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_lease_repeats_charged_once);
     tcase_add_test(other, test_nospace_held_counted);
     tcase_add_test(other, test_reserve_starvation);
+    tcase_add_test(other, test_duplicate_reservations_commit_by_extent);
     tcase_add_test(other, test_reserve_starvation_tiny);
     tcase_add_test(other, test_corrupt_release_flood);
     tcase_add_test(other, test_corrupt_release_every_chunk);
