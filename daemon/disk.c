@@ -804,18 +804,31 @@ out:
 /*
  * A full filesystem (0.2.7). disk.capacity_bytes is a bound, not a reservation: the filesystem
  * may fill first (other files, a smaller disk than configured). A flush that fails with ENOSPC
- * lowers the capacity in force to what the tier holds now (at least two segments and a write
+ * lowers the capacity in force to what the tier holds now (at least a segment and a write
  * batch), so that the next flush reclaims the oldest segment to make its room, as at capacity,
  * instead of the tier staying degraded for as long as the filesystem is full of its own segments.
  * After each flush that succeeds while it is lowered, statvfs(2) of the directory raises it again
  * by the space the filesystem has free beyond two write batches, up to disk.capacity_bytes (log
- * disk_capacity).
+ * disk_capacity). At open (capacity_fit), a filesystem with less room than disk.capacity_bytes
+ * starts it lowered, and one that cannot hold a segment and a batch is logged.
+ *
+ * The floor is one segment and one batch (0.2.14; it was two segments and a batch): what the
+ * active segment and the batch being flushed take, which a reclaim of every other segment always
+ * leaves room for. With two segments, a filesystem smaller than the floor (64 MiB under 32 MiB
+ * segments and an 8 MiB batch) filled up with 63 MiB of the tier's own segments, the capacity
+ * could not be lowered to what the tier held, no flush ever reclaimed, and the tier stayed
+ * degraded for good (the session-15 fault probe).
  */
+static uint64_t capacity_floor(const disk_t *d)
+{
+    return d->seg_bytes + d->wb_bytes;
+}
+
 static void capacity_lower(disk_t *d)
 {
     /* the floor lets a flush always make its room by reclaiming: the active segment and a
      * whole batch fit (a lower capacity would make the flush wait for room no reclaim frees) */
-    uint64_t floor_ = 2 * d->seg_bytes + d->wb_bytes, cap = d->used > floor_ ? d->used : floor_;
+    uint64_t floor_ = capacity_floor(d), cap = d->used > floor_ ? d->used : floor_;
 
     if (cap >= d->capacity)
         return;
@@ -845,6 +858,41 @@ static void capacity_raise(disk_t *d)
     log_info("disk_capacity",
              "dir=%s capacity_bytes=%" PRIu64 " configured_bytes=%" PRIu64 " action=raised", d->dir,
              d->capacity, d->capacity_cfg);
+}
+
+/* At open, after the recovery: the capacity in force lowered when the filesystem has less room
+ * (what the tier holds plus what is free, less two batches) than disk.capacity_bytes, never below
+ * what the tier holds (a restart reclaims nothing for it) nor the floor. A filesystem smaller than
+ * the floor is logged (disk_too_small): the tier runs, its flushes fail with ENOSPC and it stays
+ * degraded until the filesystem grows (a tmpfs remounted larger), as before 0.2.14. */
+static void capacity_fit(disk_t *d)
+{
+    struct statvfs sv;
+    uint64_t total, room;
+
+    if (statvfs(d->dir, &sv) != 0)
+        return; /* cannot tell: ENOSPC lowers it, if it comes */
+    total = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize;
+    if (total < capacity_floor(d))
+        log_warn("disk_too_small",
+                 "dir=%s filesystem_bytes=%" PRIu64 " needed_bytes=%" PRIu64
+                 " reason=\"the filesystem cannot hold a segment and a write batch "
+                 "(disk.segment_bytes + disk.write_buffer_bytes): flushes will fail until it "
+                 "grows; lower them or use another disk.dir\"",
+                 d->dir, total, capacity_floor(d));
+    room = d->used + (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    room = room > 2 * d->wb_bytes ? room - 2 * d->wb_bytes : 0;
+    if (room < capacity_floor(d))
+        room = capacity_floor(d);
+    if (room < d->used)
+        room = d->used;
+    if (room >= d->capacity)
+        return;
+    d->capacity = room;
+    log_warn("disk_capacity",
+             "dir=%s capacity_bytes=%" PRIu64 " configured_bytes=%" PRIu64
+             " filesystem_bytes=%" PRIu64 " action=lowered reason=\"less room on the filesystem\"",
+             d->dir, d->capacity, d->capacity_cfg, total);
 }
 
 static void degrade(disk_t *d, int rc, const char *what)
@@ -2313,6 +2361,7 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     rc = recover(d);
     if (rc != 0)
         goto fail;
+    capacity_fit(d);
     if (reclaim_for(d, 0, true) != 0)
         log_warn("disk_over_capacity", "used_bytes=%" PRIu64 " capacity_bytes=%" PRIu64, d->used,
                  d->capacity);

@@ -280,7 +280,20 @@ START_TEST(test_enospc_restart)
     }
     h = start(dir, "16MiB", "1MiB", 4u << 20);
     c = harness_client(h, "faults", 1, 0, 0);
-    save_chains(h, c, 1, 10, 1); /* 10 MiB through 4 MiB of RAM onto a 2 MiB filesystem */
+    {
+        /* another file takes most of the filesystem once the tier runs (from 0.2.14 the tier
+         * sizes itself to the room it finds at start, and on an empty 2 MiB filesystem it would
+         * reclaim its way through without an ENOSPC) */
+        char ballast[160];
+        static char zeros[64 << 10];
+        FILE *f;
+        snprintf(ballast, sizeof ballast, "%s/ballast", dir);
+        ck_assert_ptr_nonnull(f = fopen(ballast, "w"));
+        for (int i = 0; i < 24; i++) /* 1.5 MiB */
+            ck_assert_uint_eq(fwrite(zeros, 1, sizeof zeros, f), sizeof zeros);
+        ck_assert_int_eq(fclose(f), 0);
+    }
+    save_chains(h, c, 1, 10, 1); /* 10 MiB through 4 MiB of RAM onto what is left of 2 MiB */
     st = wait_state(h, "degraded");
     ck_assert_str_eq(harness_jstr(st, "disk.last_error"), strerror(ENOSPC));
     ck_assert_str_eq(harness_jstr(st, "disk.last_error_op"), "write");

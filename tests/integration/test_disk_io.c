@@ -913,8 +913,8 @@ START_TEST(test_full_filesystem_reclaims)
 
     make_dir(dir, sizeof dir);
     snprintf(words, sizeof words, "full=%lld", (long long)fs);
-    set_faults(words);
     h = start(dir, "none");
+    set_faults(words); /* filling once the tier runs: at open it would start lowered */
     c = harness_client(h, "diskio", 1, 0, 0);
     /* until the filesystem fills (12 MiB of segments and the tier's other files) */
     for (seed = 1; harness_stat(h, "disk.write_errors") == 0; seed++) {
@@ -959,6 +959,90 @@ START_TEST(test_full_filesystem_reclaims)
 }
 END_TEST
 
+/* Small filesystems (0.2.14, the session-15 fault probe). (1) One of 5 MiB filling while the
+ * tier runs (2 MiB segments and batches): smaller than the old floor of two segments and a batch,
+ * so the capacity could not be lowered to what the tier held and no flush ever reclaimed: the
+ * tier stayed degraded for good. Now ENOSPC lowers it to what it holds, reclaims, and writes on.
+ * (2) One with less room than disk.capacity_bytes at open: the tier starts lowered and never
+ * meets ENOSPC. (3) One that cannot hold a segment and a batch: said at start (disk_too_small),
+ * and the daemon serves from RAM while the flushes fail. */
+START_TEST(test_small_filesystems)
+{
+    char dir[96];
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st;
+    int64_t errors;
+    uint32_t seed;
+
+    make_dir(dir, sizeof dir);
+    h = start(dir, "none");
+    set_faults("full=5242880");
+    c = harness_client(h, "diskio", 1, 0, 0);
+    for (seed = 1; harness_stat(h, "disk.write_errors") == 0; seed++) {
+        ck_assert_uint_le(seed, 40);
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    st = harness_wait_status(h, pred_state, "ok", 5000);
+    ck_assert_msg(st != NULL, "the tier stayed degraded on a 5 MiB filesystem");
+    json_decref(st);
+    errors = harness_stat(h, "disk.write_errors");
+    for (uint32_t first = seed; seed < first + 12; seed++) {
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    st = harness_status(h);
+    ck_assert_str_eq(harness_jstr(st, "disk.state"), "ok");
+    ck_assert_int_eq(harness_jint(st, "disk.write_errors"), errors);
+    ck_assert_int_gt(harness_jint(st, "disk.reclaimed_segments"), 0);
+    ck_assert_int_le(harness_jint(st, "disk.used_bytes"), 5 << 20);
+    json_decref(st);
+    ck_assert_uint_eq(harness_load_chain(c, seed - 2, PER, CH, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+
+    /* (2) 12 MiB at open under a 64 MiB capacity */
+    make_dir(dir, sizeof dir);
+    set_faults("full=12582912");
+    h = start(dir, "none");
+    ck_assert_int_le(harness_stat(h, "disk.capacity_bytes"), 12 << 20);
+    ck_assert_int_eq(harness_log_count(h, "less room on the filesystem"), 1);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    for (seed = 1; seed <= 24; seed++) {
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        harness_wait_disk_drained(h);
+    }
+    st = harness_status(h);
+    ck_assert_str_eq(harness_jstr(st, "disk.state"), "ok");
+    ck_assert_int_eq(harness_jint(st, "disk.write_errors"), 0);
+    ck_assert_int_gt(harness_jint(st, "disk.reclaimed_segments"), 0);
+    json_decref(st);
+    kvt_close(&c);
+    harness_stop(&h);
+
+    /* (3) 3 MiB: less than a 2 MiB segment and a 2 MiB batch: said at start; the flushes that
+     * do not fit fail and the tier degrades, RAM serving on (test_enospc_degrades_and_resumes:
+     * and resumes once the filesystem grows) */
+    make_dir(dir, sizeof dir);
+    set_faults("full=3145728");
+    h = start(dir, "none");
+    ck_assert_int_eq(harness_log_count(h, "event=disk_too_small"), 1);
+    c = harness_client(h, "diskio", 1, 0, 0);
+    st = NULL;
+    for (seed = 1; seed <= 12 && st == NULL; seed++) {
+        ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
+        st = harness_wait_status(h, pred_state, "degraded", 300);
+    }
+    ck_assert_msg(st != NULL, "3 MiB under 2 MiB segments and batches never degraded");
+    json_decref(st);
+    ck_assert_uint_eq(harness_load_chain(c, seed - 1, PER, CH, 0), PER);
+    kvt_close(&c);
+    harness_stop(&h);
+    set_faults("");
+}
+END_TEST
+
 /* A full filesystem smaller than the cleaner's target (the review of 0.2.7): 16 MiB of RAM
  * (target 8 MiB) over a 64 MiB capacity on an 8 MiB filesystem. Once ENOSPC lowered the
  * capacity, a target bounded only by the configured capacity made the cleaner rewrite the chunks
@@ -974,7 +1058,6 @@ START_TEST(test_full_filesystem_no_churn)
     int64_t before, after;
 
     make_dir(dir, sizeof dir);
-    set_faults("full=8388608");
     snprintf(extra, sizeof extra,
              "{\"disk\": {\"enabled\": true, \"dir\": \"%s\", \"capacity_bytes\": \"64MiB\", "
              "\"segment_bytes\": \"1MiB\", \"write_buffer_bytes\": \"1MiB\", \"fsync\": "
@@ -982,6 +1065,7 @@ START_TEST(test_full_filesystem_no_churn)
              dir);
     o.extra_json = extra;
     h = start_preloaded(&o, dir);
+    set_faults("full=8388608"); /* once the tier runs: at open it would start lowered */
     c = harness_client(h, "diskio", 1, 0, 0);
     for (uint32_t seed = 1; seed <= 24; seed++) { /* 24 MiB through 16 MiB of RAM */
         ck_assert_uint_eq(harness_save_chain(c, seed, PER, CH, 0), PER);
@@ -1376,6 +1460,7 @@ static Suite *disk_io_suite(void)
     tcase_add_test(tc, test_cleaner_resumes_after_a_failed_flush);
     tcase_add_test(tc, test_full_filesystem_reclaims);
     tcase_add_test(tc, test_full_filesystem_no_churn);
+    tcase_add_test(tc, test_small_filesystems);
     tcase_add_test(tc, test_persist_on_a_full_filesystem_keeps_the_disk);
     tcase_add_test(tc, test_reattach_after_spills_fits_the_ram_tier);
     tcase_add_test(tc, test_faulted_active_segment_is_left);

@@ -35,7 +35,8 @@
  *   delay=MS     every read and write takes MS milliseconds longer (a slow device);
  *   full=BYTES   a filesystem of BYTES (0.2.7): a pwrite/pwritev that would grow the regular
  *                files directly in the directory past BYTES in all fails with ENOSPC, and
- *                statvfs of the directory reports what is left of BYTES as free (the check
+ *                statvfs of the directory reports BYTES as its size and what is left of them
+ *                as free (0.2.14: the size too; the check
  *                and the write are not atomic: two writers at once may pass BYTES by one
  *                write, which the tests' single flush worker does not do).
  * Each injected fault is counted; the counts are written to KVT_FAULTFS_CTL.count ("reads N
@@ -445,6 +446,7 @@ int statvfs(const char *path, struct statvfs *out)
     if (limit > 0 && out->f_frsize > 0) {
         uint64_t used = dir_bytes(), left = used < limit ? limit - used : 0;
         out->f_bavail = out->f_bfree = (fsblkcnt_t)(left / out->f_frsize);
+        out->f_blocks = (fsblkcnt_t)(limit / out->f_frsize);
     }
     return rc;
 }
