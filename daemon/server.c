@@ -38,14 +38,21 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define SWEEP_MS 1000u
-#define SERVER_HWM_SLACK 64 /* replies beyond max_in_flight a queue takes (the EBUSY answers) */
+#define SERVER_HWM_SLACK 64  /* replies beyond max_in_flight a queue takes (the EBUSY answers) */
+#define SERVER_FD_RESERVE 32 /* descriptors kept above the guard, at least (fd_guard_start) */
+#define SERVER_FD_SPARE 1024 /* connections the guard takes beyond server.max_clients */
+#define SERVER_FD_OWN 256    /* the daemon's own descriptors beside its segments, at most */
 
 static void sweep_cb(uv_timer_t *t)
 {
@@ -652,6 +659,72 @@ static void server_free(server_t *sv)
     free(sv);
 }
 
+/*
+ * The descriptor limit and its guard (0.2.14; zsock.h, zsock_guard_fds). The soft limit of
+ * RLIMIT_NOFILE is raised to the hard one first (a shell's 1024 under a hard limit of a million;
+ * the unit sets both to 65536, and its seccomp filter refuses setrlimit: then nothing changes).
+ *
+ * The guard is a descriptor number: what the daemon holds when the server starts (the lowest free
+ * number then), what its disk tier can open (a descriptor per segment at disk.capacity_bytes),
+ * SERVER_FD_OWN more of its own (status connections, the checkpoint, the journal), then one per
+ * client (server.max_clients) and SERVER_FD_SPARE connections more (kvtierctl runs,
+ * reconnections whose old connection has not closed yet); and never more than the limit less an
+ * eighth of it (at least SERVER_FD_RESERVE). So the connections open at once are bounded by the
+ * clients the daemon takes, not by the descriptor limit, and so is what ZeroMQ holds for them;
+ * the descriptors between the guard and the limit are the headroom for the accepts ZeroMQ's I/O
+ * thread makes before the loop reads their events: the burst the guard absorbs (at the defaults
+ * and the unit's LimitNOFILE=65536, about 60,000 connections opened faster than the loop reads
+ * the monitor; with a limit of 1024, a headroom of 128, a burst of 4000 silent connections still
+ * aborted the daemon). Without a limit to read, or with one too small to leave a reserve, there
+ * is no guard (logged).
+ */
+static void fd_guard_start(server_t *sv, void *zctx)
+{
+    const config_t *cfg = sv->cfg;
+    struct rlimit rl;
+    uint64_t reserve, guard, own;
+    int rc, lowest;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = rl.rlim_max;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX)
+        rl.rlim_cur = INT_MAX;
+    sv->counters.fd_limit = (uint64_t)rl.rlim_cur;
+    reserve = rl.rlim_cur / 8 > SERVER_FD_RESERVE ? rl.rlim_cur / 8 : SERVER_FD_RESERVE;
+    lowest = fcntl(0, F_DUPFD_CLOEXEC, 0);
+    if (lowest >= 0)
+        close(lowest);
+    own = (uint64_t)(lowest > 0 ? lowest : 0) + SERVER_FD_OWN;
+    if (cfg->disk.enabled && cfg->disk.segment_bytes > 0)
+        own += cfg->disk.capacity_bytes / cfg->disk.segment_bytes + 2;
+    guard = own + cfg->server.max_clients + SERVER_FD_SPARE;
+    if (guard > rl.rlim_cur - reserve)
+        guard = rl.rlim_cur > 2 * reserve ? rl.rlim_cur - reserve : 0;
+    if (guard <= own) {
+        log_warn("fd_guard",
+                 "fd_limit=%" PRIu64 " own_fds=%" PRIu64 " reason=\"too few descriptors for the "
+                 "daemon's own and a reserve of %" PRIu64 ": connections are not guarded, and at "
+                 "the limit ZeroMQ aborts the daemon; raise the limit (LimitNOFILE=)\"",
+                 sv->counters.fd_limit, own, reserve);
+        return;
+    }
+    rc = zsock_guard_fds(sv->zs, sv->loop, zctx, cfg->server.endpoint, (int)guard,
+                         &sv->counters.connections_shed);
+    if (rc != 0) {
+        log_warn("fd_guard", "endpoint=%s error=\"%s\" action=unguarded", cfg->server.endpoint,
+                 zmq_strerror(-rc));
+        return;
+    }
+    sv->counters.fd_guard = guard;
+    log_info("fd_guard", "fd_limit=%" PRIu64 " guard=%" PRIu64 " own_fds=%" PRIu64,
+             sv->counters.fd_limit, sv->counters.fd_guard, own);
+}
+
 int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
 {
     server_t *sv = calloc(1, sizeof *sv);
@@ -706,6 +779,7 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
                   rc == -EADDRINUSE ? ": a process listens on it (another kvtierd?)" : "");
         goto fail;
     }
+    fd_guard_start(sv, zctx);
     sv->zc = zcref_new(loop, zc_release_cb, sv);
     sv->tickets = sv->zc != NULL ? zcref_new(loop, ticket_release_cb, sv) : NULL;
     if (sv->tickets == NULL) {

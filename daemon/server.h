@@ -128,6 +128,9 @@ typedef struct {
     uint64_t namespaces_evicted;       /* namespaces dropped with their chunks to make room */
     uint64_t state_namespaces;         /* gate states restored at start (state.h) */
     uint64_t state_leases;             /* leases restored at start */
+    uint64_t fd_limit;                 /* the descriptor limit in force (RLIMIT_NOFILE) */
+    uint64_t fd_guard;                 /* connections from this descriptor on are shut (0: none) */
+    uint64_t connections_shed;         /* connections the descriptor guard shut down */
 } server_counters_t;
 
 /* The request types of the operation table, in its order (the order of status "ops"). */

@@ -981,6 +981,13 @@ static const stats_field_t server_fields[] = {
     NUM(D, "replies_dropped", T_U64, server.replies_dropped, COUNTER, NULL,
         "Replies not delivered: the client's queue was full or it was gone, or its session was "
         "stalled or forgotten first."),
+    NUM(D, "fd_limit", T_U64, server.fd_limit, GAUGE, NULL,
+        "The daemon's descriptor limit (RLIMIT_NOFILE, its soft limit raised to the hard one)."),
+    NUM(D, "fd_guard", T_U64, server.fd_guard, GAUGE, NULL,
+        "Connections accepted on a descriptor numbered this or higher are shut down at once, "
+        "keeping the rest for the daemon (0: no guard)."),
+    NUM(D, "connections_shed", T_U64, server.connections_shed, COUNTER, NULL,
+        "Connections the descriptor guard shut down (too many connections open)."),
     NUM(D, "save_ops_remembered", T_U32, save_ops_remembered, GAUGE, NULL,
         "Save operations whose admission decision is remembered for their other ranks."),
     NUM(D, "draining", T_BOOL, draining, GAUGE, NULL,

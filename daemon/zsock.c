@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +32,14 @@ struct zsock {
     zmq_msg_t *parts;
     zsock_recv_cb cb;
     void *arg;
+    /* the descriptor guard (zsock_guard_fds): the ROUTER's monitor, a PAIR socket */
+    void *mon;
+    uv_poll_t mon_poll;
+    uv_idle_t mon_idle;
+    int fd_guard;
+    uint64_t *shed;     /* the caller's counter of connections shut down */
+    sa_family_t family; /* of the endpoint: AF_UNIX (ipc) or the tcp address's */
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* ipc: the socket file */
 };
 
 static int pending_in(zsock_t *z)
@@ -246,6 +256,122 @@ int zsock_send(zsock_t *z, zmq_msg_t *parts, size_t n)
     return rc;
 }
 
+/* --- the descriptor guard --- */
+
+/* Whether fd is a connection the ROUTER accepted on its endpoint (not a descriptor the number
+ * was given to since, by another part of the daemon: the monitor's events come late). */
+static bool accepted_here(const zsock_t *z, int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != z->family)
+        return false;
+    if (z->family != AF_UNIX)
+        return true; /* the daemon's only inet sockets are ZeroMQ's (the status socket is Unix) */
+    const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
+    return len > offsetof(struct sockaddr_un, sun_path) &&
+           strncmp(un->sun_path, z->path, sizeof un->sun_path) == 0;
+}
+
+static void mon_idle_cb(uv_idle_t *h);
+
+/* Reads the monitor's events (two frames each: u16 event and u32 value, then the address) and
+ * shuts down every connection accepted on a descriptor at or above the guard. */
+static void mon_drain(zsock_t *z)
+{
+    for (int i = 0; i < ZSOCK_BATCH && !z->closing; i++) {
+        zmq_msg_t ev, addr;
+        uint16_t event;
+        uint32_t value;
+        int more = 0;
+        size_t ml = sizeof more;
+
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, z->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            uv_idle_stop(&z->mon_idle);
+            return;
+        }
+        if (zmq_getsockopt(z->mon, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+            zmq_msg_init(&addr);
+            (void)zmq_msg_recv(&addr, z->mon, 0); /* the rest of the event: delivery is atomic */
+            zmq_msg_close(&addr);
+        }
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const uint8_t *)zmq_msg_data(&ev) + 2, 4);
+            if (event == ZMQ_EVENT_ACCEPTED && (int)value >= z->fd_guard &&
+                accepted_here(z, (int)value)) {
+                /* shutdown, not close: the descriptor stays ZeroMQ's, which sees the end of the
+                 * connection and closes it as for any peer that left */
+                (void)shutdown((int)value, SHUT_RDWR);
+                (*z->shed)++;
+            }
+        }
+        zmq_msg_close(&ev);
+    }
+    uv_idle_start(&z->mon_idle, mon_idle_cb); /* more next turn */
+}
+
+static void mon_idle_cb(uv_idle_t *h)
+{
+    mon_drain(h->data);
+}
+
+static void mon_poll_cb(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    mon_drain(h->data);
+}
+
+int zsock_guard_fds(zsock_t *z, uv_loop_t *loop, void *zctx, const char *endpoint, int fd_guard,
+                    uint64_t *shed)
+{
+    char addr[64];
+    int fd, rc;
+    size_t fdlen = sizeof fd;
+
+    if (strncmp(endpoint, "ipc://", 6) == 0) {
+        if (endpoint[6] == '@' || strlen(endpoint + 6) >= sizeof z->path)
+            return -EINVAL; /* an abstract name, or too long for a socket file anyway */
+        z->family = AF_UNIX;
+        snprintf(z->path, sizeof z->path, "%s", endpoint + 6);
+    } else if (strncmp(endpoint, "tcp://", 6) == 0) {
+        z->family = strchr(endpoint + 6, '[') != NULL ? AF_INET6 : AF_INET;
+    } else {
+        return -EINVAL;
+    }
+    z->fd_guard = fd_guard;
+    z->shed = shed;
+    snprintf(addr, sizeof addr, "inproc://kvtierd-monitor-%p", (void *)z);
+    if (zmq_socket_monitor(z->sock, addr, ZMQ_EVENT_ACCEPTED) != 0)
+        return -zmq_errno();
+    z->mon = zmq_socket(zctx, ZMQ_PAIR);
+    if (z->mon == NULL || zmq_setsockopt(z->mon, ZMQ_LINGER, &(int){0}, sizeof(int)) != 0 ||
+        zmq_connect(z->mon, addr) != 0 || zmq_getsockopt(z->mon, ZMQ_FD, &fd, &fdlen) != 0) {
+        rc = -zmq_errno();
+        goto fail;
+    }
+    rc = uv_poll_init(loop, &z->mon_poll, fd);
+    if (rc != 0)
+        goto fail;
+    uv_idle_init(loop, &z->mon_idle);
+    z->mon_poll.data = z->mon_idle.data = z;
+    z->open_handles += 2;
+    uv_poll_start(&z->mon_poll, UV_READABLE, mon_poll_cb);
+    uv_idle_start(&z->mon_idle, mon_idle_cb); /* events before the first edge */
+    return 0;
+
+fail:
+    (void)zmq_socket_monitor(z->sock, NULL, 0);
+    if (z->mon != NULL)
+        zmq_close(z->mon);
+    z->mon = NULL;
+    return rc;
+}
+
 static void close_cb(uv_handle_t *h)
 {
     zsock_t *z = h->data;
@@ -266,6 +392,12 @@ void zsock_close(zsock_t **pz)
     /* uv_close removes ZMQ_FD from the loop's poller before zmq_close releases it. */
     uv_close((uv_handle_t *)&z->poll, close_cb);
     uv_close((uv_handle_t *)&z->idle, close_cb);
+    if (z->mon != NULL) {
+        uv_close((uv_handle_t *)&z->mon_poll, close_cb);
+        uv_close((uv_handle_t *)&z->mon_idle, close_cb);
+        (void)zmq_socket_monitor(z->sock, NULL, 0);
+        zmq_close(z->mon);
+    }
     zmq_close(z->sock);
     *pz = NULL;
 }

@@ -49,6 +49,25 @@ int zsock_new(uv_loop_t *loop, void *zctx, const char *endpoint, size_t max_part
  * -EHOSTUNREACH (no such peer: it disconnected), or another negative errno. */
 int zsock_send(zsock_t *z, zmq_msg_t *parts, size_t n);
 
+/*
+ * The descriptor guard (0.2.14). A connection takes a descriptor as soon as ZeroMQ's I/O thread
+ * accepts it, before it says anything, so server.max_clients (sessions, counted at HELLO) does not
+ * bound them; and at the process's descriptor limit libzmq 4.3's ipc listener asserts on the
+ * EMFILE of accept(2) and aborts the daemon (the session-15 fault probe: 300 silent connections
+ * under `ulimit -n 200`). The guard watches the ROUTER's accepts (a ZeroMQ socket monitor, events
+ * read on the loop) and shuts down at once every connection accepted on a descriptor numbered
+ * fd_guard or higher: Linux gives the lowest free number, so such a number means that many
+ * descriptors are open, and the ones left above it stay free for the daemon's own files and for
+ * accepts made before the loop reads their events. The connections already open are served on;
+ * a client shut out sees its connection close (libkvtier reconnects, ZeroMQ's reconnect interval
+ * apart). An event read late may name a descriptor closed and given to something else since:
+ * only a socket bound on the endpoint's address (its socket file for ipc) is shut down.
+ * Each connection shut down adds one to *shed (the caller's counter, read on the loop thread).
+ * Returns 0 or a negative errno (an abstract ipc name or another transport: -EINVAL).
+ */
+int zsock_guard_fds(zsock_t *z, uv_loop_t *loop, void *zctx, const char *endpoint, int fd_guard,
+                    uint64_t *shed);
+
 /* Stops receiving and closes the handles; the ZMQ socket is closed at once (linger 0) and the
  * zsock is freed in the last close callback. Sets *z to NULL. */
 void zsock_close(zsock_t **z);

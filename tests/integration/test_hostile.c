@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -916,6 +917,79 @@ START_TEST(test_duplicate_reservations_commit_by_extent)
 }
 END_TEST
 
+/* Connections that never say HELLO (the session-15 fault probe): each takes a descriptor of the
+ * daemon, and at its descriptor limit libzmq's ipc listener aborted the process (300 silent
+ * connections under `ulimit -n 200`). With a limit of 2048 and 64 clients, ATTACK connections
+ * (in batches of 100, 5 ms apart: the guard absorbs bursts up to the descriptors between the
+ * guard and the limit) are shed beyond the descriptor guard; the daemon lives, the client
+ * connected before goes on being served, and once the attackers are gone a new client is too. */
+START_TEST(test_silent_connections_shed)
+{
+    enum { ATTACK = 2600 };
+    harness_opts_t o = {.nofile = 2048, .extra_json = "{\"server\": {\"max_clients\": 64}}"};
+    harness_t *h = harness_start(&o);
+    kvt_client_t *good = harness_client(h, "fds", 1, 0, 0), *late;
+    struct rlimit rl;
+    void *ctx, **socks = calloc(ATTACK, sizeof *socks);
+    json_t *st;
+    int64_t shed, guard, limit;
+    size_t n = 0;
+
+    ck_assert_ptr_nonnull(socks);
+    ck_assert_uint_eq(harness_save_chain(good, 1, 8, 16 * KIB, 0), 8);
+    st = harness_status(h);
+    guard = harness_jint(st, "server.fd_guard");
+    limit = harness_jint(st, "server.fd_limit");
+    json_decref(st);
+    ck_assert_int_eq(limit, 2048);
+    ck_assert_int_gt(guard, 64);
+    ck_assert_int_lt(guard, limit);
+    /* the attacker needs more descriptors than the daemon has: two per socket */
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = rl.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 2 * ATTACK + 256) {
+        /* a machine whose hard limit is lower cannot make the attack: said, not failed */
+        printf("silent connections: NOT RUN, this test needs %d descriptors, the hard limit is "
+               "%llu\n",
+               2 * ATTACK + 256, (unsigned long long)rl.rlim_cur);
+        kvt_close(&good);
+        free(socks);
+        harness_stop(&h);
+        return;
+    }
+    ctx = zmq_ctx_new();
+    ck_assert_int_eq(zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, ATTACK + 16), 0);
+    for (; n < ATTACK; n++) {
+        socks[n] = zmq_socket(ctx, ZMQ_DEALER);
+        ck_assert_ptr_nonnull(socks[n]);
+        zmq_setsockopt(socks[n], ZMQ_LINGER, &(int){0}, sizeof(int));
+        ck_assert_int_eq(zmq_connect(socks[n], h->endpoint), 0);
+        if (n % 100 == 99)
+            usleep(5000);
+    }
+    usleep(500 * 1000);
+    st = harness_status(h);
+    ck_assert_ptr_nonnull(st); /* alive */
+    shed = harness_jint(st, "server.connections_shed");
+    json_decref(st);
+    printf("silent connections: %d opened against a limit of %lld, guard %lld: %lld shed\n", ATTACK,
+           (long long)limit, (long long)guard, (long long)shed);
+    ck_assert_int_ge(shed, ATTACK - guard);
+    ck_assert_uint_eq(harness_load_chain(good, 1, 8, 16 * KIB, 0), 8); /* served on */
+    for (size_t i = 0; i < n; i++)
+        zmq_close(socks[i]);
+    zmq_ctx_term(ctx);
+    free(socks);
+    usleep(300 * 1000);
+    late = harness_client(h, "fds", 1, 0, 0);
+    ck_assert_uint_eq(harness_load_chain(late, 1, 8, 16 * KIB, 0), 8);
+    kvt_close(&late);
+    kvt_close(&good);
+    harness_stop(&h);
+}
+END_TEST
+
 /* The reserve hog (raw SAVE_RESERVE of the whole arena, never committed). */
 START_TEST(test_reserve_starvation)
 {
@@ -1455,6 +1529,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(other, test_nospace_held_counted);
     tcase_add_test(other, test_reserve_starvation);
     tcase_add_test(other, test_duplicate_reservations_commit_by_extent);
+    tcase_add_test(other, test_silent_connections_shed);
     tcase_add_test(other, test_reserve_starvation_tiny);
     tcase_add_test(other, test_corrupt_release_flood);
     tcase_add_test(other, test_corrupt_release_every_chunk);

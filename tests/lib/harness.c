@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -137,6 +138,9 @@ static void exec_daemon(const harness_t *h, pid_t parent)
     fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (fd >= 0)
         dup2(fd, STDIN_FILENO);
+    if (h->nofile != 0 &&
+        setrlimit(RLIMIT_NOFILE, &(struct rlimit){.rlim_cur = h->nofile, .rlim_max = h->nofile}))
+        _exit(126);
     execl(harness_kvtierd(), "kvtierd", "-c", h->config_path, (char *)NULL);
     _exit(127);
 }
@@ -193,6 +197,7 @@ harness_t *harness_start(const harness_opts_t *opts)
     h->max_chunk_bytes = o.max_chunk_bytes ? o.max_chunk_bytes : 256u << 10;
     h->lease_ms = o.lease_ms ? o.lease_ms : 30000;
     h->keep_arena = o.keep_arena;
+    h->nofile = o.nofile;
 
     n = snprintf(h->dir, sizeof h->dir, "%s/kd-XXXXXX",
                  check_scratch_dir()[0] != '\0' ? check_scratch_dir() : "/tmp");

@@ -41,8 +41,9 @@ typedef struct {
     uint64_t max_chunk_bytes; /* 0: 256 KiB */
     uint32_t lease_ms;        /* 0: 30000 */
     const char *extra_json;   /* NULL, or a JSON object deep-merged over the generated config */
-    int keep_arena; /* a file arena (ram.arena_path) outlives harness_stop/harness_free, for a
-                       test that restarts on it (the test removes it); else it is removed */
+    int keep_arena;  /* a file arena (ram.arena_path) outlives harness_stop/harness_free, for a
+                        test that restarts on it (the test removes it); else it is removed */
+    unsigned nofile; /* 0, or the daemon's descriptor limit (soft and hard RLIMIT_NOFILE) */
 } harness_opts_t;
 
 typedef struct {
@@ -57,6 +58,7 @@ typedef struct {
     uint32_t lease_ms;
     char arena_path[256]; /* the config's ram.arena_path ("" for a memfd) */
     int keep_arena;
+    unsigned nofile;
 } harness_t;
 
 /* The kvtierd binary tests start: $KVT_TEST_KVTIERD when set (to run a test against another
