@@ -670,33 +670,15 @@ static int index_reserve(session_t *s)
     return 0;
 }
 
-/* Index of a hold of this kind for (ns, rank, hash), or -1. */
-static long hold_find(const sessions_t *t, const session_t *s, hold_kind_t kind, uint32_t ns,
-                      uint16_t rank, const kvt_wire_hash_t *h)
-{
-    uint32_t hh, mask, j;
-
-    if (s->nholds == 0)
-        return -1;
-    hh = hold_hash(t, kind, ns, rank, h);
-    mask = s->nslots - 1;
-    for (j = hh & mask; s->slots[j] != 0; j = (j + 1) & mask) {
-        const hold_t *x = &s->holds[s->slots[j] - 1];
-        if (x->hh == hh && x->kind == kind && x->ns == ns && x->rank == rank &&
-            memcmp(x->hash.b, h->b, KVT_HASH_BYTES) == 0)
-            return (long)s->slots[j] - 1;
-    }
-    return -1;
-}
-
-/* The hold of (kind, ns, rank, h) with extent (off, len), or else the first of that key, or -1.
- * Reservations are the holds a key can have several of (a hash repeated in one SAVE_RESERVE
- * reserves it once per mention): a commit takes the one it names. The walk stops at the
- * HOLD_SAME_KEY_SCAN-th hold of the key, so that a client that repeats a hash thousands of times
- * and commits them in another order than it reserved them costs a bounded walk per commit
- * (that client gets EINVAL instead: the first hold's extent is not the one it named). */
+/* The hold of (kind, ns, rank, h) with extent at[0], at[1] (off, len), or else the first of that
+ * key; with at NULL the first of the key; -1 when there is none. Reservations are the holds a key
+ * can have several of (a hash repeated in one SAVE_RESERVE reserves it once per mention): a
+ * commit takes the one it names. The walk stops at the HOLD_SAME_KEY_SCAN-th hold of the key, so
+ * that a client that repeats a hash thousands of times and commits them in another order than it
+ * reserved them costs a bounded walk per commit (that client gets EINVAL instead: the first
+ * hold's extent is not the one it named). */
 static long hold_find_at(const sessions_t *t, const session_t *s, hold_kind_t kind, uint32_t ns,
-                         uint16_t rank, const kvt_wire_hash_t *h, uint64_t off, uint64_t len)
+                         uint16_t rank, const kvt_wire_hash_t *h, const uint64_t *at)
 {
     long first = -1;
     uint32_t hh, mask, j, seen = 0;
@@ -710,7 +692,7 @@ static long hold_find_at(const sessions_t *t, const session_t *s, hold_kind_t ki
         if (x->hh != hh || x->kind != kind || x->ns != ns || x->rank != rank ||
             memcmp(x->hash.b, h->b, KVT_HASH_BYTES) != 0)
             continue;
-        if (x->off == off && x->len == len)
+        if (at == NULL || (x->off == at[0] && x->len == at[1]))
             return (long)s->slots[j] - 1;
         if (first < 0)
             first = (long)s->slots[j] - 1;
@@ -718,6 +700,13 @@ static long hold_find_at(const sessions_t *t, const session_t *s, hold_kind_t ki
             break;
     }
     return first;
+}
+
+/* Index of a hold of this kind for (ns, rank, hash), or -1. */
+static long hold_find(const sessions_t *t, const session_t *s, hold_kind_t kind, uint32_t ns,
+                      uint16_t rank, const kvt_wire_hash_t *h)
+{
+    return hold_find_at(t, s, kind, ns, rank, h, NULL);
 }
 
 /* A new hold of s for chunk (ns, rank, h) until deadline_ms, pinning chunk when not NULL; NULL
@@ -767,7 +756,8 @@ int session_take_reservation(sessions_t *t, session_t *s, uint32_t ns, uint16_t 
                              const kvt_wire_hash_t *h, uint64_t *off, uint64_t *len,
                              uint64_t *drops)
 {
-    long i = hold_find_at(t, s, HOLD_RESERVE, ns, rank, h, *off, *len);
+    const uint64_t at[2] = {*off, *len};
+    long i = hold_find_at(t, s, HOLD_RESERVE, ns, rank, h, at);
     uint64_t foot;
     hold_t *x;
 

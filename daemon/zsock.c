@@ -265,10 +265,12 @@ static bool accepted_here(const zsock_t *z, int fd)
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
 
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != z->family)
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
         return false;
-    if (z->family != AF_UNIX)
-        return true; /* the daemon's only inet sockets are ZeroMQ's (the status socket is Unix) */
+    if (z->family != AF_UNIX) /* the daemon's only inet sockets are ZeroMQ's (status is Unix) */
+        return ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
+    if (ss.ss_family != AF_UNIX)
+        return false;
     const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
     return len > offsetof(struct sockaddr_un, sun_path) &&
            strncmp(un->sun_path, z->path, sizeof un->sun_path) == 0;
@@ -339,7 +341,7 @@ int zsock_guard_fds(zsock_t *z, uv_loop_t *loop, void *zctx, const char *endpoin
         z->family = AF_UNIX;
         snprintf(z->path, sizeof z->path, "%s", endpoint + 6);
     } else if (strncmp(endpoint, "tcp://", 6) == 0) {
-        z->family = strchr(endpoint + 6, '[') != NULL ? AF_INET6 : AF_INET;
+        z->family = AF_INET; /* or AF_INET6: a host name may resolve to either */
     } else {
         return -EINVAL;
     }
