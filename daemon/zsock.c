@@ -38,7 +38,7 @@ struct zsock {
     uv_idle_t mon_idle;
     int fd_guard;
     uint64_t *shed;     /* the caller's counter of connections shut down */
-    sa_family_t family; /* of the endpoint: AF_UNIX (ipc) or the tcp address's */
+    sa_family_t family; /* of the endpoint: AF_UNIX (ipc), else AF_INET standing for tcp */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* ipc: the socket file */
 };
 
