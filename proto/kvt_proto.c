@@ -536,6 +536,67 @@ int kvt_msg_decode(const kvt_frame_t *frames, size_t nframes, const kvt_limits_t
 
 _Static_assert(KVT_HDR_BYTES == 24, "kvt_decode_why names the common head's size");
 
+/* kvt_decode_why of the requests with a hash list in frame 1 (0.2.14): their frames' count and
+ * sizes, as kvt_msg_decode checks them; "" for the other types and what it does not name. */
+static const char *decode_why_request(const kvt_frame_t *frames, size_t nframes, int type, int v)
+{
+    size_t n;
+
+    switch (type) {
+    case KVT_MSG_LOOKUP:
+    case KVT_MSG_LOAD:
+        if (nframes != 2)
+            return "wrong frame count: head, hashes";
+        break;
+    case KVT_MSG_SAVE_BEGIN:
+        if (nframes != 2)
+            return "wrong frame count: head, hashes";
+        break;
+    case KVT_MSG_SAVE_RESERVE:
+        if (nframes != 3)
+            return "wrong frame count: head, hashes, lengths";
+        break;
+    case KVT_MSG_SAVE_COMMIT:
+        if (nframes != 3 && (nframes != 4 || v < 2))
+            return v >= 2 ? "wrong frame count: head, hashes, locations[, checksums]"
+                          : "wrong frame count: head, hashes, locations";
+        break;
+    case KVT_MSG_SAVE_DATA:
+        if (nframes < 2)
+            return "wrong frame count: head, hashes, one payload per hash";
+        break;
+    default:
+        return "";
+    }
+    if (frames[1].len == 0)
+        return "an empty hash list (frame 1)";
+    if (frames[1].len % KVT_HASH_BYTES != 0)
+        return "the hash list (frame 1) is not a whole number of 16-byte hashes";
+    n = frames[1].len / KVT_HASH_BYTES;
+    switch (type) {
+    case KVT_MSG_SAVE_RESERVE:
+        if (frames[2].len != n * 8)
+            return "the lengths (frame 2) are not 8 bytes per hash";
+        for (size_t i = 0; i < n; i++)
+            if (get_u64((const uint8_t *)frames[2].data + 8 * i) == 0)
+                return "a length of 0";
+        break;
+    case KVT_MSG_SAVE_COMMIT:
+        if (frames[2].len != n * KVT_LOC_BYTES)
+            return "the locations (frame 2) are not 16 bytes per hash";
+        if (nframes == 4 && frames[3].len != n * 8)
+            return "the checksums (frame 3) are not 8 bytes per hash";
+        break;
+    case KVT_MSG_SAVE_DATA:
+        if (nframes != 2 + n)
+            return "not one payload frame per hash";
+        break;
+    default:
+        break;
+    }
+    return "";
+}
+
 const char *kvt_decode_why(const kvt_frame_t *frames, size_t nframes)
 {
     const uint8_t *b;
@@ -552,7 +613,7 @@ const char *kvt_decode_why(const kvt_frame_t *frames, size_t nframes)
     if (frames[0].len != kvt_head_size_v(b[5], v))
         return "the head's size is not its type's";
     if (b[5] != KVT_MSG_HELLO)
-        return "";
+        return decode_why_request(frames, nframes, b[5], v);
     if (nframes != (v >= 2 ? 3u : 2u))
         return v >= 2 ? "a protocol 2 hello has 3 frames: head, model, revision"
                       : "a protocol 1 hello has 2 frames: head, model";

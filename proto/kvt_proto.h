@@ -359,7 +359,9 @@ const char *kvt_wire_strerror(int code);
 
 /* Why kvt_decode refused frames[0..nframes) with KVT_WIRE_EPROTO, in words, for the reply's text
  * (0.2.7): the head's size against its type's, a HELLO's frame count and its model and revision
- * names (empty, too long, a NUL byte); "" when it names nothing more. Pure, no allocation. */
+ * names (empty, too long, a NUL byte); and (0.2.14) the frame count and frame sizes of LOOKUP,
+ * LOAD and the SAVE requests (the hash list, lengths, locations, checksums, payload frames); ""
+ * when it names nothing more. Pure, no allocation. */
 const char *kvt_decode_why(const kvt_frame_t *frames, size_t nframes);
 
 /* Little-endian helpers shared by encoder, decoder and users of per-rank hit arrays. */

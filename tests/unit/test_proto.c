@@ -1697,6 +1697,53 @@ START_TEST(test_decode_why_hello)
 }
 END_TEST
 
+/* kvt_decode_why names what a refused request with a hash list got wrong (0.2.14): every case is
+ * one kvt_msg_decode refuses with EPROTO, and the well-formed message names nothing. */
+START_TEST(test_decode_why_requests)
+{
+    uint8_t head[128], hashes[3 * KVT_HASH_BYTES] = {1}, lens[3 * 8], locs[3 * KVT_LOC_BYTES];
+    kvt_frame_t f[6];
+    kvt_msg_t dec;
+    struct {
+        int type;
+        size_t nframes, hash_len, f2_len;
+        const char *why;
+    } cases[] = {
+        {KVT_MSG_LOOKUP, 3, 32, 0, "wrong frame count: head, hashes"},
+        {KVT_MSG_LOOKUP, 2, 0, 0, "an empty hash list (frame 1)"},
+        {KVT_MSG_LOAD, 2, 17, 0, "the hash list (frame 1) is not a whole number of 16-byte hashes"},
+        {KVT_MSG_SAVE_RESERVE, 2, 32, 0, "wrong frame count: head, hashes, lengths"},
+        {KVT_MSG_SAVE_RESERVE, 3, 32, 8, "the lengths (frame 2) are not 8 bytes per hash"},
+        {KVT_MSG_SAVE_RESERVE, 3, 48, 24, "a length of 0"},
+        {KVT_MSG_SAVE_COMMIT, 3, 32, 16, "the locations (frame 2) are not 16 bytes per hash"},
+        {KVT_MSG_SAVE_COMMIT, 4, 32, 32, "the checksums (frame 3) are not 8 bytes per hash"},
+        {KVT_MSG_SAVE_DATA, 3, 32, 4, "not one payload frame per hash"},
+        {KVT_MSG_SAVE_RESERVE, 3, 16, 8, ""},
+    };
+
+    memset(lens, 0, sizeof lens);
+    kvt_put_u64(lens, 64);
+    kvt_put_u64(lens + 8, 64);
+    memset(locs, 0, sizeof locs);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvt_msg_t m = {.hdr = {.version = 2, .type = (uint8_t)cases[i].type}};
+        f[0].data = head;
+        f[0].len = kvt_head_encode(head, sizeof head, &m);
+        ck_assert_uint_gt(f[0].len, 0);
+        f[1] = (kvt_frame_t){hashes, cases[i].hash_len};
+        f[2] = (kvt_frame_t){cases[i].type == KVT_MSG_SAVE_RESERVE ? (void *)lens : (void *)locs,
+                             cases[i].f2_len};
+        f[3] = (kvt_frame_t){locs, 4}; /* a checksums frame of the wrong size */
+        int rc = kvt_msg_decode(f, cases[i].nframes, &lim, &dec);
+        ck_assert_msg(rc == (cases[i].why[0] != '\0' ? KVT_WIRE_EPROTO : 0), "case %zu: rc %d", i,
+                      rc);
+        ck_assert_msg(strcmp(kvt_decode_why(f, cases[i].nframes), cases[i].why) == 0,
+                      "case %zu: \"%s\", not \"%s\"", i, kvt_decode_why(f, cases[i].nframes),
+                      cases[i].why);
+    }
+}
+END_TEST
+
 START_TEST(test_strerror)
 {
     const char *names[10];
@@ -1781,6 +1828,7 @@ static Suite *proto_suite(void)
     tcase_add_test(misc, test_status_names);
     tcase_add_test(misc, test_strerror);
     tcase_add_test(misc, test_decode_why_hello);
+    tcase_add_test(misc, test_decode_why_requests);
     suite_add_tcase(s, misc);
     return s;
 }
