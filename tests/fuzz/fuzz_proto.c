@@ -1,5 +1,6 @@
 /*
- * fuzz_proto.c - libFuzzer target for kvt_msg_decode, kvt_head_encode and kvt_reason_next.
+ * fuzz_proto.c - libFuzzer target for kvt_msg_decode, kvt_decode_why, kvt_head_encode and
+ * kvt_reason_next.
  *
  * Design: the input is split into frames as fuzz_proto.h describes, each frame in an allocation
  * of its exact size (an empty frame is {NULL, 0}, which callers may pass), and decoded with small
@@ -378,6 +379,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_ok(frames, n, &m);
     else
         check_err(frames, n, &m, rc);
+    /* the daemon asks why of every EPROTO: it reads the frames too, and always answers text */
+    if (rc == KVT_WIRE_EPROTO)
+        FUZZ_CHECK(kvt_decode_why(frames, n) != NULL);
 
     for (size_t i = 0; i < n; i++)
         walk_reasons(frames[i].data, frames[i].len, &rc);
