@@ -606,7 +606,7 @@ static void seal_done(disk_t *d, uint64_t id, int rc, uint64_t ns)
 static int flush_create(flush_job_t *j)
 {
     char path[DISK_PATH_MAX];
-    int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, fd = -1;
+    int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, fd = -1;
 
     seg_path(j->d->dir, j->seg->id, path, sizeof path);
     if (j->try_direct) {
@@ -1900,7 +1900,7 @@ static void recover_reopen(disk_t *d, seg_t *s, const char *path)
     posix_fadvise(s->fd, 0, 0, POSIX_FADV_DONTNEED);
     if (!d->direct || s->version != RECORD_VERSION)
         return;
-    fd = open(path, O_RDWR | O_CLOEXEC | O_DIRECT);
+    fd = open(path, O_RDWR | O_CLOEXEC | O_DIRECT | O_NOFOLLOW);
     if (fd < 0)
         return; /* stays buffered */
     close(s->fd);
@@ -1929,7 +1929,7 @@ static bool recover_open(disk_t *d, uint64_t id, int *fd, uint64_t *size)
     struct stat st;
 
     seg_path(d->dir, id, path, sizeof path);
-    *fd = open(path, O_RDWR | O_CLOEXEC);
+    *fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW); /* a link is not a segment: ELOOP */
     if (*fd < 0 || fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         log_warn("disk_recovery_bad_file", "path=%s error=\"%s\"", path,
                  *fd < 0 ? strerror(errno) : "not a regular file");
@@ -2348,7 +2348,7 @@ int disk_open(uv_loop_t *loop, const config_t *cfg, const disk_ops_t *ops, void 
     if (rc != 0)
         goto fail;
     snprintf(path, sizeof path, "%s/lock", d->dir);
-    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
     if (d->lock_fd < 0) {
         rc = -errno;
         goto fail;

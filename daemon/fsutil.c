@@ -57,7 +57,7 @@ int fsutil_write_atomic(const char *dir, const char *name, const void *data, siz
     if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name) >= sizeof tmp ||
         (size_t)snprintf(dst, sizeof dst, "%s/%s", dir, name) >= sizeof dst)
         return -ENAMETOOLONG;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -errno;
     while (len > 0) {
@@ -95,7 +95,7 @@ int fsutil_read_file(const char *path, uint8_t **buf, size_t *len)
     struct stat st;
     uint8_t *b;
     size_t got = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), rc;
 
     if (fd < 0)
         return -errno;

@@ -222,7 +222,7 @@ int journal_create(const char *path, const journal_hdr_t *h, journal_t **out)
         return -ENOMEM;
     strcpy(j->path, path);
     snprintf(j->tmp, sizeof j->tmp, "%s.tmp", path);
-    j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0600);
+    j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND | O_NOFOLLOW, 0600);
     if (j->fd < 0) {
         rc = -errno;
         free(j);

@@ -473,6 +473,61 @@ START_TEST(test_kill9_during_persist)
 }
 END_TEST
 
+static int pred_segments_ok(json_t *st, void *arg)
+{
+    (void)arg;
+    return strcmp(harness_jstr(st, "disk.state"), "ok") == 0 &&
+           harness_jint(st, "disk.segments") > 0;
+}
+
+/* Symbolic links at segment names in disk.dir (the session-16 probe): the daemon followed them,
+ * truncated the target of one found at the start as a torn segment, and truncated and overwrote
+ * the target of one planted at the name of the next segment it created. Segment, lock, journal
+ * and atomic-file opens are O_NOFOLLOW from 0.2.14: a link is a bad file at recovery and a failed
+ * create while running, its target untouched, and the tier writes on under later names. */
+START_TEST(test_symlinks_in_disk_dir)
+{
+    static const char precious[] = "precious: not a segment\n";
+    char dir[96], victim[160], link[192], got[64] = "";
+    harness_t *h;
+    kvt_client_t *c;
+    json_t *st = NULL;
+    FILE *f;
+    uint32_t seed;
+
+    make_dir(dir, sizeof dir);
+    snprintf(victim, sizeof victim, "%s/victim", check_scratch_dir());
+    ck_assert_ptr_nonnull(f = fopen(victim, "w"));
+    fputs(precious, f);
+    fclose(f);
+    snprintf(link, sizeof link, "%s/%016x.seg", dir, 0xffu);
+    ck_assert_int_eq(symlink(victim, link), 0);
+    h = start(dir, "16MiB", "1MiB", 4u << 20);
+    ck_assert_int_eq(harness_log_count(h, "event=disk_recovery_bad_file"), 1);
+    for (unsigned id = 0x100; id < 0x108; id++) { /* the next segments' names */
+        snprintf(link, sizeof link, "%s/%016x.seg", dir, id);
+        ck_assert_int_eq(symlink(victim, link), 0);
+    }
+    c = harness_client(h, "faults", 1, 0, 0);
+    for (seed = 1; seed <= 40 && st == NULL; seed++) {
+        save_chains(h, c, seed, seed, 0);
+        st = harness_wait_status(h, pred_segments_ok, NULL, 250);
+    }
+    ck_assert_msg(st != NULL, "the tier never wrote a segment past the links");
+    json_decref(st);
+    ck_assert_ptr_nonnull(f = fopen(victim, "r"));
+    ck_assert_ptr_nonnull(fgets(got, sizeof got, f));
+    fclose(f);
+    ck_assert_str_eq(got, precious);
+    printf("links in disk.dir: the target kept its %zu bytes; %lld write errors, %lld segments\n",
+           strlen(precious), (long long)harness_stat(h, "disk.write_errors"),
+           (long long)harness_stat(h, "disk.segments"));
+    kvt_close(&c);
+    harness_stop(&h);
+    unlink(victim);
+}
+END_TEST
+
 static Suite *disk_faults_suite(void)
 {
     Suite *su = suite_create("disk_faults");
@@ -486,6 +541,7 @@ static Suite *disk_faults_suite(void)
     tcase_add_test(tc, test_unwritable_directory);
     tcase_add_test(tc, test_bit_flips_across_segments);
     tcase_add_test(tc, test_kill9_during_persist);
+    tcase_add_test(tc, test_symlinks_in_disk_dir);
     suite_add_tcase(su, tc);
     return su;
 }
