@@ -776,7 +776,10 @@ int server_new(uv_loop_t *loop, void *zctx, const config_t *cfg, server_t **out)
                    (int)cfg->server.max_in_flight + SERVER_HWM_SLACK, recv_cb, sv, &sv->zs);
     if (rc != 0) {
         log_error("bind", "endpoint=%s error=\"%s%s\"", cfg->server.endpoint, zmq_strerror(-rc),
-                  rc == -EADDRINUSE ? ": a process listens on it (another kvtierd?)" : "");
+                  rc == -EADDRINUSE ? ": a process listens on it (another kvtierd?)"
+                  : rc == -EEXIST   ? ": a file that is not a socket is there (binding would "
+                                      "delete it)"
+                                    : "");
         goto fail;
     }
     fd_guard_start(sv, zctx);

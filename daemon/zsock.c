@@ -131,7 +131,7 @@ static void poll_cb(uv_poll_t *h, int status, int events)
  * (bind(2) in zmq_bind) with the umask's mode, so the umask is narrowed around the call (the
  * daemon is single-threaded at start-up; ZeroMQ's threads create no files) and the mode is set
  * explicitly afterwards, for a umask that was narrower still. An endpoint file that a process
- * listens on is EADDRINUSE. */
+ * listens on is EADDRINUSE, one that is not a socket EEXIST. */
 static int bind_endpoint(void *sock, const char *endpoint)
 {
     bool ipc = strncmp(endpoint, "ipc://", 6) == 0;
@@ -140,10 +140,19 @@ static int bind_endpoint(void *sock, const char *endpoint)
 
     /* libzmq's bind unlinks the socket file of an ipc endpoint, a live one too: a second daemon
      * configured with the same endpoint would take it over without an error, and the first one
-     * (its tiers intact) would serve nobody. A file that a process still listens on is refused. */
-    if (ipc && endpoint[6] != '@' && (rc = fsutil_unix_listener_alive(endpoint + 6)) != 0) {
-        errno = rc > 0 ? EADDRINUSE : -rc;
-        return -1;
+     * (its tiers intact) would serve nobody. A file that a process still listens on is refused,
+     * and so is one that is not a socket at all, which the bind would delete (a regular file, or
+     * the daemon's own arena when server.endpoint names ram.arena_path). */
+    if (ipc && endpoint[6] != '@') {
+        struct stat st;
+        if (lstat(endpoint + 6, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+            errno = EEXIST; /* not a socket: libzmq would unlink it (a file, the arena...) */
+            return -1;
+        }
+        if ((rc = fsutil_unix_listener_alive(endpoint + 6)) != 0) {
+            errno = rc > 0 ? EADDRINUSE : -rc;
+            return -1;
+        }
     }
     old = ipc ? umask(0777 & ~ZSOCK_IPC_MODE) : 0;
     rc = zmq_bind(sock, endpoint);

@@ -437,21 +437,17 @@ START_TEST(test_stop_finishes_in_flight)
 }
 END_TEST
 
-/* A second daemon configured with a running one's ipc endpoint (its own status socket and arena)
- * is refused at start, with the reason in its log: libzmq's bind would have unlinked the live
- * socket file and taken the endpoint over, leaving the first daemon serving nobody. The first
- * daemon serves on. (A stale endpoint file, after a SIGKILL, is bound over: test_reattach.) */
-START_TEST(test_endpoint_in_use_refused)
+/* Runs kvtierd on a config naming endpoint (its own status socket, a memfd arena, no disk) in
+ * h's directory; asserts that it exits non-zero within the harness deadline and returns its log
+ * (the caller frees it). */
+static char *second_daemon_refused(const harness_t *h, const char *endpoint)
 {
-    harness_t *h = harness_start(NULL);
     char cfg[256], logp[256], json[1024], *log;
-    kvt_client_t *c;
     pid_t pid;
     int wst = 0, fd;
     int64_t deadline;
     FILE *f;
 
-    ck_assert_uint_eq(harness_save_chain((c = harness_client(h, "m-ep", 1, 0, 0)), 1, 4, CH, 0), 4);
     snprintf(cfg, sizeof cfg, "%s/second.json", h->dir);
     snprintf(logp, sizeof logp, "%s/second.log", h->dir);
     snprintf(json, sizeof json,
@@ -459,7 +455,7 @@ START_TEST(test_endpoint_in_use_refused)
              "\"ram\": {\"capacity_bytes\": \"4MiB\", \"max_chunk_bytes\": \"256KiB\", "
              "\"arena_path\": \"\"}, "
              "\"disk\": {\"enabled\": false, \"dir\": \"%s/second-disk\"}}",
-             h->endpoint, h->dir, h->dir);
+             endpoint, h->dir, h->dir);
     ck_assert_ptr_nonnull(f = fopen(cfg, "w"));
     fputs(json, f);
     fclose(f);
@@ -478,7 +474,7 @@ START_TEST(test_endpoint_in_use_refused)
     if (harness_now_ms() >= deadline) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        ck_abort_msg("a second daemon on %s was still running after %d ms", h->endpoint,
+        ck_abort_msg("a second daemon on %s was still running after %d ms", endpoint,
                      HARNESS_DEADLINE_MS);
     }
     ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) != 0, "second daemon: status 0x%x", wst);
@@ -487,6 +483,24 @@ START_TEST(test_endpoint_in_use_refused)
     ck_assert_ptr_nonnull(log);
     (void)!fread(log, 1, 65535, f);
     fclose(f);
+    return log;
+}
+
+/* A second daemon configured with a running one's ipc endpoint (its own status socket and arena)
+ * is refused at start, with the reason in its log: libzmq's bind would have unlinked the live
+ * socket file and taken the endpoint over, leaving the first daemon serving nobody. The first
+ * daemon serves on. A file at the endpoint that is not a socket is refused too (the bind would
+ * have deleted it; the session-16 probe). (A stale endpoint file, after a SIGKILL, is bound over:
+ * test_reattach.) */
+START_TEST(test_endpoint_in_use_refused)
+{
+    harness_t *h = harness_start(NULL);
+    char path[256], ep[300], got[32] = "", *log;
+    kvt_client_t *c;
+    FILE *f;
+
+    ck_assert_uint_eq(harness_save_chain((c = harness_client(h, "m-ep", 1, 0, 0)), 1, 4, CH, 0), 4);
+    log = second_daemon_refused(h, h->endpoint);
     ck_assert_msg(strstr(log, "a process listens on it") != NULL, "second daemon's log:\n%s", log);
     free(log);
     /* the first one still serves its clients, the old connection and a new one */
@@ -495,6 +509,19 @@ START_TEST(test_endpoint_in_use_refused)
     c = harness_client(h, "m-ep", 1, 0, 0);
     ck_assert_uint_eq(harness_load_chain(c, 1, 4, CH, 0), 4);
     kvt_close(&c);
+    /* a regular file where the endpoint would be */
+    snprintf(path, sizeof path, "%s/keep.me", h->dir);
+    snprintf(ep, sizeof ep, "ipc://%s", path);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fputs("keep me\n", f);
+    fclose(f);
+    log = second_daemon_refused(h, ep);
+    ck_assert_msg(strstr(log, "not a socket") != NULL, "second daemon's log:\n%s", log);
+    free(log);
+    ck_assert_ptr_nonnull(f = fopen(path, "r"));
+    ck_assert_ptr_nonnull(fgets(got, sizeof got, f));
+    fclose(f);
+    ck_assert_str_eq(got, "keep me\n");
     harness_stop(&h);
 }
 END_TEST
