@@ -50,7 +50,8 @@
 
 #define SWEEP_MS 1000u
 #define SERVER_HWM_SLACK 64  /* replies beyond max_in_flight a queue takes (the EBUSY answers) */
-#define SERVER_FD_RESERVE 32 /* descriptors kept above the guard, at least (fd_guard_start) */
+#define SERVER_FD_RESERVE 64 /* burst headroom above the guard and own, at least (fd_guard_start)  \
+                              */
 #define SERVER_FD_SPARE 1024 /* connections the guard takes beyond server.max_clients */
 #define SERVER_FD_OWN 256    /* the daemon's own descriptors beside its segments, at most */
 
@@ -664,19 +665,22 @@ static void server_free(server_t *sv)
  * RLIMIT_NOFILE is raised to the hard one first (a shell's 1024 under a hard limit of a million;
  * the unit sets both to 65536, and its seccomp filter refuses setrlimit: then nothing changes).
  *
- * The guard is a descriptor number: what the daemon holds when the server starts (the lowest free
- * number then), what its disk tier can open (a descriptor per segment at disk.capacity_bytes),
- * SERVER_FD_OWN more of its own (status connections, the checkpoint, the journal), then one per
- * client (server.max_clients) and SERVER_FD_SPARE connections more (kvtierctl runs,
- * reconnections whose old connection has not closed yet); and never more than the limit less an
- * eighth of it (at least SERVER_FD_RESERVE). So the connections open at once are bounded by the
- * clients the daemon takes, not by the descriptor limit, and so is what ZeroMQ holds for them;
- * the descriptors between the guard and the limit are the headroom for the accepts ZeroMQ's I/O
- * thread makes before the loop reads their events: the burst the guard absorbs (at the defaults
- * and the unit's LimitNOFILE=65536, about 60,000 connections opened faster than the loop reads
- * the monitor; with a limit of 1024, a headroom of 128, a burst of 4000 silent connections still
- * aborted the daemon). Without a limit to read, or with one too small to leave a reserve, there
- * is no guard (logged).
+ * The guard is a descriptor number. Let own be what the daemon holds when the server starts (the
+ * lowest free number then), plus a descriptor per segment at disk.capacity_bytes, plus
+ * SERVER_FD_OWN more of its own (status connections, the checkpoint, the journal). The guard is
+ * own + server.max_clients + SERVER_FD_SPARE (kvtierctl runs, reconnections whose old connection
+ * has not closed yet), and at most the limit less own less a burst headroom (an eighth of the
+ * limit, at least SERVER_FD_RESERVE). Connections take numbers below the guard; the daemon's own
+ * descriptors opened later (segments, status connections) may land above it when connections
+ * hold the low numbers, so the limit must leave room for them above the guard, and for the
+ * burst: the accepts ZeroMQ's I/O thread makes before the loop reads their events. At the
+ * defaults and the unit's LimitNOFILE=65536 that burst is about 57,000 connections; with a limit
+ * of 1024 (a guard of 896 in a first version, which left 128) a burst of 4000 silent
+ * connections still aborted the daemon, and 64 status connections held on top of silent
+ * connections up to the guard took the rest (the session-16 probe). So the connections open at
+ * once are bounded by the clients the daemon takes, not by the descriptor limit, and so is what
+ * ZeroMQ holds for them. Without a limit to read, or with one too small for own and a headroom,
+ * there is no guard (logged).
  */
 static void fd_guard_start(server_t *sv, void *zctx)
 {
@@ -703,8 +707,8 @@ static void fd_guard_start(server_t *sv, void *zctx)
     if (cfg->disk.enabled && cfg->disk.segment_bytes > 0)
         own += cfg->disk.capacity_bytes / cfg->disk.segment_bytes + 2;
     guard = own + cfg->server.max_clients + SERVER_FD_SPARE;
-    if (guard > rl.rlim_cur - reserve)
-        guard = rl.rlim_cur > 2 * reserve ? rl.rlim_cur - reserve : 0;
+    if (guard + own + reserve > rl.rlim_cur)
+        guard = rl.rlim_cur > own + reserve ? rl.rlim_cur - own - reserve : 0;
     if (guard <= own) {
         log_warn("fd_guard",
                  "fd_limit=%" PRIu64 " own_fds=%" PRIu64 " reason=\"too few descriptors for the "

@@ -39,7 +39,9 @@ struct zsock {
     int fd_guard;
     uint64_t *shed;     /* the caller's counter of connections shut down */
     sa_family_t family; /* of the endpoint: AF_UNIX (ipc), else AF_INET standing for tcp */
-    char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* ipc: the socket file */
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* ipc: the socket file, or a NUL
+                                                                and an abstract name */
+    size_t path_len;
 };
 
 static int pending_in(zsock_t *z)
@@ -281,6 +283,9 @@ static bool accepted_here(const zsock_t *z, int fd)
     if (ss.ss_family != AF_UNIX)
         return false;
     const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
+    if (z->path[0] == '\0') /* abstract: a NUL, then the name, as long as the address says */
+        return len == offsetof(struct sockaddr_un, sun_path) + z->path_len &&
+               memcmp(un->sun_path, z->path, z->path_len) == 0;
     return len > offsetof(struct sockaddr_un, sun_path) &&
            strncmp(un->sun_path, z->path, sizeof un->sun_path) == 0;
 }
@@ -345,10 +350,14 @@ int zsock_guard_fds(zsock_t *z, uv_loop_t *loop, void *zctx, const char *endpoin
     size_t fdlen = sizeof fd;
 
     if (strncmp(endpoint, "ipc://", 6) == 0) {
-        if (endpoint[6] == '@' || strlen(endpoint + 6) >= sizeof z->path)
-            return -EINVAL; /* an abstract name, or too long for a socket file anyway */
+        size_t n = strlen(endpoint + 6);
+        if (n >= sizeof z->path)
+            return -EINVAL; /* too long for a socket address anyway */
         z->family = AF_UNIX;
-        snprintf(z->path, sizeof z->path, "%s", endpoint + 6);
+        memcpy(z->path, endpoint + 6, n + 1);
+        z->path_len = n;
+        if (z->path[0] == '@')
+            z->path[0] = '\0'; /* libzmq's spelling of an abstract address */
     } else if (strncmp(endpoint, "tcp://", 6) == 0) {
         z->family = AF_INET; /* or AF_INET6: a host name may resolve to either */
     } else {

@@ -63,7 +63,7 @@ int zsock_send(zsock_t *z, zmq_msg_t *parts, size_t n);
  * apart). An event read late may name a descriptor closed and given to something else since:
  * only a socket bound on the endpoint's address (its socket file for ipc) is shut down.
  * Each connection shut down adds one to *shed (the caller's counter, read on the loop thread).
- * Returns 0 or a negative errno (an abstract ipc name or another transport: -EINVAL).
+ * Returns 0 or a negative errno (a transport other than ipc and tcp: -EINVAL).
  */
 int zsock_guard_fds(zsock_t *z, uv_loop_t *loop, void *zctx, const char *endpoint, int fd_guard,
                     uint64_t *shed);

@@ -923,12 +923,13 @@ END_TEST
  * (in batches of 100, 5 ms apart: the guard absorbs bursts up to the descriptors between the
  * guard and the limit) are shed beyond the descriptor guard; the daemon lives, the client
  * connected before goes on being served, and once the attackers are gone a new client is too. */
-START_TEST(test_silent_connections_shed)
+static void silent_connections(const char *abstract)
 {
     enum { ATTACK = 2600 };
-    harness_opts_t o = {.nofile = 2048, .extra_json = "{\"server\": {\"max_clients\": 64}}"};
-    harness_t *h = harness_start(&o);
-    kvt_client_t *good = harness_client(h, "fds", 1, 0, 0), *late;
+    char extra[256];
+    harness_opts_t o = {.nofile = 2048, .extra_json = extra};
+    harness_t *h;
+    kvt_client_t *good, *late;
     struct rlimit rl;
     void *ctx, **socks = calloc(ATTACK, sizeof *socks);
     json_t *st;
@@ -936,6 +937,15 @@ START_TEST(test_silent_connections_shed)
     size_t n = 0;
 
     ck_assert_ptr_nonnull(socks);
+    if (abstract != NULL)
+        snprintf(extra, sizeof extra,
+                 "{\"server\": {\"max_clients\": 64, \"endpoint\": \"ipc://@%s\"}}", abstract);
+    else
+        snprintf(extra, sizeof extra, "{\"server\": {\"max_clients\": 64}}");
+    h = harness_start(&o);
+    if (abstract != NULL) /* the clients below connect where the daemon listens */
+        snprintf(h->endpoint, sizeof h->endpoint, "ipc://@%s", abstract);
+    good = harness_client(h, "fds", 1, 0, 0);
     ck_assert_uint_eq(harness_save_chain(good, 1, 8, 16 * KIB, 0), 8);
     st = harness_status(h);
     guard = harness_jint(st, "server.fd_guard");
@@ -973,8 +983,9 @@ START_TEST(test_silent_connections_shed)
     ck_assert_ptr_nonnull(st); /* alive */
     shed = harness_jint(st, "server.connections_shed");
     json_decref(st);
-    printf("silent connections: %d opened against a limit of %lld, guard %lld: %lld shed\n", ATTACK,
-           (long long)limit, (long long)guard, (long long)shed);
+    printf("silent connections (%s): %d opened against a limit of %lld, guard %lld: %lld shed\n",
+           abstract != NULL ? "abstract endpoint" : "endpoint file", ATTACK, (long long)limit,
+           (long long)guard, (long long)shed);
     ck_assert_int_ge(shed, ATTACK - guard);
     ck_assert_uint_eq(harness_load_chain(good, 1, 8, 16 * KIB, 0), 8); /* served on */
     for (size_t i = 0; i < n; i++)
@@ -987,6 +998,15 @@ START_TEST(test_silent_connections_shed)
     kvt_close(&late);
     kvt_close(&good);
     harness_stop(&h);
+}
+
+START_TEST(test_silent_connections_shed)
+{
+    char name[64];
+
+    silent_connections(NULL);
+    snprintf(name, sizeof name, "kvt-hostile-%d", (int)getpid());
+    silent_connections(name); /* an abstract address is guarded too (the session-16 probe) */
 }
 END_TEST
 
