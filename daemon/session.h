@@ -209,7 +209,8 @@ void session_set_path(session_t *s, session_path_t path);
 /* Holds a reservation of (off, len) for chunk (ns, rank, hash) until deadline_ms; keep (may be
  * NULL) is pinned (store_pin) until the reservation ends; drops is the namespace's count of
  * operator drops (ns_t.drops), given back at the commit: a reservation made before a drop is not
- * published after it. 0 or -ENOMEM (nothing is held then). */
+ * published after it. 0, -ENOMEM, or -EBUSY when s holds 64 reservations of that chunk already
+ * (0.2.14: a bound on the holds of one key; nothing is held then). */
 int session_reserve(sessions_t *t, session_t *s, uint32_t ns, uint16_t rank,
                     const kvt_wire_hash_t *h, uint64_t off, uint64_t len, store_chunk_t *keep,
                     uint64_t deadline_ms, uint64_t drops);
