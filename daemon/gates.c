@@ -220,9 +220,9 @@ void gates_fold_one(gates_t *g, bool paid)
     double alpha = g->cfg.admission.alpha;
     double x = paid ? 1.0 : 0.0;
 
-    g->probes += 1;
+    sat_add(&g->probes, 1); /* a tally may have saturated it (sat_add) */
     if (paid)
-        g->paid += 1;
+        sat_add(&g->paid, 1);
     g->payoff = g->payoff + alpha * (x - g->payoff);
 }
 

@@ -1475,8 +1475,12 @@ static json_t *json_value(const stats_field_t *f, const char *base)
     switch (f->type) {
     case T_U16:
     case T_U32:
-    case T_U64:
-        return json_integer((json_int_t)num_u64(f, base));
+    case T_U64: {
+        /* JSON integers are signed 64-bit here (jansson): a counter past 2^63 (a saturated gate
+         * sum, UINT64_MAX) reads as the largest one rather than as a negative number */
+        uint64_t u = num_u64(f, base);
+        return json_integer(u > (uint64_t)INT64_MAX ? INT64_MAX : (json_int_t)u);
+    }
     case T_I64:
         return json_integer((json_int_t) * (const int64_t *)p);
     case T_DOUBLE:

@@ -441,6 +441,12 @@ START_TEST(test_tally_totals_saturate)
     ck_assert_uint_eq(state_of(g).probes, UINT64_MAX);
     ck_assert_uint_eq(state_of(g).paid, 6);
     ck_assert_uint_eq(state_of(g).served_tokens, UINT64_MAX);
+    /* and the single folds of skipped lookups on top (the session-16 probe: probes went 2^64-1
+     * -> 2 after three) */
+    for (int i = 0; i < 3; i++)
+        gates_fold_one(g, i == 0);
+    ck_assert_uint_eq(state_of(g).probes, UINT64_MAX);
+    ck_assert_uint_eq(state_of(g).paid, 7);
     gates_destroy(&g);
 }
 END_TEST
